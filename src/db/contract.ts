@@ -1,0 +1,76 @@
+// What the proxy needs from the database control service, whether it runs in-process or as its own process.
+import type { Readable } from 'node:stream';
+
+export interface DbRequest {
+  op: string;
+  org: string;
+  repo: string;
+  authorization: string | undefined;
+  body: Buffer;
+  requestId: string;
+}
+
+export interface DbResponse {
+  status: number;
+  headers?: Record<string, string>;
+  /** A JSON text, or a stream for snapshots. */
+  body: string | Buffer | Readable;
+}
+
+export interface DbHandler {
+  handle(req: DbRequest): Promise<DbResponse>;
+}
+
+/** One database: (org, repo, database). Names are already checked (SPEC 2). */
+export interface Scope {
+  org: string;
+  repo: string;
+  database: string;
+}
+
+/** A SPEC 5 notification, exactly as stored in the database's change log and sent to mirrors. */
+export interface ChangeEvent {
+  id: string;
+  type: 'database.changed' | 'database.migrated';
+  org: string;
+  repo: string;
+  database: string;
+  version: number;
+  previousVersion: number;
+  operation: 'execute' | 'migrate';
+  committedAt: string;
+  changes: { rowsAffected: number; tables: string[] };
+  changeset: string | null;
+  migrations?: { id: string; sql: string }[];
+}
+
+export interface MirrorState {
+  name: string;
+  deliveredVersion: number;
+  pendingEvents: number;
+  lastError: string | null;
+  stalled?: boolean;
+}
+
+/**
+ * What consumers of the change log (mirror delivery) read. The change log itself is written by the
+ * database in the write's own transaction; this is only how it is read back.
+ */
+export interface ChangeFeed {
+  /** Called after every commit that changed a database: a hint, not durable (the change log is). */
+  onCommit(listener: (scope: Scope, version: number) => void): void;
+  /** Events with version > since, oldest first, at most `limit`; `version` is the database's current one. Throws ApiError('gone') past retention, 'database_not_found' if missing. */
+  readChanges(scope: Scope, since: number, limit: number): Promise<{ events: ChangeEvent[]; version: number }>;
+  /** Current version, or null when the database does not exist. */
+  currentVersion(scope: Scope): Promise<number | null>;
+  /** Every database on disk, for recovery after a restart. */
+  listDatabases(): AsyncIterable<Scope>;
+}
+
+/** What the mirror side tells the database service (attached at wiring time; db never imports mirror). */
+export interface MirrorReport {
+  /** Per-mirror delivery state of one database, for /_db/status. */
+  states(scope: Scope, currentVersion: number): MirrorState[];
+  /** The lowest version every mirror has acknowledged (events above it are kept), or null with no mirrors. */
+  acknowledgedFloor(scope: Scope): number | null;
+}

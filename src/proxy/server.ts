@@ -1,0 +1,58 @@
+// The runtime proxy: resolves the org from Host, checks names, and routes /{repo}/_db, /{repo}/_account and apps.
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { Readable } from 'node:stream';
+import { ApiError } from '../shared/errors.ts';
+import { createHttpApp, sendError, toApiError } from '../shared/http.ts';
+import type { Logger } from '../shared/log.ts';
+import { checkRepo } from '../shared/names.ts';
+import type { DbHandler } from '../db/contract.ts';
+import { orgFromHost } from './host.ts';
+import { stripSpoofableHeaders } from './headers.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The organization, resolved from Host by the proxy (or from trusted headers by a standalone service). */
+    org: string;
+  }
+}
+
+export interface ProxyOptions {
+  logger: Logger;
+  baseDomain: string;
+  bodyLimit: number;
+  trustedProxies: string[];
+  db: DbHandler;
+  /** The account service, mounted at /{repo}/_account (in-process or a forwarder to its own process). */
+  account?: FastifyPluginAsync;
+  /** App routes for other /{repo}/* paths; registered as a plugin so it owns its own hooks. */
+  apps?: FastifyPluginAsync;
+}
+
+export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> {
+  const app = createHttpApp({ logger: opts.logger, bodyLimit: opts.bodyLimit, trustProxy: opts.trustedProxies.length ? opts.trustedProxies : false });
+  app.decorateRequest('org', '');
+  app.addHook('onRequest', async (req) => {
+    stripSpoofableHeaders(req.headers);
+    req.org = orgFromHost(req.headers.host, opts.baseDomain);
+  });
+
+  const dbRoute = async (req: FastifyRequest<{ Params: { repo: string; op: string } }>, reply: FastifyReply) => {
+    const repo = checkRepo(req.params.repo);
+    if (req.method !== 'POST') throw new ApiError('not_found', `/_db/${req.params.op.slice(0, 40)} takes POST`);
+    const res = await opts.db.handle({
+      op: req.params.op, org: req.org, repo, authorization: req.headers.authorization,
+      body: Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), requestId: req.id,
+    });
+    reply.code(res.status);
+    if (res.headers) reply.headers(res.headers);
+    if (res.body instanceof Readable) return reply.send(res.body);
+    return reply.type('application/json; charset=utf-8').send(res.body);
+  };
+  app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/:repo/_db/:op', handler: dbRoute });
+
+  if (opts.account) await app.register(opts.account, { prefix: '/:repo/_account' });
+  if (opts.apps) await app.register(opts.apps);
+  return app;
+}
+
+export { sendError, toApiError };

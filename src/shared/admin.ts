@@ -1,0 +1,25 @@
+// SPEC 9: /healthz, /readyz and Prometheus /metrics on ADMIN_PORT, apart from public traffic.
+import type { FastifyInstance } from 'fastify';
+import { collectDefaultMetrics, Registry } from 'prom-client';
+import { createHttpApp } from './http.ts';
+import type { Logger } from './log.ts';
+
+export const metrics = new Registry();
+collectDefaultMetrics({ register: metrics });
+
+export interface Readiness {
+  /** Null when ready, else why not (starting, draining, a part that is down). */
+  notReadyReason(): string | null;
+}
+
+export function createAdminServer(logger: Logger, readiness: Readiness): FastifyInstance {
+  const app = createHttpApp({ logger: logger.child({ server: 'admin' }), bodyLimit: 1024 });
+  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/readyz', async (_req, reply) => {
+    const reason = readiness.notReadyReason();
+    if (reason === null) return { status: 'ready' };
+    return reply.code(503).header('retry-after', '1').send({ error: { code: 'unavailable', message: reason } });
+  });
+  app.get('/metrics', async (_req, reply) => reply.type(metrics.contentType).send(await metrics.metrics()));
+  return app;
+}

@@ -1,0 +1,229 @@
+// SPEC 9.1: configuration from the environment. A bad value stops the start with a message naming the variable.
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { isIP } from 'node:net';
+import { join, resolve } from 'node:path';
+import { parseRootKeys } from './secrets.ts';
+
+export interface MirrorConfig { name: string; url: string; secret: string }
+export interface AppRoute { url: string; requireSession: boolean }
+
+export interface Config {
+  production: boolean;
+  port: number;
+  adminPort: number;
+  baseDomain: string;
+  dataDir: string;
+  rootKeys: Buffer[];
+  db: {
+    sync: 'full' | 'normal';
+    queryTimeoutMs: number;
+    maxStatements: number;
+    maxResultBytes: number;
+    maxSizeBytes: number;
+    maxDatabasesPerRepo: number;
+    maxValueBytes: number;
+    maxBodyBytes: number;
+    executors: number;
+    maxOpenDatabases: number;
+    mirrors: MirrorConfig[];
+  };
+  account: {
+    oidc: { issuer: string; clientId: string; clientSecret: string | undefined } | null;
+    github: { clientId: string; clientSecret: string } | null;
+    encryptionKeys: Buffer[];
+    sessionTtlMs: number;
+  };
+  trustedProxies: string[];
+  mirror: { port: number | null; secret: string | null; sourceUrl: string | null };
+  apps: Map<string, AppRoute>;
+  /** When a part runs as its own process, where the proxy reaches it. */
+  services: { dbUrl: string | null; accountUrl: string | null };
+  logLevel: string;
+}
+
+export class ConfigError extends Error {}
+
+type Env = Record<string, string | undefined>;
+
+function fail(name: string, why: string): never {
+  throw new ConfigError(`${name}: ${why}`);
+}
+
+function int(env: Env, name: string, dflt: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return dflt;
+  if (!/^\d+$/.test(raw)) fail(name, `must be a whole number, got ${JSON.stringify(raw.slice(0, 40))}`);
+  const n = Number(raw);
+  if (n < min || n > max) fail(name, `must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+function str(env: Env, name: string): string | undefined {
+  const v = env[name];
+  return v === undefined || v === '' ? undefined : v;
+}
+
+function url(env: Env, name: string): string | undefined {
+  const v = str(env, name);
+  if (v === undefined) return undefined;
+  try {
+    const u = new URL(v);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('scheme');
+  } catch {
+    fail(name, 'must be an http(s) URL');
+  }
+  return v.replace(/\/+$/, '');
+}
+
+/** Parses `14d`, `12h`, `30m`, `45s` or a bare number of seconds. */
+export function parseDuration(name: string, raw: string): number {
+  const m = /^(\d+)([smhd]?)$/.exec(raw.trim());
+  if (!m) fail(name, `must be a duration like 14d, 12h, 30m or 3600s, got ${JSON.stringify(raw.slice(0, 40))}`);
+  const unit = { '': 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2] as '' | 's' | 'm' | 'h' | 'd'];
+  const ms = Number(m[1]) * unit * 1000;
+  if (ms < 60_000) fail(name, 'must be at least one minute');
+  return ms;
+}
+
+function keyList(env: Env, name: string, dataDir: string, production: boolean, file: string, check: (v: string) => Buffer[]): Buffer[] {
+  const raw = str(env, name);
+  if (raw !== undefined) {
+    try {
+      return check(raw);
+    } catch (e) {
+      fail(name, (e as Error).message);
+    }
+  }
+  if (production) fail(name, 'is required when NODE_ENV=production (no development key is generated)');
+  // Development: generate once into DATA_DIR, reuse after.
+  const path = join(dataDir, file);
+  if (!existsSync(path)) {
+    mkdirSync(dataDir, { recursive: true });
+    writeFileSync(path, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
+  }
+  try {
+    return check(readFileSync(path, 'utf8').trim());
+  } catch (e) {
+    fail(name, `the generated key file ${path} is damaged: ${(e as Error).message}`);
+  }
+}
+
+function parseEncryptionKeys(value: string): Buffer[] {
+  const parts = value.split(',').map((p) => p.trim());
+  if (parts.some((p) => !/^[0-9a-fA-F]{64}$/.test(p))) throw new Error('must be a comma-separated list of keys of exactly 64 hex digits');
+  return parts.map((p) => Buffer.from(p, 'hex'));
+}
+
+function parseMirrors(raw: string | undefined): MirrorConfig[] {
+  if (raw === undefined) return [];
+  let list: unknown;
+  try {
+    list = JSON.parse(raw);
+  } catch {
+    fail('DB_MIRRORS', 'must be a JSON array of {"name","url","secret"}');
+  }
+  if (!Array.isArray(list)) fail('DB_MIRRORS', 'must be a JSON array of {"name","url","secret"}');
+  const names = new Set<string>();
+  return list.map((m: unknown, i) => {
+    const o = m as Record<string, unknown>;
+    if (typeof o !== 'object' || o === null || typeof o.name !== 'string' || typeof o.url !== 'string' || typeof o.secret !== 'string') {
+      fail('DB_MIRRORS', `entry ${i} must be {"name","url","secret"} with string values`);
+    }
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(o.name)) fail('DB_MIRRORS', `entry ${i}: name must match ^[A-Za-z0-9._-]{1,64}$`);
+    if (names.has(o.name)) fail('DB_MIRRORS', `entry ${i}: duplicate name ${JSON.stringify(o.name)}`);
+    names.add(o.name);
+    url({ DB_MIRRORS: o.url }, 'DB_MIRRORS');
+    if (!/^whsec_[A-Za-z0-9+/=]{16,}$/.test(o.secret)) fail('DB_MIRRORS', `entry ${i}: secret must be in Standard Webhooks form whsec_<base64>`);
+    return { name: o.name, url: o.url, secret: o.secret };
+  });
+}
+
+function parseApps(raw: string | undefined): Map<string, AppRoute> {
+  const apps = new Map<string, AppRoute>();
+  if (raw === undefined) return apps;
+  let obj: unknown;
+  try {
+    obj = JSON.parse(raw);
+  } catch {
+    fail('APPS', 'must be a JSON object {"org/repo": "http://upstream" | {"url", "requireSession"}}');
+  }
+  if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) fail('APPS', 'must be a JSON object');
+  for (const [key, value] of Object.entries(obj)) {
+    if (!/^[a-z0-9-]+\/[a-z0-9._-]+$/.test(key)) fail('APPS', `key ${JSON.stringify(key)} must be "org/repo" in lowercase`);
+    const v = typeof value === 'string' ? { url: value, requireSession: false } : (value as Record<string, unknown>);
+    if (typeof v !== 'object' || v === null || typeof v.url !== 'string') fail('APPS', `value of ${key} must be a URL or {"url", "requireSession"}`);
+    if (v.requireSession !== undefined && typeof v.requireSession !== 'boolean') fail('APPS', `requireSession of ${key} must be true or false`);
+    apps.set(key, { url: url({ APPS: v.url }, 'APPS')!, requireSession: v.requireSession === true });
+  }
+  return apps;
+}
+
+function parseTrustedProxies(raw: string | undefined): string[] {
+  if (raw === undefined) return [];
+  return raw.split(',').map((p) => p.trim()).filter(Boolean).map((p) => {
+    const [addr, bits] = p.split('/');
+    const family = isIP(addr ?? '');
+    const max = family === 4 ? 32 : 128;
+    if (!family || (bits !== undefined && (!/^\d+$/.test(bits) || Number(bits) > max))) {
+      fail('TRUSTED_PROXIES', `${JSON.stringify(p)} is not an IP address or CIDR`);
+    }
+    return p;
+  });
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const production = env.NODE_ENV === 'production';
+  const dataDir = resolve(str(env, 'DATA_DIR') ?? './data');
+  const baseDomain = (str(env, 'BASE_DOMAIN') ?? 'localhost').toLowerCase();
+  if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(baseDomain)) fail('BASE_DOMAIN', 'must be a DNS name such as example.com');
+  const sync = str(env, 'DB_SYNC') ?? 'full';
+  if (sync !== 'full' && sync !== 'normal') fail('DB_SYNC', `must be "full" or "normal", got ${JSON.stringify(sync.slice(0, 20))}`);
+  const oidcIssuer = url(env, 'ACCOUNT_OIDC_ISSUER');
+  const oidcClientId = str(env, 'ACCOUNT_OIDC_CLIENT_ID');
+  if ((oidcIssuer === undefined) !== (oidcClientId === undefined)) fail(oidcIssuer ? 'ACCOUNT_OIDC_CLIENT_ID' : 'ACCOUNT_OIDC_ISSUER', 'ACCOUNT_OIDC_ISSUER and ACCOUNT_OIDC_CLIENT_ID go together');
+  const ghId = str(env, 'ACCOUNT_GITHUB_CLIENT_ID');
+  const ghSecret = str(env, 'ACCOUNT_GITHUB_CLIENT_SECRET');
+  if ((ghId === undefined) !== (ghSecret === undefined)) fail(ghId ? 'ACCOUNT_GITHUB_CLIENT_SECRET' : 'ACCOUNT_GITHUB_CLIENT_ID', 'ACCOUNT_GITHUB_CLIENT_ID and ACCOUNT_GITHUB_CLIENT_SECRET go together');
+  if (production && oidcIssuer === undefined && ghId === undefined) {
+    fail('ACCOUNT_OIDC_ISSUER', 'no sign-in provider is configured: set ACCOUNT_OIDC_ISSUER (with ACCOUNT_OIDC_CLIENT_ID) or ACCOUNT_GITHUB_CLIENT_ID (with ACCOUNT_GITHUB_CLIENT_SECRET); the development identity provider does not run under NODE_ENV=production');
+  }
+  const mirrorPortRaw = str(env, 'MIRROR_PORT');
+  const maxResultBytes = int(env, 'DB_MAX_RESULT_BYTES', 16 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
+  return {
+    production,
+    port: int(env, 'PORT', 8080, 0, 65535),
+    adminPort: int(env, 'ADMIN_PORT', 9090, 0, 65535),
+    baseDomain,
+    dataDir,
+    rootKeys: keyList(env, 'RUNTIME_ROOT_KEY', dataDir, production, 'runtime-root.key', parseRootKeys),
+    db: {
+      sync,
+      queryTimeoutMs: int(env, 'DB_QUERY_TIMEOUT_MS', 5000, 10, 3_600_000),
+      maxStatements: int(env, 'DB_MAX_STATEMENTS', 100, 1, 100_000),
+      maxResultBytes,
+      maxSizeBytes: int(env, 'DB_MAX_SIZE_BYTES', 1024 * 1024 * 1024, 64 * 1024, Number.MAX_SAFE_INTEGER),
+      maxDatabasesPerRepo: int(env, 'DB_MAX_DATABASES_PER_REPO', 64, 1, 1_000_000),
+      maxValueBytes: int(env, 'DB_MAX_VALUE_BYTES', Math.min(8 * 1024 * 1024, maxResultBytes), 1024, 1_000_000_000),
+      maxBodyBytes: int(env, 'DB_MAX_BODY_BYTES', 32 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+      executors: int(env, 'DB_EXECUTORS', 2, 1, 64),
+      maxOpenDatabases: int(env, 'DB_MAX_OPEN', 256, 4, 100_000),
+      mirrors: parseMirrors(str(env, 'DB_MIRRORS')),
+    },
+    account: {
+      oidc: oidcIssuer && oidcClientId ? { issuer: oidcIssuer, clientId: oidcClientId, clientSecret: str(env, 'ACCOUNT_OIDC_CLIENT_SECRET') } : null,
+      github: ghId && ghSecret ? { clientId: ghId, clientSecret: ghSecret } : null,
+      encryptionKeys: keyList(env, 'ACCOUNT_ENCRYPTION_KEYS', dataDir, production, 'account-encryption.key', parseEncryptionKeys),
+      sessionTtlMs: parseDuration('ACCOUNT_SESSION_TTL', str(env, 'ACCOUNT_SESSION_TTL') ?? '14d'),
+    },
+    trustedProxies: parseTrustedProxies(str(env, 'TRUSTED_PROXIES')),
+    mirror: {
+      port: mirrorPortRaw === undefined ? null : int(env, 'MIRROR_PORT', 0, 0, 65535),
+      secret: str(env, 'MIRROR_SECRET') ?? null,
+      sourceUrl: url(env, 'MIRROR_SOURCE_URL') ?? null,
+    },
+    apps: parseApps(str(env, 'APPS')),
+    services: { dbUrl: url(env, 'DB_SERVICE_URL') ?? null, accountUrl: url(env, 'ACCOUNT_SERVICE_URL') ?? null },
+    logLevel: str(env, 'LOG_LEVEL') ?? 'info',
+  };
+}

@@ -1,0 +1,79 @@
+// The Fastify foundation every listener shares: request ids, raw bodies, and SPEC 3's error shape for every failure.
+import { randomUUID } from 'node:crypto';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { ApiError, isErrorCode } from './errors.ts';
+import type { Logger } from './log.ts';
+
+const REQUEST_ID = /^[A-Za-z0-9._:@-]{1,128}$/;
+
+export interface HttpOptions {
+  logger: Logger;
+  bodyLimit: number;
+  /** Trust X-Forwarded-For from these addresses when computing request.ip. */
+  trustProxy?: string[] | boolean;
+}
+
+export function createHttpApp(opts: HttpOptions): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: opts.logger,
+    disableRequestLogging: true,
+    bodyLimit: opts.bodyLimit,
+    trustProxy: opts.trustProxy ?? false,
+    requestIdHeader: false,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+    },
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 500 },
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  });
+  // Bodies stay raw: each service parses what it expects (curl -d sends form-urlencoded JSON).
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+
+  app.addHook('onRequest', async (req, reply) => {
+    reply.header('x-request-id', req.id);
+  });
+  app.addHook('onResponse', async (req, reply) => {
+    // One access line per request; no query string, headers or bodies (they may carry secrets).
+    req.log.info({ reqId: req.id, method: req.method, path: req.url.split('?')[0], status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
+  });
+  app.setErrorHandler((err, req, reply) => sendError(reply, toApiError(err, req)));
+  app.setNotFoundHandler((req, reply) => sendError(reply, new ApiError('not_found', `no route for ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`)));
+  return app;
+}
+
+/** Maps anything thrown in a handler to the SPEC shape; unexpected errors are logged and answered without detail. */
+export function toApiError(err: unknown, req?: FastifyRequest): ApiError {
+  if (err instanceof ApiError) return err;
+  const e = err as { statusCode?: number; code?: string; message?: string };
+  if (e.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new ApiError('payload_too_large', 'request body is over the size limit');
+  if (e.statusCode === 503) return new ApiError('unavailable', 'the server is shutting down', undefined, { 'retry-after': '1' });
+  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
+    if (e.statusCode === 404) return new ApiError('not_found', 'not found');
+    return new ApiError('invalid_request', e.message?.slice(0, 200) ?? 'invalid request');
+  }
+  req?.log.error({ err }, 'unhandled error');
+  return new ApiError('internal', 'internal error');
+}
+
+export function sendError(reply: FastifyReply, err: ApiError): FastifyReply {
+  if (err.headers) reply.headers(err.headers);
+  return reply.code(err.status).type('application/json; charset=utf-8').send(JSON.stringify(err.toBody()));
+}
+
+/** Parses a JSON request body into a plain object, or throws invalid_request. */
+export function parseJsonObject(body: unknown): Record<string, unknown> {
+  if (!Buffer.isBuffer(body) || body.length === 0) throw new ApiError('invalid_request', 'the request body must be a JSON object');
+  let value: unknown;
+  try {
+    value = JSON.parse(body.toString('utf8'));
+  } catch (e) {
+    throw new ApiError('invalid_request', `malformed JSON: ${(e as Error).message.slice(0, 120)}`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new ApiError('invalid_request', 'the request body must be a JSON object');
+  return value as Record<string, unknown>;
+}
+
+export { isErrorCode };

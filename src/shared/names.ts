@@ -1,0 +1,42 @@
+// SPEC 2: names are checked before anything touches the file system or authentication.
+import { ApiError } from './errors.ts';
+
+const ORG = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+const REPO = /^[a-z0-9][a-z0-9._-]{0,99}$/;
+const DATABASE = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+
+export function isOrgName(s: string): boolean {
+  return ORG.test(s);
+}
+
+/** Repo names are lowercased by the caller first; `.`/`..` and a leading `_` cannot match REPO. */
+export function isRepoName(s: string): boolean {
+  return REPO.test(s);
+}
+
+export function isDatabaseName(s: string): boolean {
+  return DATABASE.test(s);
+}
+
+export function checkOrg(s: string): string {
+  if (!isOrgName(s)) throw new ApiError('invalid_name', `org name ${quote(s)} must match ${ORG.source}`);
+  return s;
+}
+
+export function checkRepo(raw: string): string {
+  const s = raw.toLowerCase();
+  if (!isRepoName(s)) throw new ApiError('invalid_name', `repo name ${quote(raw)} must match ${REPO.source}`);
+  return s;
+}
+
+export function checkDatabase(value: unknown): string {
+  if (value === undefined) return 'main';
+  if (typeof value !== 'string') throw new ApiError('invalid_request', '"database" must be a string');
+  if (!isDatabaseName(value)) throw new ApiError('invalid_name', `database name ${quote(value)} must match ${DATABASE.source} (names are case-sensitive)`);
+  return value;
+}
+
+/** Quotes a caller-supplied name for a message, cut short so an error never echoes a huge input. */
+export function quote(s: string): string {
+  return JSON.stringify(s.length > 80 ? `${s.slice(0, 80)}…` : s);
+}

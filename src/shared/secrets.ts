@@ -1,0 +1,39 @@
+// SPEC 4.1: per-repo shared secrets derived from the runtime root key(s).
+import { createHmac, timingSafeEqual } from 'node:crypto';
+
+/** Parses RUNTIME_ROOT_KEY: a comma list of 64+ hex digit keys; the first is current. Throws a message without the value. */
+export function parseRootKeys(value: string): Buffer[] {
+  const parts = value.split(',').map((p) => p.trim());
+  if (parts.length === 0 || parts.some((p) => !/^(?:[0-9a-fA-F]{2}){32,}$/.test(p))) {
+    throw new Error('must be a comma-separated list of keys of at least 64 hex digits (an even count)');
+  }
+  return parts.map((p) => Buffer.from(p, 'hex'));
+}
+
+export function repoSecret(rootKey: Buffer, org: string, repo: string): string {
+  return createHmac('sha256', rootKey).update(`db:${org.toLowerCase()}/${repo.toLowerCase()}`).digest('base64url');
+}
+
+/** Derives a purpose-bound key (for internal use) so one root key never serves two protocols. */
+export function deriveKey(rootKey: Buffer, purpose: string): Buffer {
+  return createHmac('sha256', rootKey).update(`scopebase:${purpose}`).digest();
+}
+
+/** Constant-time check of a presented secret against every accepted root key. */
+export function verifyRepoSecret(rootKeys: readonly Buffer[], org: string, repo: string, presented: string): boolean {
+  const given = Buffer.from(presented);
+  let ok = false;
+  for (const key of rootKeys) {
+    const expected = Buffer.from(repoSecret(key, org, repo));
+    // Length is not secret (always 43); compare all keys regardless so timing does not reveal which matched.
+    if (given.length === expected.length && timingSafeEqual(given, expected)) ok = true;
+  }
+  return ok;
+}
+
+/** Extracts the token of an `Authorization: Bearer <token>` header, or null. */
+export function bearerToken(header: string | undefined): string | null {
+  if (!header) return null;
+  const m = /^Bearer[ ]+([A-Za-z0-9._~+/=-]+)\s*$/i.exec(header);
+  return m ? m[1]! : null;
+}
