@@ -27,6 +27,8 @@ export interface Config {
     executors: number;
     maxOpenDatabases: number;
     mirrors: MirrorConfig[];
+    /** Delivery tuning (SPEC 5): per-attempt timeout, backoff cap, stall threshold, concurrent deliveries per mirror. */
+    mirrorDelivery: { timeoutMs: number; maxBackoffMs: number; stallAfterMs: number; concurrency: number };
   };
   account: {
     oidc: { issuer: string; clientId: string; clientSecret: string | undefined } | null;
@@ -209,6 +211,12 @@ export function loadConfig(env: Env = process.env): Config {
       executors: int(env, 'DB_EXECUTORS', 2, 1, 64),
       maxOpenDatabases: int(env, 'DB_MAX_OPEN', 256, 4, 100_000),
       mirrors: parseMirrors(str(env, 'DB_MIRRORS')),
+      mirrorDelivery: {
+        timeoutMs: int(env, 'DB_MIRROR_TIMEOUT_MS', 10_000, 50, 600_000),
+        maxBackoffMs: int(env, 'DB_MIRROR_MAX_BACKOFF_MS', 60_000, 10, 3_600_000),
+        stallAfterMs: int(env, 'DB_MIRROR_STALL_AFTER_MS', 300_000, 10, 86_400_000),
+        concurrency: int(env, 'DB_MIRROR_CONCURRENCY', 8, 1, 256),
+      },
     },
     account: {
       oidc: oidcIssuer && oidcClientId ? { issuer: oidcIssuer, clientId: oidcClientId, clientSecret: str(env, 'ACCOUNT_OIDC_CLIENT_SECRET') } : null,

@@ -1,6 +1,7 @@
 // The Fastify foundation every listener shares: request ids, raw bodies, and SPEC 3's error shape for every failure.
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { IncomingMessage } from 'node:http';
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { ApiError, isErrorCode } from './errors.ts';
 import type { Logger } from './log.ts';
 
@@ -11,12 +12,15 @@ export interface HttpOptions {
   bodyLimit: number;
   /** Trust X-Forwarded-For from these addresses when computing request.ip. */
   trustProxy?: string[] | boolean;
+  /** Rewrites a request's URL before routing (the standalone account service maps `/X` to `/{repo}/_account/X`). */
+  rewriteUrl?: (req: IncomingMessage) => string;
 }
 
 export function createHttpApp(opts: HttpOptions): FastifyInstance {
   const app = Fastify({
     loggerInstance: opts.logger,
-    disableRequestLogging: true,
+    // Fastify's two lines per request are replaced by our one access line (onResponse below).
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit,
     trustProxy: opts.trustProxy ?? false,
     requestIdHeader: false,
@@ -27,7 +31,8 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 500 },
     return503OnClosing: true,
     forceCloseConnections: 'idle',
-  });
+    rewriteUrl: opts.rewriteUrl as never, // typed loosely: its `this` type would otherwise pin the logger generic
+  }) as unknown as FastifyInstance;
   // Bodies stay raw: each service parses what it expects (curl -d sends form-urlencoded JSON).
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));

@@ -1,0 +1,99 @@
+// An executor process: owns SQLite connections and runs one operation at a time. It can be killed at any
+// moment (a runaway statement): SQLite's journal guarantees an interrupted transaction leaves nothing behind.
+import { Socket } from 'node:net';
+import { rmSync } from 'node:fs';
+import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
+import { HandleCache, type DbHandle, type ExecutorLimits } from './handles.ts';
+import { changes, query, snapshot, status } from './read-ops.ts';
+import { executeGroup, migrate, type GroupContext } from './write-ops.ts';
+import { errorReply, failure, type Reply } from './reply.ts';
+
+const limits = JSON.parse(process.argv[2] ?? '{}') as ExecutorLimits;
+const handles = new HandleCache(limits);
+const channel = new Socket({ fd: 3, readable: true, writable: true });
+const decoder = new FrameDecoder();
+
+const notFound = (): Reply => errorReply({ code: 'database_not_found', message: 'the database does not exist' });
+
+function open(path: string, create: boolean): DbHandle | null {
+  try {
+    return handles.get(path, create);
+  } catch (e) {
+    if (/unable to open database file/.test(String((e as Error).message))) return null;
+    throw e;
+  }
+}
+
+function unlinkDatabase(path: string): void {
+  handles.forget(path);
+  for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(path + suffix, { force: true });
+}
+
+function handle(frame: Frame): Buffer {
+  const h = frame.header as Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+  const path = h.path as string;
+  switch (h.op) {
+    case 'query': case 'status': case 'changes': case 'snapshot': {
+      const db = open(path, false);
+      if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
+      const body = h.op === 'query' ? JSON.parse(frame.body.toString('utf8')) : null;
+      const reply = h.op === 'query' ? query(db, body, limits.maxResultBytes)
+        : h.op === 'status' ? status(db)
+        : h.op === 'changes' ? changes(db, h.since, h.limit)
+        : snapshot(db, h.target);
+      return encodeFrame(frame.seq, { s: reply.status }, reply.body);
+    }
+    case 'execute': case 'migrate': {
+      const db = open(path, h.create === true);
+      if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
+      const ctx: GroupContext = { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token };
+      let replies: Reply[];
+      if (h.op === 'migrate') {
+        replies = [migrate(db, JSON.parse(frame.body.toString('utf8')), ctx)];
+      } else {
+        const bodies = [];
+        let off = 0;
+        for (const len of h.lens as number[]) {
+          bodies.push(JSON.parse(frame.body.toString('utf8', off, off + len)));
+          off += len;
+        }
+        replies = executeGroup(db, bodies, ctx);
+      }
+      // A database this request created but nothing committed to leaves no file behind.
+      if (h.create === true && replies.every((r) => r.version === undefined)) unlinkDatabase(path);
+      const texts = replies.map((r) => Buffer.from(r.body));
+      return encodeFrame(frame.seq, { items: replies.map((r, i) => ({ s: r.status, v: r.version, n: texts[i]!.length })) }, Buffer.concat(texts));
+    }
+    case 'probe': {
+      // After a lost reply: did the group with this token commit?
+      const db = open(path, false);
+      const row = db?.internal("SELECT value FROM _scopebase_meta WHERE key = 'group'").get() as { value: string } | undefined;
+      return encodeFrame(frame.seq, { committed: row?.value === h.token, version: db?.version() ?? 0 });
+    }
+    case 'forget':
+      handles.forget(path);
+      return encodeFrame(frame.seq, { s: 200 });
+    case 'close':
+      handles.closeAll();
+      return encodeFrame(frame.seq, { s: 200 });
+    default:
+      return encodeFrame(frame.seq, { s: 500 }, errorReply({ code: 'internal', message: `unknown executor op ${h.op}` }).body);
+  }
+}
+
+channel.on('data', (chunk: Buffer) => {
+  // Each reply leaves as soon as it exists: if this process is killed mid-chunk, no finished write's reply is held back.
+  for (const frame of decoder.push(chunk)) {
+    let out: Buffer;
+    try {
+      out = handle(frame);
+    } catch (e) {
+      out = encodeFrame(frame.seq, { s: 500 }, failure(e, null).body);
+    }
+    channel.write(out);
+  }
+});
+channel.on('end', () => {
+  handles.closeAll();
+  process.exit(0);
+});

@@ -1,0 +1,124 @@
+// One open database inside an executor process: its connection, sandbox and statement cache; and the LRU bounding them.
+import { DatabaseSync, type StatementSync } from 'node:sqlite';
+import { pathToFileURL } from 'node:url';
+import { Sandbox, type Mode } from '../sandbox.ts';
+import { INTERNAL_SCHEMA } from './schema.ts';
+
+export interface ExecutorLimits {
+  sync: 'full' | 'normal';
+  maxValueBytes: number;
+  maxSizeBytes: number;
+  maxResultBytes: number;
+  maxOpen: number;
+}
+
+export interface Prepared {
+  stmt: StatementSync;
+  returnsRows: boolean;
+  /** User tables the statement (and its triggers) writes. */
+  written: string[];
+  inserts: boolean;
+  createsTrigger: boolean;
+}
+
+const STATEMENTS_PER_DB = 128;
+
+export class DbHandle {
+  readonly db: DatabaseSync;
+  readonly sandbox = new Sandbox();
+  private readonly cache = new Map<string, Prepared>();
+
+  readonly path: string;
+
+  constructor(path: string, create: boolean, limits: ExecutorLimits) {
+    this.path = path;
+    const url = pathToFileURL(path);
+    url.searchParams.set('mode', create ? 'rwc' : 'rw');
+    this.db = new DatabaseSync(url, {
+      timeout: 10_000, // busy wait between executor processes; writes are serialized upstream, so this is only a backstop
+      enableForeignKeyConstraints: true,
+      allowExtension: false,
+      defensive: true,
+      limits: { length: limits.maxValueBytes, attach: 0 },
+    } as ConstructorParameters<typeof DatabaseSync>[1]);
+    this.sandbox.install(this.db);
+    this.db.exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=${limits.sync === 'full' ? 'FULL' : 'NORMAL'}; PRAGMA cache_size=-2000; PRAGMA trusted_schema=OFF`);
+    const pageSize = Number((this.db.prepare('PRAGMA page_size').get() as { page_size: number }).page_size);
+    this.db.exec(`PRAGMA max_page_count=${Math.max(16, Math.floor(limits.maxSizeBytes / pageSize))}`);
+    if (create) this.db.exec(INTERNAL_SCHEMA);
+  }
+
+  /** Prepares (or reuses) a statement under `mode`; the sandbox decides at prepare time. */
+  prepare(sql: string, mode: Mode): Prepared {
+    const sb = this.sandbox;
+    sb.mode = mode; // also governs automatic re-prepares while the statement runs
+    sb.denied = null;
+    const key = mode === 'internal' ? `i\0${sql}` : mode === 'read' ? `r\0${sql}` : `w\0${sql}`;
+    const hit = this.cache.get(key);
+    if (hit) return hit;
+    sb.written = new Set();
+    sb.inserts = false;
+    sb.createsTrigger = false;
+    const stmt = this.db.prepare(sql);
+    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, createsTrigger: sb.createsTrigger };
+    if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
+    this.cache.set(key, prepared);
+    return prepared;
+  }
+
+  /** Runs the project's own SQL (never user SQL) with the sandbox out of the way. */
+  internal(sql: string): StatementSync {
+    return this.prepare(sql, 'internal').stmt;
+  }
+
+  version(): number {
+    const row = this.internal("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number | bigint } | undefined;
+    return row ? Number(row.value) : 0;
+  }
+
+  close(): void {
+    this.cache.clear();
+    try {
+      this.db.close();
+    } catch {
+      // already closed
+    }
+  }
+}
+
+/** Open handles, least recently used first; closing the oldest bounds memory and file descriptors. */
+export class HandleCache {
+  private readonly open = new Map<string, DbHandle>();
+  private readonly limits: ExecutorLimits;
+
+  constructor(limits: ExecutorLimits) {
+    this.limits = limits;
+  }
+
+  get(path: string, create = false): DbHandle {
+    const h = this.open.get(path);
+    if (h) {
+      this.open.delete(path);
+      this.open.set(path, h);
+      return h;
+    }
+    const handle = new DbHandle(path, create, this.limits);
+    this.open.set(path, handle);
+    while (this.open.size > this.limits.maxOpen) {
+      const [oldest, old] = this.open.entries().next().value!;
+      this.open.delete(oldest);
+      old.close();
+    }
+    return handle;
+  }
+
+  forget(path: string): void {
+    this.open.get(path)?.close();
+    this.open.delete(path);
+  }
+
+  closeAll(): void {
+    for (const h of this.open.values()) h.close();
+    this.open.clear();
+  }
+}

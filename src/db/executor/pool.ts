@@ -1,0 +1,228 @@
+// The executor pool: reads go to the least busy process; writes to one database go through its lane, one group
+// at a time, so writes are serialized without SQLITE_BUSY and concurrent requests share one commit.
+import { randomBytes } from 'node:crypto';
+import type { Frame } from './protocol.ts';
+import type { ExecutorLimits } from './handles.ts';
+import { ExecutorProcess, LostError } from './process.ts';
+import type { Scope } from '../contract.ts';
+import { ApiError } from '../../shared/errors.ts';
+
+export interface ExecReply {
+  status: number;
+  body: Buffer;
+  /** Set when the request changed the database: its new version. */
+  version?: number;
+}
+
+export interface PoolOptions {
+  processes: number;
+  limits: ExecutorLimits;
+  timeoutMs: number;
+  /** Called before a write creates a database file; throws (quota) to refuse. Returns a release callback. */
+  beforeCreate(scope: Scope, path: string): (() => void) | null;
+  /** Lowest version every mirror acknowledged, for change-log retention. */
+  floor(scope: Scope): number | null;
+  onCommit(scope: Scope, version: number): void;
+  onRestart(pid: number | undefined, reason: string): void;
+}
+
+interface WriteItem {
+  op: 'execute' | 'migrate';
+  body: Buffer;
+  resolve: (r: ExecReply) => void;
+  reject: (e: unknown) => void;
+}
+
+interface Lane {
+  scope: Scope;
+  busy: boolean;
+  queue: WriteItem[];
+}
+
+const MAX_GROUP = 256;
+const MAX_GROUP_BYTES = 8 * 1024 * 1024;
+/** A process whose running message is older than this is treated as busy for new work. */
+const SLOW_MS = 20;
+
+export class ExecutorPool {
+  private readonly procs: ExecutorProcess[] = [];
+  private readonly lanes = new Map<string, Lane>();
+  private readonly watchdog: NodeJS.Timeout;
+  private closing = false;
+
+  private readonly opts: PoolOptions;
+
+  constructor(opts: PoolOptions) {
+    this.opts = opts;
+    for (let i = 0; i < opts.processes; i++) this.procs.push(this.spawn());
+    this.watchdog = setInterval(() => this.checkBudgets(), 25).unref();
+  }
+
+  private spawn(): ExecutorProcess {
+    return new ExecutorProcess(this.opts.limits, (dead) => {
+      const i = this.procs.indexOf(dead);
+      if (i === -1 || this.closing) return;
+      this.procs[i] = this.spawn();
+      this.opts.onRestart(dead.pid, 'stopped');
+    });
+  }
+
+  private checkBudgets(): void {
+    const now = performance.now();
+    for (const p of this.procs) if (p.overBudget(now)) p.killForTimeout();
+  }
+
+  /** The least busy live process; a process stuck on a long statement is avoided while another can serve. */
+  private pick(): ExecutorProcess {
+    const now = performance.now();
+    let best = this.procs[0]!;
+    let bestScore = Infinity;
+    for (const p of this.procs) {
+      if (!p.alive) continue;
+      const score = p.inflight + (p.runningFor(now) > SLOW_MS ? 1000 : 0);
+      if (score < bestScore) {
+        best = p;
+        bestScore = score;
+      }
+    }
+    return best;
+  }
+
+  private async sendAnywhere(header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
+    for (;;) {
+      try {
+        return await this.pick().send(header, body, budgetMs);
+      } catch (e) {
+        if (!(e instanceof LostError) || e.reason !== 'unstarted' || this.closing) throw e;
+      }
+    }
+  }
+
+  /** A read-only operation (query, status, changes, snapshot). */
+  async read(header: Record<string, unknown>, body?: Buffer, budgetMs = this.opts.timeoutMs): Promise<ExecReply> {
+    try {
+      const frame = await this.sendAnywhere(header, body, budgetMs);
+      return { status: frame.header.s as number, body: frame.body };
+    } catch (e) {
+      throw lostToApiError(e, budgetMs);
+    }
+  }
+
+  /** A write (execute or migrate) to one database, serialized with the other writes to it. */
+  write(scope: Scope, path: string, op: 'execute' | 'migrate', body: Buffer): Promise<ExecReply> {
+    if (this.closing) return Promise.reject(new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' }));
+    let lane = this.lanes.get(path);
+    if (!lane) {
+      lane = { scope, busy: false, queue: [] };
+      this.lanes.set(path, lane);
+    }
+    const l = lane;
+    return new Promise((resolve, reject) => {
+      l.queue.push({ op, body, resolve, reject });
+      if (!l.busy) void this.flush(path, l);
+    });
+  }
+
+  private take(lane: Lane): WriteItem[] {
+    const first = lane.queue[0]!;
+    if (first.op === 'migrate') return lane.queue.splice(0, 1);
+    let n = 0;
+    let bytes = 0;
+    while (n < lane.queue.length && n < MAX_GROUP && lane.queue[n]!.op === 'execute' && (n === 0 || bytes + lane.queue[n]!.body.length <= MAX_GROUP_BYTES)) {
+      bytes += lane.queue[n]!.body.length;
+      n++;
+    }
+    return lane.queue.splice(0, n);
+  }
+
+  private async flush(path: string, lane: Lane): Promise<void> {
+    lane.busy = true;
+    while (lane.queue.length > 0) {
+      const items = this.take(lane);
+      await this.runGroup(path, lane, items, items.length > 1);
+    }
+    lane.busy = false;
+    this.lanes.delete(path);
+  }
+
+  private async runGroup(path: string, lane: Lane, items: WriteItem[], splittable: boolean): Promise<void> {
+    let release: (() => void) | null = null;
+    try {
+      release = this.opts.beforeCreate(lane.scope, path);
+    } catch (e) {
+      for (const it of items) it.reject(e);
+      return;
+    }
+    const token = randomBytes(12).toString('base64url');
+    const header = {
+      op: items[0]!.op, path, create: release !== null, scope: lane.scope, floor: this.opts.floor(lane.scope), token,
+      lens: items.map((it) => it.body.length),
+    };
+    const budget = this.opts.timeoutMs;
+    try {
+      const frame = await this.sendAnywhere(header, items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body)), budget);
+      const replies = frame.header.items as { s: number; v?: number; n: number }[];
+      let off = 0;
+      replies.forEach((r, i) => {
+        const body = frame.body.subarray(off, off + r.n);
+        off += r.n;
+        if (r.v !== undefined) this.opts.onCommit(lane.scope, r.v);
+        items[i]!.resolve({ status: r.s, body, version: r.v });
+      });
+    } catch (e) {
+      await this.recover(path, lane, items, splittable, token, e);
+    } finally {
+      release?.();
+    }
+  }
+
+  /** A group got no reply. If it committed, say so; else rerun its requests one by one to find the runaway. */
+  private async recover(path: string, lane: Lane, items: WriteItem[], splittable: boolean, token: string, e: unknown): Promise<void> {
+    if (!(e instanceof LostError) || this.closing) {
+      for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
+      return;
+    }
+    let committed = false;
+    try {
+      const probe = await this.sendAnywhere({ op: 'probe', path, token }, undefined, this.opts.timeoutMs);
+      committed = probe.header.committed === true;
+    } catch {
+      committed = false; // the probe itself failed: treat as not committed only if the file says so next time
+    }
+    if (committed) {
+      for (const it of items) it.reject(new ApiError('unavailable', 'the executor stopped after this write committed, and its reply was lost: read the data back before retrying', { committed: true }));
+      return;
+    }
+    if (splittable) {
+      for (const it of items) await this.runGroup(path, lane, [it], false);
+      return;
+    }
+    for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
+  }
+
+  /** Every process, for broadcasting (e.g. forgetting a database). */
+  async broadcast(header: object): Promise<void> {
+    await Promise.all(this.procs.map((p) => p.send(header, undefined, this.opts.timeoutMs).catch(() => undefined)));
+  }
+
+  pids(): (number | undefined)[] {
+    return this.procs.map((p) => p.pid);
+  }
+
+  async close(): Promise<void> {
+    // Let queued writes finish: a write that was accepted is answered.
+    while ([...this.lanes.values()].some((l) => l.busy)) await new Promise((r) => setTimeout(r, 10));
+    this.closing = true;
+    clearInterval(this.watchdog);
+    await Promise.all(this.procs.map((p) => p.close()));
+  }
+}
+
+export function lostToApiError(e: unknown, budgetMs: number): ApiError {
+  if (e instanceof ApiError) return e;
+  if (e instanceof LostError && e.reason === 'timeout') {
+    return new ApiError('query_timeout', `the statement ran past ${budgetMs} ms (DB_QUERY_TIMEOUT_MS) and was stopped; nothing of this request was applied`);
+  }
+  if (e instanceof LostError && e.reason === 'unstarted') return new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' });
+  return new ApiError('internal', 'the executor stopped while running this request; nothing of it was applied');
+}

@@ -1,0 +1,128 @@
+// The service's view of one executor process. It answers in the order it was asked, so the oldest unanswered
+// message is the one running; when the process dies, every later message had not started and can run elsewhere.
+import { spawn, type ChildProcess } from 'node:child_process';
+import type { Socket } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
+import type { ExecutorLimits } from './handles.ts';
+
+const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
+
+/** Why a message got no reply: it was running when the process was stopped or died, or it never started. */
+export type LostReason = 'timeout' | 'crash' | 'unstarted';
+
+export class LostError extends Error {
+  readonly reason: LostReason;
+
+  constructor(reason: LostReason) {
+    super(`executor message lost: ${reason}`);
+    this.reason = reason;
+  }
+}
+
+interface Pending {
+  seq: number;
+  budgetMs: number;
+  resolve: (f: Frame) => void;
+  reject: (e: LostError) => void;
+}
+
+export class ExecutorProcess {
+  private readonly child: ChildProcess;
+  private readonly channel: Socket;
+  private readonly decoder = new FrameDecoder();
+  private readonly queue: Pending[] = [];
+  private head = 0;
+  private seq = 0;
+  /** When the message at the head of the queue started running (the previous one's reply, or its send). */
+  private headStartedAt = 0;
+  private killedForTimeout = false;
+  alive = true;
+
+  private readonly onDeath: (p: ExecutorProcess) => void;
+
+  constructor(limits: ExecutorLimits, onDeath: (p: ExecutorProcess) => void) {
+    this.onDeath = onDeath;
+    this.child = spawn(process.execPath, [CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'] });
+    this.channel = this.child.stdio[3] as Socket;
+    this.channel.on('data', (chunk: Buffer) => {
+      for (const frame of this.decoder.push(chunk)) this.settle(frame);
+    });
+    this.channel.on('error', () => {}); // a dead peer; handled on close
+    // Replies already in the socket are read before the lost ones are counted.
+    this.channel.on('close', () => this.die());
+    this.child.on('exit', () => {
+      if (this.alive && this.channel.destroyed) this.die();
+    });
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** Messages sent and not yet answered. */
+  get inflight(): number {
+    return this.queue.length - this.head;
+  }
+
+  /** How long the running message has been running, in ms (0 when idle). */
+  runningFor(now: number): number {
+    return this.inflight === 0 ? 0 : now - this.headStartedAt;
+  }
+
+  /** True when the running message is past its budget: the caller stops the process. */
+  overBudget(now: number): boolean {
+    const p = this.queue[this.head];
+    return p !== undefined && now - this.headStartedAt > p.budgetMs;
+  }
+
+  send(header: object, body: Buffer | string | undefined, budgetMs: number): Promise<Frame> {
+    if (!this.alive) return Promise.reject(new LostError('unstarted'));
+    const seq = (this.seq = (this.seq + 1) >>> 0);
+    return new Promise<Frame>((resolve, reject) => {
+      if (this.inflight === 0) this.headStartedAt = performance.now();
+      this.queue.push({ seq, budgetMs, resolve, reject });
+      this.channel.write(encodeFrame(seq, header, body));
+    });
+  }
+
+  private settle(frame: Frame): void {
+    const p = this.queue[this.head];
+    if (!p || p.seq !== frame.seq) return; // cannot happen: replies come in order
+    this.queue[this.head++] = undefined as unknown as Pending;
+    if (this.head > 1024 && this.head * 2 > this.queue.length) {
+      this.queue.splice(0, this.head);
+      this.head = 0;
+    }
+    this.headStartedAt = performance.now();
+    p.resolve(frame);
+  }
+
+  /** Stops a runaway statement: SIGKILL is the one stop a native SQLite step cannot ignore. */
+  killForTimeout(): void {
+    if (!this.alive || this.killedForTimeout) return;
+    this.killedForTimeout = true;
+    this.child.kill('SIGKILL');
+  }
+
+  private die(): void {
+    if (!this.alive) return;
+    this.alive = false;
+    const lost = this.queue.slice(this.head);
+    this.queue.length = 0;
+    this.head = 0;
+    lost.forEach((p, i) => p.reject(new LostError(i > 0 ? 'unstarted' : this.killedForTimeout ? 'timeout' : 'crash')));
+    this.onDeath(this);
+  }
+
+  /** Closes every database cleanly and ends the process. */
+  async close(): Promise<void> {
+    if (!this.alive) return;
+    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    await this.send({ op: 'close' }, undefined, 60_000).catch(() => {});
+    this.alive = false;
+    this.channel.end();
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 5000).unref())]);
+    if (this.child.exitCode === null) this.child.kill('SIGKILL');
+  }
+}

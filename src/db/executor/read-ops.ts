@@ -1,0 +1,89 @@
+// Executor-side reads: query (one snapshot for all statements), status, changes and snapshot.
+import { DatabaseSync } from 'node:sqlite';
+import { ApiError } from '../../shared/errors.ts';
+import type { DbHandle } from './handles.ts';
+import { ResultBudget, runRead, type StatementSpec } from './statements.ts';
+import { failure, type Reply } from './reply.ts';
+
+interface QueryBody {
+  sql?: string;
+  params?: unknown;
+  statements?: StatementSpec[];
+  rows?: 'arrays' | 'objects';
+}
+
+/** Every statement of one request reads one snapshot: a read transaction spans them, with the version it shows. */
+export function query(h: DbHandle, body: QueryBody, maxResultBytes: number): Reply {
+  const statements = body.statements ?? [{ sql: body.sql!, params: body.params }];
+  const objects = body.rows === 'objects';
+  const budget = new ResultBudget(maxResultBytes);
+  h.internal('BEGIN').run();
+  try {
+    const version = h.version();
+    const results: string[] = [];
+    for (let i = 0; i < statements.length; i++) {
+      try {
+        results.push(runRead(h, statements[i]!, i, objects, budget));
+      } catch (e) {
+        return failure(e, h.sandbox.denied, i);
+      }
+    }
+    return { status: 200, body: `{"results":[${results.join(',')}],"version":${version}}` };
+  } finally {
+    h.internal('COMMIT').run();
+  }
+}
+
+const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`;
+
+export function status(h: DbHandle): Reply {
+  h.internal('BEGIN').run();
+  try {
+    const version = h.version();
+    const pages = h.internal('SELECT page_count * page_size AS size FROM pragma_page_count, pragma_page_size').get() as { size: number };
+    const names = h.internal("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name").all() as { name: string }[];
+    const tables = names.map(({ name }) => ({ name, rows: Number((h.db.prepare(`SELECT count(*) AS n FROM ${quoteIdent(name)}`).get() as { n: number }).n) }));
+    const applied = h.internal('SELECT count(*) AS n, (SELECT id FROM _scopebase_migrations ORDER BY seq DESC LIMIT 1) AS latest FROM _scopebase_migrations').get() as { n: number; latest: string | null };
+    return { status: 200, body: JSON.stringify({ version, sizeBytes: Number(pages.size), tables, migrations: { applied: Number(applied.n), latest: applied.latest } }) };
+  } finally {
+    h.internal('COMMIT').run();
+  }
+}
+
+/** SPEC 4.9: events after `since`, oldest first; 410 when `since` is older than what is kept. */
+export function changes(h: DbHandle, since: number, limit: number): Reply {
+  h.internal('BEGIN').run();
+  try {
+    const version = h.version();
+    const oldest = h.internal('SELECT min(version) AS v FROM _scopebase_changes').get() as { v: number | null };
+    const firstKept = oldest.v === null ? version + 1 : Number(oldest.v);
+    if (since < version && since < firstKept - 1) {
+      throw new ApiError('gone', `events after version ${since} are no longer kept; the oldest kept is ${firstKept}: start again from /_db/snapshot`, { oldestVersion: firstKept, version });
+    }
+    const rows = h.internal('SELECT event FROM _scopebase_changes WHERE version > ? ORDER BY version LIMIT ?').all(since, limit) as { event: string }[];
+    return { status: 200, body: `{"events":[${rows.map((r) => r.event).join(',')}],"version":${version}}` };
+  } catch (e) {
+    return failure(e, null);
+  } finally {
+    h.internal('COMMIT').run();
+  }
+}
+
+/** A consistent, compact copy of the database in a new file; the version is read from the copy itself. */
+export function snapshot(h: DbHandle, target: string): Reply {
+  h.sandbox.mode = 'internal';
+  // VACUUM INTO attaches the target internally: lift the sandbox's attach limit of 0 for this one statement.
+  h.db.limits.attach = 1;
+  try {
+    h.db.exec(`VACUUM INTO '${target.replaceAll("'", "''")}'`);
+  } finally {
+    h.db.limits.attach = 0;
+  }
+  const copy = new DatabaseSync(target, { readOnly: true });
+  try {
+    const row = copy.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number };
+    return { status: 200, body: JSON.stringify({ path: target, version: Number(row.value) }) };
+  } finally {
+    copy.close();
+  }
+}

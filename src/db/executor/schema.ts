@@ -1,0 +1,11 @@
+// The project's internal tables inside every database file (reserved prefix, refused to user SQL by the sandbox).
+export const INTERNAL_SCHEMA = `
+CREATE TABLE IF NOT EXISTS _scopebase_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+INSERT OR IGNORE INTO _scopebase_meta (key, value) VALUES ('version', 0);
+CREATE TABLE IF NOT EXISTS _scopebase_migrations (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, checksum TEXT NOT NULL, applied_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS _scopebase_changes (version INTEGER PRIMARY KEY, committed_at INTEGER NOT NULL, event TEXT NOT NULL);
+`;
+
+/** Change-log retention (SPEC 4.9): keep at least this many events and this much time, plus all unacknowledged. */
+export const KEEP_EVENTS = 1000;
+export const KEEP_MS = 7 * 24 * 3600 * 1000;

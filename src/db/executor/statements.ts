@@ -1,0 +1,114 @@
+// Runs one user statement and renders its result as JSON text, counting bytes against the request's result limit.
+import type { StatementSync } from 'node:sqlite';
+import { ApiError } from '../../shared/errors.ts';
+import { decodeParams, encodeRow, encodeValue, type Params } from '../values.ts';
+import type { DbHandle, Prepared } from './handles.ts';
+import { assertNoInternalTriggers } from '../sandbox.ts';
+
+export interface StatementSpec {
+  sql: string;
+  params?: unknown;
+}
+
+/** The request's remaining result allowance (DB_MAX_RESULT_BYTES), charged as rows are rendered. */
+export class ResultBudget {
+  private remaining: number;
+
+  constructor(limit: number) {
+    this.remaining = limit;
+  }
+  charge(text: string): void {
+    this.remaining -= text.length;
+    if (this.remaining < 0) throw new ApiError('result_too_large', 'the result is over DB_MAX_RESULT_BYTES; select fewer rows or columns, or page with LIMIT');
+  }
+}
+
+function bind(p: Params | undefined): unknown[] {
+  if (p === undefined) return [];
+  return Array.isArray(p) ? p : [p];
+}
+
+interface Rendered {
+  json: string;
+  count: number;
+}
+
+function renderRows(stmt: StatementSync, args: unknown[], objects: boolean, budget: ResultBudget): Rendered {
+  const parts: string[] = [];
+  for (const row of stmt.iterate(...(args as []))) {
+    let text: string;
+    if (objects) {
+      const o = row as Record<string, unknown>;
+      for (const k in o) {
+        const v = o[k];
+        if ((v !== null && typeof v === 'object') || typeof v === 'bigint') o[k] = encodeValue(v);
+      }
+      text = JSON.stringify(o);
+    } else {
+      text = JSON.stringify(encodeRow(row as unknown as unknown[]));
+    }
+    budget.charge(text);
+    parts.push(text);
+  }
+  return { json: `[${parts.join(',')}]`, count: parts.length };
+}
+
+/** Renders rows; integers past ±2^53 make node:sqlite throw, so such a statement is read again as BigInt. */
+function rowsOf(stmt: StatementSync, args: unknown[], objects: boolean, budget: ResultBudget, bigints: boolean): Rendered {
+  stmt.setReturnArrays(!objects);
+  if (bigints) {
+    stmt.setReadBigInts(true);
+    return renderRows(stmt, args, objects, budget);
+  }
+  stmt.setReadBigInts(false);
+  try {
+    return renderRows(stmt, args, objects, budget);
+  } catch (e) {
+    if ((e as { code?: string }).code !== 'ERR_OUT_OF_RANGE') throw e;
+    stmt.setReadBigInts(true);
+    return renderRows(stmt, args, objects, budget);
+  }
+}
+
+function columnsOf(stmt: StatementSync): string {
+  return JSON.stringify(stmt.columns().map((c) => c.name));
+}
+
+/** A read (/_db/query): `{"columns":[...],"rows":[...]}`. */
+export function runRead(h: DbHandle, spec: StatementSpec, index: number, objects: boolean, budget: ResultBudget): string {
+  const args = bind(decodeParams(spec.params, `statements[${index}]`));
+  const p = h.prepare(spec.sql, 'read');
+  if (!p.returnsRows) {
+    // A read-only statement without a result (e.g. an empty PRAGMA) still runs, for its errors.
+    p.stmt.run(...(args as []));
+    return '{"columns":[],"rows":[]}';
+  }
+  return `{"columns":${columnsOf(p.stmt)},"rows":${rowsOf(p.stmt, args, objects, budget, false).json}}`;
+}
+
+export interface WriteOutcome {
+  text: string;
+  rowsAffected: number;
+  tables: string[];
+}
+
+/** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
+export function runWrite(h: DbHandle, spec: StatementSpec, index: number, objects: boolean, budget: ResultBudget): WriteOutcome {
+  const args = bind(decodeParams(spec.params, `statements[${index}]`));
+  const p: Prepared = h.prepare(spec.sql, 'write');
+  if (p.returnsRows) {
+    const rows = rowsOf(p.stmt, args, objects, budget, true);
+    const count = p.written.length > 0 ? rows.count : 0;
+    const last = p.inserts && count > 0 ? JSON.stringify(encodeValue(h.internal('SELECT last_insert_rowid() AS id').get()!.id)) : 'null';
+    return { text: `{"rowsAffected":${count},"lastInsertRowid":${last},"columns":${columnsOf(p.stmt)},"rows":${rows.json}}`, rowsAffected: count, tables: p.written };
+  }
+  p.stmt.setReadBigInts(true);
+  const r = p.stmt.run(...(args as []));
+  if (p.createsTrigger) {
+    h.sandbox.mode = 'internal';
+    assertNoInternalTriggers(h.db);
+  }
+  const changes = Number(r.changes);
+  const last = p.inserts && changes > 0 ? JSON.stringify(encodeValue(r.lastInsertRowid)) : 'null';
+  return { text: `{"rowsAffected":${changes},"lastInsertRowid":${last}}`, rowsAffected: changes, tables: p.written };
+}

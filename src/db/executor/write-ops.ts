@@ -1,0 +1,170 @@
+// Executor-side writes. Concurrent execute requests to one database commit together (group commit): one
+// transaction, a savepoint per request so one request's failure never undoes another's, one fsync, and every
+// reply only after COMMIT. Each changing request gets its own version, changeset and change-log event.
+import { createHash, randomBytes } from 'node:crypto';
+import type { DbHandle } from './handles.ts';
+import { assertNoInternalTriggers } from '../sandbox.ts';
+import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
+import { errorReply, failure, type Reply } from './reply.ts';
+import { KEEP_EVENTS, KEEP_MS } from './schema.ts';
+import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from '../schema-fingerprint.ts';
+
+export interface Scope { org: string; repo: string; database: string }
+
+export interface GroupContext {
+  scope: Scope;
+  maxResultBytes: number;
+  /** Lowest version every mirror acknowledged (events above it are kept), or null. */
+  floor: number | null;
+  /** Written into the transaction so a lost reply can be told from a write that never committed. */
+  token: string;
+}
+
+interface ExecuteBody { sql?: string; params?: unknown; statements?: StatementSpec[]; rows?: 'arrays' | 'objects' }
+interface MigrateBody { migrations: { id: string; sql: string }[]; dryRun?: boolean }
+
+const eventId = () => `evt_${randomBytes(16).toString('base64url')}`;
+
+function totals(h: DbHandle): { changes: number; schema: number } {
+  const r = h.internal('SELECT total_changes() AS c, schema_version AS s FROM pragma_schema_version').get() as { c: number; s: number };
+  return { changes: Number(r.c), schema: Number(r.s) };
+}
+
+/** Records a change: bumps the version (inside the session, so followers apply it too) and logs the event. */
+function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']>, version: number, event: Record<string, unknown>): void {
+  // A schema change travels as a fingerprint row, so a follower can tell DDL the changeset cannot carry.
+  if (event.schemaChanged) h.internal('INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES (?, ?)').run(SCHEMA_FINGERPRINT_KEY, schemaFingerprint(h.db));
+  h.internal("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
+  const changeset = session.changeset();
+  session.close();
+  const full = {
+    id: eventId(), type: event.type, org: ctx.scope.org, repo: ctx.scope.repo, database: ctx.scope.database,
+    version, previousVersion: version - 1, operation: event.operation, committedAt: new Date().toISOString(),
+    changes: event.changes, changeset: changeset.length ? Buffer.from(changeset).toString('base64') : null,
+    ...(event.migrations ? { migrations: event.migrations } : {}),
+  };
+  h.internal('INSERT INTO _scopebase_changes (version, committed_at, event) VALUES (?, ?, ?)').run(version, Date.now(), JSON.stringify(full));
+}
+
+function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: number): Reply {
+  const statements = body.statements ?? [{ sql: body.sql!, params: body.params }];
+  const budget = new ResultBudget(ctx.maxResultBytes);
+  const before = totals(h);
+  const session = h.db.createSession();
+  h.internal('SAVEPOINT request').run();
+  const results: string[] = [];
+  const tables = new Set<string>();
+  let i = 0;
+  try {
+    for (; i < statements.length; i++) {
+      const out = runWrite(h, statements[i]!, i, body.rows === 'objects', budget);
+      results.push(out.text);
+      for (const t of out.tables) tables.add(t);
+    }
+    const after = totals(h);
+    const rowsAffected = after.changes - before.changes;
+    if (rowsAffected === 0 && after.schema === before.schema) {
+      session.close();
+      h.internal('RELEASE request').run();
+      return { status: 200, body: `{"results":[${results.join(',')}],"version":${version}}` };
+    }
+    recordChange(h, ctx, session, version + 1, { type: 'database.changed', operation: 'execute', changes: { rowsAffected, tables: [...tables].sort() }, schemaChanged: after.schema !== before.schema });
+    h.internal('RELEASE request').run();
+    return { status: 200, body: `{"results":[${results.join(',')}],"version":${version + 1}}`, version: version + 1 };
+  } catch (e) {
+    const reply = failure(e, h.sandbox.denied, i);
+    try { session.close(); } catch { /* closed by recordChange */ }
+    h.internal('ROLLBACK TO request').run();
+    h.internal('RELEASE request').run();
+    return reply;
+  }
+}
+
+/** Prunes change-log events that no mirror needs and that are past both retention bounds. */
+function prune(h: DbHandle, ctx: GroupContext, version: number): void {
+  if (version % 100 !== 0) return;
+  const below = Math.min(version - KEEP_EVENTS, ctx.floor ?? Number.MAX_SAFE_INTEGER);
+  if (below > 0) h.internal('DELETE FROM _scopebase_changes WHERE version <= ? AND committed_at < ?').run(below, Date.now() - KEEP_MS);
+}
+
+/** Runs a group of execute requests in one transaction. Returns one reply per request, in order. */
+export function executeGroup(h: DbHandle, bodies: ExecuteBody[], ctx: GroupContext): Reply[] {
+  h.internal('BEGIN IMMEDIATE').run();
+  const replies: Reply[] = [];
+  try {
+    let version = h.version();
+    for (const body of bodies) {
+      const reply = executeOne(h, body, ctx, version);
+      if (reply.version !== undefined) {
+        version = reply.version;
+        prune(h, ctx, version);
+      }
+      replies.push(reply);
+    }
+    h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
+    h.internal('COMMIT').run();
+    return replies;
+  } catch (e) {
+    // COMMIT itself failed (disk full, I/O): nothing of the group is on disk, so no request may report success.
+    if (h.db.isTransaction) h.internal('ROLLBACK').run();
+    return bodies.map(() => failure(e, null));
+  }
+}
+
+const checksum = (sql: string) => createHash('sha256').update(sql, 'utf8').digest('hex');
+
+/** SPEC 4.6: the applied list must be a prefix of the request's; pending migrations apply in one transaction. */
+export function migrate(h: DbHandle, body: MigrateBody, ctx: GroupContext): Reply {
+  h.internal('BEGIN IMMEDIATE').run();
+  try {
+    const applied = h.internal('SELECT id, checksum FROM _scopebase_migrations ORDER BY seq').all() as { id: string; checksum: string }[];
+    const requested = body.migrations;
+    for (let i = 0; i < applied.length; i++) {
+      const a = applied[i]!;
+      const r = requested[i];
+      const sum = r ? checksum(r.sql) : null;
+      if (!r || r.id !== a.id || sum !== a.checksum) {
+        h.internal('ROLLBACK').run();
+        const why = !r ? `applied migration ${a.id} is missing from the request` : r.id !== a.id ? `migration ${i} is ${a.id} in the database but ${r.id} in the request` : `migration ${a.id} was applied with different SQL`;
+        return errorReply({ code: 'migration_conflict', message: why, details: { id: a.id, appliedChecksum: a.checksum, requestedChecksum: r && r.id === a.id ? sum : null, ...(r && r.id !== a.id ? { requestedId: r.id } : {}) } });
+      }
+    }
+    const pending = requested.slice(applied.length);
+    const version = h.version();
+    const alreadyApplied = applied.map((a) => a.id);
+    const done = (ids: string[], v: number) => JSON.stringify({ applied: ids, alreadyApplied, version: v, dryRun: body.dryRun === true });
+    if (body.dryRun || pending.length === 0) {
+      h.internal('ROLLBACK').run();
+      return { status: 200, body: done(body.dryRun ? pending.map((m) => m.id) : [], version) };
+    }
+    const before = totals(h);
+    const session = h.db.createSession();
+    const tables = new Set<string>();
+    for (const m of pending) {
+      try {
+        h.sandbox.mode = 'write';
+        h.sandbox.denied = null;
+        h.sandbox.written = tables;
+        h.db.exec(m.sql);
+        h.sandbox.mode = 'internal';
+        assertNoInternalTriggers(h.db);
+      } catch (e) {
+        session.close();
+        h.internal('ROLLBACK').run();
+        return failure(e, h.sandbox.denied, undefined, { migration: m.id });
+      }
+      h.internal('INSERT INTO _scopebase_migrations (id, checksum, applied_at) VALUES (?, ?, ?)').run(m.id, checksum(m.sql), new Date().toISOString());
+    }
+    const rowsAffected = totals(h).changes - before.changes - pending.length; // less our own bookkeeping rows
+    recordChange(h, ctx, session, version + 1, {
+      type: 'database.migrated', operation: 'migrate', changes: { rowsAffected, tables: [...tables].sort() },
+      migrations: pending.map((m) => ({ id: m.id, sql: m.sql })), schemaChanged: true,
+    });
+    h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
+    h.internal('COMMIT').run();
+    return { status: 200, body: done(pending.map((m) => m.id), version + 1), version: version + 1 };
+  } catch (e) {
+    if (h.db.isTransaction) h.internal('ROLLBACK').run();
+    return failure(e, null);
+  }
+}

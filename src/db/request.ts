@@ -1,0 +1,87 @@
+// Shape checks for /_db request bodies (SPEC 4.2–4.9). Values inside params are checked by the executor.
+import { ApiError } from '../shared/errors.ts';
+import { checkDatabase } from '../shared/names.ts';
+
+export type Op = 'query' | 'execute' | 'migrate' | 'status' | 'changes' | 'snapshot';
+export const OPS: ReadonlySet<string> = new Set<Op>(['query', 'execute', 'migrate', 'status', 'changes', 'snapshot']);
+
+const FIELDS: Record<Op, ReadonlySet<string>> = {
+  query: new Set(['database', 'sql', 'params', 'statements', 'rows']),
+  execute: new Set(['database', 'sql', 'params', 'statements', 'rows']),
+  migrate: new Set(['database', 'migrations', 'dryRun']),
+  status: new Set(['database']),
+  changes: new Set(['database', 'since', 'limit']),
+  snapshot: new Set(['database']),
+};
+
+const MIGRATION_ID = /^[A-Za-z0-9._-]{1,128}$/;
+const MAX_MIGRATIONS = 10_000;
+export const MAX_CHANGES_PAGE = 1000;
+
+/** Parses the body; an empty body is `{}` for operations whose fields are all optional. */
+export function parseBody(op: Op, body: Buffer): Record<string, unknown> {
+  if (body.length === 0 && (op === 'status' || op === 'snapshot')) return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(body.toString('utf8'));
+  } catch (e) {
+    throw new ApiError('invalid_request', `malformed JSON: ${(e as Error).message.slice(0, 120)}`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new ApiError('invalid_request', 'the request body must be a JSON object');
+  return value as Record<string, unknown>;
+}
+
+/** The database name, checked before authentication (SPEC 2). */
+export function databaseOf(req: Record<string, unknown>): string {
+  return checkDatabase(req.database);
+}
+
+function checkStatement(s: unknown, where: string): void {
+  if (typeof s !== 'object' || s === null || Array.isArray(s)) throw new ApiError('invalid_request', `${where} must be an object {"sql", "params"?}`);
+  const o = s as Record<string, unknown>;
+  for (const k of Object.keys(o)) if (k !== 'sql' && k !== 'params') throw new ApiError('invalid_request', `${where} has an unknown field ${JSON.stringify(k.slice(0, 40))}`);
+  checkSqlAndParams(o, where);
+}
+
+function checkSqlAndParams(o: Record<string, unknown>, where: string): void {
+  if (typeof o.sql !== 'string' || o.sql.trim() === '') throw new ApiError('invalid_request', `${where}.sql must be a non-empty string`);
+  if (o.params !== undefined && o.params !== null && typeof o.params !== 'object') throw new ApiError('invalid_request', `${where}.params must be an array or an object`);
+}
+
+/** Checks the rest of the request once the caller is authenticated. */
+export function validate(op: Op, req: Record<string, unknown>, maxStatements: number): void {
+  for (const k of Object.keys(req)) {
+    if (!FIELDS[op].has(k)) throw new ApiError('invalid_request', `unknown field ${JSON.stringify(k.slice(0, 40))} for /_db/${op}`);
+  }
+  if (op === 'query' || op === 'execute') {
+    if (req.rows !== undefined && req.rows !== 'arrays' && req.rows !== 'objects') throw new ApiError('invalid_request', '"rows" must be "arrays" or "objects"');
+    if (req.statements !== undefined) {
+      if (req.sql !== undefined || req.params !== undefined) throw new ApiError('invalid_request', 'send either "sql"/"params" or "statements", not both');
+      if (!Array.isArray(req.statements) || req.statements.length === 0) throw new ApiError('invalid_request', '"statements" must be a non-empty array');
+      if (req.statements.length > maxStatements) throw new ApiError('payload_too_large', `a batch holds at most ${maxStatements} statements (DB_MAX_STATEMENTS), got ${req.statements.length}`);
+      req.statements.forEach((s, i) => checkStatement(s, `statements[${i}]`));
+    } else {
+      checkSqlAndParams(req, 'request');
+    }
+  } else if (op === 'migrate') {
+    const list = req.migrations;
+    if (!Array.isArray(list)) throw new ApiError('invalid_request', '"migrations" must be an array of {"id", "sql"}');
+    if (list.length > MAX_MIGRATIONS) throw new ApiError('payload_too_large', `at most ${MAX_MIGRATIONS} migrations per request`);
+    const seen = new Set<string>();
+    list.forEach((m, i) => {
+      const o = m as Record<string, unknown>;
+      if (typeof o !== 'object' || o === null || typeof o.id !== 'string' || typeof o.sql !== 'string' || Object.keys(o).some((k) => k !== 'id' && k !== 'sql')) {
+        throw new ApiError('invalid_request', `migrations[${i}] must be {"id": string, "sql": string}`);
+      }
+      if (!MIGRATION_ID.test(o.id)) throw new ApiError('invalid_request', `migrations[${i}].id must match ${MIGRATION_ID.source}`);
+      if (seen.has(o.id)) throw new ApiError('invalid_request', `migration id ${o.id} appears twice`);
+      seen.add(o.id);
+    });
+    if (req.dryRun !== undefined && typeof req.dryRun !== 'boolean') throw new ApiError('invalid_request', '"dryRun" must be true or false');
+  } else if (op === 'changes') {
+    if (typeof req.since !== 'number' || !Number.isSafeInteger(req.since) || req.since < 0) throw new ApiError('invalid_request', '"since" must be a whole number ≥ 0');
+    if (req.limit !== undefined && (typeof req.limit !== 'number' || !Number.isSafeInteger(req.limit) || req.limit < 1 || req.limit > MAX_CHANGES_PAGE)) {
+      throw new ApiError('invalid_request', `"limit" must be a whole number from 1 to ${MAX_CHANGES_PAGE}`);
+    }
+  }
+}

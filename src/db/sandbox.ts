@@ -1,0 +1,112 @@
+// SPEC 4.8: user SQL runs inside its scope's file and nothing else. The authorizer sees every statement at
+// prepare time (and at every automatic re-prepare), so a cached statement was authorized under its mode.
+import { constants, type DatabaseSync } from 'node:sqlite';
+import { ApiError } from '../shared/errors.ts';
+import type { ExecError } from './sqlite-errors.ts';
+
+export const INTERNAL_PREFIX = '_scopebase_';
+
+/** read: /_db/query; write: execute and migrate; internal: the project's own statements. */
+export type Mode = 'read' | 'write' | 'internal';
+
+/** Pragmas that only describe a named object: allowed with or without an argument. */
+const INTROSPECTION = new Set(['table_info', 'table_xinfo', 'table_list', 'index_list', 'index_info', 'index_xinfo', 'foreign_key_list', 'foreign_key_check', 'integrity_check', 'quick_check']);
+/** Pragmas allowed only as reads (no value): they report settings without changing them. */
+const READ_ONLY = new Set(['user_version', 'schema_version', 'application_id', 'page_count', 'page_size', 'freelist_count', 'encoding', 'data_version', 'collation_list', 'function_list', 'module_list', 'pragma_list', 'compile_options', 'foreign_keys', 'journal_mode', 'auto_vacuum']);
+
+const C = constants as unknown as Record<string, number>;
+const A = {
+  CREATE_INDEX: 1, CREATE_TABLE: 2, CREATE_TEMP_INDEX: 3, CREATE_TEMP_TABLE: 4, CREATE_TEMP_TRIGGER: 5, CREATE_TEMP_VIEW: 6,
+  CREATE_TRIGGER: 7, CREATE_VIEW: 8, DELETE: 9, DROP_INDEX: 10, DROP_TABLE: 11, DROP_TEMP_INDEX: 12, DROP_TEMP_TABLE: 13,
+  DROP_TEMP_TRIGGER: 14, DROP_TEMP_VIEW: 15, DROP_TRIGGER: 16, DROP_VIEW: 17, INSERT: 18, PRAGMA: 19, READ: 20, SELECT: 21,
+  TRANSACTION: 22, UPDATE: 23, ATTACH: 24, DETACH: 25, ALTER_TABLE: 26, REINDEX: 27, ANALYZE: 28, CREATE_VTABLE: 29,
+  DROP_VTABLE: 30, FUNCTION: 31, SAVEPOINT: 32, RECURSIVE: 33,
+} as const;
+const OK = C.SQLITE_OK ?? 0;
+const DENY = C.SQLITE_DENY ?? 1;
+
+const isInternal = (name: string | null) => name !== null && name.toLowerCase().startsWith(INTERNAL_PREFIX);
+
+/** The per-connection sandbox: set `mode` before preparing or running; read `denied` after a SQLITE_AUTH error. */
+export class Sandbox {
+  mode: Mode = 'internal';
+  denied: ExecError | null = null;
+  /** User tables a statement writes (collected at prepare time, for the change notification). */
+  written = new Set<string>();
+  /** Whether the statement being prepared inserts into a user table (lastInsertRowid is meaningful). */
+  inserts = false;
+  /** Whether it creates a trigger: trigger bodies are only authorized when they fire, so they are checked after. */
+  createsTrigger = false;
+
+  install(db: DatabaseSync): void {
+    db.setAuthorizer((action, a1, a2) => this.check(action, a1, a2));
+  }
+
+  private deny(code: 'not_allowed' | 'read_only', message: string): number {
+    this.denied = { code, message };
+    return DENY;
+  }
+
+  check(action: number, a1: string | null, a2: string | null): number {
+    if (this.mode === 'internal') return OK;
+    switch (action) {
+      case A.SELECT: case A.RECURSIVE: return OK;
+      case A.READ:
+        if (a1 !== null && a1.startsWith('pragma_') && !this.pragmaAllowed(a1.slice(7), null)) return this.deny('not_allowed', `PRAGMA ${a1.slice(7)} is not allowed`);
+        return OK;
+      case A.FUNCTION:
+        if (a2 !== null && a2.toLowerCase() === 'load_extension') return this.deny('not_allowed', 'load_extension is not allowed');
+        return OK;
+      case A.PRAGMA:
+        return this.pragmaAllowed(a1 ?? '', a2) ? OK : this.deny('not_allowed', `PRAGMA ${a1}${a2 === null ? '' : ' = …'} is not allowed (see the read-only allow-list in docs/database.md)`);
+      case A.ATTACH: return this.deny('not_allowed', 'ATTACH is not allowed');
+      case A.DETACH: return this.deny('not_allowed', 'DETACH is not allowed');
+      case A.TRANSACTION: case A.SAVEPOINT:
+        return this.deny('not_allowed', 'transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE) is not allowed: a request is one transaction');
+      case A.CREATE_TEMP_INDEX: case A.CREATE_TEMP_TABLE: case A.CREATE_TEMP_TRIGGER: case A.CREATE_TEMP_VIEW:
+      case A.DROP_TEMP_INDEX: case A.DROP_TEMP_TABLE: case A.DROP_TEMP_TRIGGER: case A.DROP_TEMP_VIEW:
+        return this.mode === 'read' ? this.readOnly() : this.deny('not_allowed', 'TEMP objects are not allowed: they would outlive the request on a shared connection');
+    }
+    if (this.mode === 'read') return this.readOnly();
+    // Write mode: everything that changes the database, except the project's internal tables.
+    switch (action) {
+      case A.INSERT: case A.UPDATE: case A.DELETE:
+        if (isInternal(a1)) return this.deny('not_allowed', `${a1} is an internal table and cannot be written`);
+        if (a1 !== null && !a1.startsWith('sqlite_')) this.written.add(a1);
+        if (action === A.INSERT) this.inserts = true;
+        return OK;
+      case A.CREATE_TABLE: case A.DROP_TABLE: case A.CREATE_VTABLE: case A.DROP_VTABLE:
+        if (isInternal(a1)) return this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`);
+        if (a1 !== null) this.written.add(a1);
+        return OK;
+      case A.CREATE_VIEW: case A.DROP_VIEW:
+        return isInternal(a1) ? this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`) : OK;
+      case A.CREATE_TRIGGER:
+        this.createsTrigger = true;
+        return isInternal(a1) || isInternal(a2) ? this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`) : OK;
+      case A.CREATE_INDEX: case A.DROP_INDEX: case A.DROP_TRIGGER:
+        return isInternal(a1) || isInternal(a2) ? this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`) : OK;
+      case A.ALTER_TABLE:
+        if (isInternal(a2)) return this.deny('not_allowed', `${a2} is an internal table and cannot be altered`);
+        if (a2 !== null) this.written.add(a2);
+        return OK;
+      case A.REINDEX: case A.ANALYZE: return OK;
+      default: return this.deny('not_allowed', `statement refused by the sandbox (action ${action})`);
+    }
+  }
+
+  private readOnly(): number {
+    return this.deny('read_only', 'a write was sent to /_db/query: use /_db/execute for writes');
+  }
+
+  private pragmaAllowed(name: string, arg: string | null): boolean {
+    const n = name.toLowerCase();
+    return INTROSPECTION.has(n) || (arg === null && READ_ONLY.has(n));
+  }
+}
+
+/** Refuses triggers whose body names an internal table (checked on the text, so a mention in a literal counts too). */
+export function assertNoInternalTriggers(db: DatabaseSync): void {
+  const row = db.prepare(`SELECT name FROM sqlite_schema WHERE type = 'trigger' AND sql LIKE '%\\${INTERNAL_PREFIX.slice(0, -1)}\\_%' ESCAPE '\\' LIMIT 1`).get() as { name: string } | undefined;
+  if (row) throw new ApiError('not_allowed', `trigger ${row.name} refers to an internal table (${INTERNAL_PREFIX}*)`);
+}

@@ -1,0 +1,185 @@
+// The database control service (SPEC 4): authenticates, validates, and hands work to the executor pool.
+import { createReadStream, mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { Counter } from 'prom-client';
+import { ApiError } from '../shared/errors.ts';
+import type { Config } from '../shared/config.ts';
+import type { Logger } from '../shared/log.ts';
+import { metrics } from '../shared/admin.ts';
+import { bearerToken, verifyRepoSecret } from '../shared/secrets.ts';
+import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Scope } from './contract.ts';
+import { ExecutorPool, type ExecReply } from './executor/pool.ts';
+import { Layout } from './layout.ts';
+import { databaseOf, MAX_CHANGES_PAGE, OPS, parseBody, validate, type Op } from './request.ts';
+
+export interface DbServiceOptions {
+  config: Config;
+  logger: Logger;
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+
+const requests = new Counter({ name: 'scopebase_db_requests_total', help: 'Database control requests by operation and status', labelNames: ['op', 'status'], registers: [metrics] });
+const restarts = new Counter({ name: 'scopebase_db_executor_restarts_total', help: 'Executor processes stopped (runaway statement) or died and replaced', registers: [metrics] });
+
+export class DbService implements DbHandler, ChangeFeed {
+  private readonly pool: ExecutorPool;
+  private readonly layout: Layout;
+  private readonly listeners: ((scope: Scope, version: number) => void)[] = [];
+  private readonly creating = new Map<string, number>();
+  private mirrors: MirrorReport | null = null;
+  private readonly tmpDir: string;
+
+  private readonly config: Config;
+  private readonly logger: Logger;
+
+  constructor(config: Config, logger: Logger) {
+    this.config = config;
+    this.logger = logger;
+    this.layout = new Layout(join(config.dataDir, 'db'));
+    this.tmpDir = join(config.dataDir, 'tmp');
+    mkdirSync(this.layout.root, { recursive: true });
+    rmSync(this.tmpDir, { recursive: true, force: true });
+    mkdirSync(this.tmpDir, { recursive: true });
+    const db = config.db;
+    this.pool = new ExecutorPool({
+      processes: db.executors,
+      limits: { sync: db.sync, maxValueBytes: db.maxValueBytes, maxSizeBytes: db.maxSizeBytes, maxResultBytes: db.maxResultBytes, maxOpen: db.maxOpenDatabases },
+      timeoutMs: db.queryTimeoutMs,
+      beforeCreate: (scope, path) => this.beforeCreate(scope, path),
+      floor: (scope) => this.mirrors?.acknowledgedFloor(scope) ?? null,
+      onCommit: (scope, version) => {
+        for (const l of this.listeners) l(scope, version);
+      },
+      onRestart: (pid, reason) => {
+        restarts.inc();
+        this.logger.warn({ pid, reason }, 'executor process replaced');
+      },
+    });
+  }
+
+  attachMirrors(report: MirrorReport): void {
+    this.mirrors = report;
+  }
+
+  /** SPEC 4.8: creating a database is refused past DB_MAX_DATABASES_PER_REPO, counting creations under way. */
+  private beforeCreate(scope: Scope, path: string): (() => void) | null {
+    if (this.layout.exists(scope)) return null;
+    const dir = this.layout.repoDir(scope.org, scope.repo);
+    const pending = this.creating.get(dir) ?? 0;
+    const max = this.config.db.maxDatabasesPerRepo;
+    if (this.layout.databases(scope.org, scope.repo).length + pending >= max) {
+      throw new ApiError('quota_exceeded', `the repo already has ${max} databases (DB_MAX_DATABASES_PER_REPO)`);
+    }
+    mkdirSync(dir, { recursive: true });
+    this.creating.set(dir, pending + 1);
+    return () => {
+      const n = (this.creating.get(dir) ?? 1) - 1;
+      if (n <= 0) this.creating.delete(dir);
+      else this.creating.set(dir, n);
+      if (!this.layout.exists(scope)) void this.pool.broadcast({ op: 'forget', path });
+    };
+  }
+
+  async handle(req: DbRequest): Promise<DbResponse> {
+    if (!OPS.has(req.op)) throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, changes or snapshot`);
+    const op = req.op as Op;
+    const body = parseBody(op, req.body);
+    const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
+    const token = bearerToken(req.authorization);
+    if (token === null || !verifyRepoSecret(this.config.rootKeys, req.org, req.repo, token)) {
+      throw new ApiError('unauthorized', token === null ? 'missing Authorization: Bearer <repo secret>' : 'wrong secret for this repo', undefined, { 'www-authenticate': 'Bearer' });
+    }
+    validate(op, body, this.config.db.maxStatements);
+    const res = await this.run(op, scope, body, req.body);
+    requests.inc({ op, status: res.status });
+    return res;
+  }
+
+  private async run(op: Op, scope: Scope, body: Record<string, unknown>, raw: Buffer): Promise<DbResponse> {
+    const path = this.layout.path(scope);
+    switch (op) {
+      case 'execute': case 'migrate':
+        return json(await this.pool.write(scope, path, op, raw));
+      case 'query':
+        if (!this.layout.exists(scope)) throw notFound(scope);
+        return json(await this.pool.read({ op: 'query', path }, raw));
+      case 'status':
+        return this.status(scope, path);
+      case 'changes': {
+        const res = await this.pool.read({ op: 'changes', path, since: body.since, limit: body.limit ?? MAX_CHANGES_PAGE });
+        return json(res);
+      }
+      case 'snapshot':
+        return this.snapshot(scope, path);
+    }
+  }
+
+  private async status(scope: Scope, path: string): Promise<DbResponse> {
+    const databases = this.layout.databases(scope.org, scope.repo);
+    if (!this.layout.exists(scope)) return { status: 200, body: JSON.stringify({ database: scope.database, exists: false, databases }) };
+    const res = await this.pool.read({ op: 'status', path });
+    if (res.status !== 200) return json(res);
+    const s = JSON.parse(res.body.toString('utf8')) as { version: number; sizeBytes: number; tables: unknown; migrations: unknown };
+    const mirrors = this.mirrors?.states(scope, s.version) ?? [];
+    return { status: 200, body: JSON.stringify({ database: scope.database, exists: true, version: s.version, sizeBytes: s.sizeBytes, tables: s.tables, migrations: s.migrations, mirrors, databases }) };
+  }
+
+  private async snapshot(scope: Scope, path: string): Promise<DbResponse> {
+    if (!this.layout.exists(scope)) throw notFound(scope);
+    const target = join(this.tmpDir, `snapshot-${randomBytes(8).toString('hex')}.sqlite`);
+    const res = await this.pool.read({ op: 'snapshot', path, target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
+    if (res.status !== 200) {
+      rmSync(target, { force: true });
+      return json(res);
+    }
+    const { version } = JSON.parse(res.body.toString('utf8')) as { version: number };
+    const stream = createReadStream(target);
+    stream.on('close', () => rmSync(target, { force: true }));
+    return { status: 200, headers: { 'content-type': 'application/vnd.sqlite3', 'x-db-version': String(version) }, body: stream };
+  }
+
+  // ChangeFeed: how mirror delivery reads the change log.
+  onCommit(listener: (scope: Scope, version: number) => void): void {
+    this.listeners.push(listener);
+  }
+
+  async readChanges(scope: Scope, since: number, limit: number): Promise<{ events: ChangeEvent[]; version: number }> {
+    if (!this.layout.exists(scope)) throw notFound(scope);
+    const res = await this.pool.read({ op: 'changes', path: this.layout.path(scope), since, limit: Math.min(limit, MAX_CHANGES_PAGE) });
+    const parsed = JSON.parse(res.body.toString('utf8'));
+    if (res.status !== 200) throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
+    return parsed;
+  }
+
+  async currentVersion(scope: Scope): Promise<number | null> {
+    if (!this.layout.exists(scope)) return null;
+    const res = await this.readChanges(scope, Number.MAX_SAFE_INTEGER, 1);
+    return res.version;
+  }
+
+  listDatabases(): AsyncIterable<Scope> {
+    return this.layout.all();
+  }
+
+  executorPids(): (number | undefined)[] {
+    return this.pool.pids();
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
+  }
+}
+
+function json(res: ExecReply): DbResponse {
+  return { status: res.status, headers: { 'content-type': JSON_TYPE }, body: res.body };
+}
+
+function notFound(scope: Scope): ApiError {
+  return new ApiError('database_not_found', `database ${JSON.stringify(scope.database)} does not exist in ${scope.org}/${scope.repo}; /_db/execute or /_db/migrate creates it`);
+}
+
+export async function createDbService(opts: DbServiceOptions): Promise<DbService> {
+  return new DbService(opts.config, opts.logger);
+}

@@ -1,0 +1,48 @@
+// Maps SQLite failures to SPEC 3 codes. Messages are SQLite's own (they name the table/column, never a value).
+import type { ErrorCode } from '../shared/errors.ts';
+
+export interface ExecError {
+  code: ErrorCode;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+const EXTENDED: Record<number, string> = {
+  1: 'SQLITE_ERROR', 5: 'SQLITE_BUSY', 6: 'SQLITE_LOCKED', 7: 'SQLITE_NOMEM', 8: 'SQLITE_READONLY', 9: 'SQLITE_INTERRUPT',
+  10: 'SQLITE_IOERR', 11: 'SQLITE_CORRUPT', 13: 'SQLITE_FULL', 18: 'SQLITE_TOOBIG', 19: 'SQLITE_CONSTRAINT',
+  20: 'SQLITE_MISMATCH', 21: 'SQLITE_MISUSE', 23: 'SQLITE_AUTH', 25: 'SQLITE_RANGE',
+  275: 'SQLITE_CONSTRAINT_CHECK', 531: 'SQLITE_CONSTRAINT_COMMITHOOK', 787: 'SQLITE_CONSTRAINT_FOREIGNKEY',
+  1043: 'SQLITE_CONSTRAINT_FUNCTION', 1299: 'SQLITE_CONSTRAINT_NOTNULL', 1555: 'SQLITE_CONSTRAINT_PRIMARYKEY',
+  1811: 'SQLITE_CONSTRAINT_TRIGGER', 2067: 'SQLITE_CONSTRAINT_UNIQUE', 2323: 'SQLITE_CONSTRAINT_VTAB',
+  2579: 'SQLITE_CONSTRAINT_ROWID', 3091: 'SQLITE_CONSTRAINT_DATATYPE',
+};
+
+export function sqliteCodeName(errcode: number): string {
+  return EXTENDED[errcode] ?? EXTENDED[errcode & 0xff] ?? `SQLITE_${errcode}`;
+}
+
+/** `denied` is what the sandbox's authorizer recorded for this statement, if it refused something. */
+export function mapSqliteError(e: unknown, denied: ExecError | null): ExecError {
+  const err = e as { code?: string; errcode?: number; message?: string };
+  const message = String(err.message ?? 'unknown error').slice(0, 500);
+  if (err.code !== 'ERR_SQLITE_ERROR' || typeof err.errcode !== 'number') {
+    // node:sqlite argument errors (bad bind, unknown named parameter) are the caller's.
+    return { code: 'sql_error', message };
+  }
+  const sqliteCode = sqliteCodeName(err.errcode);
+  const details = { sqliteCode };
+  switch (err.errcode & 0xff) {
+    case 19: return { code: 'constraint_violation', message, details };
+    case 23: return denied ?? { code: 'not_allowed', message: 'the sandbox refused this statement', details };
+    case 13: return { code: 'quota_exceeded', message: 'the database is at its size limit (DB_MAX_SIZE_BYTES)', details };
+    case 18: return { code: 'quota_exceeded', message: 'a string or blob is over the length limit (DB_MAX_VALUE_BYTES)', details };
+    case 5: case 6: return { code: 'unavailable', message: 'the database is busy, retry', details };
+    case 7: return { code: 'unavailable', message: 'out of memory', details };
+    case 10: case 11: case 21: return { code: 'internal', message: `storage error (${sqliteCode})`, details };
+    default:
+      if (/cannot VACUUM/i.test(message)) return { code: 'not_allowed', message: 'VACUUM is not allowed', details };
+      // Extensions are disabled in the connection itself, so SQLite refuses before the authorizer is asked.
+      if (/load_extension/i.test(message)) return { code: 'not_allowed', message: 'load_extension is not allowed', details };
+      return { code: 'sql_error', message, details };
+  }
+}

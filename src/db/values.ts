@@ -1,0 +1,66 @@
+// SPEC 4.2: lossless JSON <-> SQLite values. Integral numbers bind as INTEGER (node:sqlite would bind them as REAL).
+import { ApiError } from '../shared/errors.ts';
+
+export type SqlValue = null | number | bigint | string | Uint8Array;
+export type Params = SqlValue[] | Record<string, SqlValue>;
+
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+/** Converts one JSON parameter to a bindable value; `where` names it in the error message. */
+export function decodeValue(v: unknown, where: string): SqlValue {
+  switch (typeof v) {
+    case 'string': return v;
+    case 'number': return Number.isSafeInteger(v) ? BigInt(v) : v;
+    case 'boolean': return v ? 1n : 0n;
+    case 'object': {
+      if (v === null) return null;
+      const o = v as Record<string, unknown>;
+      const keys = Object.keys(o);
+      if (keys.length === 1 && typeof o.$bigint === 'string') {
+        if (!/^-?\d{1,20}$/.test(o.$bigint)) throw new ApiError('invalid_request', `${where}: $bigint must be a decimal integer string`);
+        const n = BigInt(o.$bigint);
+        if (n < INT64_MIN || n > INT64_MAX) throw new ApiError('invalid_request', `${where}: $bigint is outside the 64-bit integer range`);
+        return n;
+      }
+      if (keys.length === 1 && typeof o.$blob === 'string') {
+        if (o.$blob.length % 4 !== 0 || !BASE64.test(o.$blob)) throw new ApiError('invalid_request', `${where}: $blob must be standard base64`);
+        return Buffer.from(o.$blob, 'base64');
+      }
+      throw new ApiError('invalid_request', `${where}: a value is null, a number, a string, a boolean, {"$bigint": "..."} or {"$blob": "..."}`);
+    }
+    default:
+      throw new ApiError('invalid_request', `${where}: unsupported value`);
+  }
+}
+
+export function decodeParams(raw: unknown, where: string): Params | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  if (Array.isArray(raw)) return raw.map((v, i) => decodeValue(v, `${where}.params[${i}]`));
+  if (typeof raw === 'object') {
+    const out: Record<string, SqlValue> = {};
+    for (const [k, v] of Object.entries(raw)) {
+      if (!/^[A-Za-z0-9_]{1,128}$/.test(k)) throw new ApiError('invalid_request', `${where}.params: named parameters are keyed by their bare name, got ${JSON.stringify(k.slice(0, 40))}`);
+      out[k] = decodeValue(v, `${where}.params.${k}`);
+    }
+    return out;
+  }
+  throw new ApiError('invalid_request', `${where}.params must be an array (positional) or an object (named)`);
+}
+
+/** Encodes one result value for JSON; returns the value itself when no encoding is needed. */
+export function encodeValue(v: unknown): unknown {
+  if (typeof v === 'bigint') return v >= -9007199254740991n && v <= 9007199254740991n ? Number(v) : { $bigint: v.toString() };
+  if (v instanceof Uint8Array) return { $blob: Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64') };
+  return v;
+}
+
+/** Encodes a row (array of values) in place and returns it. */
+export function encodeRow(row: unknown[]): unknown[] {
+  for (let i = 0; i < row.length; i++) {
+    const v = row[i];
+    if (v !== null && typeof v === 'object' || typeof v === 'bigint') row[i] = encodeValue(v);
+  }
+  return row;
+}

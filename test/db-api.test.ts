@@ -1,0 +1,243 @@
+// SPEC 4.2–4.7 through the proxy over real HTTP: values, query, execute, versions, migrations, status.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { startProduct, type Product } from './helpers/product.ts';
+
+let p: Product;
+before(async () => {
+  p = await startProduct();
+});
+after(() => p.close());
+
+const INIT = { id: '0001_init', sql: 'CREATE TABLE todos(id INTEGER PRIMARY KEY, title TEXT NOT NULL, done INTEGER NOT NULL DEFAULT 0);' };
+const TAGS = { id: '0002_tags', sql: 'CREATE TABLE tags(name TEXT PRIMARY KEY); CREATE INDEX todos_done ON todos(done);' };
+
+describe('values (4.2)', () => {
+  test('every value type round-trips losslessly through params and results', async () => {
+    await p.db('web', 'execute', { database: 'values', sql: 'CREATE TABLE v(i, r, t, b, n, big)' });
+    const big = { $bigint: '9223372036854775807' };
+    const neg = { $bigint: '-9007199254740993' };
+    const blob = { $blob: Buffer.from([0, 1, 2, 255]).toString('base64') };
+    const w = await p.db('web', 'execute', { database: 'values', sql: 'INSERT INTO v VALUES (?, ?, ?, ?, ?, ?)', params: [42, 1.5, 'héllo', blob, null, big] });
+    assert.equal(w.status, 200, w.text);
+    await p.db('web', 'execute', { database: 'values', sql: 'INSERT INTO v(big) VALUES (?)', params: [neg] });
+    const r = await p.db('web', 'query', { database: 'values', sql: 'SELECT i, typeof(i) ti, r, typeof(r) tr, t, b, n, big FROM v ORDER BY rowid' });
+    assert.deepEqual(r.json.results[0].rows[0], [42, 'integer', 1.5, 'real', 'héllo', blob, null, big]);
+    assert.deepEqual(r.json.results[0].rows[1].at(-1), neg);
+  });
+
+  test('an integral number binds as INTEGER, any other number as REAL', async () => {
+    const r = await p.db('web', 'execute', { database: 'values', sql: 'SELECT typeof(?) a, typeof(?) b, typeof(?) c', params: [7, 7.25, -3] });
+    assert.deepEqual(r.json.results[0].rows, [['integer', 'real', 'integer']]);
+  });
+
+  test('named parameters with :name, @name and $name are keyed by the bare name', async () => {
+    const r = await p.db('web', 'execute', { database: 'values', sql: 'SELECT :a AS a, @b AS b, $c AS c', params: { a: 1, b: 'x', c: null } });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json.results[0].rows, [[1, 'x', null]]);
+  });
+
+  test('positional ?NNN parameters', async () => {
+    const r = await p.db('web', 'execute', { database: 'values', sql: 'SELECT ?2 AS a, ?1 AS b', params: ['one', 'two'] });
+    assert.deepEqual(r.json.results[0].rows, [['two', 'one']]);
+  });
+
+  test('malformed $bigint and $blob are invalid_request', async () => {
+    for (const bad of [{ $bigint: '12x' }, { $bigint: '99999999999999999999' }, { $blob: 'not base64!' }, { nested: 1 }, [1]]) {
+      const r = await p.db('web', 'execute', { database: 'values', sql: 'SELECT ?', params: [bad] });
+      assert.equal(r.status, 400, JSON.stringify(bad));
+      assert.equal(r.json.error.code, 'invalid_request');
+    }
+  });
+});
+
+describe('migrations (4.6)', () => {
+  test('apply, re-send (no change), extend, dry run, and conflict', async () => {
+    const first = await p.db('web', 'migrate', { migrations: [INIT] });
+    assert.equal(first.status, 200, first.text);
+    assert.deepEqual(first.json, { applied: ['0001_init'], alreadyApplied: [], version: 1, dryRun: false });
+
+    const again = await p.db('web', 'migrate', { migrations: [INIT] });
+    assert.deepEqual(again.json, { applied: [], alreadyApplied: ['0001_init'], version: 1, dryRun: false });
+
+    const dry = await p.db('web', 'migrate', { migrations: [INIT, TAGS], dryRun: true });
+    assert.deepEqual(dry.json, { applied: ['0002_tags'], alreadyApplied: ['0001_init'], version: 1, dryRun: true });
+    const afterDry = await p.db('web', 'status', {});
+    assert.equal(afterDry.json.migrations.applied, 1);
+    assert.ok(!afterDry.json.tables.some((t: { name: string }) => t.name === 'tags'));
+
+    const second = await p.db('web', 'migrate', { migrations: [INIT, TAGS] });
+    assert.deepEqual(second.json, { applied: ['0002_tags'], alreadyApplied: ['0001_init'], version: 2, dryRun: false });
+
+    const changed = { id: '0001_init', sql: INIT.sql + ' -- edited' };
+    const conflict = await p.db('web', 'migrate', { migrations: [changed, TAGS] });
+    assert.equal(conflict.status, 409);
+    assert.equal(conflict.json.error.code, 'migration_conflict');
+    const sha = (s: string) => createHash('sha256').update(s).digest('hex');
+    assert.deepEqual(conflict.json.error.details, { id: '0001_init', appliedChecksum: sha(INIT.sql), requestedChecksum: sha(changed.sql) });
+
+    const missing = await p.db('web', 'migrate', { migrations: [TAGS] });
+    assert.equal(missing.status, 409);
+    assert.equal(missing.json.error.details.id, '0001_init');
+  });
+
+  test('pending migrations apply all or none', async () => {
+    const good = { id: '0001_a', sql: 'CREATE TABLE a(x);' };
+    const bad = { id: '0002_b', sql: 'CREATE TABLE b(x); INSERT INTO nope VALUES (1);' };
+    const r = await p.db('web', 'migrate', { database: 'atomic', migrations: [good, bad] });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.code, 'sql_error');
+    assert.equal(r.json.error.details.migration, '0002_b');
+    const s = await p.db('web', 'status', { database: 'atomic' });
+    assert.equal(s.json.exists, false, 'a failed first migrate leaves no database behind');
+  });
+
+  test('ids are validated and unique', async () => {
+    for (const migrations of [[{ id: 'bad id', sql: '' }], [{ id: 'a', sql: '' }, { id: 'a', sql: '' }], [{ id: 'x' }], 'nope']) {
+      const r = await p.db('web', 'migrate', { database: 'ids', migrations });
+      assert.equal(r.status, 400, JSON.stringify(migrations));
+      assert.equal(r.json.error.code, 'invalid_request');
+    }
+  });
+});
+
+describe('execute and query (4.3, 4.4, 4.5)', () => {
+  test('execute returns rowsAffected, lastInsertRowid, RETURNING rows, and the new version', async () => {
+    const v0 = (await p.db('web', 'status', {})).json.version;
+    const r = await p.db('web', 'execute', {
+      statements: [
+        { sql: 'INSERT INTO todos(title) VALUES (?)', params: ['write spec'] },
+        { sql: 'INSERT INTO todos(title) VALUES (?) RETURNING id, title', params: ['ship'] },
+        { sql: 'SELECT count(*) AS n FROM todos' },
+      ],
+    });
+    assert.equal(r.status, 200, r.text);
+    const [a, b, c] = r.json.results;
+    assert.equal(a.rowsAffected, 1);
+    assert.equal(typeof a.lastInsertRowid, 'number');
+    assert.equal(b.rowsAffected, 1);
+    assert.equal(b.lastInsertRowid, a.lastInsertRowid + 1);
+    assert.deepEqual(b.columns, ['id', 'title']);
+    assert.deepEqual(b.rows, [[a.lastInsertRowid + 1, 'ship']]);
+    assert.equal(c.rowsAffected, 0);
+    assert.equal(c.lastInsertRowid, null);
+    assert.equal(r.json.version, v0 + 1, 'one version per committed request, however many statements');
+  });
+
+  test('a batch is one transaction: a failing statement leaves nothing and names its index', async () => {
+    const before = await p.db('web', 'query', { sql: 'SELECT count(*) FROM todos' });
+    const r = await p.db('web', 'execute', {
+      statements: [
+        { sql: 'INSERT INTO todos(title) VALUES (?)', params: ['kept?'] },
+        { sql: 'INSERT INTO todos(title) VALUES (NULL)' },
+      ],
+    });
+    assert.equal(r.status, 409);
+    assert.equal(r.json.error.code, 'constraint_violation');
+    assert.deepEqual(r.json.error.details, { statement: 1, sqliteCode: 'SQLITE_CONSTRAINT_NOTNULL' });
+    const afterQ = await p.db('web', 'query', { sql: 'SELECT count(*) FROM todos' });
+    assert.deepEqual(afterQ.json, before.json, 'count and version unchanged');
+  });
+
+  test('constraint kinds map to constraint_violation with their SQLite code', async () => {
+    await p.db('web', 'execute', { database: 'cons', statements: [
+      { sql: 'CREATE TABLE parent(id INTEGER PRIMARY KEY)' },
+      { sql: 'CREATE TABLE child(id INTEGER PRIMARY KEY, p INTEGER REFERENCES parent(id), n INTEGER CHECK (n > 0), u TEXT UNIQUE)' },
+      { sql: "INSERT INTO child(id, n, u) VALUES (1, 1, 'x')" },
+    ] });
+    const cases: [string, string][] = [
+      ['INSERT INTO child(id, p, n) VALUES (2, 99, 1)', 'SQLITE_CONSTRAINT_FOREIGNKEY'],
+      ['INSERT INTO child(id, n) VALUES (3, 0)', 'SQLITE_CONSTRAINT_CHECK'],
+      ["INSERT INTO child(id, n, u) VALUES (4, 1, 'x')", 'SQLITE_CONSTRAINT_UNIQUE'],
+      ['INSERT INTO child(id, n) VALUES (1, 1)', 'SQLITE_CONSTRAINT_PRIMARYKEY'],
+    ];
+    for (const [sql, code] of cases) {
+      const r = await p.db('web', 'execute', { database: 'cons', sql });
+      assert.equal(r.status, 409, sql);
+      assert.equal(r.json.error.details.sqliteCode, code);
+    }
+  });
+
+  test('a request that changes nothing keeps the version', async () => {
+    const v = (await p.db('web', 'status', {})).json.version;
+    const r = await p.db('web', 'execute', { sql: 'UPDATE todos SET done = 1 WHERE id = -1' });
+    assert.equal(r.json.version, v);
+    const sel = await p.db('web', 'execute', { sql: 'SELECT 1' });
+    assert.equal(sel.json.version, v);
+    const events = await p.db('web', 'changes', { since: v });
+    assert.deepEqual(events.json.events, [], 'and records no notification');
+  });
+
+  test('query reads all statements from one snapshot and reports its version', async () => {
+    const r = await p.db('web', 'query', { statements: [{ sql: 'SELECT count(*) FROM todos' }, { sql: 'SELECT max(id) FROM todos' }] });
+    assert.equal(r.status, 200);
+    assert.equal(r.json.results.length, 2);
+    assert.equal(r.json.version, (await p.db('web', 'status', {})).json.version);
+  });
+
+  test('rows as objects', async () => {
+    const r = await p.db('web', 'query', { sql: 'SELECT id, title FROM todos ORDER BY id LIMIT 1', rows: 'objects' });
+    assert.deepEqual(Object.keys(r.json.results[0].rows[0]), ['id', 'title']);
+  });
+
+  test('a write sent to query is read_only', async () => {
+    for (const sql of ['INSERT INTO todos(title) VALUES (1)', 'DELETE FROM todos', 'CREATE TABLE x(a)', 'DROP TABLE todos', 'UPDATE todos SET done = 1']) {
+      const r = await p.db('web', 'query', { sql });
+      assert.equal(r.status, 400, sql);
+      assert.equal(r.json.error.code, 'read_only', sql);
+    }
+  });
+
+  test('query of a database that does not exist is 404 database_not_found, and creates nothing', async () => {
+    const r = await p.db('web', 'query', { database: 'ghost', sql: 'SELECT 1' });
+    assert.equal(r.status, 404);
+    assert.equal(r.json.error.code, 'database_not_found');
+    assert.ok(!(await p.db('web', 'status', {})).json.databases.includes('ghost'));
+  });
+
+  test('execute creates the database when it does not exist', async () => {
+    const r = await p.db('web', 'execute', { database: 'fresh', sql: 'CREATE TABLE t(x)' });
+    assert.equal(r.status, 200);
+    assert.equal(r.json.version, 1);
+  });
+
+  test('sql errors are sql_error with SQLite\'s message', async () => {
+    const r = await p.db('web', 'query', { sql: 'SELECT * FROM no_such_table' });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.code, 'sql_error');
+    assert.match(r.json.error.message, /no such table: no_such_table/);
+  });
+});
+
+describe('status (4.7)', () => {
+  test('reports version, size, tables with row counts, migrations and databases; hides internal tables', async () => {
+    const s = await p.db('web', 'status', {});
+    assert.equal(s.status, 200);
+    assert.equal(s.json.database, 'main');
+    assert.equal(s.json.exists, true);
+    assert.ok(s.json.sizeBytes > 0);
+    assert.deepEqual(s.json.migrations, { applied: 2, latest: '0002_tags' });
+    const names = s.json.tables.map((t: { name: string }) => t.name);
+    assert.deepEqual(names, ['tags', 'todos']);
+    assert.ok(!names.some((n: string) => n.startsWith('_scopebase_')));
+    const count = (await p.db('web', 'query', { sql: 'SELECT count(*) FROM todos' })).json.results[0].rows[0][0];
+    assert.equal(s.json.tables.find((t: { name: string }) => t.name === 'todos').rows, count);
+    assert.deepEqual(s.json.mirrors, []);
+    assert.ok(s.json.databases.includes('main') && s.json.databases.includes('values'));
+    assert.deepEqual(s.json.databases, [...s.json.databases].sort());
+  });
+
+  test('a database that does not exist: 200 with exists false and the databases list', async () => {
+    const s = await p.db('web', 'status', { database: 'nothing' });
+    assert.equal(s.status, 200);
+    assert.equal(s.json.exists, false);
+    assert.ok(Array.isArray(s.json.databases));
+  });
+
+  test('status accepts an empty body (curl without -d)', async () => {
+    const s = await p.db('web', 'status', undefined, { rawBody: '' });
+    assert.equal(s.status, 200);
+    assert.equal(s.json.database, 'main');
+  });
+});

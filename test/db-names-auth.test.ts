@@ -1,0 +1,169 @@
+// SPEC 2, 3, 4.1 and 8 through the proxy: names, hosts, secrets, routing, request ids and the error shape.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { createHmac } from 'node:crypto';
+import { ROOT_KEY, startProduct, type Product } from './helpers/product.ts';
+
+let p: Product;
+before(async () => {
+  p = await startProduct();
+  await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+});
+after(() => p.close());
+
+const isErrorShape = (json: unknown) => {
+  const e = (json as { error?: { code?: unknown; message?: unknown } }).error;
+  return typeof e?.code === 'string' && typeof e.message === 'string';
+};
+
+describe('shared secrets (4.1)', () => {
+  test('the secret is base64url(HMAC-SHA256(rootKey, "db:org/repo")) and `scopebase secret` prints it', async () => {
+    const expected = createHmac('sha256', Buffer.from(ROOT_KEY, 'hex')).update('db:acme/web').digest('base64url');
+    assert.equal(p.secret('acme', 'web'), expected);
+    const { execFileSync } = await import('node:child_process');
+    const out = execFileSync(process.execPath, ['src/cli/main.ts', 'secret', 'ACME/Web'], { env: { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, DATA_DIR: p.dataDir } }).toString().trim();
+    assert.equal(out, expected);
+  });
+
+  const cases: [string, Record<string, string>][] = [
+    ['missing', {}],
+    ['not bearer', { authorization: `Basic ${p?.secret?.('acme', 'web') ?? 'x'}` }],
+    ['wrong', { authorization: 'Bearer AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA' }],
+  ];
+  for (const [name, headers] of cases) {
+    test(`${name} secret: 401 unauthorized with WWW-Authenticate: Bearer`, async () => {
+      const r = await p.db('web', 'query', { sql: 'SELECT 1' }, { secret: null, headers });
+      assert.equal(r.status, 401);
+      assert.equal(r.json.error.code, 'unauthorized');
+      assert.equal(r.headers['www-authenticate'], 'Bearer');
+    });
+  }
+
+  test('another repo\'s secret opens nothing here', async () => {
+    const r = await p.db('web', 'query', { sql: 'SELECT 1' }, { secret: p.secret('acme', 'other') });
+    assert.equal(r.status, 401);
+  });
+
+  test('another org\'s secret for the same repo name opens nothing', async () => {
+    const r = await p.db('web', 'query', { sql: 'SELECT 1' }, { secret: p.secret('globex', 'web') });
+    assert.equal(r.status, 401);
+    const r2 = await p.db('web', 'query', { sql: 'SELECT 1' }, { org: 'globex', secret: p.secret('acme', 'web') });
+    assert.equal(r2.status, 401);
+  });
+
+  test('the root key itself is never accepted over the wire', async () => {
+    const r = await p.db('web', 'query', { sql: 'SELECT 1' }, { secret: ROOT_KEY });
+    assert.equal(r.status, 401);
+  });
+
+  test('org and repo are lowercased: the same secret opens ACME.localhost/WEB', async () => {
+    const r = await p.db('WEB', 'query', { sql: 'SELECT count(*) FROM t' }, { host: `ACME.localhost:${new URL(p.url).port}`, secret: p.secret('acme', 'web') });
+    assert.equal(r.status, 200, r.text);
+  });
+});
+
+describe('names and hosts (2)', () => {
+  const badRepos = ['..', '%2e%2e', '_db', '_account', 'a'.repeat(200), '-x', 'a%2Fb', 'a b'];
+  for (const repo of badRepos) {
+    test(`repo ${repo.slice(0, 20)}: 400 invalid_name before auth`, async () => {
+      const r = await p.db(repo, 'status', {}, { secret: null });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json.error.code, 'invalid_name');
+    });
+  }
+
+  for (const database of ['Main', '../x', 'a'.repeat(65), '', '_x', 'a.b']) {
+    test(`database ${JSON.stringify(database.slice(0, 20))}: 400 invalid_name before auth`, async () => {
+      const r = await p.db('web', 'execute', { database, sql: 'CREATE TABLE x(a)' }, { secret: null });
+      assert.equal(r.status, 400);
+      assert.equal(r.json.error.code, 'invalid_name');
+    });
+  }
+
+  test('a database name of the wrong type is invalid_request', async () => {
+    const r = await p.db('web', 'query', { database: 5, sql: 'SELECT 1' });
+    assert.equal(r.json.error.code, 'invalid_request');
+  });
+
+  test('no bad name left a file or folder behind', () => {
+    const root = join(p.dataDir, 'db');
+    assert.deepEqual(readdirSync(root), ['acme']);
+    assert.deepEqual(readdirSync(join(root, 'acme')).sort(), ['web']);
+    assert.equal(existsSync(join(root, '..', 'x.sqlite')), false);
+  });
+
+  test('a host that is not {label}.BASE_DOMAIN is 404 unknown_host', async () => {
+    const port = new URL(p.url).port;
+    for (const host of ['localhost', `a.b.localhost:${port}`, 'example.com', `acme.localhost.evil.com`, '127.0.0.1']) {
+      const r = await p.db('web', 'status', {}, { host });
+      assert.equal(r.status, 404, host);
+      assert.equal(r.json.error.code, 'unknown_host', host);
+    }
+  });
+
+  test('an org label that breaks the rule is 400 invalid_name', async () => {
+    const r = await p.db('web', 'status', {}, { host: `-bad-.localhost:${new URL(p.url).port}` });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.code, 'invalid_name');
+  });
+
+  test('a port in Host is ignored', async () => {
+    const r = await p.db('web', 'status', {}, { host: 'acme.localhost:1' });
+    assert.equal(r.status, 200);
+  });
+});
+
+describe('routing, request ids and the error shape (3, 8)', () => {
+  test('an unknown /_db/<op> is 404 not_found', async () => {
+    const r = await p.db('web', 'drop', {});
+    assert.equal(r.status, 404);
+    assert.equal(r.json.error.code, 'not_found');
+  });
+
+  test('GET on a /_db route is 404 not_found', async () => {
+    const r = await p.call('/web/_db/query');
+    assert.equal(r.status, 404);
+    assert.ok(isErrorShape(r.json));
+  });
+
+  test('every response carries x-request-id, echoed when the caller sent one', async () => {
+    const a = await p.db('web', 'status', {});
+    assert.match(String(a.headers['x-request-id']), /^[0-9a-f-]{36}$/);
+    const b = await p.db('web', 'status', {}, { headers: { 'x-request-id': 'trace-123' } });
+    assert.equal(b.headers['x-request-id'], 'trace-123');
+    const c = await p.db('web', 'nope', {}, { headers: { 'x-request-id': 'trace-404' } });
+    assert.equal(c.headers['x-request-id'], 'trace-404');
+  });
+
+  test('malformed JSON, wrong types and unknown fields are invalid_request', async () => {
+    const bodies: (string | object)[] = ['{', '[]', '"x"', 'null', { sql: 5 }, { sql: '' }, { statements: [] }, { statements: 'x' }, { statements: [{ sql: 'SELECT 1', extra: 1 }] }, { sql: 'SELECT 1', statements: [{ sql: 'SELECT 1' }] }, { sql: 'SELECT 1', params: 'x' }, { sql: 'SELECT 1', rows: 'maps' }, { sql: 'SELECT 1', colour: 'blue' }];
+    for (const b of bodies) {
+      const r = await p.db('web', 'query', undefined, { rawBody: typeof b === 'string' ? b : JSON.stringify(b) });
+      assert.equal(r.status, 400, JSON.stringify(b));
+      assert.equal(r.json.error.code, 'invalid_request', JSON.stringify(b));
+    }
+  });
+
+  test('a body over the limit is 413 payload_too_large', async () => {
+    const big = await startProduct({ DB_MAX_BODY_BYTES: '2048' });
+    try {
+      const r = await big.db('web', 'execute', { sql: 'SELECT ?', params: ['x'.repeat(4096)] });
+      assert.equal(r.status, 413);
+      assert.equal(r.json.error.code, 'payload_too_large');
+    } finally {
+      await big.close();
+    }
+  });
+
+  test('the JSON body works with curl -d\'s form content type', async () => {
+    const r = await p.db('web', 'query', undefined, { rawBody: '{"sql":"SELECT 1"}', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    assert.equal(r.status, 200);
+  });
+
+  test('client-sent internal headers are dropped by the proxy', async () => {
+    const r = await p.db('web', 'query', { sql: 'SELECT 1' }, { secret: null, headers: { 'x-scopebase-org': 'acme', 'x-scopebase-proxy-token': 'x', 'x-auth-user-id': 'admin' } });
+    assert.equal(r.status, 401);
+  });
+});

@@ -1,0 +1,151 @@
+// SPEC 4.8 through the proxy: the sandbox refuses what would reach outside the scope, and limits refuse cleanly.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { startProduct, type Product } from './helpers/product.ts';
+
+let p: Product;
+before(async () => {
+  p = await startProduct({ DB_MAX_RESULT_BYTES: String(64 * 1024), DB_MAX_VALUE_BYTES: String(16 * 1024), DB_MAX_SIZE_BYTES: String(512 * 1024), DB_MAX_DATABASES_PER_REPO: '3', DB_QUERY_TIMEOUT_MS: '1000' });
+  await p.db('web', 'migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }] });
+});
+after(() => p.close());
+
+async function refused(op: string, sql: string, code: string, status = 400) {
+  const r = await p.db('web', op, { sql });
+  assert.equal(r.status, status, `${sql}: ${r.text}`);
+  assert.equal(r.json.error.code, code, sql);
+  return r;
+}
+
+describe('statements the sandbox refuses (not_allowed)', () => {
+  const cases = [
+    "ATTACH DATABASE '/tmp/other.db' AS other",
+    'DETACH DATABASE main',
+    "VACUUM INTO '/tmp/stolen.db'",
+    'VACUUM',
+    "SELECT load_extension('/tmp/evil.so')",
+    'PRAGMA writable_schema = 1',
+    'PRAGMA journal_mode = DELETE',
+    'PRAGMA user_version = 5',
+    'PRAGMA database_list',
+    "SELECT * FROM pragma_database_list",
+    'BEGIN', 'COMMIT', 'ROLLBACK', 'SAVEPOINT s', 'RELEASE s',
+    "INSERT INTO _scopebase_meta (key, value) VALUES ('version', 999)",
+    "UPDATE _scopebase_meta SET value = 0",
+    'DELETE FROM _scopebase_changes',
+    'DROP TABLE _scopebase_migrations',
+    'CREATE TABLE _scopebase_mine (x)',
+    'CREATE TABLE _SCOPEBASE_upper (x)',
+    'CREATE INDEX i ON _scopebase_changes(event)',
+    'CREATE TRIGGER tr AFTER INSERT ON _scopebase_changes BEGIN SELECT 1; END',
+    'CREATE TRIGGER tr2 AFTER INSERT ON t BEGIN DELETE FROM _scopebase_changes; END',
+    'ALTER TABLE _scopebase_meta ADD COLUMN y',
+    'CREATE TEMP TABLE tt (x)',
+  ];
+  for (const sql of cases) {
+    test(sql, async () => {
+      await refused('execute', sql, 'not_allowed');
+    });
+  }
+
+  test('the version was not touched by any refused statement', async () => {
+    const s = await p.db('web', 'status', {});
+    assert.equal(s.json.version, 1);
+  });
+
+  test('a trigger cannot smuggle a write into an internal table', async () => {
+    // Even if created before a future rule change, firing it is refused at prepare time.
+    const r = await p.db('web', 'execute', { sql: 'CREATE TRIGGER sneaky AFTER INSERT ON t BEGIN UPDATE _scopebase_meta SET value = 0; END' });
+    assert.equal(r.json.error.code, 'not_allowed');
+  });
+});
+
+describe('read-only pragma allow-list', () => {
+  for (const sql of ['PRAGMA table_info(t)', 'PRAGMA table_xinfo(t)', 'PRAGMA index_list(t)', 'PRAGMA foreign_key_list(t)', 'PRAGMA foreign_key_check', 'PRAGMA user_version', "SELECT * FROM pragma_table_info('t')"]) {
+    test(sql, async () => {
+      const r = await p.db('web', 'query', { sql });
+      assert.equal(r.status, 200, r.text);
+    });
+  }
+  test('internal tables can be read', async () => {
+    const r = await p.db('web', 'query', { sql: 'SELECT id FROM _scopebase_migrations' });
+    assert.deepEqual(r.json.results[0].rows, [['1']]);
+  });
+});
+
+describe('limits (quota_exceeded, result_too_large, payload_too_large)', () => {
+  test('a 2 GB zeroblob is refused with quota_exceeded and the connection keeps working', async () => {
+    await refused('execute', 'INSERT INTO t(v) VALUES (zeroblob(2000000000))', 'quota_exceeded', 507);
+    await refused('query', 'SELECT zeroblob(2000000000)', 'quota_exceeded', 507);
+    const r = await p.db('web', 'query', { sql: 'SELECT 1' });
+    assert.equal(r.status, 200);
+  });
+
+  test('a string over DB_MAX_VALUE_BYTES is refused', async () => {
+    const r = await p.db('web', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: ['x'.repeat(20 * 1024)] });
+    assert.equal(r.status, 507);
+    assert.equal(r.json.error.code, 'quota_exceeded');
+  });
+
+  test('a result over DB_MAX_RESULT_BYTES is result_too_large, even an endless one', async () => {
+    await refused('query', 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x, printf(\'%100d\', x) FROM c', 'result_too_large', 413);
+  });
+
+  test('a database at DB_MAX_SIZE_BYTES refuses the write that would cross it and leaves nothing of it; reads go on', async () => {
+    const before = await p.db('web', 'status', {});
+    const r = await p.db('web', 'execute', { sql: "INSERT INTO t(v) WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000) SELECT printf('%1000d', x) FROM c" });
+    assert.equal(r.status, 507, r.text);
+    assert.equal(r.json.error.code, 'quota_exceeded');
+    const afterS = await p.db('web', 'status', {});
+    assert.equal(afterS.json.version, before.json.version);
+    assert.deepEqual(afterS.json.tables, before.json.tables);
+  });
+
+  test('more than DB_MAX_DATABASES_PER_REPO databases: the request that would cross it gets 507 and creates nothing', async () => {
+    await p.db('limits', 'execute', { database: 'a', sql: 'CREATE TABLE x(a)' });
+    await p.db('limits', 'execute', { database: 'b', sql: 'CREATE TABLE x(a)' });
+    await p.db('limits', 'execute', { database: 'c', sql: 'CREATE TABLE x(a)' });
+    const r = await p.db('limits', 'execute', { database: 'd', sql: 'CREATE TABLE x(a)' });
+    assert.equal(r.status, 507);
+    assert.equal(r.json.error.code, 'quota_exceeded');
+    assert.deepEqual(readdirSync(join(p.dataDir, 'db', 'acme', 'limits')).filter((f) => f.endsWith('.sqlite')).sort(), ['a.sqlite', 'b.sqlite', 'c.sqlite']);
+    assert.equal((await p.db('limits', 'query', { database: 'a', sql: 'SELECT 1' })).status, 200, 'reads go on');
+  });
+
+  test('more statements than DB_MAX_STATEMENTS is payload_too_large', async () => {
+    const r = await p.db('web', 'execute', { statements: Array.from({ length: 101 }, () => ({ sql: 'SELECT 1' })) });
+    assert.equal(r.status, 413);
+    assert.equal(r.json.error.code, 'payload_too_large');
+  });
+
+  test('a failed first write to a new database leaves no file behind', async () => {
+    const r = await p.db('web', 'execute', { database: 'broken', sql: 'INSERT INTO nope VALUES (1)' });
+    assert.equal(r.status, 400);
+    assert.equal(existsSync(join(p.dataDir, 'db', 'acme', 'web', 'broken.sqlite')), false);
+    assert.equal(existsSync(join(p.dataDir, 'db', 'acme', 'web', 'broken.sqlite-wal')), false);
+  });
+});
+
+describe('query timeout', () => {
+  test('an unbounded recursive CTE is stopped with 422 query_timeout, and the database answers again', async () => {
+    const started = Date.now();
+    await refused('query', 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c', 'query_timeout', 422);
+    assert.ok(Date.now() - started >= 1000, 'not before the limit');
+    const r = await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' });
+    assert.equal(r.status, 200);
+  });
+
+  test('a runaway write is stopped and leaves nothing behind', async () => {
+    const before = await p.db('web', 'status', {});
+    const r = await p.db('web', 'execute', { statements: [
+      { sql: 'INSERT INTO t(v) VALUES (1)' },
+      { sql: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c' },
+    ] });
+    assert.equal(r.status, 422);
+    const afterS = await p.db('web', 'status', {});
+    assert.equal(afterS.json.version, before.json.version);
+    assert.deepEqual(afterS.json.tables, before.json.tables);
+  });
+});
