@@ -241,3 +241,13 @@ describe('status (4.7)', () => {
     assert.equal(s.json.database, 'main');
   });
 });
+
+describe('one statement per sql (4.2)', () => {
+  test('a second statement in one sql is refused and nothing runs', async () => {
+    const before = await p.db('web', 'status', {});
+    const r = await p.db('web', 'execute', { sql: "INSERT INTO todos(title) VALUES ('a'); INSERT INTO todos(title) VALUES ('b')" });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.code, 'sql_error');
+    assert.equal((await p.db('web', 'status', {})).json.version, before.json.version);
+  });
+});

@@ -1,12 +1,14 @@
 // `scopebase start` (every part in one process) and `scopebase serve <part>` (one part alone).
 import type { FastifyInstance } from 'fastify';
-import { loadConfig, type Config } from '../shared/config.ts';
+import { ConfigError, loadConfig, type Config } from '../shared/config.ts';
 import { createLogger, type Logger } from '../shared/log.ts';
 import { createAdminServer } from '../shared/admin.ts';
 import { createProxy } from '../proxy/server.ts';
 import { createDbService } from '../db/service.ts';
 import { createRemoteDb, createDbServer } from '../db/remote.ts';
 import type { DbHandler } from '../db/contract.ts';
+import { listenReferenceMirror, startMirrorDelivery } from '../mirror/wiring.ts';
+import { accountAlone, accountForProxy } from '../account/wiring.ts';
 
 export type Part = 'all' | 'proxy' | 'db' | 'account' | 'mirror';
 const PARTS: Part[] = ['all', 'proxy', 'db', 'account', 'mirror'];
@@ -20,46 +22,77 @@ export interface Running {
   close(): Promise<void>;
 }
 
-export async function startParts(part: Part, config: Config, logger: Logger, host = process.env.HOST ?? '127.0.0.1'): Promise<Running> {
+export async function startParts(part: Part, config: Config, logger: Logger, host = config.host): Promise<Running> {
   const closers: (() => Promise<void>)[] = [];
   let draining = false;
   const admin = createAdminServer(logger, { notReadyReason: () => (draining ? 'draining' : null) });
-  let main: FastifyInstance;
-  let mirrorUrl: string | null = null;
+  const closeAll = async () => {
+    for (const close of closers.reverse()) await close();
+    await admin.close();
+  };
+  try {
+    const { url, mirrorUrl } = await startMain(part, config, logger, host, closers);
+    const adminAddress = await admin.listen({ port: config.adminPort, host });
+    return {
+      part,
+      url,
+      adminUrl: adminAddress,
+      mirrorUrl,
+      async close() {
+        draining = true;
+        await closeAll(); // the listener closes first: in-flight requests finish, new ones get 503
+      },
+    };
+  } catch (e) {
+    // A part that refused to start must not leave the others running (the process would never exit).
+    await closeAll().catch(() => {});
+    throw e;
+  }
+}
 
+async function startMain(part: Part, config: Config, logger: Logger, host: string, closers: (() => Promise<void>)[]): Promise<{ main: FastifyInstance; url: string; mirrorUrl: string | null }> {
+  let main: FastifyInstance;
   if (part === 'db') {
     const db = await createDbService({ config, logger });
     closers.push(() => db.close());
+    const delivery = startMirrorDelivery(config, logger, db);
+    if (delivery) closers.push(() => delivery.close());
     main = createDbServer({ config, logger, db });
   } else if (part === 'all' || part === 'proxy') {
     let db: DbHandler;
     if (part === 'proxy' || config.services.dbUrl) {
-      if (!config.services.dbUrl) throw new Error('serve proxy needs DB_SERVICE_URL (the address of `scopebase serve db`)');
-      db = createRemoteDb({ url: config.services.dbUrl, rootKey: config.rootKeys[0]! });
+      if (!config.services.dbUrl) throw new ConfigError('DB_SERVICE_URL: serve proxy needs the address of `scopebase serve db`');
+      const remote = createRemoteDb({ url: config.services.dbUrl, rootKey: config.rootKeys[0]! });
+      closers.push(() => remote.close());
+      db = remote;
     } else {
       const service = await createDbService({ config, logger });
       closers.push(() => service.close());
+      const delivery = startMirrorDelivery(config, logger, service);
+      if (delivery) closers.push(() => delivery.close());
       db = service;
     }
-    main = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: config.db.maxBodyBytes, trustedProxies: config.trustedProxies, db });
+    const accounts = await accountForProxy(config, logger);
+    closers.push(() => accounts.close());
+    main = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: config.db.maxBodyBytes, trustedProxies: config.trustedProxies, db, account: accounts.account, apps: accounts.apps });
+  } else if (part === 'account') {
+    const accounts = await accountAlone(config, logger);
+    closers.push(() => accounts.close());
+    main = accounts.server;
   } else {
-    throw new Error(`serve ${part}: not available in this build`);
+    const { mirror, url } = await listenReferenceMirror(config, logger, host, null);
+    closers.push(() => mirror.close());
+    return { main: mirror.app, url, mirrorUrl: url };
   }
-
-  const address = await main.listen({ port: config.port, host });
-  const adminAddress = await admin.listen({ port: config.adminPort, host });
-  return {
-    part,
-    url: address,
-    adminUrl: adminAddress,
-    mirrorUrl,
-    async close() {
-      draining = true;
-      await main.close(); // waits for in-flight requests; new ones get 503
-      for (const close of closers.reverse()) await close();
-      await admin.close();
-    },
-  };
+  closers.push(() => main.close());
+  const url = await main.listen({ port: config.port, host });
+  let mirrorUrl: string | null = null;
+  if (part === 'all' && config.mirror.port !== null) {
+    const started = await listenReferenceMirror(config, logger, host, url);
+    closers.push(() => started.mirror.close());
+    mirrorUrl = started.url;
+  }
+  return { main, url, mirrorUrl };
 }
 
 export async function startCommand(args: string[]): Promise<number> {

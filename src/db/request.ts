@@ -1,6 +1,8 @@
 // Shape checks for /_db request bodies (SPEC 4.2–4.9). Values inside params are checked by the executor.
 import { ApiError } from '../shared/errors.ts';
+import { malformedJson } from '../shared/http.ts';
 import { checkDatabase } from '../shared/names.ts';
+import { hasSecondStatement } from './statement-end.ts';
 
 export type Op = 'query' | 'execute' | 'migrate' | 'status' | 'changes' | 'snapshot';
 export const OPS: ReadonlySet<string> = new Set<Op>(['query', 'execute', 'migrate', 'status', 'changes', 'snapshot']);
@@ -24,8 +26,8 @@ export function parseBody(op: Op, body: Buffer): Record<string, unknown> {
   let value: unknown;
   try {
     value = JSON.parse(body.toString('utf8'));
-  } catch (e) {
-    throw new ApiError('invalid_request', `malformed JSON: ${(e as Error).message.slice(0, 120)}`);
+  } catch {
+    throw malformedJson();
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new ApiError('invalid_request', 'the request body must be a JSON object');
   return value as Record<string, unknown>;
@@ -45,6 +47,7 @@ function checkStatement(s: unknown, where: string): void {
 
 function checkSqlAndParams(o: Record<string, unknown>, where: string): void {
   if (typeof o.sql !== 'string' || o.sql.trim() === '') throw new ApiError('invalid_request', `${where}.sql must be a non-empty string`);
+  if (hasSecondStatement(o.sql)) throw new ApiError('sql_error', `${where}.sql holds more than one statement: send one per entry of "statements" (they run as one transaction)`);
   if (o.params !== undefined && o.params !== null && typeof o.params !== 'object') throw new ApiError('invalid_request', `${where}.params must be an array or an object`);
 }
 

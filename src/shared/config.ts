@@ -10,6 +10,8 @@ export interface AppRoute { url: string; requireSession: boolean }
 
 export interface Config {
   production: boolean;
+  /** The address every listener binds (HOST). */
+  host: string;
   port: number;
   adminPort: number;
   baseDomain: string;
@@ -192,8 +194,11 @@ export function loadConfig(env: Env = process.env): Config {
   }
   const mirrorPortRaw = str(env, 'MIRROR_PORT');
   const maxResultBytes = int(env, 'DB_MAX_RESULT_BYTES', 16 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
+  const host = str(env, 'HOST') ?? '127.0.0.1';
+  if (!isIP(host) && !/^[a-z0-9.-]+$/i.test(host)) fail('HOST', 'must be an IP address or a host name, e.g. 0.0.0.0 to listen on every interface');
   return {
     production,
+    host,
     port: int(env, 'PORT', 8080, 0, 65535),
     adminPort: int(env, 'ADMIN_PORT', 9090, 0, 65535),
     baseDomain,

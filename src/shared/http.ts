@@ -74,11 +74,16 @@ export function parseJsonObject(body: unknown): Record<string, unknown> {
   let value: unknown;
   try {
     value = JSON.parse(body.toString('utf8'));
-  } catch (e) {
-    throw new ApiError('invalid_request', `malformed JSON: ${(e as Error).message.slice(0, 120)}`);
+  } catch {
+    throw malformedJson();
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new ApiError('invalid_request', 'the request body must be a JSON object');
   return value as Record<string, unknown>;
 }
 
 export { isErrorCode };
+
+/** V8's JSON errors quote the input, which may hold a secret: the message says only what is wrong. */
+export function malformedJson(): ApiError {
+  return new ApiError('invalid_request', 'malformed JSON: the request body is not valid JSON');
+}

@@ -97,6 +97,8 @@ export async function startProduct(env: Record<string, string> = {}, part: Part 
 
 export interface SpawnedProduct {
   child: ChildProcess;
+  /** SIGKILL to every process of the product (it runs in its own process group). */
+  killAll(): void;
   url: string;
   stderr: () => string;
   stdout: () => string;
@@ -104,7 +106,7 @@ export interface SpawnedProduct {
 
 /** Runs `scopebase start` (or `serve <part>`) as a real child process; resolves once its banner names the URL. */
 export function spawnProduct(env: Record<string, string>, args: string[] = ['start']): Promise<SpawnedProduct> {
-  const child = spawn(process.execPath, ['src/cli/main.ts', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['src/cli/main.ts', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let err = '';
   let out = '';
   child.stdout!.on('data', (d) => (out += d));
@@ -115,7 +117,7 @@ export function spawnProduct(env: Record<string, string>, args: string[] = ['sta
       const m = /is running: (http:\/\/[^\s]+)/.exec(err);
       if (m) {
         clearTimeout(timer);
-        resolve({ child, url: m[1]!, stderr: () => err, stdout: () => out });
+        resolve({ child, url: m[1]!, stderr: () => err, stdout: () => out, killAll: () => process.kill(-child.pid!, 'SIGKILL') });
       }
     });
     child.on('exit', (code) => {

@@ -1,9 +1,9 @@
 // The executor pool: reads go to the least busy process; writes to one database go through its lane, one group
 // at a time, so writes are serialized without SQLITE_BUSY and concurrent requests share one commit.
 import { randomBytes } from 'node:crypto';
-import type { Frame } from './protocol.ts';
 import type { ExecutorLimits } from './handles.ts';
-import { ExecutorProcess, LostError } from './process.ts';
+import { LostError } from './process.ts';
+import { Scheduler } from './scheduler.ts';
 import type { Scope } from '../contract.ts';
 import { ApiError } from '../../shared/errors.ts';
 
@@ -41,67 +41,25 @@ interface Lane {
 
 const MAX_GROUP = 256;
 const MAX_GROUP_BYTES = 8 * 1024 * 1024;
-/** A process whose running message is older than this is treated as busy for new work. */
-const SLOW_MS = 20;
 
 export class ExecutorPool {
-  private readonly procs: ExecutorProcess[] = [];
+  private readonly scheduler: Scheduler;
   private readonly lanes = new Map<string, Lane>();
-  private readonly watchdog: NodeJS.Timeout;
-  private closing = false;
-
   private readonly opts: PoolOptions;
 
   constructor(opts: PoolOptions) {
     this.opts = opts;
-    for (let i = 0; i < opts.processes; i++) this.procs.push(this.spawn());
-    this.watchdog = setInterval(() => this.checkBudgets(), 25).unref();
+    this.scheduler = new Scheduler(opts.processes, opts.limits, (pid) => opts.onRestart(pid, 'stopped'));
   }
 
-  private spawn(): ExecutorProcess {
-    return new ExecutorProcess(this.opts.limits, (dead) => {
-      const i = this.procs.indexOf(dead);
-      if (i === -1 || this.closing) return;
-      this.procs[i] = this.spawn();
-      this.opts.onRestart(dead.pid, 'stopped');
-    });
-  }
-
-  private checkBudgets(): void {
-    const now = performance.now();
-    for (const p of this.procs) if (p.overBudget(now)) p.killForTimeout();
-  }
-
-  /** The least busy live process; a process stuck on a long statement is avoided while another can serve. */
-  private pick(): ExecutorProcess {
-    const now = performance.now();
-    let best = this.procs[0]!;
-    let bestScore = Infinity;
-    for (const p of this.procs) {
-      if (!p.alive) continue;
-      const score = p.inflight + (p.runningFor(now) > SLOW_MS ? 1000 : 0);
-      if (score < bestScore) {
-        best = p;
-        bestScore = score;
-      }
-    }
-    return best;
-  }
-
-  private async sendAnywhere(header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
-    for (;;) {
-      try {
-        return await this.pick().send(header, body, budgetMs);
-      } catch (e) {
-        if (!(e instanceof LostError) || e.reason !== 'unstarted' || this.closing) throw e;
-      }
-    }
+  private get closing(): boolean {
+    return this.scheduler.closing;
   }
 
   /** A read-only operation (query, status, changes, snapshot). */
   async read(header: Record<string, unknown>, body?: Buffer, budgetMs = this.opts.timeoutMs): Promise<ExecReply> {
     try {
-      const frame = await this.sendAnywhere(header, body, budgetMs);
+      const frame = await this.scheduler.run(false, header, body, budgetMs);
       return { status: frame.header.s as number, body: frame.body };
     } catch (e) {
       throw lostToApiError(e, budgetMs);
@@ -160,7 +118,7 @@ export class ExecutorPool {
     };
     const budget = this.opts.timeoutMs;
     try {
-      const frame = await this.sendAnywhere(header, items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body)), budget);
+      const frame = await this.scheduler.run(true, header, items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body)), budget);
       const replies = frame.header.items as { s: number; v?: number; n: number }[];
       let off = 0;
       replies.forEach((r, i) => {
@@ -184,7 +142,7 @@ export class ExecutorPool {
     }
     let committed = false;
     try {
-      const probe = await this.sendAnywhere({ op: 'probe', path, token }, undefined, this.opts.timeoutMs);
+      const probe = await this.scheduler.run(true, { op: 'probe', path, token }, undefined, this.opts.timeoutMs);
       committed = probe.header.committed === true;
     } catch {
       committed = false; // the probe itself failed: treat as not committed only if the file says so next time
@@ -202,19 +160,17 @@ export class ExecutorPool {
 
   /** Every process, for broadcasting (e.g. forgetting a database). */
   async broadcast(header: object): Promise<void> {
-    await Promise.all(this.procs.map((p) => p.send(header, undefined, this.opts.timeoutMs).catch(() => undefined)));
+    await this.scheduler.broadcast(header, this.opts.timeoutMs);
   }
 
   pids(): (number | undefined)[] {
-    return this.procs.map((p) => p.pid);
+    return this.scheduler.pids();
   }
 
   async close(): Promise<void> {
     // Let queued writes finish: a write that was accepted is answered.
     while ([...this.lanes.values()].some((l) => l.busy)) await new Promise((r) => setTimeout(r, 10));
-    this.closing = true;
-    clearInterval(this.watchdog);
-    await Promise.all(this.procs.map((p) => p.close()));
+    await this.scheduler.close();
   }
 }
 

@@ -23,6 +23,8 @@ export class LostError extends Error {
 interface Pending {
   seq: number;
   budgetMs: number;
+  /** The caller's job, so a scheduler can see what waits behind a slow statement. */
+  tag: unknown;
   resolve: (f: Frame) => void;
   reject: (e: LostError) => void;
 }
@@ -40,9 +42,11 @@ export class ExecutorProcess {
   alive = true;
 
   private readonly onDeath: (p: ExecutorProcess) => void;
+  private readonly onReply: () => void;
 
-  constructor(limits: ExecutorLimits, onDeath: (p: ExecutorProcess) => void) {
+  constructor(limits: ExecutorLimits, onDeath: (p: ExecutorProcess) => void, onReply: () => void) {
     this.onDeath = onDeath;
+    this.onReply = onReply;
     this.child = spawn(process.execPath, [CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'] });
     this.channel = this.child.stdio[3] as Socket;
     this.channel.on('data', (chunk: Buffer) => {
@@ -76,12 +80,17 @@ export class ExecutorProcess {
     return p !== undefined && now - this.headStartedAt > p.budgetMs;
   }
 
-  send(header: object, body: Buffer | string | undefined, budgetMs: number): Promise<Frame> {
+  /** The tags of messages sent but not started (behind the running one). */
+  waiting(): unknown[] {
+    return this.queue.slice(this.head + 1).map((p) => p.tag);
+  }
+
+  send(header: object, body: Buffer | string | undefined, budgetMs: number, tag?: unknown): Promise<Frame> {
     if (!this.alive) return Promise.reject(new LostError('unstarted'));
     const seq = (this.seq = (this.seq + 1) >>> 0);
     return new Promise<Frame>((resolve, reject) => {
       if (this.inflight === 0) this.headStartedAt = performance.now();
-      this.queue.push({ seq, budgetMs, resolve, reject });
+      this.queue.push({ seq, budgetMs, tag, resolve, reject });
       this.channel.write(encodeFrame(seq, header, body));
     });
   }
@@ -96,6 +105,7 @@ export class ExecutorProcess {
     }
     this.headStartedAt = performance.now();
     p.resolve(frame);
+    this.onReply();
   }
 
   /** Stops a runaway statement: SIGKILL is the one stop a native SQLite step cannot ignore. */

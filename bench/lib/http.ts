@@ -1,0 +1,31 @@
+// A tiny HTTP client for set-up and probes (node:http: it lets us set Host, which fetch does not).
+import { Agent, request } from 'node:http';
+
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+
+export interface HttpResponse { status: number; headers: Record<string, string | string[] | undefined>; body: string }
+
+export function http(url: string, opts: { method?: string; headers?: Record<string, string>; body?: string; timeoutMs?: number } = {}): Promise<HttpResponse> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: opts.method ?? 'GET', headers: opts.headers, agent, timeout: opts.timeoutMs ?? 60_000 }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error(`timeout: ${url}`)));
+    req.on('error', reject);
+    req.end(opts.body);
+  });
+}
+
+/** POSTs JSON and returns the parsed reply; throws with status and body unless 2xx. */
+export async function postJson(url: string, headers: Record<string, string>, value: unknown): Promise<unknown> {
+  const res = await http(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(value) });
+  if (res.status < 200 || res.status > 299) throw new Error(`HTTP ${res.status} from ${new URL(url).pathname}: ${res.body.slice(0, 300)}`);
+  return res.body ? JSON.parse(res.body) : null;
+}
+
+export function closeHttp(): void {
+  agent.destroy();
+}

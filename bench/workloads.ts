@@ -1,0 +1,150 @@
+// Every workload of the suite: which setup it runs against, what one request is, and how it compares.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { buildRequests, randomId, type LoadRequest } from './lib/loadgen.ts';
+import { track } from './lib/proc.ts';
+import { http } from './lib/http.ts';
+import { Unavailable } from './lib/unavailable.ts';
+import { dbHeaders, ORG, REPO, type Instance } from './scopebase/instance.ts';
+import { runMemory } from './scopebase/memory.ts';
+import { obtainSessionCookie } from './scopebase/session.ts';
+import { INSERT, POINT_READ, RANGE_READ, ROWS } from './servers/seed.ts';
+import type { Running } from './setups.ts';
+
+export type Kind = 'read' | 'write' | 'floor';
+
+/** A load against a running server: its base URL and pre-built requests. */
+export interface Load { url: string; requests: LoadRequest[] }
+
+export interface Measured { rps: number; p50: number; p99: number; cpu?: number; total?: number; extra?: Record<string, unknown> }
+
+export interface Workload {
+  name: string;
+  setup: string;
+  kind: Kind;
+  what: string;
+  smoke?: boolean;
+  /** The load to apply; throw Unavailable when the product cannot serve it yet. */
+  load?(r: Running): Promise<Load>;
+  /** A workload that measures itself (no HTTP load). */
+  run?(opts: { warmup: number; duration: number; smoke: boolean }): Promise<Measured>;
+}
+
+export { Unavailable };
+
+// Pre-built requests per load (ids vary; autocannon cycles through them). Kept small: autocannon deep-clones and
+// serializes the whole list once per connection at the start of each run, inside the measured window.
+const N = 1024;
+const N_BATCH = 32;
+const json = { 'content-type': 'application/json' };
+
+function simple(path: string, body: (i: number) => unknown): (r: Running) => Promise<Load> {
+  return async (r) => ({ url: r.url, requests: buildRequests(N, (i) => ({ method: 'POST', path, headers: json, body: JSON.stringify(body(i)) })) });
+}
+
+type Target = 'proxy' | 'direct';
+const pointRead = () => ({ sql: POINT_READ, params: [randomId(ROWS)] });
+const rangeRead = () => ({ sql: RANGE_READ, params: [randomId(ROWS - 9)] });
+const oneInsert = (i: number) => ({ sql: INSERT, params: [`bench todo ${i}`] });
+const batchInsert = (i: number) => ({ statements: Array.from({ length: 100 }, (_, j) => ({ sql: INSERT, params: [`bench batch ${i}.${j}`] })) });
+
+/** A scopebase /_db load through the proxy, or straight to the database control service (split mode). */
+function db(op: 'query' | 'execute', target: Target, body: (i: number) => unknown, n = N): (r: Running) => Promise<Load> {
+  return async (r) => {
+    const inst = r.instance!;
+    let url = r.url;
+    if (target === 'direct') {
+      if (!r.dbUrl) throw new Unavailable('no database control service URL');
+      url = r.dbUrl;
+    }
+    const headers = target === 'direct' ? await directHeaders(inst) : dbHeaders(inst);
+    const path = `/${REPO}/_db/${op}`;
+    return { url, requests: buildRequests(n, (i) => ({ method: 'POST', path, headers, body: JSON.stringify(body(i)) })) };
+  };
+}
+
+/** What the proxy adds when it forwards to `serve db` (src/db/remote.ts): the org and the proxy token. */
+async function directHeaders(inst: Instance): Promise<Record<string, string>> {
+  let remote: { proxyToken(rootKey: Buffer): string; PROXY_TOKEN_HEADER: string };
+  try {
+    remote = await import('../src/db/remote.ts');
+  } catch (e) {
+    throw new Unavailable(`src/db/remote.ts: ${(e as Error).message}`);
+  }
+  return { ...dbHeaders(inst), 'x-scopebase-org': ORG, [remote.PROXY_TOKEN_HEADER]: remote.proxyToken(inst.rootKey) };
+}
+
+function sbGroup(prefix: string, setup: string, target: Target, smoke: boolean): Workload[] {
+  const where = target === 'direct' ? 'direct to the database control service' : setup === 'sb-split' ? 'through the proxy as its own process' : 'through the proxy, one process';
+  return [
+    { name: `${prefix}-read`, setup, kind: 'read', smoke, what: `point read by primary key, 100k rows, ${where}`, load: db('query', target, pointRead) },
+    { name: `${prefix}-range`, setup, kind: 'read', what: `10-row range read, ${where}`, load: db('query', target, rangeRead) },
+    { name: `${prefix}-insert`, setup, kind: 'write', smoke, what: `single-row insert, ${where}`, load: db('execute', target, oneInsert) },
+    { name: `${prefix}-batch100`, setup, kind: 'write', what: `100-row batch insert (one transaction), ${where}`, load: db('execute', target, batchInsert, N_BATCH) },
+  ];
+}
+
+function engine(mode: 'read' | 'insert'): Workload['run'] {
+  return async ({ warmup, duration }) => {
+    const dir = mkdtempSync(join(tmpdir(), 'bench-engine-'));
+    try {
+      const out = await new Promise<string>((resolve, reject) => {
+        const child = track(spawn(process.execPath, [fileURLToPath(new URL('./engine.ts', import.meta.url)), join(dir, 'engine.db'), mode, String(warmup), String(duration)], { stdio: ['ignore', 'pipe', 'inherit'] }));
+        let s = '';
+        child.stdout!.on('data', (c: Buffer) => { s += c; });
+        child.on('exit', (code) => (code === 0 ? resolve(s) : reject(new Error(`engine exited ${code}`))));
+      });
+      const r = JSON.parse(out) as Measured;
+      return { ...r, cpu: 100 }; // one synchronous loop: one core by construction
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  };
+}
+
+export const WORKLOADS: Workload[] = [
+  {
+    name: 'floor', setup: 'floor', kind: 'floor', smoke: true, what: 'bare node:http, small JSON',
+    load: async (r) => ({ url: r.url, requests: [{ method: 'GET', path: '/' }] }),
+  },
+  { name: 'simple-read', setup: 'simple', kind: 'read', smoke: true, what: 'node:http + node:sqlite, point read', load: simple('/read', () => ({ id: randomId(ROWS) })) },
+  { name: 'simple-insert', setup: 'simple', kind: 'write', smoke: true, what: 'node:http + node:sqlite, autocommit insert (sync=FULL)', load: simple('/insert', (i) => ({ title: `bench todo ${i}` })) },
+  { name: 'engine-read', setup: 'engine', kind: 'read', what: 'node:sqlite in-process point read, no HTTP', run: engine('read') },
+  { name: 'engine-insert', setup: 'engine', kind: 'write', smoke: true, what: 'node:sqlite in-process autocommit insert (sync=FULL), no HTTP', run: engine('insert') },
+  { name: 'd1-read', setup: 'd1', kind: 'read', smoke: true, what: 'D1 local (miniflare/workerd), point read', load: simple('/read', () => ({ id: randomId(ROWS) })) },
+  { name: 'd1-insert', setup: 'd1', kind: 'write', what: 'D1 local (miniflare/workerd), insert', load: simple('/insert', (i) => ({ title: `bench todo ${i}` })) },
+  ...sbGroup('sb', 'sb-one', 'proxy', true),
+  {
+    name: 'sb-verify', setup: 'sb-one', kind: 'read', what: 'GET /_account/verify with a session',
+    load: async (r) => {
+      const cookie = await obtainSessionCookie(r.instance!);
+      if (!cookie) throw new Unavailable('no session: obtainSessionCookie() is a TODO until the account service lands');
+      return { url: r.url, requests: [{ method: 'GET', path: `/${REPO}/_account/verify`, headers: { host: r.instance!.host, cookie } }] };
+    },
+  },
+  ...sbGroup('sb-split', 'sb-split', 'proxy', false),
+  ...sbGroup('sb-direct', 'sb-split', 'direct', false),
+  { name: 'sb-mirrors-insert', setup: 'sb-mirrors', kind: 'write', what: 'single-row insert with two mirrors configured', load: db('execute', 'proxy', oneInsert) },
+  {
+    name: 'sb-memory', setup: 'memory', kind: 'write', smoke: true, what: 'touch N databases once; RSS; restart time',
+    run: async ({ smoke }) => {
+      const m = await runMemory(smoke ? 100 : 10_000);
+      return { rps: m.touchesPerSecond, p50: NaN, p99: NaN, extra: { ...m } };
+    },
+  },
+];
+
+/** Sends the first request of a load once: a product that answers non-2xx is "unavailable" with its reply. */
+export async function probe(load: Load): Promise<{ ok: true } | { ok: false; reason: string }> {
+  const req = load.requests[0]!;
+  try {
+    const res = await http(load.url + req.path, { method: req.method, headers: req.headers, body: req.body, timeoutMs: 30_000 });
+    if (res.status >= 200 && res.status < 300) return { ok: true };
+    return { ok: false, reason: `HTTP ${res.status}: ${res.body.slice(0, 200)}` };
+  } catch (e) {
+    return { ok: false, reason: (e as Error).message };
+  }
+}

@@ -1,0 +1,190 @@
+// SPEC 7.1 routes, mounted inside the account plugin (prefix /:repo/_account).
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Config } from '../../shared/config.ts';
+import { ApiError } from '../../shared/errors.ts';
+import { parseJsonObject } from '../../shared/http.ts';
+import { checkRepo } from '../../shared/names.ts';
+import { bearerToken, verifyRepoSecret } from '../../shared/secrets.ts';
+import type { ResolvedSession, SessionResolver } from '../contract.ts';
+import { assertSameSite } from '../same-site.ts';
+import { checkCredentialName, checkExpiresAt, checkUserId, formValue, isExpired, parseForm, parsePutBody, type FormInput } from './input.ts';
+import { SealError, type Identity } from './seal.ts';
+import type { Actor, CredentialStore, CredentialValue } from './store.ts';
+
+export const RUNTIME_ACTOR = 'runtime';
+
+type Params = { repo: string; plugin?: string; name?: string; '*'?: string };
+type Req = FastifyRequest<{ Params: Params; Querystring: Record<string, unknown> }>;
+
+interface Deps {
+  store: CredentialStore;
+  config: Config;
+  resolveSession: SessionResolver;
+}
+
+/** Who is calling: the runtime (Bearer secret of this repo, acting for ?user=) or a user with a session. */
+type Caller = { kind: 'runtime'; user: string } | { kind: 'user'; user: string; session: ResolvedSession };
+
+function unauthorized(message: string): ApiError {
+  return new ApiError('unauthorized', message, undefined, { 'www-authenticate': 'Bearer' });
+}
+
+function checkRuntime(req: Req, config: Config, repo: string): void {
+  const header = req.headers.authorization;
+  const token = bearerToken(typeof header === 'string' ? header : undefined);
+  if (token === null) throw unauthorized('this call needs the repo\'s secret: Authorization: Bearer <secret>');
+  if (!verifyRepoSecret(config.rootKeys, req.org, repo, token)) throw unauthorized('wrong secret for this repo');
+}
+
+async function requireSession(req: Req, resolve: SessionResolver): Promise<ResolvedSession> {
+  const session = await resolve(req);
+  if (!session || session.org !== req.org) throw new ApiError('unauthenticated', 'sign in first: no valid session for this organization');
+  return session;
+}
+
+/** The runtime form is chosen by an Authorization header or a ?user= parameter; otherwise it is the user's own session. */
+async function caller(req: Req, deps: Deps, repo: string, write: boolean): Promise<Caller> {
+  if (req.headers.authorization !== undefined || req.query.user !== undefined) {
+    checkRuntime(req, deps.config, repo);
+    return { kind: 'runtime', user: checkUserId(req.query.user) };
+  }
+  const session = await requireSession(req, deps.resolveSession);
+  if (write) assertSameSite(req);
+  return { kind: 'user', user: session.user.id, session };
+}
+
+function actor(req: Req, c: Caller): Actor {
+  return { actor: c.kind === 'runtime' ? RUNTIME_ACTOR : c.user, requestId: req.id };
+}
+
+/** Names first (SPEC 2: before authentication). */
+function target(req: Req): { repo: string; plugin: string; name: string } {
+  const repo = checkRepo(req.params.repo);
+  return { repo, plugin: checkCredentialName('plugin', req.params.plugin), name: checkCredentialName('name', req.params.name) };
+}
+
+/** parseJsonObject, but a malformed body's message never quotes the body (it may hold a secret). */
+function jsonBody(body: unknown): Record<string, unknown> {
+  try {
+    return parseJsonObject(body);
+  } catch (e) {
+    if (e instanceof ApiError && e.message.startsWith('malformed JSON')) throw new ApiError('invalid_request', 'malformed JSON in the request body');
+    throw e;
+  }
+}
+
+function opened<T>(req: Req, id: Identity, fn: () => T): T {
+  try {
+    return fn();
+  } catch (e) {
+    if (e instanceof SealError) {
+      req.log.error({ credential: { repo: id.repo, plugin: id.plugin, name: id.name }, reason: e.reason }, 'a stored credential could not be opened');
+      throw new ApiError('internal', 'the stored credential could not be opened (it was altered or its key is missing); the operator has the details in the log');
+    }
+    throw e;
+  }
+}
+
+function put(req: Req, deps: Deps, id: Identity, value: CredentialValue, expiresAt: string | null, by: Actor) {
+  const out = deps.store.put(id, value, expiresAt, by);
+  req.log.info({ credential: { repo: id.repo, plugin: id.plugin, name: id.name }, action: out.created ? 'create' : 'replace', actor: by.actor === RUNTIME_ACTOR ? RUNTIME_ACTOR : 'user' }, 'credential stored');
+  return out;
+}
+
+function remove(req: Req, deps: Deps, id: Identity, by: Actor): void {
+  if (!deps.store.delete(id, by)) throw new ApiError('not_found', `no credential ${id.plugin}/${id.name}`);
+  req.log.info({ credential: { repo: id.repo, plugin: id.plugin, name: id.name }, action: 'delete', actor: by.actor === RUNTIME_ACTOR ? RUNTIME_ACTOR : 'user' }, 'credential deleted');
+}
+
+/** Where a form post goes back to: the account page, with a status the page shows from a fixed list. */
+export function accountPage(repo: string, query: string): string {
+  return `/${repo}/_account/${query ? `?${query}` : ''}`;
+}
+
+async function handleForm(req: Req, reply: FastifyReply, deps: Deps): Promise<FastifyReply> {
+  const repo = checkRepo(req.params.repo);
+  // Names in the path come from the page itself: a bad one is a bad request, not a form mistake.
+  if (req.params.plugin !== undefined) target(req);
+  const session = await requireSession(req, deps.resolveSession);
+  assertSameSite(req);
+  const input: FormInput = parseForm(req.headers['content-type'], req.body);
+  try {
+    const plugin = checkCredentialName('plugin', req.params.plugin ?? input.plugin);
+    const name = checkCredentialName('name', req.params.name ?? input.name);
+    const id: Identity = { org: req.org, repo, user: session.user.id, plugin, name };
+    const by = { actor: session.user.id, requestId: req.id };
+    if (input.method === 'delete') {
+      remove(req, deps, id, by);
+      return reply.code(303).header('location', accountPage(repo, 'credentials=deleted')).header('cache-control', 'no-store').send();
+    }
+    const value = formValue(input);
+    const expires = input.expiresAt === null ? null : checkExpiresAt(input.expiresAt);
+    const out = put(req, deps, id, value, expires, by);
+    return reply.code(303).header('location', accountPage(repo, `credentials=${out.created ? 'created' : 'replaced'}`)).header('cache-control', 'no-store').send();
+  } catch (e) {
+    if (e instanceof ApiError && e.status < 500) {
+      return reply.code(303).header('location', accountPage(repo, `credentials_error=${e.code}`)).header('cache-control', 'no-store').send();
+    }
+    throw e;
+  }
+}
+
+export function registerRoutes(app: FastifyInstance, deps: Deps): void {
+  app.addHook('onSend', async (_req, reply) => {
+    reply.header('cache-control', 'no-store');
+  });
+
+  app.get('/credentials', async (req: Req) => {
+    const repo = checkRepo(req.params.repo);
+    const session = await requireSession(req, deps.resolveSession);
+    return { credentials: deps.store.list(req.org, repo, session.user.id) };
+  });
+
+  app.get('/credentials/:plugin/:name', async (req: Req) => {
+    const { repo, plugin, name } = target(req);
+    if (req.headers.authorization === undefined && req.query.user === undefined) {
+      // Values are never readable with the cookie alone: a signed-in user is a valid caller that may not do this.
+      const session = await deps.resolveSession(req);
+      if (session && session.org === req.org) throw new ApiError('forbidden', 'credential values are only readable by the runtime with the repo\'s secret; GET /credentials lists yours');
+      throw unauthorized('this call needs the repo\'s secret: Authorization: Bearer <secret>');
+    }
+    checkRuntime(req, deps.config, repo);
+    const user = checkUserId(req.query.user);
+    const id: Identity = { org: req.org, repo, user, plugin, name };
+    const meta = deps.store.meta(id);
+    if (!meta) throw new ApiError('not_found', `no credential ${plugin}/${name} for this user`);
+    if (isExpired(meta.expiresAt)) throw new ApiError('not_found', `the credential ${plugin}/${name} expired at ${meta.expiresAt}`);
+    const got = opened(req, id, () => deps.store.read(id, { actor: RUNTIME_ACTOR, requestId: req.id }));
+    if (!got) throw new ApiError('not_found', `no credential ${plugin}/${name} for this user`);
+    return { plugin, name, value: got.value, expiresAt: got.meta.expiresAt };
+  });
+
+  app.put('/credentials/:plugin/:name', async (req: Req, reply) => {
+    const { repo, plugin, name } = target(req);
+    const c = await caller(req, deps, repo, true);
+    const { value, expiresAt } = parsePutBody(jsonBody(req.body));
+    const out = put(req, deps, { org: req.org, repo, user: c.user, plugin, name }, value, expiresAt, actor(req, c));
+    return reply.code(out.created ? 201 : 200).send(out.meta);
+  });
+
+  app.delete('/credentials/:plugin/:name', async (req: Req, reply) => {
+    const { repo, plugin, name } = target(req);
+    const c = await caller(req, deps, repo, true);
+    remove(req, deps, { org: req.org, repo, user: c.user, plugin, name }, actor(req, c));
+    return reply.code(204).send();
+  });
+
+  // Plain HTML forms (no JavaScript) can only POST: _method=put|delete, then 303 back to the account page.
+  app.post('/credentials/form', (req: Req, reply) => handleForm(req, reply, deps));
+  app.post('/credentials/:plugin/:name', (req: Req, reply) => handleForm(req, reply, deps));
+
+  // Anything else under /credentials/: a name with a slash, an over-long name, or a method this path does not take.
+  app.all('/credentials/*', async (req: Req) => {
+    checkRepo(req.params.repo);
+    const parts = (req.params['*'] ?? '').split('/');
+    if (parts.length !== 2) throw new ApiError('invalid_name', 'plugin and name may not contain "/": the path is /credentials/{plugin}/{name}');
+    checkCredentialName('plugin', parts[0]);
+    checkCredentialName('name', parts[1]);
+    throw new ApiError('not_found', `${req.method} is not a method of /credentials/{plugin}/{name}`);
+  });
+}

@@ -1,0 +1,124 @@
+// The built-in development identity provider: a real OpenID Connect provider (oidc-provider) on its own loopback port,
+// with a one-field sign-in form. Never started under NODE_ENV=production.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createHash, generateKeyPairSync, randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import Provider, { type Ctx } from 'oidc-provider';
+import type { Logger } from '../../shared/log.ts';
+import { escapeHtml, page, PAGE_CSP } from '../pages/layout.ts';
+import { MemoryAdapter } from './dev-idp-adapter.ts';
+
+export interface DevIdp { issuer: string; clientId: string; clientSecret: string; close(): Promise<void> }
+
+interface DevAccount { sub: string; email: string; name: string; login: string }
+
+const EMAIL = /^[^\s@<>"]{1,64}@[^\s@<>"]{1,190}$/;
+
+// The sign-in form's answer redirects to the application (another origin): form-action 'self' would block that in Chromium.
+const IDP_CSP = PAGE_CSP.replace(" form-action 'self';", '');
+
+function send(res: ServerResponse, status: number, html: string): void {
+  res.writeHead(status, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'content-security-policy': IDP_CSP, 'x-frame-options': 'DENY' });
+  res.end(html);
+}
+
+function readForm(req: IncomingMessage, limit = 4096): Promise<URLSearchParams> {
+  return new Promise((resolve, reject) => {
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (chunk: string) => {
+      body += chunk;
+      if (body.length > limit) req.destroy(new Error('form too large'));
+    });
+    req.on('end', () => resolve(new URLSearchParams(body)));
+    req.on('error', reject);
+  });
+}
+
+function loginForm(uid: string, client: string, error?: string): string {
+  return page('Development sign-in', `
+<h1>Development sign-in</h1>
+<p class="muted">This is scopebase's built-in identity provider for local development. Any email address signs in; nothing is checked.
+It never runs under <code>NODE_ENV=production</code>.</p>
+${error ? `<p class="card error" role="alert">${escapeHtml(error)}</p>` : ''}
+<form method="post" action="/interaction/${escapeHtml(uid)}" class="card">
+  <label for="email">Email</label>
+  <input id="email" name="email" type="email" required autocomplete="email" value="dev@example.com">
+  <label for="name">Name</label>
+  <input id="name" name="name" type="text" autocomplete="name" value="Dev User" maxlength="100">
+  <p><button class="primary" type="submit">Sign in</button></p>
+</form>
+<p class="muted">Signing in to <code>${escapeHtml(client)}</code>.</p>`);
+}
+
+/** `callbackPattern` decides which redirect URIs the development client may use (any org and repo on BASE_DOMAIN). */
+export async function startDevIdp(opts: { logger: Logger; host?: string; callbackPattern: RegExp }): Promise<DevIdp> {
+  const host = opts.host ?? '127.0.0.1';
+  const accounts = new Map<string, DevAccount>();
+  const clientId = 'scopebase-dev';
+  const clientSecret = randomBytes(32).toString('base64url');
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  const issuer = `http://${host}:${(server.address() as AddressInfo).port}`;
+
+  const provider = new Provider(issuer, {
+    clients: [{ client_id: clientId, client_secret: clientSecret, redirect_uris: ['http://acme.localhost/web/_account/callback'], grant_types: ['authorization_code'], response_types: ['code'] }],
+    jwks: { keys: [{ ...generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' }), use: 'sig', alg: 'RS256' }] },
+    cookies: { keys: [randomBytes(32).toString('base64url')] },
+    claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name', 'preferred_username'] },
+    features: { devInteractions: { enabled: false } },
+    adapter: MemoryAdapter,
+    ttl: { AccessToken: 600, AuthorizationCode: 60, IdToken: 600, Interaction: 600, Session: 3600, Grant: 3600 },
+    interactions: { url: (_ctx: unknown, interaction: { uid: string }) => `/interaction/${interaction.uid}` },
+    findAccount: async (_ctx: unknown, sub: string) => {
+      const a = accounts.get(sub);
+      if (!a) return undefined;
+      return { accountId: sub, claims: async () => ({ sub, email: a.email, email_verified: true, name: a.name, preferred_username: a.login }) };
+    },
+    // First-party development client: consent is implied, so grant what was asked.
+    loadExistingGrant: async (ctx: Ctx) => {
+      const id = ctx.oidc.result?.consent?.grantId ?? ctx.oidc.session.grantIdFor(ctx.oidc.client.clientId);
+      if (id) return provider.Grant.find(id);
+      if (!ctx.oidc.session.accountId) return undefined;
+      const grant = new provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
+      grant.addOIDCScope('openid email profile');
+      await grant.save();
+      return grant;
+    },
+  });
+  // Any org and repo may sign in, so the exact-match redirect URI list gives way to the product's own callback shape.
+  provider.Client.prototype.redirectUriAllowed = (uri: string) => opts.callbackPattern.test(uri);
+  provider.on('server_error', (_ctx, err) => opts.logger.error({ err }, 'development identity provider error'));
+
+  const handle = provider.callback();
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const m = /^\/interaction\/([A-Za-z0-9_-]{1,64})$/.exec(req.url?.split('?')[0] ?? '');
+    if (!m) return handle(req, res);
+    interaction(req, res, m[1]!).catch((err) => {
+      opts.logger.warn({ err: { message: (err as Error).message } }, 'development sign-in failed');
+      if (!res.headersSent) send(res, 400, page('Sign-in failed', '<h1>Sign-in failed</h1><p>This sign-in attempt expired. Go back to the application and start again.</p>'));
+    });
+  });
+
+  async function interaction(req: IncomingMessage, res: ServerResponse, uid: string): Promise<void> {
+    const details = await provider.interactionDetails(req, res);
+    const client = String(details.params.client_id ?? '');
+    if (req.method === 'GET') return send(res, 200, loginForm(uid, client));
+    if (req.method !== 'POST') return send(res, 405, page('Method not allowed', '<h1>Method not allowed</h1>'));
+    const form = await readForm(req);
+    const email = (form.get('email') ?? '').trim().toLowerCase();
+    if (!EMAIL.test(email)) return send(res, 400, loginForm(uid, client, 'Enter an email address.'));
+    const name = (form.get('name') ?? '').trim().slice(0, 100) || email.split('@')[0]!;
+    const sub = `dev-${createHash('sha256').update(email).digest('hex').slice(0, 24)}`;
+    accounts.set(sub, { sub, email, name, login: email.split('@')[0]! });
+    await provider.interactionFinished(req, res, { login: { accountId: sub } }, { mergeWithLastSubmission: false });
+  }
+
+  return {
+    issuer, clientId, clientSecret,
+    close: () => new Promise<void>((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    }),
+  };
+}

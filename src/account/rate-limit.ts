@@ -1,0 +1,28 @@
+// Login flood protection: an in-memory token bucket per client address, bounded in size.
+import { ApiError } from '../shared/errors.ts';
+
+export interface RateLimitOptions { burst: number; perMinute: number; maxClients?: number }
+
+export class RateLimiter {
+  private readonly buckets = new Map<string, { tokens: number; at: number }>();
+  private readonly opts: Required<RateLimitOptions>;
+
+  constructor(opts: RateLimitOptions) {
+    this.opts = { maxClients: 10_000, ...opts };
+  }
+
+  /** Takes one token for `key` or throws 429 rate_limited with Retry-After. */
+  take(key: string, now = Date.now()): void {
+    const perMs = this.opts.perMinute / 60_000;
+    const prev = this.buckets.get(key);
+    const tokens = prev ? Math.min(this.opts.burst, prev.tokens + (now - prev.at) * perMs) : this.opts.burst;
+    this.buckets.delete(key); // re-inserted last: the Map's order is least recently used first
+    if (tokens < 1) {
+      this.buckets.set(key, { tokens, at: now });
+      const retryAfter = Math.max(1, Math.ceil((1 - tokens) / perMs / 1000));
+      throw new ApiError('rate_limited', 'too many sign-in attempts from this address; try again later', { retryAfterSeconds: retryAfter }, { 'retry-after': String(retryAfter) });
+    }
+    this.buckets.set(key, { tokens: tokens - 1, at: now });
+    if (this.buckets.size > this.opts.maxClients) this.buckets.delete(this.buckets.keys().next().value!);
+  }
+}

@@ -1,0 +1,17 @@
+// SPEC 7: return_to must be a path on the same host; anything else falls back to /{repo}/.
+
+/** Returns `raw` when it is a plain same-host path, else `/{repo}/`. */
+export function safeReturnTo(raw: unknown, repo: string): string {
+  const fallback = `/${repo}/`;
+  if (typeof raw !== 'string' || raw.length === 0 || raw.length > 2048) return fallback;
+  // Browsers treat `\` as `/`, and strip tabs/newlines inside URLs: refuse them so `/\evil` or `/\t/evil` cannot become `//evil`.
+  if (!raw.startsWith('/') || raw.startsWith('//') || /[\\]/.test(raw) || [...raw].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f)) return fallback;
+  try {
+    // Resolving against a dummy origin must keep that origin: no scheme or authority slipped through.
+    const u = new URL(raw, 'http://same.invalid');
+    if (u.origin !== 'http://same.invalid') return fallback;
+  } catch {
+    return fallback;
+  }
+  return raw;
+}

@@ -1,0 +1,42 @@
+// GET /verify (forward-auth check) and POST /logout (server-side revocation), SPEC 7.
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { ApiError } from '../../shared/errors.ts';
+import { checkRepo } from '../../shared/names.ts';
+import { assertSameSite } from '../same-site.ts';
+import { wantsHtml } from '../request-info.ts';
+import { safeReturnTo } from '../return-to.ts';
+import type { Sessions } from '../sessions.ts';
+import { headerValue } from '../identity-headers.ts';
+
+type Req = FastifyRequest<{ Params: { repo: string } }>;
+
+export async function sessionRoutes(app: FastifyInstance, deps: { sessions: Sessions }): Promise<void> {
+  app.get('/verify', async (req: Req, reply) => {
+    checkRepo(req.params.repo);
+    reply.header('cache-control', 'no-store');
+    const session = await deps.sessions.resolve(req);
+    if (!session) throw new ApiError('unauthenticated', 'no valid session for this organization; sign in first');
+    const { user } = session;
+    reply.header('x-auth-user-id', user.id);
+    if (user.email) reply.header('x-auth-user-email', headerValue(user.email));
+    return {
+      user: { id: user.id, name: user.name, email: user.email, login: user.login, avatarUrl: user.avatarUrl },
+      session: { expiresAt: session.expiresAt.toISOString() },
+      org: session.org,
+    };
+  });
+
+  app.post('/logout', async (req: Req, reply) => {
+    const repo = checkRepo(req.params.repo);
+    assertSameSite(req);
+    deps.sessions.revoke(req, reply);
+    reply.header('cache-control', 'no-store');
+    // A form post from the account page goes back to a page; an API caller just gets 204.
+    const form = Buffer.isBuffer(req.body) && /^application\/x-www-form-urlencoded\b/.test(String(req.headers['content-type'] ?? ''));
+    if (form || wantsHtml(req)) {
+      const fields = form ? new URLSearchParams((req.body as Buffer).toString('utf8')) : null;
+      return reply.redirect(safeReturnTo(fields?.get('return_to') ?? `/${repo}/_account/`, repo), 303);
+    }
+    return reply.code(204).send();
+  });
+}

@@ -1,0 +1,128 @@
+// GET /login and GET /callback: the OAuth / OIDC sign-in (SPEC 7). Pending state lives server-side, one use, ten minutes.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import * as oidc from 'openid-client';
+import { ApiError } from '../../shared/errors.ts';
+import { sendError, toApiError } from '../../shared/http.ts';
+import { checkRepo } from '../../shared/names.ts';
+import { cookieName, LOGIN_COOKIE, readCookie, serializeCookie } from '../cookies.ts';
+import { escapeHtml, sendPage } from '../pages/layout.ts';
+import type { SignInProvider } from '../providers/index.ts';
+import type { RateLimiter } from '../rate-limit.ts';
+import { requestInfo, wantsHtml } from '../request-info.ts';
+import { safeReturnTo } from '../return-to.ts';
+import type { Sessions } from '../sessions.ts';
+import type { AccountStore } from '../store.ts';
+import { isTokenShaped, newToken } from '../tokens.ts';
+
+export interface SignInDeps {
+  providers: SignInProvider[];
+  store: AccountStore;
+  sessions: Sessions;
+  limiter: RateLimiter;
+}
+
+const PENDING_TTL_MS = 10 * 60_000;
+
+type Req = FastifyRequest<{ Params: { repo: string }; Querystring: Record<string, string | string[] | undefined> }>;
+
+function one(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? undefined : v;
+}
+
+function sha256hex(s: string): string {
+  return createHash('sha256').update(s).digest('hex');
+}
+
+function sameHash(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+function chooserPage(reply: FastifyReply, repo: string, providers: SignInProvider[], returnTo: string): FastifyReply {
+  const items = providers.map((p) => {
+    const href = `/${repo}/_account/login?${new URLSearchParams({ provider: p.id, return_to: returnTo })}`;
+    return `<li><a class="button" href="${escapeHtml(href)}">Sign in with ${escapeHtml(p.label)}</a></li>`;
+  }).join('\n');
+  return sendPage(reply, 200, 'Sign in', `<h1>Sign in</h1>\n<p class="muted">Choose how to sign in to <code>${escapeHtml(repo)}</code>.</p>\n<ul class="providers">\n${items}\n</ul>`);
+}
+
+function failurePage(reply: FastifyReply, repo: string, err: ApiError): FastifyReply {
+  if (err.headers) reply.headers(err.headers);
+  const again = `/${repo}/_account/login`;
+  return sendPage(reply, err.status, 'Sign-in failed', `<h1>Sign-in failed</h1>
+<div class="card error" role="alert"><p>${escapeHtml(err.message)}</p><p class="muted">Error code: <code>${escapeHtml(err.code)}</code></p></div>
+<p><a class="button primary" href="${escapeHtml(again)}">Try again</a></p>`);
+}
+
+export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Promise<void> {
+  // Browser flows get a readable page with the right status; API callers get SPEC 3's JSON.
+  app.setErrorHandler((err, req: Req, reply) => {
+    const e = toApiError(err, req);
+    if (e.code !== 'internal' && e.code !== 'rate_limited') req.log.info({ code: e.code, details: e.details }, 'sign-in refused');
+    let repo: string;
+    try {
+      repo = checkRepo(req.params.repo);
+    } catch {
+      return sendError(reply, e);
+    }
+    return wantsHtml(req) ? failurePage(reply, repo, e) : sendError(reply, e);
+  });
+
+  app.get('/login', async (req: Req, reply) => {
+    const repo = checkRepo(req.params.repo);
+    const info = requestInfo(req);
+    deps.limiter.take(info.ip);
+    const returnTo = safeReturnTo(one(req.query.return_to), repo);
+    const wanted = one(req.query.provider);
+    let provider: SignInProvider | undefined;
+    if (wanted !== undefined && wanted !== '') {
+      provider = deps.providers.find((p) => p.id === wanted);
+      if (!provider) throw new ApiError('invalid_request', `unknown provider ${JSON.stringify(wanted.slice(0, 40))}`, { providers: deps.providers.map((p) => p.id) });
+    } else if (deps.providers.length > 1) {
+      return chooserPage(reply, repo, deps.providers, returnTo);
+    } else {
+      provider = deps.providers[0]!;
+    }
+
+    // The binding cookie ties the pending sign-in to this browser, so a stolen callback URL cannot sign someone else in.
+    const existing = readCookie(req.headers.cookie, cookieName(LOGIN_COOKIE, info.https));
+    const binding = isTokenShaped(existing) ? existing : newToken();
+    const state = oidc.randomState();
+    const codeVerifier = oidc.randomPKCECodeVerifier();
+    const nonce = provider.usesNonce ? oidc.randomNonce() : null;
+    const redirectUri = `${info.https ? 'https' : 'http'}://${req.headers.host}/${repo}/_account/callback`;
+    const url = await provider.authorizationUrl({ redirectUri, state, codeChallenge: await oidc.calculatePKCECodeChallenge(codeVerifier), nonce });
+    deps.store.savePending(state, { provider: provider.id, org: req.org, repo, codeVerifier, nonce, returnTo, redirectUri, binding: sha256hex(binding) }, PENDING_TTL_MS);
+    reply.header('set-cookie', serializeCookie(cookieName(LOGIN_COOKIE, info.https), binding, PENDING_TTL_MS / 1000, info.https));
+    reply.header('cache-control', 'no-store');
+    return reply.redirect(url.href, 302);
+  });
+
+  app.get('/callback', async (req: Req, reply) => {
+    const repo = checkRepo(req.params.repo);
+    const info = requestInfo(req);
+    deps.limiter.take(info.ip);
+    const state = one(req.query.state);
+    if (!state) throw new ApiError('invalid_request', 'the sign-in callback has no state; start the sign-in again');
+    const pending = deps.store.takePending(state);
+    if (!pending) throw new ApiError('invalid_request', 'this sign-in has expired or was already used; start it again');
+    if (pending.org !== req.org || pending.repo !== repo) throw new ApiError('invalid_request', 'this sign-in was started for another organization or repository');
+    const binding = readCookie(req.headers.cookie, cookieName(LOGIN_COOKIE, info.https));
+    if (!isTokenShaped(binding) || !sameHash(sha256hex(binding), pending.binding)) {
+      throw new ApiError('invalid_request', 'this sign-in was started in another browser; start it again here');
+    }
+    const provider = deps.providers.find((p) => p.id === pending.provider);
+    if (!provider) throw new ApiError('invalid_request', 'the provider of this sign-in is no longer configured');
+
+    const callbackUrl = new URL(pending.redirectUri);
+    callbackUrl.search = new URL(req.url, 'http://x').search;
+    const signedIn = await provider.finish({ callbackUrl, state, codeVerifier: pending.codeVerifier, nonce: pending.nonce });
+    const user = deps.store.upsertUser(provider.namespace, signedIn.subject, signedIn.profile);
+    deps.sessions.issue(req, reply, user.id);
+    req.log.info({ userId: user.id, provider: provider.id }, 'signed in');
+    reply.header('cache-control', 'no-store');
+    return reply.redirect(pending.returnTo, 302);
+  });
+}

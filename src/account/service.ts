@@ -1,0 +1,91 @@
+// The account service: store, providers, sessions and rate limits behind one Fastify plugin (mounted at /:repo/_account).
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { Config } from '../shared/config.ts';
+import { ApiError } from '../shared/errors.ts';
+import { sendError } from '../shared/http.ts';
+import type { Logger } from '../shared/log.ts';
+import { checkRepo } from '../shared/names.ts';
+import type { SessionResolver } from './contract.ts';
+import { credentialsPlugin } from './credentials/index.ts';
+import { createProviders, type ProviderOptions, type SignInProvider } from './providers/index.ts';
+import { RateLimiter, type RateLimitOptions } from './rate-limit.ts';
+import { pageRoutes } from './routes/page.ts';
+import { sessionRoutes } from './routes/session.ts';
+import { signInRoutes } from './routes/sign-in.ts';
+import { Sessions } from './sessions.ts';
+import { AccountStore } from './store.ts';
+
+export interface AccountServiceOptions {
+  config: Config;
+  logger: Logger;
+  /** How long any call to a sign-in provider may take. */
+  providerTimeoutMs?: number;
+  /** Sign-in attempts (login + callback) per client address. */
+  rateLimit?: RateLimitOptions;
+  github?: ProviderOptions['github'];
+}
+
+export interface AccountService {
+  plugin: FastifyPluginAsync;
+  resolveSession: SessionResolver;
+  sessions: Sessions;
+  providers: SignInProvider[];
+  close(): Promise<void>;
+}
+
+const CLEANUP_EVERY_MS = 10 * 60_000;
+
+export async function createAccountService(opts: AccountServiceOptions): Promise<AccountService> {
+  const { config } = opts;
+  const logger = opts.logger.child({ service: 'account' });
+  const store = new AccountStore(config.dataDir);
+  let providers: SignInProvider[];
+  try {
+    providers = await createProviders(config, logger, { timeoutMs: opts.providerTimeoutMs ?? 10_000, github: opts.github });
+  } catch (err) {
+    store.close();
+    throw err;
+  }
+  const sessions = new Sessions(store, config.account.sessionTtlMs);
+  const limiter = new RateLimiter(opts.rateLimit ?? { burst: 30, perMinute: 30 });
+  const cleanup = () => {
+    try {
+      const removed = store.cleanup();
+      if (removed > 0) logger.debug({ removed }, 'expired sessions removed');
+    } catch (err) {
+      logger.warn({ err }, 'session cleanup failed');
+    }
+  };
+  cleanup();
+  const timer = setInterval(cleanup, CLEANUP_EVERY_MS).unref();
+
+  const plugin: FastifyPluginAsync = async (app) => {
+    // SPEC 2: a bad repo name is 400 invalid_name before anything else, unknown paths included.
+    app.addHook('onRequest', async (req: FastifyRequest<{ Params: { repo?: string } }>) => {
+      checkRepo(req.params.repo ?? '');
+    });
+    app.setNotFoundHandler((req: FastifyRequest<{ Params: { repo?: string } }>, reply) => {
+      checkRepo(req.params.repo ?? '');
+      return sendError(reply, new ApiError('not_found', `no account endpoint ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`));
+    });
+    // A session renewed during this request gets its cookie's lifetime extended too.
+    app.addHook('onSend', async (req, reply, payload) => {
+      const cookie = sessions.renewalCookie(req);
+      if (cookie) reply.header('set-cookie', cookie);
+      return payload;
+    });
+    await app.register(async (child) => signInRoutes(child, { providers, store, sessions, limiter }));
+    await app.register(async (child) => sessionRoutes(child, { sessions }));
+    await app.register(async (child) => pageRoutes(child, { sessions }));
+    await app.register(credentialsPlugin, { resolveSession: sessions.resolve, config, logger });
+  };
+
+  return {
+    plugin, resolveSession: sessions.resolve, sessions, providers,
+    async close() {
+      clearInterval(timer);
+      for (const p of providers) await p.close?.();
+      store.close();
+    },
+  };
+}

@@ -1,0 +1,63 @@
+// `scopebase serve account`: the account plugin on its own server. Org, repo, host, scheme and client address come from
+// x-scopebase-* headers only when x-scopebase-proxy-token is the proxy's; otherwise the org comes from Host as at the proxy.
+import { timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { FastifyInstance } from 'fastify';
+import type { Config } from '../shared/config.ts';
+import { createHttpApp } from '../shared/http.ts';
+import type { Logger } from '../shared/log.ts';
+import { checkOrg, checkRepo } from '../shared/names.ts';
+import { deriveKey } from '../shared/secrets.ts';
+import { stripSpoofableHeaders } from '../proxy/headers.ts';
+import { orgFromHost } from '../proxy/host.ts';
+import { setForwardedInfo } from './request-info.ts';
+import type { AccountService } from './service.ts';
+
+export function proxyToken(rootKey: Buffer): string {
+  return deriveKey(rootKey, 'proxy-token').toString('base64url');
+}
+
+interface Routed { org: string; repo: string; host: string; https: boolean; ip: string }
+
+export function createAccountServer(opts: { config: Config; logger: Logger; service: AccountService }): FastifyInstance {
+  const expected = opts.config.rootKeys.map((k) => Buffer.from(proxyToken(k)));
+  const routed = new WeakMap<IncomingMessage, Routed>();
+
+  const fromProxy = (raw: IncomingMessage): Routed | null => {
+    const given = raw.headers['x-scopebase-proxy-token'];
+    if (typeof given !== 'string') return null;
+    const g = Buffer.from(given);
+    let ok = false;
+    for (const e of expected) if (g.length === e.length && timingSafeEqual(g, e)) ok = true;
+    if (!ok) return null;
+    const h = (name: string) => String(raw.headers[`x-scopebase-${name}`] ?? '');
+    return { org: h('org'), repo: h('repo'), host: h('host'), https: h('proto') === 'https', ip: h('client-ip') };
+  };
+
+  const app = createHttpApp({
+    logger: opts.logger.child({ server: 'account' }), bodyLimit: 1024 * 1024,
+    // `{account_url}/X` is `/{repo}/_account/X`: the repo comes from the proxy's header.
+    rewriteUrl: (raw) => {
+      const r = fromProxy(raw);
+      const url = raw.url ?? '/';
+      if (r) routed.set(raw, r);
+      if (!r || !r.repo || /^\/[^/?]+\/_account(\/|\?|$)/.test(url)) return url;
+      return `/${encodeURIComponent(r.repo)}/_account${url.startsWith('/') ? url : `/${url}`}`;
+    },
+  });
+  app.decorateRequest('org', '');
+  app.addHook('onRequest', async (req) => {
+    const r = routed.get(req.raw);
+    stripSpoofableHeaders(req.headers);
+    if (r) {
+      req.org = checkOrg(r.org);
+      checkRepo(r.repo);
+      req.headers.host = r.host; // the org host the browser used: cookies, redirect URIs and same-site checks need it
+      setForwardedInfo(req, { https: r.https, ip: r.ip });
+    } else {
+      req.org = orgFromHost(req.headers.host, opts.config.baseDomain);
+    }
+  });
+  app.register(opts.service.plugin, { prefix: '/:repo/_account' });
+  return app;
+}

@@ -1,0 +1,131 @@
+// The account store (node:sqlite under DATA_DIR): users, sessions by token hash, and pending sign-ins.
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { DatabaseSync, type StatementSync } from 'node:sqlite';
+import type { SessionUser } from './contract.ts';
+import { hashToken, newId, newToken } from './tokens.ts';
+
+export interface Profile { name: string | null; email: string | null; login: string | null; avatarUrl: string | null }
+
+export interface StoredSession { id: string; org: string; user: SessionUser; expiresAt: number; renewedAt: number }
+
+/** What /login remembers until /callback: everything the provider must echo or prove. */
+export interface PendingLogin {
+  provider: string;
+  org: string;
+  repo: string;
+  codeVerifier: string;
+  nonce: string | null;
+  returnTo: string;
+  redirectUri: string;
+  /** SHA-256 (hex) of the browser-binding cookie value. */
+  binding: string;
+}
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS users (
+  id TEXT PRIMARY KEY, provider TEXT NOT NULL, subject TEXT NOT NULL,
+  name TEXT, email TEXT, login TEXT, avatar_url TEXT,
+  created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, UNIQUE (provider, subject)
+);
+CREATE TABLE IF NOT EXISTS sessions (
+  token_hash BLOB PRIMARY KEY, id TEXT NOT NULL UNIQUE, org TEXT NOT NULL,
+  user_id TEXT NOT NULL REFERENCES users(id), created_at INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL, renewed_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_expires ON sessions (expires_at);
+CREATE TABLE IF NOT EXISTS pending_logins (
+  state_hash BLOB PRIMARY KEY, data TEXT NOT NULL, expires_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pending_expires ON pending_logins (expires_at);
+`;
+
+type Row = Record<string, string | number | null | Uint8Array>;
+
+export class AccountStore {
+  private readonly db: DatabaseSync;
+  private readonly q: Record<string, StatementSync>;
+
+  constructor(dataDir: string, file = 'accounts.sqlite') {
+    mkdirSync(dataDir, { recursive: true });
+    this.db = new DatabaseSync(join(dataDir, file));
+    this.db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;');
+    this.db.exec(SCHEMA);
+    this.q = {
+      findUser: this.db.prepare('SELECT id FROM users WHERE provider = ? AND subject = ?'),
+      insertUser: this.db.prepare('INSERT INTO users (id, provider, subject, name, email, login, avatar_url, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)'),
+      updateUser: this.db.prepare('UPDATE users SET name = ?, email = ?, login = ?, avatar_url = ?, updated_at = ? WHERE id = ?'),
+      insertSession: this.db.prepare('INSERT INTO sessions (token_hash, id, org, user_id, created_at, expires_at, renewed_at) VALUES (?, ?, ?, ?, ?, ?, ?)'),
+      findSession: this.db.prepare(`SELECT s.id, s.org, s.expires_at, s.renewed_at, u.id AS user_id, u.name, u.email, u.login, u.avatar_url
+        FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?`),
+      renewSession: this.db.prepare('UPDATE sessions SET expires_at = ?, renewed_at = ? WHERE id = ?'),
+      deleteSession: this.db.prepare('DELETE FROM sessions WHERE token_hash = ?'),
+      insertPending: this.db.prepare('INSERT INTO pending_logins (state_hash, data, expires_at) VALUES (?, ?, ?)'),
+      takePending: this.db.prepare('DELETE FROM pending_logins WHERE state_hash = ? RETURNING data, expires_at'),
+      cleanSessions: this.db.prepare('DELETE FROM sessions WHERE rowid IN (SELECT rowid FROM sessions WHERE expires_at <= ? LIMIT ?)'),
+      cleanPending: this.db.prepare('DELETE FROM pending_logins WHERE rowid IN (SELECT rowid FROM pending_logins WHERE expires_at <= ? LIMIT ?)'),
+    };
+  }
+
+  /** Creates or refreshes the user known to `provider` as `subject`; the id stays stable across sign-ins. */
+  upsertUser(provider: string, subject: string, p: Profile, now = Date.now()): SessionUser {
+    const found = this.q.findUser!.get(provider, subject) as Row | undefined;
+    let id: string;
+    if (found) {
+      id = String(found.id);
+      this.q.updateUser!.run(p.name, p.email, p.login, p.avatarUrl, now, id);
+    } else {
+      id = newId('usr');
+      this.q.insertUser!.run(id, provider, subject, p.name, p.email, p.login, p.avatarUrl, now, now);
+    }
+    return { id, ...p };
+  }
+
+  /** Returns the new session's token (for the cookie only: it is never stored or logged). */
+  createSession(org: string, userId: string, ttlMs: number, now = Date.now()): { token: string; id: string; expiresAt: number } {
+    const token = newToken();
+    const id = newId('ses');
+    this.q.insertSession!.run(hashToken(token), id, org, userId, now, now + ttlMs, now);
+    return { token, id, expiresAt: now + ttlMs };
+  }
+
+  findSession(token: string, now = Date.now()): StoredSession | null {
+    const r = this.q.findSession!.get(hashToken(token), now) as Row | undefined;
+    if (!r) return null;
+    const s = (v: unknown) => (v === null ? null : String(v));
+    return {
+      id: String(r.id), org: String(r.org), expiresAt: Number(r.expires_at), renewedAt: Number(r.renewed_at),
+      user: { id: String(r.user_id), name: s(r.name), email: s(r.email), login: s(r.login), avatarUrl: s(r.avatar_url) },
+    };
+  }
+
+  renewSession(id: string, expiresAt: number, now = Date.now()): void {
+    this.q.renewSession!.run(expiresAt, now, id);
+  }
+
+  deleteSession(token: string): void {
+    this.q.deleteSession!.run(hashToken(token));
+  }
+
+  savePending(state: string, login: PendingLogin, ttlMs: number, now = Date.now()): void {
+    this.q.insertPending!.run(hashToken(state), JSON.stringify(login), now + ttlMs);
+  }
+
+  /** One use only: the row is deleted as it is read, so a replayed state finds nothing. */
+  takePending(state: string, now = Date.now()): PendingLogin | null {
+    const r = this.q.takePending!.get(hashToken(state)) as Row | undefined;
+    if (!r || Number(r.expires_at) <= now) return null;
+    return JSON.parse(String(r.data)) as PendingLogin;
+  }
+
+  /** Deletes at most `limit` expired rows of each kind, so one pass never stalls the event loop. */
+  cleanup(now = Date.now(), limit = 500): number {
+    const a = this.q.cleanSessions!.run(now, limit).changes;
+    const b = this.q.cleanPending!.run(now, limit).changes;
+    return Number(a) + Number(b);
+  }
+
+  close(): void {
+    if (this.db.isOpen) this.db.close();
+  }
+}

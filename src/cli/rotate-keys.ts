@@ -1,0 +1,96 @@
+// `scopebase rotate-keys`: re-seals every stored credential under the current (first) ACCOUNT_ENCRYPTION_KEYS key.
+// Safe while the service runs: one record per short write, compare-and-swap on the old ciphertext. Idempotent.
+import { loadConfig } from '../shared/config.ts';
+import { CredentialStore } from '../account/credentials/store.ts';
+import { SealError } from '../account/credentials/seal.ts';
+
+const USAGE = `usage: scopebase rotate-keys
+
+Re-seals every plugin credential in DATA_DIR/credentials.sqlite under the first key of
+ACCOUNT_ENCRYPTION_KEYS. Every key that sealed a stored record must still be listed.
+Step by step: put the new key first (ACCOUNT_ENCRYPTION_KEYS=new,old), restart the service,
+run rotate-keys, then remove the old key and restart again.
+`;
+
+export interface RotateOptions {
+  env?: Record<string, string | undefined>;
+  /** Progress goes here (stderr by default); drawn in place when it is a TTY. */
+  progress?: NodeJS.WritableStream & { isTTY?: boolean };
+  out?: NodeJS.WritableStream;
+  batch?: number;
+}
+
+export interface RotateResult { resealed: number; current: number; gone: number; failed: number; total: number }
+
+function bar(done: number, total: number, width = 30): string {
+  const filled = total === 0 ? width : Math.round((done / total) * width);
+  return `[${'#'.repeat(filled)}${' '.repeat(width - filled)}] ${done}/${total}`;
+}
+
+export async function rotateKeys(opts: RotateOptions = {}): Promise<RotateResult> {
+  const config = loadConfig(opts.env ?? process.env);
+  const progress = opts.progress ?? process.stderr;
+  const tty = progress.isTTY === true;
+  const store = CredentialStore.open(config.dataDir, config.account.encryptionKeys);
+  const result: RotateResult = { resealed: 0, current: 0, gone: 0, failed: 0, total: 0 };
+  try {
+    const { total } = store.count();
+    result.total = total;
+    progress.write(`re-sealing ${total} credential${total === 1 ? '' : 's'} under key id ${store.sealer.currentKeyId}\n`);
+    let done = 0;
+    let lastLine = 0;
+    const report = (final: boolean) => {
+      if (tty) progress.write(`\r${bar(Math.min(done, total), total)}${final ? '\n' : ''}`);
+      else if (final || done - lastLine >= 100) {
+        progress.write(`${Math.min(done, total)}/${total}\n`);
+        lastLine = done;
+      }
+    };
+    let after = 0;
+    for (;;) {
+      const ids = store.rowidsAfter(after, opts.batch ?? 100);
+      if (ids.length === 0) break;
+      for (const rowid of ids) {
+        let outcome;
+        try {
+          outcome = store.reseal(rowid);
+        } catch (e) {
+          if (!(e instanceof SealError)) throw e;
+          // Left as it is (still readable by nobody): report it and go on with the others.
+          progress.write(`${tty ? '\n' : ''}record ${rowid} could not be opened (${e.reason}): left unchanged\n`);
+          result.failed++;
+          done++;
+          after = rowid;
+          continue;
+        }
+        if (outcome === 'resealed') result.resealed++;
+        else if (outcome === 'current') result.current++;
+        else result.gone++;
+        done++;
+        after = rowid;
+      }
+      report(false);
+      // Let the event loop (and other processes' writers) breathe between batches.
+      await new Promise((r) => setImmediate(r));
+    }
+    report(true);
+  } finally {
+    store.close();
+  }
+  return result;
+}
+
+export async function rotateKeysCommand(args: string[]): Promise<number> {
+  if (args.includes('--help') || args.includes('-h')) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  if (args.length > 0) {
+    process.stderr.write(USAGE);
+    return 2;
+  }
+  const r = await rotateKeys();
+  const extra = (r.gone > 0 ? `, ${r.gone} deleted meanwhile` : '') + (r.failed > 0 ? `, ${r.failed} could not be opened` : '');
+  process.stdout.write(`re-sealed ${r.resealed}, already current ${r.current}${extra}\n`);
+  return r.failed > 0 ? 1 : 0;
+}

@@ -1,0 +1,49 @@
+// node:sqlite prepares only the first statement of a text and drops the rest silently. One `sql` holds one
+// statement (more go in `statements`), so a second one is refused instead of being lost.
+
+/** Index just past the first statement's terminating `;` (or the text's length), skipping strings and comments. */
+function firstStatementEnd(sql: string): number {
+  let i = 0;
+  let lastWord = '';
+  let words = 0;
+  let trigger = false;
+  const n = sql.length;
+  while (i < n) {
+    const c = sql[i]!;
+    if (c === '-' && sql[i + 1] === '-') {
+      const nl = sql.indexOf('\n', i);
+      i = nl === -1 ? n : nl + 1;
+    } else if (c === '/' && sql[i + 1] === '*') {
+      const end = sql.indexOf('*/', i + 2);
+      i = end === -1 ? n : end + 2;
+    } else if (c === "'" || c === '"' || c === '`' || c === '[') {
+      const close = c === '[' ? ']' : c;
+      let j = i + 1;
+      while (j < n && !(sql[j] === close && sql[j + 1] !== close)) j += sql[j] === close ? 2 : 1;
+      i = j + 1;
+      lastWord = '';
+    } else if (c === ';') {
+      // Inside CREATE TRIGGER ... BEGIN ... END the body's own `;` do not end the statement.
+      if (!trigger || lastWord === 'END') return i + 1;
+      lastWord = '';
+      i++;
+    } else if (/[A-Za-z_]/.test(c)) {
+      let j = i + 1;
+      while (j < n && /[A-Za-z0-9_$]/.test(sql[j]!)) j++;
+      lastWord = sql.slice(i, j).toUpperCase();
+      words++;
+      if (words <= 3 && lastWord === 'TRIGGER') trigger = true;
+      i = j;
+    } else {
+      if (!/\s/.test(c)) lastWord = '';
+      i++;
+    }
+  }
+  return n;
+}
+
+/** True when the text holds more than one statement (comments, spaces and `;` after the first do not count). */
+export function hasSecondStatement(sql: string): boolean {
+  const rest = sql.slice(firstStatementEnd(sql));
+  return rest.replace(/--[^\n]*(\n|$)|\/\*[\s\S]*?(\*\/|$)|[\s;]+/g, '') !== '';
+}

@@ -1,0 +1,53 @@
+// POST /{repo}/_db/query on the replica: SPEC 4.3 with the primary's sandbox, executor and encoding, plus "minVersion".
+import type { FastifyInstance } from 'fastify';
+import type { ExecutorPool } from '../../db/executor/pool.ts';
+import { databaseOf, parseBody, validate } from '../../db/request.ts';
+import { ApiError } from '../../shared/errors.ts';
+import { checkRepo } from '../../shared/names.ts';
+import { bearerToken, verifyRepoSecret } from '../../shared/secrets.ts';
+import { orgFromHost } from '../../proxy/host.ts';
+import type { ReplicaSet } from './replicas.ts';
+
+/** How long a read with minVersion waits for the replica to catch up before 503. */
+export const MIN_VERSION_WAIT_MS = 5000;
+
+export interface QueryDeps {
+  baseDomain: string;
+  rootKeys: Buffer[];
+  maxStatements: number;
+  pool: ExecutorPool;
+  replicas: ReplicaSet;
+}
+
+export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
+  app.post<{ Params: { repo: string } }>('/:repo/_db/query', async (req, reply) => {
+    const org = orgFromHost(req.headers.host, deps.baseDomain);
+    const repo = checkRepo(req.params.repo);
+    const body = parseBody('query', Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
+    const database = databaseOf(body);
+    const token = bearerToken(req.headers.authorization);
+    if (token === null || !verifyRepoSecret(deps.rootKeys, org, repo, token)) {
+      throw new ApiError('unauthorized', 'missing or wrong Bearer secret for this repo', undefined, { 'www-authenticate': 'Bearer' });
+    }
+    const minVersion = body.minVersion;
+    delete body.minVersion;
+    if (minVersion !== undefined && (typeof minVersion !== 'number' || !Number.isSafeInteger(minVersion) || minVersion < 0)) {
+      throw new ApiError('invalid_request', '"minVersion" must be a whole number ≥ 0');
+    }
+    validate('query', body, deps.maxStatements);
+    const scope = { org, repo, database };
+    if (typeof minVersion === 'number' && !(await deps.replicas.waitFor(scope, minVersion, MIN_VERSION_WAIT_MS))) {
+      const at = deps.replicas.version(scope);
+      throw new ApiError('unavailable', `the replica has not reached version ${minVersion} yet (it is at ${at ?? 'nothing'})`, { minVersion, version: at }, { 'retry-after': '1' });
+    }
+    const payload = Buffer.from(JSON.stringify(body));
+    for (let attempt = 0; ; attempt++) {
+      const replica = deps.replicas.get(scope);
+      if (replica === null) throw new ApiError('database_not_found', `this mirror has no replica of ${database}`);
+      const res = await deps.pool.read({ op: 'query', path: replica.path }, payload);
+      // A 404 while a bootstrap swapped generations: read again from the new file.
+      if (res.status === 404 && attempt === 0 && deps.replicas.get(scope)?.path !== replica.path) continue;
+      return reply.code(res.status).type('application/json; charset=utf-8').send(res.body);
+    }
+  });
+}

@@ -1,0 +1,58 @@
+// Fetches a database's snapshot from the product (SPEC 4.9) into a file: the way a replica starts or heals.
+import { createWriteStream } from 'node:fs';
+import { pipeline } from 'node:stream/promises';
+import { Transform } from 'node:stream';
+import { request } from 'undici';
+import type { Scope } from '../../db/contract.ts';
+import { ApiError } from '../../shared/errors.ts';
+import { repoSecret } from '../../shared/secrets.ts';
+
+export interface SnapshotSource {
+  /** The proxy's address, e.g. http://127.0.0.1:8080 (Host is set to {org}.{baseDomain} here). */
+  url: () => string | null;
+  baseDomain: string;
+  rootKey: Buffer;
+  timeoutMs: number;
+  maxBytes: number;
+}
+
+/** Writes the snapshot to `target`; resolves with the version the source announced. Failures are `unavailable` (retry later). */
+export async function fetchSnapshot(source: SnapshotSource, scope: Scope, target: string): Promise<number> {
+  const base = source.url();
+  if (base === null) throw new ApiError('unavailable', 'this mirror cannot start or heal a replica: MIRROR_SOURCE_URL is not set', undefined, { 'retry-after': '5' });
+  const port = new URL(base).port;
+  const res = await request(`${base}/${scope.repo}/_db/snapshot`, {
+    method: 'POST',
+    headers: {
+      host: `${scope.org}.${source.baseDomain}${port ? `:${port}` : ''}`,
+      authorization: `Bearer ${repoSecret(source.rootKey, scope.org, scope.repo)}`,
+      'content-type': 'application/json',
+    },
+    body: JSON.stringify({ database: scope.database }),
+    signal: AbortSignal.timeout(source.timeoutMs),
+  }).catch((e: { code?: string; name?: string }) => {
+    throw new ApiError('unavailable', `the snapshot source is unreachable (${e.code ?? e.name})`, undefined, { 'retry-after': '2' });
+  });
+  if (res.statusCode !== 200) {
+    const text = (await res.body.text().catch(() => '')).slice(0, 300);
+    let code = '';
+    try {
+      code = JSON.parse(text).error.code;
+    } catch { /* not the SPEC shape */ }
+    throw new ApiError('unavailable', `the snapshot source answered ${res.statusCode}${code ? ` ${code}` : ''}`, { sourceStatus: res.statusCode }, { 'retry-after': '2' });
+  }
+  const version = Number(res.headers['x-db-version']);
+  let size = 0;
+  const limit = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      size += chunk.length;
+      done(size > source.maxBytes ? new Error('snapshot larger than DB_MAX_SIZE_BYTES') : null, chunk);
+    },
+  });
+  try {
+    await pipeline(res.body, limit, createWriteStream(target, { mode: 0o600 }));
+  } catch (e) {
+    throw new ApiError('unavailable', `the snapshot download failed: ${(e as Error).message.slice(0, 120)}`, undefined, { 'retry-after': '2' });
+  }
+  return Number.isSafeInteger(version) ? version : -1;
+}

@@ -1,0 +1,99 @@
+// WebSocket upgrades to apps: same routing, session and header rules as HTTP, then raw bytes piped both ways.
+import { request as httpRequest, STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type { Duplex } from 'node:stream';
+import type { FastifyRequest } from 'fastify';
+import { ApiError } from '../shared/errors.ts';
+import type { Logger } from '../shared/log.ts';
+import type { AppRoute } from '../shared/config.ts';
+import type { SessionResolver } from '../account/contract.ts';
+import { withoutCookies } from '../account/cookies.ts';
+import { identityHeaders } from '../account/identity-headers.ts';
+import { endToEndHeaders, forwardedHeaders } from './forward.ts';
+import { stripSpoofableHeaders } from './headers.ts';
+import { orgFromHost } from './host.ts';
+import { appTarget, upstreamUrl } from './apps.ts';
+
+export interface WsOptions {
+  apps: Map<string, AppRoute>;
+  baseDomain: string;
+  resolveSession: SessionResolver;
+  isTrusted: (address: string | undefined) => boolean;
+  privateCookies: string[];
+  logger: Logger;
+}
+
+function refuse(socket: Duplex, err: ApiError): void {
+  const body = JSON.stringify(err.toBody());
+  socket.end(`HTTP/1.1 ${err.status} ${STATUS_CODES[err.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+}
+
+function rawHead(status: number, message: string, rawHeaders: string[]): string {
+  let head = `HTTP/1.1 ${status} ${message}\r\n`;
+  for (let i = 0; i < rawHeaders.length; i += 2) head += `${rawHeaders[i]}: ${rawHeaders[i + 1]}\r\n`;
+  return head + '\r\n';
+}
+
+/** Registers an 'upgrade' listener on the proxy's server; returns the function that removes it. */
+export function attachWebSocketProxy(server: Server, opts: WsOptions): () => void {
+  // Upgraded sockets are no longer the HTTP server's: close them ourselves when the proxy stops.
+  const live = new Set<Duplex>();
+  const track = (s: Duplex) => {
+    live.add(s);
+    s.once('close', () => live.delete(s));
+  };
+  const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    track(socket);
+    socket.on('error', () => socket.destroy());
+    handle(req, socket, head).catch((err) => {
+      if (!(err instanceof ApiError)) opts.logger.error({ err }, 'websocket upgrade failed');
+      refuse(socket, err instanceof ApiError ? err : new ApiError('internal', 'internal error'));
+    });
+  };
+
+  async function handle(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    stripSpoofableHeaders(req.headers);
+    if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') throw new ApiError('not_found', 'only WebSocket upgrades are forwarded');
+    const org = orgFromHost(req.headers.host, opts.baseDomain);
+    const target = appTarget(org, req.url ?? '/', opts.apps);
+    // The resolver reads only headers, org and the connection: a minimal request view is enough here.
+    const view = { headers: req.headers, org, raw: req, protocol: 'encrypted' in req.socket ? 'https' : 'http', ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
+    const session = await opts.resolveSession(view);
+    if (!session && target.route.requireSession) throw new ApiError('unauthenticated', 'this app requires a signed-in session');
+    const url = upstreamUrl(target.route, target.rest);
+    const headers = {
+      ...endToEndHeaders(req.headers, (c) => withoutCookies(c, opts.privateCookies)),
+      ...forwardedHeaders(req, opts.isTrusted(req.socket.remoteAddress), `/${target.rawRepo}`),
+      ...(session ? identityHeaders(session.user) : {}),
+      connection: 'Upgrade', upgrade: 'websocket',
+    };
+    const upstream = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { method: 'GET', headers, timeout: 10_000 });
+    upstream.on('timeout', () => upstream.destroy(new Error('upstream timeout')));
+    upstream.on('error', () => refuse(socket, new ApiError('unavailable', 'the app is not reachable right now', undefined, { 'retry-after': '5' })));
+    upstream.on('response', (res) => {
+      // The app declined the upgrade: relay its answer as an ordinary response.
+      socket.write(rawHead(res.statusCode ?? 502, res.statusMessage ?? '', res.rawHeaders));
+      res.pipe(socket);
+    });
+    upstream.on('upgrade', (res, upSocket, upHead) => {
+      track(upSocket);
+      upSocket.setTimeout(0);
+      socket.write(rawHead(101, 'Switching Protocols', res.rawHeaders));
+      if (upHead.length) socket.write(upHead);
+      if (head.length) upSocket.write(head);
+      upSocket.on('error', () => socket.destroy());
+      socket.on('error', () => upSocket.destroy());
+      upSocket.on('close', () => socket.destroy());
+      socket.on('close', () => upSocket.destroy());
+      upSocket.pipe(socket);
+      socket.pipe(upSocket);
+    });
+    upstream.end();
+  }
+
+  server.on('upgrade', onUpgrade);
+  return () => {
+    server.off('upgrade', onUpgrade);
+    for (const s of live) s.destroy();
+  };
+}

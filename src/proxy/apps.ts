@@ -1,0 +1,79 @@
+// SPEC 8 apps: other /{repo}/* paths stream to the repo's upstream; requireSession sends anonymous visitors to sign in.
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { AppRoute } from '../shared/config.ts';
+import { ApiError } from '../shared/errors.ts';
+import type { Logger } from '../shared/log.ts';
+import { checkRepo } from '../shared/names.ts';
+import type { SessionResolver } from '../account/contract.ts';
+import { LOGIN_COOKIE, SESSION_COOKIE, withoutCookies } from '../account/cookies.ts';
+import { identityHeaders } from '../account/identity-headers.ts';
+import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, trustedPeers } from './forward.ts';
+import { attachWebSocketProxy } from './apps-ws.ts';
+
+export interface AppsOptions {
+  apps: Map<string, AppRoute>;
+  trustedProxies: string[];
+  baseDomain: string;
+  resolveSession: SessionResolver;
+  /** Set-Cookie extending a session renewed while resolving this request (in-process account service only). */
+  renewalCookie?: (req: FastifyRequest) => string | null;
+  logger: Logger;
+}
+
+/** Paths the product reserves under every repo; they never reach an app. */
+const RESERVED = /^\/(_db|_account)(\/|$)/;
+/** Apps never see the session token: it is valid for every repo of the org, and the user is passed as headers instead. */
+const PRIVATE_COOKIES = [SESSION_COOKIE.https, SESSION_COOKIE.http, LOGIN_COOKIE.https, LOGIN_COOKIE.http];
+
+export interface AppTarget { route: AppRoute; repo: string; rawRepo: string; rest: string }
+
+/** Splits `/{repo}{rest}?query` and finds the app for (org, repo); throws SPEC 3 errors otherwise. */
+export function appTarget(org: string, url: string, apps: Map<string, AppRoute>): AppTarget {
+  const m = /^\/([^/?]*)([^?]*)(\?.*)?$/.exec(url);
+  if (!m) throw new ApiError('not_found', 'no such route');
+  const rawRepo = m[1]!;
+  const repo = checkRepo(rawRepo);
+  const rest = m[2] || '/';
+  if (RESERVED.test(rest)) throw new ApiError('not_found', `no route for ${url.split('?')[0]!.slice(0, 200)}`);
+  const route = apps.get(`${org}/${repo}`);
+  if (!route) throw new ApiError('not_found', `no app is configured for ${org}/${repo}`);
+  return { route, repo, rawRepo, rest: rest + (m[3] ?? '') };
+}
+
+export function upstreamUrl(route: AppRoute, rest: string): URL {
+  const base = new URL(route.url);
+  return new URL(base.pathname.replace(/\/+$/, '') + rest, base.origin);
+}
+
+export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsync; close(): Promise<void> } {
+  const agent = createAgent();
+  const isTrusted = trustedPeers(opts.trustedProxies);
+
+  const handler = async (req: FastifyRequest, reply: FastifyReply) => {
+    const target = appTarget(req.org, req.url, opts.apps);
+    const session = await opts.resolveSession(req);
+    const renewed = opts.renewalCookie?.(req);
+    if (renewed) reply.header('set-cookie', renewed);
+    if (!session && target.route.requireSession) {
+      if (req.method !== 'GET' && req.method !== 'HEAD') throw new ApiError('unauthenticated', 'this app requires a signed-in session');
+      const returnTo = req.url.startsWith('/') ? req.url : `/${target.repo}/`;
+      reply.header('cache-control', 'no-store');
+      return reply.redirect(`/${target.repo}/_account/login?${new URLSearchParams({ return_to: returnTo })}`, 302);
+    }
+    const headers = {
+      ...endToEndHeaders(req.headers, (c) => withoutCookies(c, PRIVATE_COOKIES)),
+      ...forwardedHeaders(req.raw, isTrusted(req.socket.remoteAddress), `/${target.rawRepo}`),
+      ...(session ? identityHeaders(session.user) : {}),
+    };
+    return forwardHttp(req, reply, upstreamUrl(target.route, target.rest), headers, agent, 'app');
+  };
+
+  const plugin: FastifyPluginAsync = async (app) => {
+    streamBodies(app);
+    app.all('/:repo', handler);
+    app.all('/:repo/*', handler);
+    const detach = attachWebSocketProxy(app.server, { ...opts, isTrusted, privateCookies: PRIVATE_COOKIES });
+    app.addHook('preClose', async () => detach());
+  };
+  return { plugin, close: () => agent.close() };
+}

@@ -1,0 +1,109 @@
+// Streaming HTTP forwarding with undici, and SPEC 8's x-forwarded-* rules (kept and extended only from TRUSTED_PROXIES).
+import { BlockList, isIP } from 'node:net';
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { Agent, request, type Dispatcher } from 'undici';
+import { ApiError } from '../shared/errors.ts';
+import { INTERNAL_PREFIX } from './headers.ts';
+
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
+
+/** Returns a check for "this peer address is a trusted load balancer" (addresses and CIDRs). */
+export function trustedPeers(list: string[]): (address: string | undefined) => boolean {
+  if (list.length === 0) return () => false;
+  const block = new BlockList();
+  for (const entry of list) {
+    const [addr, bits] = entry.split('/') as [string, string | undefined];
+    const family = isIP(addr) === 6 ? 'ipv6' : 'ipv4';
+    if (bits === undefined) block.addAddress(addr, family);
+    else block.addSubnet(addr, Number(bits), family);
+  }
+  return (address) => {
+    if (!address) return false;
+    const v4 = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+    const a = v4 ? v4[1]! : address;
+    return block.check(a, isIP(a) === 6 ? 'ipv6' : 'ipv4');
+  };
+}
+
+function first(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** The x-forwarded-* headers for the next hop; a client's copies survive only when its address is trusted. */
+export function forwardedHeaders(req: IncomingMessage, trusted: boolean, prefix: string): Record<string, string> {
+  const peer = (req.socket.remoteAddress ?? '').replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/i, '');
+  const h = req.headers;
+  const xff = trusted ? first(h['x-forwarded-for']) : undefined;
+  const proto = trusted ? first(h['x-forwarded-proto']) : undefined;
+  const host = trusted ? first(h['x-forwarded-host']) : undefined;
+  const pre = trusted ? first(h['x-forwarded-prefix']) : undefined;
+  return {
+    'x-forwarded-for': xff ? `${xff}, ${peer}` : peer,
+    'x-forwarded-proto': proto ?? ('encrypted' in req.socket ? 'https' : 'http'),
+    'x-forwarded-host': host ?? String(h.host ?? ''),
+    'x-forwarded-prefix': `${(pre ?? '').replace(/\/+$/, '')}${prefix}`,
+  };
+}
+
+/** Copies end-to-end request headers; drops hop-by-hop, internal, identity and forwarding ones (set again by the caller). */
+export function endToEndHeaders(headers: IncomingHttpHeaders, dropCookie?: (cookie: string | string[] | undefined) => string | undefined): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  const listed = new Set(String(headers.connection ?? '').toLowerCase().split(',').map((s) => s.trim()));
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name)) continue;
+    if (name.startsWith(INTERNAL_PREFIX) || name.startsWith('x-auth-user-') || name.startsWith('x-forwarded-') || name === 'forwarded') continue;
+    out[name] = value;
+  }
+  if (dropCookie) {
+    const cookie = dropCookie(headers.cookie);
+    if (cookie === undefined) delete out.cookie;
+    else out.cookie = cookie;
+  }
+  return out;
+}
+
+export function responseHeaders(headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  const listed = new Set(String(headers.connection ?? '').toLowerCase().split(',').map((s) => s.trim()));
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name)) continue;
+    out[name] = value;
+  }
+  return out;
+}
+
+/** Lets a plugin stream request bodies instead of buffering them (Fastify's parsers are replaced in this context only). */
+export function streamBodies(app: FastifyInstance): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_req, _payload, done) => done(null));
+}
+
+function hasBody(req: IncomingMessage): boolean {
+  return req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0');
+}
+
+export function createAgent(): Agent {
+  return new Agent({ connect: { timeout: 5_000 }, headersTimeout: 60_000, bodyTimeout: 300_000, keepAliveTimeout: 10_000 });
+}
+
+/** Streams the request to `target` and the answer back; an unreachable upstream is 503 unavailable. */
+export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string): Promise<FastifyReply> {
+  const abort = new AbortController();
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableFinished) abort.abort();
+  });
+  let res: Dispatcher.ResponseData;
+  try {
+    res = await request(target, {
+      method: req.method as Dispatcher.HttpMethod, headers, dispatcher, signal: abort.signal,
+      body: hasBody(req.raw) ? req.raw : undefined,
+    });
+  } catch (err) {
+    req.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code }, upstream: target.origin }, `${what} unreachable`);
+    throw new ApiError('unavailable', `the ${what} is not reachable right now`, undefined, { 'retry-after': '5' });
+  }
+  reply.code(res.statusCode);
+  for (const [name, value] of Object.entries(responseHeaders(res.headers))) reply.header(name, value);
+  return reply.send(res.body);
+}

@@ -1,0 +1,272 @@
+// SPEC 7 through the proxy with the development identity provider: sign-in, verify, cookies, return_to, logout, page.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { DatabaseSync } from 'node:sqlite';
+import { join } from 'node:path';
+import { Browser, devIdpToCallback, signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
+
+let p: AccountsProduct;
+before(async () => {
+  p = await startAccounts({ TRUSTED_PROXIES: '10.9.9.9' }, { rateLimit: { burst: 10_000, perMinute: 10_000 } });
+});
+after(() => p.close());
+
+const origin = (org = 'acme') => `http://${org}.localhost:${p.port}`;
+const cookieLine = (h: string | string[] | undefined, name: string) => (Array.isArray(h) ? h : h ? [h] : []).find((c) => c.startsWith(`${name}=`));
+
+describe('sign-in with the development provider', () => {
+  test('login redirects with state, PKCE S256 and nonce; callback sets the cookie and returns to return_to', async () => {
+    const browser = new Browser();
+    const login = await browser.fetch(`${origin()}/web/_account/login?return_to=${encodeURIComponent('/web/page?x=1')}`, { connectTo: p.url });
+    assert.equal(login.status, 302);
+    const auth = new URL(login.location!);
+    assert.equal(auth.searchParams.get('code_challenge_method'), 'S256');
+    assert.ok(auth.searchParams.get('state') && auth.searchParams.get('nonce') && auth.searchParams.get('code_challenge'));
+    assert.equal(auth.searchParams.get('redirect_uri'), `${origin()}/web/_account/callback`);
+    const cb = await browser.fetch(await devIdpToCallback(browser, login.location!), { connectTo: p.url });
+    assert.equal(cb.status, 302);
+    assert.equal(cb.location, `${origin()}/web/page?x=1`);
+    const cookie = cookieLine(cb.headers['set-cookie'], 'session')!;
+    assert.match(cookie, /^session=[A-Za-z0-9_-]{43}; Path=\/; Max-Age=1209600; HttpOnly; SameSite=Lax$/);
+    assert.doesNotMatch(cookie, /Domain=|Secure/);
+  });
+
+  test('verify answers the SPEC 7 shape with x-auth-user-id and x-auth-user-email', async () => {
+    const { browser } = await signIn(p, { email: 'ada@example.com' });
+    const v = await browser.fetch(`${origin()}/web/_account/verify`, { connectTo: p.url });
+    assert.equal(v.status, 200);
+    assert.deepEqual(Object.keys(v.json).sort(), ['org', 'session', 'user']);
+    assert.deepEqual(Object.keys(v.json.user).sort(), ['avatarUrl', 'email', 'id', 'login', 'name']);
+    assert.equal(v.json.user.email, 'ada@example.com');
+    assert.equal(v.json.org, 'acme');
+    assert.ok(Date.parse(v.json.session.expiresAt) > Date.now() + 13 * 86400_000);
+    assert.equal(v.headers['x-auth-user-id'], v.json.user.id);
+    assert.equal(v.headers['x-auth-user-email'], 'ada@example.com');
+    // The same person signing in again keeps the same id.
+    const again = await signIn(p, { email: 'ada@example.com' });
+    const v2 = await again.browser.fetch(`${origin()}/web/_account/verify`, { connectTo: p.url });
+    assert.equal(v2.json.user.id, v.json.user.id);
+  });
+
+  test('verify without a session, or with a bogus cookie, is 401 unauthenticated', async () => {
+    for (const cookie of [undefined, 'session=nope', `session=${'A'.repeat(43)}`]) {
+      const r = await p.call('/web/_account/verify', { headers: cookie ? { cookie } : {} });
+      assert.equal(r.status, 401);
+      assert.equal(r.json.error.code, 'unauthenticated');
+    }
+  });
+
+  test('under HTTPS (x-forwarded-proto from a trusted proxy) the cookie is __Host-session with Secure', async () => {
+    const browser = new Browser();
+    browser.headers = { 'x-forwarded-proto': 'https', 'x-forwarded-for': '10.9.9.9' };
+    // The peer is loopback, not trusted: x-forwarded-proto is ignored, so plain-HTTP names apply.
+    const plain = await browser.fetch(`${origin()}/web/_account/login`, { connectTo: p.url });
+    assert.match(String(plain.headers['set-cookie']), /^scopebase-login=/);
+    const q = await startAccounts({ TRUSTED_PROXIES: '127.0.0.1' });
+    try {
+      const b = new Browser();
+      b.headers = { 'x-forwarded-proto': 'https' };
+      const login = await b.fetch(`http://acme.localhost:${q.port}/web/_account/login`, { connectTo: q.url });
+      assert.equal(new URL(login.location!).searchParams.get('redirect_uri'), `https://acme.localhost:${q.port}/web/_account/callback`);
+      assert.match(String(login.headers['set-cookie']), /^__Host-scopebase-login=.*; Secure$/);
+      const cbUrl = (await devIdpToCallback(b, login.location!)).replace(/^https:/, 'http:');
+      const cb = await b.fetch(cbUrl, { connectTo: q.url });
+      assert.equal(cb.status, 302, cb.text);
+      assert.match(cookieLine(cb.headers['set-cookie'], '__Host-session')!, /^__Host-session=[A-Za-z0-9_-]{43}; Path=\/; Max-Age=\d+; HttpOnly; SameSite=Lax; Secure$/);
+      const v = await b.fetch(`http://acme.localhost:${q.port}/web/_account/verify`, { connectTo: q.url });
+      assert.equal(v.status, 200);
+      // A plain `session` cookie is not read under HTTPS.
+      const token = b.cookies(`acme.localhost:${q.port}`).get('__Host-session');
+      const wrongName = await q.call('/web/_account/verify', { headers: { cookie: `session=${token}`, 'x-forwarded-proto': 'https' } });
+      assert.equal(wrongName.status, 401);
+    } finally {
+      await q.close();
+    }
+  });
+});
+
+describe('sessions', () => {
+  test('a session belongs to one org: the cookie sent to another org host is 401', async () => {
+    const { browser } = await signIn(p);
+    const token = browser.cookies(`acme.localhost:${p.port}`).get('session');
+    const other = await p.call('/web/_account/verify', { org: 'globex', headers: { cookie: `session=${token}` } });
+    assert.equal(other.status, 401);
+    assert.equal(other.json.error.code, 'unauthenticated');
+    const same = await p.call('/other-repo/_account/verify', { headers: { cookie: `session=${token}` } });
+    assert.equal(same.status, 200, 'any repo of the same org');
+  });
+
+  test('only the token hash is stored; expiry, renewal on use and bounded cleanup', async () => {
+    const { browser } = await signIn(p);
+    const token = browser.cookies(`acme.localhost:${p.port}`).get('session')!;
+    const db = new DatabaseSync(join(p.config.dataDir, 'accounts.sqlite'));
+    try {
+      const dump = JSON.stringify(db.prepare('SELECT * FROM sessions').all(), (_k, v) => (v instanceof Uint8Array ? Buffer.from(v).toString('base64url') : v));
+      assert.ok(!dump.includes(token), 'the raw token is not in the store');
+      // Pretend the session was last renewed long ago: the next use extends it and re-sends the cookie.
+      const hour = 3600_000;
+      db.prepare('UPDATE sessions SET renewed_at = renewed_at - ?, expires_at = expires_at - ?').run(2 * hour, 2 * hour);
+      const v = await browser.fetch(`${origin()}/web/_account/verify`, { connectTo: p.url });
+      assert.equal(v.status, 200);
+      assert.ok(Date.parse(v.json.session.expiresAt) > Date.now() + 14 * 86400_000 - 60_000);
+      assert.match(String(cookieLine(v.headers['set-cookie'], 'session')), /Max-Age=1209600/);
+      // Expired: not valid any more.
+      db.prepare('UPDATE sessions SET expires_at = ?').run(Date.now() - 1000);
+      const expired = await browser.fetch(`${origin()}/web/_account/verify`, { connectTo: p.url });
+      assert.equal(expired.status, 401);
+    } finally {
+      db.close();
+    }
+  });
+
+  test('POST /logout ends the session server-side and clears the cookie', async () => {
+    const { browser } = await signIn(p);
+    const token = browser.cookies(`acme.localhost:${p.port}`).get('session')!;
+    const out = await browser.fetch(`${origin()}/web/_account/logout`, { method: 'POST', connectTo: p.url, headers: { origin: origin(), 'sec-fetch-site': 'same-origin' } });
+    assert.equal(out.status, 204);
+    assert.match(String(out.headers['set-cookie']), /^session=; Path=\/; Max-Age=0; HttpOnly; SameSite=Lax$/);
+    const replay = await p.call('/web/_account/verify', { headers: { cookie: `session=${token}` } });
+    assert.equal(replay.status, 401, 'the old token is revoked, not just forgotten by the browser');
+  });
+
+  test('a form sign-out goes back to the account page (303)', async () => {
+    const { browser } = await signIn(p);
+    const out = await browser.fetch(`${origin()}/web/_account/logout`, { method: 'POST', connectTo: p.url, body: 'return_to=%2F%2Fevil.example', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: origin() } });
+    assert.equal(out.status, 303);
+    assert.equal(out.location, `${origin()}/web/`);
+  });
+
+  test('cross-site POST /logout is 403 forbidden and the session survives', async () => {
+    const { browser } = await signIn(p);
+    for (const headers of [{ origin: 'https://evil.example' }, { 'sec-fetch-site': 'cross-site' }, { origin: origin('globex') }] as Record<string, string>[]) {
+      const r = await browser.fetch(`${origin()}/web/_account/logout`, { method: 'POST', connectTo: p.url, headers });
+      assert.equal(r.status, 403);
+      assert.equal(r.json.error.code, 'forbidden');
+    }
+    assert.equal((await browser.fetch(`${origin()}/web/_account/verify`, { connectTo: p.url })).status, 200);
+  });
+});
+
+describe('return_to', () => {
+  for (const bad of ['//evil.example', 'https://evil.example', '/\\evil.example', 'http://globex.localhost/web/', '/\t/evil.example', 'javascript:alert(1)', '']) {
+    test(`${JSON.stringify(bad)} falls back to /{repo}/`, async () => {
+      const { location } = await signIn(p, { returnTo: bad });
+      assert.equal(location, `${origin()}/web/`);
+    });
+  }
+  test('a same-host path is kept', async () => {
+    const { location } = await signIn(p, { repo: 'docs', returnTo: '/web/deep/page?q=1#x' });
+    assert.equal(location, `${origin()}/web/deep/page?q=1#x`);
+  });
+});
+
+describe('callback failures', () => {
+  async function started(): Promise<{ browser: Browser; callbackUrl: URL }> {
+    const browser = new Browser();
+    const login = await browser.fetch(`${origin()}/web/_account/login`, { connectTo: p.url });
+    return { browser, callbackUrl: new URL(await devIdpToCallback(browser, login.location!)) };
+  }
+
+  test('missing state is 400', async () => {
+    const { browser, callbackUrl } = await started();
+    callbackUrl.searchParams.delete('state');
+    const r = await browser.fetch(callbackUrl.href, { connectTo: p.url });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.code, 'invalid_request');
+  });
+
+  test('tampered state is 400, and a reused state is 400', async () => {
+    const { browser, callbackUrl } = await started();
+    const good = callbackUrl.href;
+    callbackUrl.searchParams.set('state', callbackUrl.searchParams.get('state')!.slice(0, -2) + 'xx');
+    assert.equal((await browser.fetch(callbackUrl.href, { connectTo: p.url })).status, 400);
+    assert.equal((await browser.fetch(good, { connectTo: p.url })).status, 302);
+    const reused = await browser.fetch(good, { connectTo: p.url });
+    assert.equal(reused.status, 400);
+    assert.match(reused.json.error.message, /expired or was already used/);
+  });
+
+  test('a wrong code is refused by the provider: 400 with its error', async () => {
+    const { browser, callbackUrl } = await started();
+    callbackUrl.searchParams.set('code', 'not-a-real-code');
+    const r = await browser.fetch(callbackUrl.href, { connectTo: p.url });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.details.providerError, 'invalid_grant');
+    assert.equal(r.headers['set-cookie'], undefined);
+  });
+
+  test('the callback in another browser (no binding cookie) is refused', async () => {
+    const { callbackUrl } = await started();
+    const r = await new Browser().fetch(callbackUrl.href, { connectTo: p.url });
+    assert.equal(r.status, 400);
+    assert.match(r.json.error.message, /another browser/);
+  });
+
+  test('the callback on another org host is refused', async () => {
+    const { browser, callbackUrl } = await started();
+    const other = new URL(callbackUrl.pathname + callbackUrl.search, origin('globex'));
+    browser.cookies(`globex.localhost:${p.port}`).set('scopebase-login', browser.cookies(`acme.localhost:${p.port}`).get('scopebase-login')!);
+    const r = await browser.fetch(other.href, { connectTo: p.url });
+    assert.equal(r.status, 400);
+  });
+
+  test('a browser gets a readable error page with the same status', async () => {
+    const r = await p.call('/web/_account/callback?state=x&code=y', { headers: { accept: 'text/html' } });
+    assert.equal(r.status, 400);
+    assert.match(String(r.headers['content-type']), /text\/html/);
+    assert.match(r.text, /Sign-in failed/);
+    assert.match(r.text, /href="\/web\/_account\/login"/);
+  });
+});
+
+describe('names, pages and limits', () => {
+  test('an invalid repo name is 400 invalid_name on every account path', async () => {
+    for (const path of ['/_x/_account/verify', '/Bad!/_account/login', '/.hidden/_account/', '/-x/_account/nope']) {
+      const r = await p.call(path);
+      assert.equal(r.status, 400, path);
+      assert.equal(r.json.error.code, 'invalid_name');
+    }
+    const unknown = await p.call('/web/_account/nope');
+    assert.equal(unknown.status, 404);
+    assert.equal(unknown.json.error.code, 'not_found');
+  });
+
+  test('unknown provider is 400', async () => {
+    const r = await p.call('/web/_account/login?provider=nope');
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.code, 'invalid_request');
+  });
+
+  test('the account page: anonymous sign-in link, then the user and a sign-out form', async () => {
+    const anon = await p.call('/web/_account/');
+    assert.equal(anon.status, 200);
+    assert.match(anon.text, /Not signed in/);
+    assert.match(anon.text, /href="\/web\/_account\/login\?return_to=%2Fweb%2F_account%2F"/);
+    const { browser } = await signIn(p, { email: 'grace@example.com' });
+    const page = await browser.fetch(`${origin()}/web/_account/`, { connectTo: p.url });
+    assert.equal(page.status, 200);
+    assert.match(String(page.headers['content-type']), /text\/html/);
+    assert.match(String(page.headers['content-security-policy']), /default-src 'none'/);
+    assert.match(page.text, /grace@example\.com/);
+    assert.match(page.text, /<form method="post" action="\/web\/_account\/logout">/);
+    assert.doesNotMatch(page.text, /<script/);
+  });
+
+  test('a login flood from one address is 429 rate_limited with Retry-After', async () => {
+    const q = await startAccounts({}, { rateLimit: { burst: 5, perMinute: 5 } });
+    try {
+      const statuses: number[] = [];
+      let limited;
+      for (let i = 0; i < 8; i++) {
+        const r = await q.call('/web/_account/login');
+        statuses.push(r.status);
+        if (r.status === 429) limited = r;
+      }
+      assert.deepEqual(statuses, [302, 302, 302, 302, 302, 429, 429, 429]);
+      assert.equal(limited!.json.error.code, 'rate_limited');
+      assert.ok(Number(limited!.headers['retry-after']) >= 1);
+    } finally {
+      await q.close();
+    }
+  });
+});

@@ -1,0 +1,134 @@
+// A generic OIDC issuer (oauth2-mock-server on loopback): ID token validation failures, provider down or slow.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, type Server, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { OAuth2Server } from 'oauth2-mock-server';
+import { Browser, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
+
+let idp: OAuth2Server;
+let p: AccountsProduct;
+
+before(async () => {
+  idp = new OAuth2Server();
+  await idp.issuer.keys.generate('RS256');
+  await idp.start(0, '127.0.0.1');
+  p = await startAccounts({ ACCOUNT_OIDC_ISSUER: idp.issuer.url!, ACCOUNT_OIDC_CLIENT_ID: 'scopebase', ACCOUNT_OIDC_CLIENT_SECRET: 'test-client-secret' }, { rateLimit: { burst: 1000, perMinute: 1000 } });
+});
+after(async () => {
+  await p.close();
+  await idp.stop();
+});
+
+async function signInVia(product: AccountsProduct): Promise<{ browser: Browser; callback: Awaited<ReturnType<Browser['fetch']>> }> {
+  const browser = new Browser();
+  const origin = `http://acme.localhost:${product.port}`;
+  const login = await browser.fetch(`${origin}/web/_account/login`, { connectTo: product.url });
+  assert.equal(login.status, 302, login.text);
+  const authorize = await browser.fetch(login.location!);
+  assert.equal(authorize.status, 302, authorize.text);
+  const callback = await browser.fetch(authorize.location!, { connectTo: product.url });
+  return { browser, callback };
+}
+
+describe('a configured OIDC issuer', () => {
+  test('signs in with a valid ID token (discovery, PKCE, nonce)', async () => {
+    // Both the access token and the ID token are signed: change every token while this test runs.
+    const claims = (token: { payload: Record<string, unknown> }) => Object.assign(token.payload, { sub: 'oidc-user-1', email: 'oidc@example.com', email_verified: true, name: 'Oidc User' });
+    const info = (res: { body: unknown }) => { res.body = { sub: 'oidc-user-1', email: 'oidc@example.com', email_verified: true, name: 'Oidc User' }; };
+    idp.service.on('beforeTokenSigning', claims);
+    idp.service.on('beforeUserinfo', info);
+    const { browser, callback } = await signInVia(p).finally(() => {
+      idp.service.off('beforeTokenSigning', claims);
+      idp.service.off('beforeUserinfo', info);
+    });
+    assert.equal(callback.status, 302, callback.text);
+    const v = await browser.fetch(`http://acme.localhost:${p.port}/web/_account/verify`, { connectTo: p.url });
+    assert.equal(v.status, 200);
+    assert.equal(v.json.user.email, 'oidc@example.com');
+  });
+
+  const tamper: [string, (payload: Record<string, unknown>) => void][] = [
+    ['wrong aud', (t) => { t.aud = 'someone-else'; }],
+    ['wrong iss', (t) => { t.iss = 'https://evil.example'; }],
+    ['wrong nonce', (t) => { t.nonce = 'not-the-nonce'; }],
+    ['expired ID token', (t) => { t.exp = Math.floor(Date.now() / 1000) - 3600; t.iat = Math.floor(Date.now() / 1000) - 7200; }],
+  ];
+  for (const [name, change] of tamper) {
+    test(`refuses an ID token with ${name}: 401 unauthenticated, no cookie`, async () => {
+      const listener = (token: { payload: Record<string, unknown> }) => change(token.payload);
+      idp.service.on('beforeTokenSigning', listener);
+      const { callback } = await signInVia(p).finally(() => idp.service.off('beforeTokenSigning', listener));
+      assert.equal(callback.status, 401, callback.text);
+      assert.equal(callback.json.error.code, 'unauthenticated');
+      assert.equal(callback.headers['set-cookie'], undefined);
+    });
+  }
+
+  test('a provider error on the callback (access_denied) is 400', async () => {
+    const browser = new Browser();
+    const origin = `http://acme.localhost:${p.port}`;
+    const login = await browser.fetch(`${origin}/web/_account/login`, { connectTo: p.url });
+    const state = new URL(login.location!).searchParams.get('state')!;
+    const r = await browser.fetch(`${origin}/web/_account/callback?error=access_denied&state=${state}`, { connectTo: p.url });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.details.providerError, 'access_denied');
+  });
+});
+
+describe('provider down or slow', () => {
+  test('down (connection refused): 503 unavailable with Retry-After, quickly', async () => {
+    const closed = createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise<void>((r) => closed.close(() => r()));
+    const q = await startAccounts({ ACCOUNT_OIDC_ISSUER: `http://127.0.0.1:${port}`, ACCOUNT_OIDC_CLIENT_ID: 'x' });
+    try {
+      const r = await q.call('/web/_account/login', { headers: { accept: 'text/html' } });
+      assert.equal(r.status, 503);
+      assert.ok(r.headers['retry-after']);
+      assert.match(r.text, /did not answer/);
+    } finally {
+      await q.close();
+    }
+  });
+
+  test('slow (accepts, never answers): 503 after the provider timeout, no hang', async () => {
+    const sockets: Socket[] = [];
+    const silent: Server = createServer((s) => sockets.push(s));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const q = await startAccounts({ ACCOUNT_OIDC_ISSUER: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, ACCOUNT_OIDC_CLIENT_ID: 'x' }, { providerTimeoutMs: 300 });
+    try {
+      const t0 = Date.now();
+      const r = await q.call('/web/_account/login');
+      assert.equal(r.status, 503);
+      assert.equal(r.json.error.code, 'unavailable');
+      assert.ok(Date.now() - t0 < 3000);
+    } finally {
+      await q.close();
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => silent.close(() => r()));
+    }
+  });
+});
+
+describe('several providers', () => {
+  test('/login without provider lists them; provider=github goes to GitHub', async () => {
+    const q = await startAccounts({ ACCOUNT_OIDC_ISSUER: idp.issuer.url!, ACCOUNT_OIDC_CLIENT_ID: 'scopebase', ACCOUNT_GITHUB_CLIENT_ID: 'gh-id', ACCOUNT_GITHUB_CLIENT_SECRET: 'gh-secret' });
+    try {
+      const page = await q.call('/web/_account/login?return_to=%2Fweb%2Fx');
+      assert.equal(page.status, 200);
+      assert.match(page.text, /href="\/web\/_account\/login\?provider=oidc&amp;return_to=%2Fweb%2Fx"/);
+      assert.match(page.text, /Sign in with GitHub/);
+      const gh = await q.call('/web/_account/login?provider=github');
+      assert.equal(gh.status, 302);
+      const u = new URL(String(gh.headers.location));
+      assert.equal(u.origin + u.pathname, 'https://github.com/login/oauth/authorize');
+      assert.equal(u.searchParams.get('client_id'), 'gh-id');
+      assert.equal(u.searchParams.get('code_challenge_method'), 'S256');
+      assert.equal(u.searchParams.get('nonce'), null);
+    } finally {
+      await q.close();
+    }
+  });
+});

@@ -1,0 +1,173 @@
+// SPEC 8 apps: a real upstream on loopback behind the proxy; header hygiene, sessions, streaming, WebSocket upgrades.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
+import { createHash } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
+
+let upstream: Server;
+let upstreamUrl: string;
+const wsSockets: Duplex[] = [];
+let p: AccountsProduct;
+
+function echo(req: IncomingMessage, body: string) {
+  return { method: req.method, url: req.url, headers: req.headers, body };
+}
+
+before(async () => {
+  upstream = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      res.setHeader('content-type', 'application/json');
+      res.setHeader('set-cookie', 'app=1; Path=/');
+      res.end(JSON.stringify(echo(req, body)));
+    });
+  });
+  // A minimal WebSocket server: completes the handshake, sends one text frame with what it saw.
+  upstream.on('upgrade', (req, socket) => {
+    wsSockets.push(socket);
+    const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+    const text = Buffer.from(JSON.stringify({ url: req.url, user: req.headers['x-auth-user-id'] ?? null, prefix: req.headers['x-forwarded-prefix'] }));
+    socket.write(Buffer.concat([Buffer.from([0x81, text.length]), text]));
+  });
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+  upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+  p = await startAccounts({
+    APPS: JSON.stringify({ 'acme/web': `${upstreamUrl}/base`, 'acme/private': { url: upstreamUrl, requireSession: true } }),
+    TRUSTED_PROXIES: '10.0.0.0/8',
+  }, { rateLimit: { burst: 1000, perMinute: 1000 } });
+});
+after(async () => {
+  await p.close();
+  upstream.closeAllConnections();
+  for (const s of wsSockets) s.destroy();
+  await new Promise<void>((r) => upstream.close(() => r()));
+});
+
+describe('forwarding', () => {
+  test('streams to the upstream with the repo prefix stripped and x-forwarded-* set', async () => {
+    const r = await p.call('/web/some/page?q=1', { headers: { 'x-forwarded-for': '6.6.6.6', 'x-forwarded-host': 'evil.example', 'x-forwarded-proto': 'https', 'x-forwarded-prefix': '/evil' } });
+    assert.equal(r.status, 200);
+    assert.equal(r.json.url, '/base/some/page?q=1');
+    assert.equal(r.json.headers['x-forwarded-for'], '127.0.0.1', 'an untrusted client cannot inject x-forwarded-for');
+    assert.equal(r.json.headers['x-forwarded-proto'], 'http');
+    assert.equal(r.json.headers['x-forwarded-host'], `acme.localhost:${p.port}`);
+    assert.equal(r.json.headers['x-forwarded-prefix'], '/web');
+    assert.equal(r.headers['set-cookie'], 'app=1; Path=/');
+    const root = await p.call('/web');
+    assert.equal(root.json.url, '/base/');
+  });
+
+  test('request bodies stream through, any method', async () => {
+    const big = 'x'.repeat(3 * 1024 * 1024);
+    const r = await p.call('/web/upload', { method: 'PUT', rawBody: big, headers: { 'content-type': 'application/octet-stream' } });
+    assert.equal(r.status, 200);
+    assert.equal(r.json.method, 'PUT');
+    assert.equal(r.json.body.length, big.length);
+  });
+
+  test('a forged x-auth-user-* or x-scopebase-* from a client never reaches the app', async () => {
+    const r = await p.call('/web/', { headers: { 'x-auth-user-id': 'usr_admin', 'x-auth-user-email': 'root@example.com', 'x-scopebase-org': 'globex' } });
+    assert.equal(r.json.headers['x-auth-user-id'], undefined);
+    assert.equal(r.json.headers['x-auth-user-email'], undefined);
+    assert.equal(r.json.headers['x-scopebase-org'], undefined);
+  });
+
+  test('no app configured is 404 not_found; reserved paths never reach an app', async () => {
+    for (const path of ['/docs/', '/docs', '/web/_db/query/extra', '/web/_account/nope']) {
+      const r = await p.call(path, { method: 'GET' });
+      assert.equal(r.status, 404, path);
+      assert.equal(r.json.error.code, 'not_found');
+    }
+    assert.equal((await p.call('/web/x', { org: 'globex' })).status, 404);
+    const bad = await p.call('/Bad!/x');
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.code, 'invalid_name');
+  });
+
+  test('an unreachable upstream is 503 unavailable', async () => {
+    const q = await startAccounts({ APPS: JSON.stringify({ 'acme/web': 'http://127.0.0.1:1' }) });
+    try {
+      const r = await q.call('/web/');
+      assert.equal(r.status, 503);
+      assert.equal(r.json.error.code, 'unavailable');
+    } finally {
+      await q.close();
+    }
+  });
+});
+
+describe('sessions and apps', () => {
+  test('requireSession: an anonymous visitor is redirected to sign in with return_to', async () => {
+    const r = await p.call('/private/dash?tab=2');
+    assert.equal(r.status, 302);
+    assert.equal(r.headers.location, `/private/_account/login?return_to=${encodeURIComponent('/private/dash?tab=2')}`);
+    const post = await p.call('/private/api', { method: 'POST', rawBody: '{}' });
+    assert.equal(post.status, 401);
+    assert.equal(post.json.error.code, 'unauthenticated');
+  });
+
+  test('a signed-in visitor reaches the app with x-auth-user-* set by the proxy and without the session cookie', async () => {
+    const { browser, location } = await signIn(p, { repo: 'private', returnTo: '/private/dash?tab=2', email: 'lin@example.com' });
+    assert.equal(location, `http://acme.localhost:${p.port}/private/dash?tab=2`);
+    browser.cookies(`acme.localhost:${p.port}`).set('theme', 'dark');
+    const r = await browser.fetch(location!, { connectTo: p.url, headers: { 'x-auth-user-id': 'usr_forged' } });
+    assert.equal(r.status, 200);
+    const v = await browser.fetch(`http://acme.localhost:${p.port}/private/_account/verify`, { connectTo: p.url });
+    assert.equal(r.json.headers['x-auth-user-id'], v.json.user.id);
+    assert.equal(r.json.headers['x-auth-user-email'], 'lin@example.com');
+    assert.equal(r.json.headers['x-auth-user-name'], 'Dev User');
+    assert.equal(r.json.headers['x-auth-user-login'], 'lin');
+    assert.equal(r.json.headers.cookie, 'theme=dark', 'the session token stays with the proxy');
+  });
+
+  test('x-forwarded-* from a trusted proxy is kept and extended', async () => {
+    const q = await startAccounts({ APPS: JSON.stringify({ 'acme/web': upstreamUrl }), TRUSTED_PROXIES: '127.0.0.1' });
+    try {
+      const r = await q.call('/web/x', { headers: { 'x-forwarded-for': '203.0.113.7', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'acme.example.com', 'x-forwarded-prefix': '/lb' } });
+      assert.equal(r.json.headers['x-forwarded-for'], '203.0.113.7, 127.0.0.1');
+      assert.equal(r.json.headers['x-forwarded-proto'], 'https');
+      assert.equal(r.json.headers['x-forwarded-host'], 'acme.example.com');
+      assert.equal(r.json.headers['x-forwarded-prefix'], '/lb/web');
+    } finally {
+      await q.close();
+    }
+  });
+});
+
+describe('WebSocket upgrades', () => {
+  // A raw upgrade (Node's WebSocket cannot set Host, and *.localhost does not resolve here): returns the first text frame.
+  function open(path: string): Promise<string> {
+    return new Promise((resolve, reject) => {
+      const req = httpRequest(`${p.url}${path}`, { headers: { host: `acme.localhost:${p.port}`, connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'x-auth-user-id': 'usr_forged' } });
+      req.on('upgrade', (res, socket, head) => {
+        if (res.headers['sec-websocket-accept'] !== 's3pPLMBiTxaQ9kYGzzhZRbK+xOo=') reject(new Error('bad handshake'));
+        const onData = (buf: Buffer) => {
+          resolve(buf.subarray(2, 2 + buf[1]!).toString());
+          socket.destroy();
+        };
+        if (head.length) onData(head);
+        else socket.once('data', onData);
+      });
+      req.on('response', (res) => {
+        res.resume();
+        reject(new Error(`no upgrade: ${res.statusCode}`));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  }
+
+  test('upgrades are forwarded to the app with the same rules', async () => {
+    const msg = JSON.parse(await open('/web/live'));
+    assert.deepEqual(msg, { url: '/base/live', user: null, prefix: '/web' });
+  });
+
+  test('requireSession refuses an anonymous upgrade', async () => {
+    await assert.rejects(open('/private/live'), /no upgrade: 401/);
+  });
+});

@@ -1,0 +1,152 @@
+// The executor's guarantees through the proxy: a stuck database does not stall others, group commit isolates
+// requests, a dead executor is replaced without losing the service, and open handles stay bounded.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readlinkSync, readFileSync } from 'node:fs';
+import { startProduct, type Product } from './helpers/product.ts';
+
+const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
+
+/** Descendant pids of this test process (the executor processes). */
+function executorPids(): number[] {
+  const out: number[] = [];
+  const walk = (pid: number) => {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      const kids = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
+      for (const k of kids ? kids.split(' ').map(Number) : []) {
+        out.push(k);
+        walk(k);
+      }
+    }
+  };
+  walk(process.pid);
+  return out;
+}
+
+function openSqliteFiles(pid: number): number {
+  let n = 0;
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      if (/\.sqlite(-wal|-shm)?$/.test(readlinkSync(`/proc/${pid}/fd/${fd}`))) n++;
+    } catch {
+      // fd closed meanwhile
+    }
+  }
+  return n;
+}
+
+describe('isolation and recovery', () => {
+  let p: Product;
+  before(async () => {
+    p = await startProduct({ DB_QUERY_TIMEOUT_MS: '2000' });
+    await p.db('web', 'execute', { database: 'stuck', sql: 'CREATE TABLE t(x)' });
+    await p.db('web', 'execute', { database: 'busy', statements: [{ sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }, { sql: "INSERT INTO t(v) VALUES ('a')" }] });
+  });
+  after(() => p.close());
+
+  test('while one database runs a runaway statement, other databases keep answering', async () => {
+    const runaway = p.db('web', 'query', { database: 'stuck', sql: RUNAWAY });
+    const latencies: number[] = [];
+    const deadline = Date.now() + 1500;
+    let writes = 0;
+    while (Date.now() < deadline) {
+      const t0 = performance.now();
+      const [r, w] = await Promise.all([
+        p.db('web', 'query', { database: 'busy', sql: 'SELECT v FROM t WHERE id = 1' }),
+        p.db('web', 'execute', { database: 'busy', sql: "INSERT INTO t(v) VALUES ('b')" }),
+      ]);
+      latencies.push(performance.now() - t0);
+      assert.equal(r.status, 200);
+      assert.equal(w.status, 200);
+      writes++;
+    }
+    const stuck = await runaway;
+    assert.equal(stuck.status, 422);
+    assert.equal(stuck.json.error.code, 'query_timeout');
+    latencies.sort((a, b) => a - b);
+    const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
+    // Normal latency here is a few ms; the stuck statement runs 2000 ms. Generous bound, no timing flakiness.
+    assert.ok(p99 < 500, `p99 of the other database was ${p99.toFixed(1)} ms over ${latencies.length} rounds`);
+    assert.ok(writes > 10);
+    assert.equal((await p.db('web', 'query', { database: 'stuck', sql: 'SELECT count(*) FROM t' })).status, 200, 'the stuck database answers again');
+  });
+
+  test('an executor process that dies is replaced and the service goes on', async () => {
+    const before = executorPids();
+    assert.ok(before.length >= 2, `executors: ${before}`);
+    process.kill(before[0]!, 'SIGKILL');
+    await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 20; i++) {
+      const r = await p.db('web', 'query', { database: 'busy', sql: 'SELECT count(*) FROM t' });
+      assert.equal(r.status, 200, r.text);
+    }
+    const afterPids = executorPids();
+    assert.equal(afterPids.length, before.length);
+    assert.ok(!afterPids.includes(before[0]!));
+  });
+});
+
+describe('group commit', () => {
+  let p: Product;
+  before(async () => {
+    p = await startProduct();
+    await p.db('web', 'migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT UNIQUE NOT NULL)' }] });
+  });
+  after(() => p.close());
+
+  test('concurrent writes: each gets its own version, a failing one undoes only itself', async () => {
+    const n = 120;
+    const results = await Promise.all(Array.from({ length: n }, (_, i) =>
+      p.db('web', 'execute', { statements: [
+        { sql: 'INSERT INTO t(k) VALUES (?)', params: [`k${i}`] },
+        // Every fifth request fails on its second statement: its first insert must not survive.
+        { sql: 'INSERT INTO t(k) VALUES (?)', params: [i % 5 === 0 ? null : `k${i}-b`] },
+      ] })));
+    const ok = results.filter((r) => r.status === 200);
+    const failed = results.filter((r) => r.status !== 200);
+    assert.equal(failed.length, n / 5);
+    for (const f of failed) assert.deepEqual(f.json.error.details, { statement: 1, sqliteCode: 'SQLITE_CONSTRAINT_NOTNULL' });
+    const versions = ok.map((r) => r.json.version).sort((a, b) => a - b);
+    assert.deepEqual(versions, Array.from({ length: ok.length }, (_, i) => i + 2), 'versions are distinct and contiguous after the migration');
+    const rows = await p.db('web', 'query', { sql: 'SELECT k FROM t ORDER BY k' });
+    const keys = new Set(rows.json.results[0].rows.map((r: string[]) => r[0]));
+    assert.equal(keys.size, ok.length * 2);
+    for (let i = 0; i < n; i++) assert.equal(keys.has(`k${i}`), i % 5 !== 0, `k${i}`);
+    const changes = await p.db('web', 'changes', { since: 1 });
+    assert.equal(changes.json.events.length, ok.length, 'one event per changing request');
+    assert.deepEqual(changes.json.events.map((e: { version: number }) => e.version), versions);
+  });
+
+  test('reads do not wait for a long write on the same database', async () => {
+    const slow = p.db('web', 'execute', { sql: "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) SELECT count(*) FROM c" });
+    await new Promise((r) => setTimeout(r, 30));
+    const t0 = performance.now();
+    const r = await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' });
+    const readMs = performance.now() - t0;
+    const w = await slow;
+    assert.equal(r.status, 200);
+    assert.equal(w.status, 200);
+    assert.ok(readMs < 300, `the read took ${readMs.toFixed(0)} ms`);
+  });
+});
+
+describe('bounded open databases', () => {
+  test('touching many databases keeps open files bounded by DB_MAX_OPEN, and all stay correct', async () => {
+    const p = await startProduct({ DB_MAX_OPEN: '4', DB_MAX_DATABASES_PER_REPO: '100' });
+    try {
+      for (let i = 0; i < 40; i++) {
+        const r = await p.db('many', 'execute', { database: `d${i}`, statements: [{ sql: 'CREATE TABLE t(v)' }, { sql: 'INSERT INTO t VALUES (?)', params: [i] }] });
+        assert.equal(r.status, 200);
+      }
+      for (let i = 0; i < 40; i++) {
+        const r = await p.db('many', 'query', { database: `d${i}`, sql: 'SELECT v FROM t' });
+        assert.deepEqual(r.json.results[0].rows, [[i]]);
+      }
+      for (const pid of executorPids()) {
+        assert.ok(openSqliteFiles(pid) <= 4 * 3, `executor ${pid} holds ${openSqliteFiles(pid)} database files open`);
+      }
+    } finally {
+      await p.close();
+    }
+  });
+});

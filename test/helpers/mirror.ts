@@ -1,0 +1,138 @@
+// Test doubles for mirror delivery: an in-memory change feed and a real HTTP receiver on loopback.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { AddressInfo } from 'node:net';
+import type { ChangeEvent, ChangeFeed, Scope } from '../../src/db/contract.ts';
+import { ApiError } from '../../src/shared/errors.ts';
+
+export const scopeOf = (database = 'main', repo = 'web', org = 'acme'): Scope => ({ org, repo, database });
+const keyOf = (s: Scope) => `${s.org}/${s.repo}/${s.database}`;
+
+export function newSecret(): string {
+  return `whsec_${randomBytes(24).toString('base64')}`;
+}
+
+/** A change feed kept in memory; `commit` plays the db service's role. */
+export class MemoryFeed implements ChangeFeed {
+  readonly logs = new Map<string, { scope: Scope; events: ChangeEvent[]; keptFrom: number }>();
+  private readonly listeners: ((scope: Scope, version: number) => void)[] = [];
+  reads = 0;
+
+  commit(scope: Scope, opts: { hint?: boolean } = {}): ChangeEvent {
+    const key = keyOf(scope);
+    let log = this.logs.get(key);
+    if (!log) this.logs.set(key, (log = { scope, events: [], keptFrom: 1 }));
+    const version = log.events.length + 1;
+    const event: ChangeEvent = {
+      id: `evt_${key}_${version}_${randomBytes(4).toString('hex')}`, type: 'database.changed', ...scope, version, previousVersion: version - 1,
+      operation: 'execute', committedAt: new Date().toISOString(), changes: { rowsAffected: 1, tables: ['t'] }, changeset: null,
+    };
+    log.events.push(event);
+    if (opts.hint !== false) for (const l of this.listeners) l(scope, version);
+    return event;
+  }
+
+  /** Drops events up to `version` from what is kept (retention). */
+  prune(scope: Scope, version: number): void {
+    this.logs.get(keyOf(scope))!.keptFrom = version + 1;
+  }
+
+  onCommit(listener: (scope: Scope, version: number) => void): void {
+    this.listeners.push(listener);
+  }
+
+  async readChanges(scope: Scope, since: number, limit: number) {
+    this.reads++;
+    const log = this.logs.get(keyOf(scope));
+    if (!log) throw new ApiError('database_not_found', 'no such database');
+    if (since < log.keptFrom - 1) throw new ApiError('gone', 'past retention');
+    return { events: log.events.filter((e) => e.version > since).slice(0, limit), version: log.events.length };
+  }
+
+  async currentVersion(scope: Scope) {
+    return this.logs.get(keyOf(scope))?.events.length ?? null;
+  }
+
+  async *listDatabases(): AsyncIterable<Scope> {
+    for (const log of this.logs.values()) yield log.scope;
+  }
+}
+
+export interface Received {
+  headers: IncomingMessage['headers'];
+  body: string;
+  event: ChangeEvent;
+  url: string;
+}
+
+export type Behaviour = (req: IncomingMessage, res: ServerResponse, received: Received) => void | Promise<void>;
+
+/** A real mirror endpoint; `behaviour` decides each reply (default 204). Only 2xx replies are recorded in `acked`. */
+export class Receiver {
+  readonly all: Received[] = [];
+  readonly acked: Received[] = [];
+  behaviour: Behaviour = (_req, res) => {
+    res.writeHead(204).end();
+  };
+  private server: Server | null = null;
+  port = 0;
+
+  async start(port = 0): Promise<this> {
+    this.server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c) => chunks.push(c));
+      req.on('end', () => {
+        const body = Buffer.concat(chunks).toString('utf8');
+        let event: ChangeEvent;
+        try {
+          event = JSON.parse(body);
+        } catch {
+          event = {} as ChangeEvent;
+        }
+        const received = { headers: req.headers, body, event, url: req.url ?? '' };
+        this.all.push(received);
+        res.on('close', () => {
+          if (res.headersSent && res.statusCode >= 200 && res.statusCode < 300) this.acked.push(received);
+        });
+        void this.behaviour(req, res, received);
+      });
+    });
+    await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
+    this.port = (this.server.address() as AddressInfo).port;
+    return this;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}/hook`;
+  }
+
+  async stop(): Promise<void> {
+    const server = this.server;
+    this.server = null;
+    if (!server) return;
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  versions(database = 'main', list: Received[] = this.acked): number[] {
+    return list.filter((r) => r.event.database === database).map((r) => r.event.version);
+  }
+}
+
+export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 5000, what = 'condition'): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+export const range = (from: number, to: number): number[] => Array.from({ length: to - from + 1 }, (_, i) => from + i);
+
+/** Same as product.ts's tempDir, without importing the product (these tests run without the db service). */
+export function tempDir(prefix = 'scopebase-mirror-test-'): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
