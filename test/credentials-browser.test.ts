@@ -88,7 +88,6 @@ test('store a credential on the account page; it is listed by name and fields, n
 test('sign in through the development identity provider lands on the account page', {
   skip,
   timeout: 30_000,
-  todo: 'the dev IdP sends CSP form-action \'self\' (PAGE_CSP), so Chromium blocks the redirect chain from its form back to the callback on the org host',
 }, async () => {
   const context = await browser.newContext({ javaScriptEnabled: false });
   const page = await context.newPage();

@@ -29,6 +29,8 @@ export class DbService implements DbHandler, ChangeFeed {
   private readonly listeners: ((scope: Scope, version: number) => void)[] = [];
   private readonly creating = new Map<string, number>();
   private mirrors: MirrorReport | null = null;
+  /** Databases known to exist: nothing deletes a database but a failed first write, which forgets it here. */
+  private readonly known = new Set<string>();
   private readonly tmpDir: string;
 
   private readonly config: Config;
@@ -63,9 +65,18 @@ export class DbService implements DbHandler, ChangeFeed {
     this.mirrors = report;
   }
 
+  private exists(scope: Scope): boolean {
+    const path = this.layout.path(scope);
+    if (this.known.has(path)) return true;
+    if (!this.layout.exists(scope)) return false;
+    if (this.known.size > 100_000) this.known.clear();
+    this.known.add(path);
+    return true;
+  }
+
   /** SPEC 4.8: creating a database is refused past DB_MAX_DATABASES_PER_REPO, counting creations under way. */
   private beforeCreate(scope: Scope, path: string): (() => void) | null {
-    if (this.layout.exists(scope)) return null;
+    if (this.exists(scope)) return null;
     const dir = this.layout.repoDir(scope.org, scope.repo);
     const pending = this.creating.get(dir) ?? 0;
     const max = this.config.db.maxDatabasesPerRepo;
@@ -78,7 +89,10 @@ export class DbService implements DbHandler, ChangeFeed {
       const n = (this.creating.get(dir) ?? 1) - 1;
       if (n <= 0) this.creating.delete(dir);
       else this.creating.set(dir, n);
-      if (!this.layout.exists(scope)) void this.pool.broadcast({ op: 'forget', path });
+      if (!this.layout.exists(scope)) {
+        this.known.delete(path);
+        void this.pool.broadcast({ op: 'forget', path });
+      }
     };
   }
 
@@ -103,7 +117,7 @@ export class DbService implements DbHandler, ChangeFeed {
       case 'execute': case 'migrate':
         return json(await this.pool.write(scope, path, op, raw));
       case 'query':
-        if (!this.layout.exists(scope)) throw notFound(scope);
+        if (!this.exists(scope)) throw notFound(scope);
         return json(await this.pool.read({ op: 'query', path }, raw));
       case 'status':
         return this.status(scope, path);
@@ -118,7 +132,7 @@ export class DbService implements DbHandler, ChangeFeed {
 
   private async status(scope: Scope, path: string): Promise<DbResponse> {
     const databases = this.layout.databases(scope.org, scope.repo);
-    if (!this.layout.exists(scope)) return { status: 200, body: JSON.stringify({ database: scope.database, exists: false, databases }) };
+    if (!this.exists(scope)) return { status: 200, body: JSON.stringify({ database: scope.database, exists: false, databases }) };
     const res = await this.pool.read({ op: 'status', path });
     if (res.status !== 200) return json(res);
     const s = JSON.parse(res.body.toString('utf8')) as { version: number; sizeBytes: number; tables: unknown; migrations: unknown };
@@ -127,7 +141,7 @@ export class DbService implements DbHandler, ChangeFeed {
   }
 
   private async snapshot(scope: Scope, path: string): Promise<DbResponse> {
-    if (!this.layout.exists(scope)) throw notFound(scope);
+    if (!this.exists(scope)) throw notFound(scope);
     const target = join(this.tmpDir, `snapshot-${randomBytes(8).toString('hex')}.sqlite`);
     const res = await this.pool.read({ op: 'snapshot', path, target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
     if (res.status !== 200) {
@@ -146,7 +160,7 @@ export class DbService implements DbHandler, ChangeFeed {
   }
 
   async readChanges(scope: Scope, since: number, limit: number): Promise<{ events: ChangeEvent[]; version: number }> {
-    if (!this.layout.exists(scope)) throw notFound(scope);
+    if (!this.exists(scope)) throw notFound(scope);
     const res = await this.pool.read({ op: 'changes', path: this.layout.path(scope), since, limit: Math.min(limit, MAX_CHANGES_PAGE) });
     const parsed = JSON.parse(res.body.toString('utf8'));
     if (res.status !== 200) throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
@@ -154,7 +168,7 @@ export class DbService implements DbHandler, ChangeFeed {
   }
 
   async currentVersion(scope: Scope): Promise<number | null> {
-    if (!this.layout.exists(scope)) return null;
+    if (!this.exists(scope)) return null;
     const res = await this.readChanges(scope, Number.MAX_SAFE_INTEGER, 1);
     return res.version;
   }

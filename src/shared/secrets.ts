@@ -19,12 +19,33 @@ export function deriveKey(rootKey: Buffer, purpose: string): Buffer {
   return createHmac('sha256', rootKey).update(`scopebase:${purpose}`).digest();
 }
 
+const CACHE_MAX = 10_000;
+/** Expected secrets per root-key list and repo: an HMAC with a raw key costs more than the rest of a point read. */
+const expectedCache = new WeakMap<readonly Buffer[], Map<string, Buffer[]>>();
+
+function expectedSecrets(rootKeys: readonly Buffer[], org: string, repo: string): Buffer[] {
+  let cache = expectedCache.get(rootKeys);
+  if (!cache) {
+    cache = new Map();
+    expectedCache.set(rootKeys, cache);
+  }
+  const id = `${org.toLowerCase()}/${repo.toLowerCase()}`;
+  let expected = cache.get(id);
+  if (expected) {
+    cache.delete(id); // keep recently used entries at the end
+  } else {
+    expected = rootKeys.map((key) => Buffer.from(repoSecret(key, org, repo)));
+    if (cache.size >= CACHE_MAX) cache.delete(cache.keys().next().value!);
+  }
+  cache.set(id, expected);
+  return expected;
+}
+
 /** Constant-time check of a presented secret against every accepted root key. */
 export function verifyRepoSecret(rootKeys: readonly Buffer[], org: string, repo: string, presented: string): boolean {
   const given = Buffer.from(presented);
   let ok = false;
-  for (const key of rootKeys) {
-    const expected = Buffer.from(repoSecret(key, org, repo));
+  for (const expected of expectedSecrets(rootKeys, org, repo)) {
     // Length is not secret (always 43); compare all keys regardless so timing does not reveal which matched.
     if (given.length === expected.length && timingSafeEqual(given, expected)) ok = true;
   }

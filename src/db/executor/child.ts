@@ -82,8 +82,12 @@ function handle(frame: Frame): Buffer {
 }
 
 channel.on('data', (chunk: Buffer) => {
-  // Each reply leaves as soon as it exists: if this process is killed mid-chunk, no finished write's reply is held back.
+  // Read replies of one chunk leave together; a write's reply leaves the moment it exists, so a kill later in the
+  // chunk never holds back the reply of a committed write.
+  channel.cork();
   for (const frame of decoder.push(chunk)) {
+    const write = frame.header.op === 'execute' || frame.header.op === 'migrate';
+    if (write) channel.uncork();
     let out: Buffer;
     try {
       out = handle(frame);
@@ -91,7 +95,12 @@ channel.on('data', (chunk: Buffer) => {
       out = encodeFrame(frame.seq, { s: 500 }, failure(e, null).body);
     }
     channel.write(out);
+    if (write) {
+      channel.uncork();
+      channel.cork();
+    }
   }
+  channel.uncork();
 });
 channel.on('end', () => {
   handles.closeAll();

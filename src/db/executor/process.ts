@@ -7,6 +7,8 @@ import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
 import type { ExecutorLimits } from './handles.ts';
 
 const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
+/** Extra Node options for executor processes, e.g. `--cpu-prof` when profiling (docs/performance.md). */
+const NODE_ARGS = (process.env.SCOPEBASE_EXECUTOR_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
 /** Why a message got no reply: it was running when the process was stopped or died, or it never started. */
 export type LostReason = 'timeout' | 'crash' | 'unstarted';
@@ -47,10 +49,12 @@ export class ExecutorProcess {
   constructor(limits: ExecutorLimits, onDeath: (p: ExecutorProcess) => void, onReply: () => void) {
     this.onDeath = onDeath;
     this.onReply = onReply;
-    this.child = spawn(process.execPath, [CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'] });
+    this.child = spawn(process.execPath, [...NODE_ARGS, CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'] });
     this.channel = this.child.stdio[3] as Socket;
     this.channel.on('data', (chunk: Buffer) => {
-      for (const frame of this.decoder.push(chunk)) this.settle(frame);
+      const frames = this.decoder.push(chunk);
+      for (const frame of frames) this.settle(frame);
+      if (frames.length) this.onReply();
     });
     this.channel.on('error', () => {}); // a dead peer; handled on close
     // Replies already in the socket are read before the lost ones are counted.
@@ -80,6 +84,14 @@ export class ExecutorProcess {
     return p !== undefined && now - this.headStartedAt > p.budgetMs;
   }
 
+  cork(): void {
+    this.channel.cork();
+  }
+
+  uncork(): void {
+    this.channel.uncork();
+  }
+
   /** The tags of messages sent but not started (behind the running one). */
   waiting(): unknown[] {
     return this.queue.slice(this.head + 1).map((p) => p.tag);
@@ -105,7 +117,6 @@ export class ExecutorProcess {
     }
     this.headStartedAt = performance.now();
     p.resolve(frame);
-    this.onReply();
   }
 
   /** Stops a runaway statement: SIGKILL is the one stop a native SQLite step cannot ignore. */

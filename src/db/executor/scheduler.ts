@@ -17,7 +17,7 @@ export interface Job {
 }
 
 /** Reads sent ahead to one process, so it never waits for the next message. */
-const READ_DEPTH = 4;
+const READ_DEPTH = 16;
 /** A statement running longer than this may be a long one: new work avoids its process, waiting reads are hedged. */
 const SLOW_MS = 20;
 
@@ -29,6 +29,7 @@ export class Scheduler {
   private readonly limits: ExecutorLimits;
   private readonly onRestart: (pid: number | undefined) => void;
   closing = false;
+  private pumpScheduled = false;
 
   constructor(count: number, limits: ExecutorLimits, onRestart: (pid: number | undefined) => void) {
     this.limits = limits;
@@ -44,13 +45,23 @@ export class Scheduler {
       this.procs[i] = this.spawn();
       this.onRestart(dead.pid);
       this.pump();
-    }, () => this.pump());
+    }, () => this.schedulePump());
+  }
+
+  /** Coalesces pumps: everything that arrived in one turn of the event loop leaves in one write per process. */
+  private schedulePump(): void {
+    if (this.pumpScheduled) return;
+    this.pumpScheduled = true;
+    setImmediate(() => {
+      this.pumpScheduled = false;
+      this.pump();
+    });
   }
 
   run(write: boolean, header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
     return new Promise((resolve, reject) => {
       (write ? this.writes : this.reads).push({ write, header, body, budgetMs, resolve, reject, settled: false, hedged: false });
-      this.pump();
+      this.schedulePump();
     });
   }
 
@@ -81,6 +92,7 @@ export class Scheduler {
     // While a write waits, the least busy process takes no new reads, so it drains and the write can start.
     const reserved = this.writes.length > 0 ? ready[0] : undefined;
     for (const p of ready) {
+      p.cork(); // one write per process for everything this pump sends it
       while (true) {
         if (p.inflight === 0 && this.writes.length > 0) this.dispatch(p, this.writes.shift()!);
         else if (p !== reserved && p.inflight < READ_DEPTH && this.reads.length > 0) {
@@ -88,6 +100,7 @@ export class Scheduler {
           if (!job.settled) this.dispatch(p, job);
         } else break;
       }
+      p.uncork();
     }
   }
 

@@ -1,0 +1,42 @@
+// `npx node bench/profile.ts [read|insert] [seconds]`: starts the product with --cpu-prof (and its executor
+// processes too), puts a point-read or insert load on it through the proxy, and prints where the time went.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import { request } from 'undici';
+import { repoSecret } from '../src/shared/secrets.ts';
+import { summarize } from './lib/cpuprofile.ts';
+
+const mode = process.argv[2] === 'insert' ? 'insert' : 'read';
+const seconds = Number(process.argv[3] ?? 6);
+const key = 'c'.repeat(64);
+const dataDir = mkdtempSync(join(tmpdir(), 'scopebase-profile-'));
+const profDir = mkdtempSync(join(tmpdir(), 'scopebase-cpuprofile-'));
+const port = 18_080;
+const main = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
+const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, main, 'start'], {
+  env: { ...process.env, PORT: String(port), ADMIN_PORT: '0', DATA_DIR: dataDir, RUNTIME_ROOT_KEY: key, ACCOUNT_ENCRYPTION_KEYS: 'd'.repeat(64), LOG_LEVEL: 'warn', SCOPEBASE_EXECUTOR_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${profDir}` },
+  stdio: ['ignore', 'inherit', 'pipe'],
+});
+await new Promise<void>((resolve) => child.stderr!.on('data', (d) => /is running/.test(String(d)) && resolve()));
+const headers = { host: `acme.localhost:${port}`, authorization: `Bearer ${repoSecret(Buffer.from(key, 'hex'), 'acme', 'web')}`, 'content-type': 'application/json' };
+const post = async (op: string, body: unknown) => (await request(`http://127.0.0.1:${port}/web/_db/${op}`, { method: 'POST', headers, body: JSON.stringify(body) })).body.text();
+await post('migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE todos(id INTEGER PRIMARY KEY, title TEXT, done INTEGER)' }] });
+await post('execute', { sql: "INSERT INTO todos(title, done) WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) SELECT 'todo ' || x, x % 2 FROM c" });
+const requests = Array.from({ length: 256 }, (_, i) => ({
+  method: 'POST' as const, path: `/web/_db/${mode === 'read' ? 'query' : 'execute'}`, headers,
+  body: JSON.stringify(mode === 'read' ? { sql: 'SELECT id, title, done FROM todos WHERE id = ?', params: [1 + ((i * 7919) % 100_000)] } : { sql: 'INSERT INTO todos(title, done) VALUES (?, 0)', params: [`x${i}`] }),
+}));
+const result = await autocannon({ url: `http://127.0.0.1:${port}`, connections: 32, duration: seconds, requests });
+console.log(`${mode}: ${Math.round(result.requests.average)} req/s, p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms, non-2xx ${result.non2xx}`);
+child.kill('SIGTERM');
+await new Promise((r) => child.on('exit', r));
+for (const file of readdirSync(profDir).filter((f) => f.endsWith('.cpuprofile')).sort()) {
+  console.log(`\n== ${file} (the first is the main process; the others are executors)`);
+  console.log(summarize(join(profDir, file), 20));
+}
+rmSync(dataDir, { recursive: true, force: true });
+console.log(`\nprofiles kept in ${profDir} (open them in Chrome DevTools → Performance)`);

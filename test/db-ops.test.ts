@@ -1,0 +1,196 @@
+// SPEC 4.9 and 9 for the database service: running parts alone, admin endpoints, SIGTERM, configuration,
+// development keys, snapshots and change-log retention.
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { request } from 'undici';
+import { call, spawnProduct, startProduct, tempDir, testEnv, ROOT_KEY } from './helpers/product.ts';
+import { repoSecret } from '../src/shared/secrets.ts';
+import { proxyToken } from '../src/db/remote.ts';
+
+const secret = repoSecret(Buffer.from(ROOT_KEY, 'hex'), 'acme', 'web');
+const auth = { authorization: `Bearer ${secret}` };
+const freePort = async () => {
+  const { createServer } = await import('node:net');
+  return new Promise<number>((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+};
+
+describe('parts alone (serve db + serve proxy)', () => {
+  test('the proxy forwards to the database service in its own process; the service answers only the proxy', async () => {
+    const dataDir = tempDir();
+    const dbPort = await freePort();
+    const db = await spawnProduct(testEnv(dataDir, { PORT: String(dbPort) }), ['serve', 'db']);
+    const proxy = await spawnProduct(testEnv(dataDir, { DB_SERVICE_URL: `http://127.0.0.1:${dbPort}` }), ['serve', 'proxy']);
+    try {
+      const m = await call(proxy.url, 'localhost', '/web/_db/migrate', { body: { migrations: [{ id: '1', sql: 'CREATE TABLE t(x)' }] }, headers: auth });
+      assert.equal(m.status, 200, m.text);
+      await call(proxy.url, 'localhost', '/web/_db/execute', { body: { sql: 'INSERT INTO t VALUES (42)' }, headers: auth });
+      const q = await call(proxy.url, 'localhost', '/web/_db/query', { body: { sql: 'SELECT x FROM t' }, headers: auth });
+      assert.deepEqual(q.json.results[0].rows, [[42]]);
+      const snap = await call(proxy.url, 'localhost', '/web/_db/snapshot', { body: {}, headers: auth });
+      assert.equal(snap.status, 200);
+      assert.equal(snap.headers['x-db-version'], '2');
+      // Straight to the service, without the proxy's token: refused even with the right secret and org header.
+      const direct = await call(db.url, 'localhost', '/web/_db/query', { body: { sql: 'SELECT 1' }, headers: { ...auth, 'x-scopebase-org': 'acme' } });
+      assert.equal(direct.status, 403);
+      const forged = await call(db.url, 'localhost', '/web/_db/query', { body: { sql: 'SELECT 1' }, headers: { ...auth, 'x-scopebase-org': 'acme', 'x-scopebase-proxy-token': proxyToken(Buffer.alloc(32)) } });
+      assert.equal(forged.status, 403);
+    } finally {
+      proxy.killAll();
+      db.killAll();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('operations (9)', () => {
+  test('healthz, readyz and Prometheus metrics on ADMIN_PORT', async () => {
+    const p = await startProduct();
+    try {
+      await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+      const admin = p.running.adminUrl;
+      const health = await request(`${admin}/healthz`);
+      assert.equal(health.statusCode, 200);
+      await health.body.dump();
+      const ready = await request(`${admin}/readyz`);
+      assert.equal(ready.statusCode, 200);
+      await ready.body.dump();
+      const metrics = await (await request(`${admin}/metrics`)).body.text();
+      assert.match(metrics, /scopebase_db_requests_total\{op="execute",status="200"\} 1/);
+      assert.match(metrics, /process_resident_memory_bytes/);
+    } finally {
+      await p.close();
+    }
+  });
+
+  test('SIGTERM lets an in-flight request finish, then the process exits 0', async () => {
+    const dataDir = tempDir();
+    const product = await spawnProduct(testEnv(dataDir, { LOG_LEVEL: 'info' }));
+    try {
+      await call(product.url, 'localhost', '/web/_db/execute', { body: { sql: 'CREATE TABLE t(x)' }, headers: auth });
+      const slow = call(product.url, 'localhost', '/web/_db/query', { body: { sql: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 4000000) SELECT count(*) FROM c' }, headers: auth });
+      await new Promise((r) => setTimeout(r, 150));
+      const exited = new Promise<number | null>((resolve) => product.child.on('exit', (code) => resolve(code)));
+      product.child.kill('SIGTERM');
+      const r = await slow;
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual(r.json.results[0].rows, [[4000000]]);
+      assert.equal(await exited, 0);
+      assert.match(product.stdout(), /"msg":"draining"/);
+      assert.match(product.stdout(), /"msg":"stopped"/);
+    } finally {
+      try { product.killAll(); } catch { /* exited */ }
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('configuration (9.1)', () => {
+  const cases: [Record<string, string>, RegExp][] = [
+    [{ PORT: 'eighty' }, /^scopebase: configuration error: PORT: /m],
+    [{ DB_SYNC: 'sometimes' }, /DB_SYNC: must be "full" or "normal"/],
+    [{ RUNTIME_ROOT_KEY: 'abc' }, /RUNTIME_ROOT_KEY: must be/],
+    [{ DB_MIRRORS: '{' }, /DB_MIRRORS: must be a JSON array/],
+    [{ APPS: '{"acme/web": 5}' }, /APPS: value of acme\/web/],
+    [{ TRUSTED_PROXIES: 'not-an-ip' }, /TRUSTED_PROXIES: "not-an-ip" is not an IP address/],
+    [{ ACCOUNT_SESSION_TTL: 'forever' }, /ACCOUNT_SESSION_TTL: must be a duration/],
+    [{ DB_QUERY_TIMEOUT_MS: '-5' }, /DB_QUERY_TIMEOUT_MS: must be a whole number/],
+    [{ NODE_ENV: 'production', RUNTIME_ROOT_KEY: '', ACCOUNT_OIDC_ISSUER: 'https://id.example.com', ACCOUNT_OIDC_CLIENT_ID: 'x' }, /RUNTIME_ROOT_KEY: is required when NODE_ENV=production/],
+    [{ NODE_ENV: 'production' }, /ACCOUNT_OIDC_ISSUER.*ACCOUNT_GITHUB_CLIENT_ID/],
+  ];
+  for (const [env, message] of cases) {
+    test(`${Object.keys(env).join(', ')}: the start stops with a message naming the variable`, () => {
+      const dataDir = tempDir();
+      const r = spawnSync(process.execPath, ['src/cli/main.ts', 'start'], { env: { ...process.env, ...testEnv(dataDir), ...env }, encoding: 'utf8', timeout: 20_000 });
+      rmSync(dataDir, { recursive: true, force: true });
+      assert.equal(r.status, 78, r.stderr);
+      assert.match(r.stderr, message);
+    });
+  }
+
+  test('development keys are generated into DATA_DIR once and reused', () => {
+    const dataDir = tempDir();
+    try {
+      const env = { ...process.env, DATA_DIR: dataDir, RUNTIME_ROOT_KEY: '', ACCOUNT_ENCRYPTION_KEYS: '' };
+      const first = execFileSync(process.execPath, ['src/cli/main.ts', 'secret', 'acme/web'], { env }).toString();
+      const key = readFileSync(join(dataDir, 'runtime-root.key'), 'utf8').trim();
+      assert.match(key, /^[0-9a-f]{64}$/);
+      const second = execFileSync(process.execPath, ['src/cli/main.ts', 'secret', 'acme/web'], { env }).toString();
+      assert.equal(first, second);
+      assert.equal(first.trim(), repoSecret(Buffer.from(key, 'hex'), 'acme', 'web'));
+      writeFileSync(join(dataDir, 'runtime-root.key'), 'garbage\n');
+      const broken = spawnSync(process.execPath, ['src/cli/main.ts', 'secret', 'acme/web'], { env, encoding: 'utf8' });
+      assert.equal(broken.status, 78);
+      assert.match(broken.stderr, /RUNTIME_ROOT_KEY: the generated key file .* is damaged/);
+      assert.doesNotMatch(broken.stderr, /garbage/);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('snapshot and changes (4.9)', () => {
+  test('snapshot streams a consistent SQLite file with its version; changes pages events and answers 410 past retention', async () => {
+    const p = await startProduct();
+    try {
+      await p.db('web', 'migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)' }] });
+      // 1,199 more changing requests: versions 2..1200, committed concurrently in groups.
+      for (let batch = 0; batch < 12; batch++) {
+        const n = batch === 0 ? 99 : 100;
+        const rs = await Promise.all(Array.from({ length: n }, (_, i) => p.db('web', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: [`${batch}-${i}`] })));
+        assert.ok(rs.every((r) => r.status === 200));
+      }
+      const snap = await request(new URL('/web/_db/snapshot', p.url), { method: 'POST', headers: { host: `acme.localhost:${new URL(p.url).port}`, ...auth }, body: '{}' });
+      assert.equal(snap.statusCode, 200);
+      assert.equal(snap.headers['x-db-version'], '1200');
+      assert.equal(snap.headers['content-type'], 'application/vnd.sqlite3');
+      const file = join(p.dataDir, 'copy.sqlite');
+      writeFileSync(file, Buffer.from(await snap.body.arrayBuffer()));
+      const copy = new DatabaseSync(file, { readOnly: true });
+      assert.deepEqual({ ...copy.prepare('SELECT count(*) AS n FROM t').get() }, { n: 1199 });
+      copy.close();
+
+      const page = await p.db('web', 'changes', { since: 0, limit: 10 });
+      assert.deepEqual(page.json.events.map((e: { version: number }) => e.version), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+      assert.equal(page.json.version, 1200);
+      assert.equal(page.json.events[0].type, 'database.migrated');
+
+      // Age every event past 7 days, then cross a pruning point: only the last 1,000 are kept.
+      const direct = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'main.sqlite'));
+      direct.exec(`UPDATE _scopebase_changes SET committed_at = ${Date.now() - 8 * 24 * 3600 * 1000}`);
+      direct.close();
+      const rs = await Promise.all(Array.from({ length: 100 }, () => p.db('web', 'execute', { sql: "INSERT INTO t(v) VALUES ('more')" })));
+      assert.ok(rs.every((r) => r.status === 200));
+      const gone = await p.db('web', 'changes', { since: 0 });
+      assert.equal(gone.status, 410);
+      assert.equal(gone.json.error.code, 'gone');
+      const kept = await p.db('web', 'changes', { since: 300, limit: 1 });
+      assert.equal(kept.status, 200, kept.text);
+      assert.equal(kept.json.events[0].version, 301);
+      assert.equal((await p.db('web', 'changes', { since: 299 })).status, 410);
+    } finally {
+      await p.close();
+    }
+  });
+
+  test('snapshot and changes of a database that does not exist are 404 database_not_found', async () => {
+    const p = await startProduct();
+    try {
+      for (const op of ['snapshot', 'changes']) {
+        const r = await p.db('web', op, op === 'changes' ? { database: 'none', since: 0 } : { database: 'none' });
+        assert.equal(r.status, 404, op);
+        assert.equal(r.json.error.code, 'database_not_found');
+      }
+    } finally {
+      await p.close();
+    }
+  });
+});
