@@ -5,6 +5,7 @@ import { createServer, request as httpRequest, type IncomingMessage, type Server
 import { createHash } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { Client } from 'undici';
 import { signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
 
 let upstream: Server;
@@ -60,6 +61,26 @@ describe('forwarding', () => {
     assert.equal(r.headers['set-cookie'], 'app=1; Path=/');
     const root = await p.call('/web');
     assert.equal(root.json.url, '/base/');
+  });
+
+  test('a crafted path can neither change the upstream host nor leave the app\'s base path', async () => {
+    // Raw paths as an attacker's client sends them (a URL parser on this side would normalize them away).
+    const client = new Client(p.url);
+    try {
+      for (const [path, expected] of [
+        ['/web//evil.example/x?a=1', '/base//evil.example/x?a=1'],
+        ['/web/\\\\evil.example/', '/base///evil.example/'],
+        ['/web/a/../../../private/x', '/base/private/x'],
+        ['/web/%2e%2e/%2e%2e/private', '/base/private'],
+      ]) {
+        const res = await client.request({ method: 'GET', path, headers: { host: `acme.localhost:${p.port}` } });
+        const body = await res.body.json() as { url: string };
+        assert.equal(res.statusCode, 200, path);
+        assert.equal(body.url, expected, path);
+      }
+    } finally {
+      await client.close();
+    }
   });
 
   test('request bodies stream through, any method', async () => {

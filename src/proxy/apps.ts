@@ -40,9 +40,19 @@ export function appTarget(org: string, url: string, apps: Map<string, AppRoute>)
   return { route, repo, rawRepo, rest: rest + (m[3] ?? '') };
 }
 
+/**
+ * The upstream URL for a request path. The path is normalized under a fixed host first, so `//host`, `\\host`
+ * and dot segments can neither change the upstream host nor climb out of the app's base path (SSRF, and
+ * reaching another app on the same upstream past its requireSession).
+ */
 export function upstreamUrl(route: AppRoute, rest: string): URL {
   const base = new URL(route.url);
-  return new URL(base.pathname.replace(/\/+$/, '') + rest, base.origin);
+  const q = rest.indexOf('?');
+  const normalized = new URL(`http://app.invalid${q === -1 ? rest : rest.slice(0, q)}`).pathname;
+  const url = new URL(base.origin);
+  url.pathname = base.pathname.replace(/\/+$/, '') + normalized; // the pathname setter never changes the host
+  url.search = q === -1 ? '' : rest.slice(q);
+  return url;
 }
 
 export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsync; close(): Promise<void> } {
