@@ -63,16 +63,6 @@ function target(req: Req): { repo: string; plugin: string; name: string } {
   return { repo, plugin: checkCredentialName('plugin', req.params.plugin), name: checkCredentialName('name', req.params.name) };
 }
 
-/** parseJsonObject, but a malformed body's message never quotes the body (it may hold a secret). */
-function jsonBody(body: unknown): Record<string, unknown> {
-  try {
-    return parseJsonObject(body);
-  } catch (e) {
-    if (e instanceof ApiError && e.message.startsWith('malformed JSON')) throw new ApiError('invalid_request', 'malformed JSON in the request body');
-    throw e;
-  }
-}
-
 function opened<T>(req: Req, id: Identity, fn: () => T): T {
   try {
     return fn();
@@ -162,7 +152,7 @@ export function registerRoutes(app: FastifyInstance, deps: Deps): void {
   app.put('/credentials/:plugin/:name', async (req: Req, reply) => {
     const { repo, plugin, name } = target(req);
     const c = await caller(req, deps, repo, true);
-    const { value, expiresAt } = parsePutBody(jsonBody(req.body));
+    const { value, expiresAt } = parsePutBody(parseJsonObject(req.body));
     const out = put(req, deps, { org: req.org, repo, user: c.user, plugin, name }, value, expiresAt, actor(req, c));
     return reply.code(out.created ? 201 : 200).send(out.meta);
   });
