@@ -36,12 +36,13 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
 
   const app = createHttpApp({
     logger: opts.logger.child({ server: 'account' }), bodyLimit: 1024 * 1024,
-    // `{account_url}/X` is `/{repo}/_account/X`: the repo comes from the proxy's header.
+    // `{account_url}/X` is `/{repo}/_account/X`: the repo comes from the proxy's header, always. A path that itself
+    // looks like `/{other}/_account/...` stays under the proxy's repo (404), so the path cannot override the header.
     rewriteUrl: (raw) => {
       const r = fromProxy(raw);
       const url = raw.url ?? '/';
       if (r) routed.set(raw, r);
-      if (!r || !r.repo || /^\/[^/?]+\/_account(\/|\?|$)/.test(url)) return url;
+      if (!r || !r.repo) return url;
       return `/${encodeURIComponent(r.repo)}/_account${url.startsWith('/') ? url : `/${url}`}`;
     },
   });

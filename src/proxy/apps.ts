@@ -15,7 +15,7 @@ export interface AppsOptions {
   trustedProxies: string[];
   baseDomain: string;
   resolveSession: SessionResolver;
-  /** Set-Cookie extending a session renewed while resolving this request (in-process account service only). */
+  /** Set-Cookie extending a session renewed while resolving this request (in-process, or relayed from /verify in split mode). */
   renewalCookie?: (req: FastifyRequest) => string | null;
   logger: Logger;
 }
