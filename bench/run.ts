@@ -53,8 +53,8 @@ async function runWorkload(w: Workload, running: Running, repeat: number): Promi
   const row: Row = { workload: w.name, setup: w.setup, kind: w.kind, what: w.what, repeat, status: 'ok' };
   try {
     if (w.run) {
-      const m = await w.run({ warmup: opts.warmup, duration: opts.duration, smoke });
-      return { ...row, rps: m.rps, p50: m.p50, p99: m.p99, cpu: m.cpu, total: m.total, extra: m.extra };
+      const m = await w.run({ warmup: opts.warmup, duration: opts.duration, smoke }, running);
+      return { ...row, rps: m.rps, p50: m.p50, p99: m.p99, cpu: m.cpu, otherCpu: m.otherCpu, total: m.total, extra: m.extra };
     }
     const load = await w.load!(running);
     const p = await probe(load);
@@ -65,7 +65,7 @@ async function runWorkload(w: Workload, running: Running, repeat: number): Promi
     const result: Row = { ...row, rps: r.rps, p50: r.p50, p99: r.p99, cpu: r.cpu, loadCpu: r.loadCpu, otherCpu: r.otherCpu, total: r.total, errors: r.errors + r.timeouts, non2xx: r.non2xx, statusCodes: r.statusCodes };
     if (dead.length) return { ...result, status: 'failed', reason: `server process ${dead.join(', ')} died during the load` };
     if (r.total === 0 || bad > r.total * 0.01) return { ...result, status: 'failed', reason: `${bad} of ${r.total} requests failed: ${JSON.stringify(r.statusCodes)}, errors ${r.errors}, timeouts ${r.timeouts}` };
-    return result;
+    return w.after ? { ...result, extra: await w.after(running) } : result;
   } catch (e) {
     const unavailable = e instanceof Unavailable;
     return { ...row, status: unavailable ? 'unavailable' : 'failed', reason: (e as Error).message };
@@ -96,7 +96,7 @@ async function main(): Promise<number> {
         for (const w of ws) {
           const row = await runWorkload(w, running, repeat);
           rows.push(row);
-          log(`${w.name} #${repeat}: ${row.status === 'ok' ? row.extra ? `${Math.round(row.rps!)}/s ${JSON.stringify(row.extra)}` : `${Math.round(row.rps!)} req/s, p50 ${row.p50?.toFixed(3)} ms, p99 ${row.p99?.toFixed(3)} ms, CPU ${row.cpu?.toFixed(0)}%${row.loadCpu ? ` (load generator ${row.loadCpu.toFixed(0)}%, others ${row.otherCpu?.toFixed(0)}%)` : ''}` : `${row.status}: ${tail(row.reason ?? '', 300)}`}`);
+          log(`${w.name} #${repeat}: ${row.status === 'ok' ? row.extra && !row.p50 ? `${Math.round(row.rps!)}/s ${JSON.stringify(row.extra)}` : `${Math.round(row.rps!)} req/s, p50 ${row.p50?.toFixed(3)} ms, p99 ${row.p99?.toFixed(3)} ms, CPU ${row.cpu?.toFixed(0)}%${row.loadCpu ? ` (load generator ${row.loadCpu.toFixed(0)}%, others ${row.otherCpu?.toFixed(0)}%)` : ''}${row.extra ? ` ${JSON.stringify(row.extra)}` : ''}` : `${row.status}: ${tail(row.reason ?? '', 300)}`}`);
         }
       } finally {
         await running.stop();

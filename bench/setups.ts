@@ -14,6 +14,8 @@ export interface Running {
   instance?: Instance;
   /** The database control service's own URL (split mode). */
   dbUrl?: string | null;
+  /** The mirror sink's base URL (its /_bench/* control endpoints), for the mirror workloads. */
+  sinkUrl?: string;
   notes: Record<string, unknown>;
   stop(): Promise<void>;
 }
@@ -90,7 +92,7 @@ export const SETUPS: Record<string, Setup> = {
       const mirrors = [1, 2].map((i) => ({ name: `m${i}`, url: `http://127.0.0.1:${sink.match[i]}/hook`, secret: `whsec_${randomBytes(32).toString('base64')}` }));
       try {
         const running = await scopebase('one', { DB_MIRRORS: JSON.stringify(mirrors) }, 0);
-        return { ...running, async stop() { await running.stop(); await sink.stop(); running.notes.mirrorDeliveries = /received (\d+)/.exec(sink.output())?.[1]; } };
+        return { ...running, sinkUrl: `http://127.0.0.1:${sink.match[1]}`, async stop() { await running.stop(); await sink.stop(); running.notes.mirrorDeliveries = /received (\d+)/.exec(sink.output())?.[1]; } };
       } catch (e) {
         await sink.stop();
         throw e;

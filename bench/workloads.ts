@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { drained, runLag } from './lib/lag.ts';
 import { buildRequests, randomId, type LoadRequest } from './lib/loadgen.ts';
 import { track } from './lib/proc.ts';
 import { http } from './lib/http.ts';
@@ -19,7 +20,7 @@ export type Kind = 'read' | 'write' | 'floor';
 /** A load against a running server: its base URL and pre-built requests. */
 export interface Load { url: string; requests: LoadRequest[] }
 
-export interface Measured { rps: number; p50: number; p99: number; cpu?: number; total?: number; extra?: Record<string, unknown> }
+export interface Measured { rps: number; p50: number; p99: number; cpu?: number; otherCpu?: number; total?: number; extra?: Record<string, unknown> }
 
 export interface Workload {
   name: string;
@@ -29,8 +30,10 @@ export interface Workload {
   smoke?: boolean;
   /** The load to apply; throw Unavailable when the product cannot serve it yet. */
   load?(r: Running): Promise<Load>;
-  /** A workload that measures itself (no HTTP load). */
-  run?(opts: { warmup: number; duration: number; smoke: boolean }): Promise<Measured>;
+  /** Runs after a successful load, before the next workload; what it returns joins the row's `extra`. */
+  after?(r: Running): Promise<Record<string, unknown>>;
+  /** A workload that measures itself (no autocannon load); `r` is its setup's running server, if it has one. */
+  run?(opts: { warmup: number; duration: number; smoke: boolean }, r: Running): Promise<Measured>;
 }
 
 export { Unavailable };
@@ -105,6 +108,39 @@ function engine(mode: 'read' | 'insert'): Workload['run'] {
   };
 }
 
+/** Writes per second of the lag workload: a steady load well under what the product sustains, so lag is not queueing. */
+const LAG_RATE = 500;
+
+/** Write reply → mirror arrival lag under a steady insert stream through the proxy, two mirrors (the sink). */
+const mirrorLag: Workload['run'] = async ({ warmup, duration, smoke }, r) => {
+  const inst = r.instance;
+  if (!inst || !r.sinkUrl) throw new Unavailable('needs the sb-mirrors setup');
+  const headers = dbHeaders(inst);
+  const base = `${r.url}/${REPO}/_db`;
+  const first = await http(`${base}/execute`, { method: 'POST', headers, body: JSON.stringify(oneInsert(0)), timeoutMs: 30_000 });
+  if (first.status !== 200) throw new Unavailable(`HTTP ${first.status}: ${first.body.slice(0, 200)}`);
+  const m = await runLag(
+    { url: r.url, path: `/${REPO}/_db/execute`, headers, sql: INSERT, rate: LAG_RATE, maxInFlight: 256,
+      // Smoke (CI): a very short window, enough to see events arrive and the figures come out.
+      warmupSeconds: smoke ? Math.min(warmup, 0.25) : warmup, durationSeconds: smoke ? Math.min(duration, 1) : duration },
+    { serverPids: r.pids, statusUrl: `${base}/status`, sinkUrl: r.sinkUrl },
+  );
+  // Writes not sent because 256 were outstanding (a starved machine) are reported, not a failure: lag is still measured.
+  const bad = m.errors + Object.entries(m.statusCodes).filter(([c]) => c !== '200').reduce((a, [, n]) => a + n, 0);
+  if (m.events === 0 || bad > m.events * 0.01) throw new Error(`${bad} of ${m.events + bad} writes failed: ${JSON.stringify(m.statusCodes)}, errors ${m.errors}`);
+  if (m.missing > 0) throw new Error(`${m.missing} of ${m.events * 2} (event, mirror) deliveries did not arrive within 10 s of the window's end`);
+  const r3 = (x: number) => Math.round(x * 1000) / 1000;
+  return {
+    rps: m.rps, p50: m.p50, p99: m.p99, cpu: m.cpu, otherCpu: m.otherCpu, total: m.events,
+    extra: {
+      rate: LAG_RATE, events: m.events, lagMaxMs: r3(m.max), lagMeanMs: r3(m.mean), beforeReply: m.beforeReply,
+      perMirror: Object.fromEntries(Object.entries(m.perMirror).map(([k, v]) => [k, { p50: r3(v.p50), p99: r3(v.p99), max: r3(v.max) }])),
+      writeP50Ms: r3(m.writeP50), writeP99Ms: r3(m.writeP99), notSent: m.skipped, backlogAtStart: m.backlogAtStart, drainMs: Math.round(m.drainMs),
+      driverCpu: Math.round(m.driverCpu), timeline: m.timeline,
+    },
+  };
+};
+
 export const WORKLOADS: Workload[] = [
   {
     name: 'floor', setup: 'floor', kind: 'floor', smoke: true, what: 'bare node:http, small JSON',
@@ -120,14 +156,24 @@ export const WORKLOADS: Workload[] = [
   {
     name: 'sb-verify', setup: 'sb-one', kind: 'read', what: 'GET /_account/verify with a session',
     load: async (r) => {
-      const cookie = await obtainSessionCookie(r.instance!);
-      if (!cookie) throw new Unavailable('no session: obtainSessionCookie() is a TODO until the account service lands');
+      const cookie = await obtainSessionCookie(r.instance!, REPO); // a failed sign-in fails the workload
       return { url: r.url, requests: [{ method: 'GET', path: `/${REPO}/_account/verify`, headers: { host: r.instance!.host, cookie } }] };
     },
   },
   ...sbGroup('sb-split', 'sb-split', 'proxy', false),
   ...sbGroup('sb-direct', 'sb-split', 'direct', false),
-  { name: 'sb-mirrors-insert', setup: 'sb-mirrors', kind: 'write', what: 'single-row insert with two mirrors configured', load: db('execute', 'proxy', oneInsert) },
+  {
+    name: 'sb-mirrors-insert', setup: 'sb-mirrors', kind: 'write', what: 'single-row insert with two mirrors configured', load: db('execute', 'proxy', oneInsert),
+    // Writes never wait for delivery: how far behind were the mirrors when the load stopped, and how long to catch up?
+    after: async (r) => {
+      const d = await drained(`${r.url}/${REPO}/_db/status`, dbHeaders(r.instance!), 120_000);
+      return { mirrorBacklogAtEnd: d.backlog, catchUpMs: Math.round(d.ms) };
+    },
+  },
+  {
+    name: 'sb-mirror-lag', setup: 'sb-mirrors', kind: 'write', smoke: true,
+    what: `write 200 → mirror arrival lag, ${LAG_RATE} single-row inserts/s through the proxy, two mirrors`, run: mirrorLag,
+  },
   {
     name: 'sb-memory', setup: 'memory', kind: 'write', smoke: true, what: 'touch N databases once; RSS; restart time',
     run: async ({ smoke }) => {

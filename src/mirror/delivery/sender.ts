@@ -1,6 +1,6 @@
 // One signed delivery attempt (Standard Webhooks) over undici: bounded time, bounded response read, no redirects.
 import { Agent, request } from 'undici';
-import { Webhook } from 'standardwebhooks';
+import { createHmac, createSecretKey, type KeyObject } from 'node:crypto';
 import type { ChangeEvent } from '../../db/contract.ts';
 import type { MirrorConfig } from '../../shared/config.ts';
 
@@ -17,29 +17,34 @@ export interface SendOptions {
   signal: AbortSignal;
 }
 
-/** Signs with the mirror's whsec secret; the secret stays inside the Webhook object and never reaches a message. */
+/**
+ * Signs as Standard Webhooks does (`v1,` + base64 HMAC-SHA256 of `{id}.{timestamp}.{body}` under the decoded
+ * whsec secret) with node:crypto: the library's pure-JavaScript SHA-256 cost 4% of the main process under load.
+ * The key stays in a KeyObject and never reaches a message.
+ */
 export class MirrorSender {
   readonly name: string;
   private readonly url: string;
-  private readonly webhook: Webhook;
+  private readonly key: KeyObject;
   private readonly agent: Agent;
 
   constructor(mirror: MirrorConfig, agent: Agent) {
     this.name = mirror.name;
     this.url = mirror.url;
-    this.webhook = new Webhook(mirror.secret);
+    this.key = createSecretKey(Buffer.from(mirror.secret.slice('whsec_'.length), 'base64'));
     this.agent = agent;
   }
 
   async send(event: ChangeEvent, opts: SendOptions): Promise<Outcome> {
     const body = JSON.stringify(event);
-    const now = new Date();
+    const timestamp = String(Math.floor(Date.now() / 1000));
+    const signature = createHmac('sha256', this.key).update(`${event.id}.${timestamp}.${body}`).digest('base64');
     const headers = {
       'content-type': 'application/json',
       'user-agent': 'scopebase-mirror-delivery',
       'webhook-id': event.id,
-      'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
-      'webhook-signature': this.webhook.sign(event.id, now, body),
+      'webhook-timestamp': timestamp,
+      'webhook-signature': `v1,${signature}`,
     };
     const timeout = AbortSignal.timeout(opts.timeoutMs);
     const signal = AbortSignal.any([timeout, opts.signal]);
