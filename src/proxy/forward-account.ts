@@ -1,10 +1,12 @@
 // When the account service runs as its own process: the proxy forwards /{repo}/_account/* to it with routing headers
 // it signs with the proxy token, and asks its /verify for app sessions.
+import type { IncomingMessage } from 'node:http';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { request } from 'undici';
 import { ApiError } from '../shared/errors.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { ResolvedSession, SessionResolver } from '../account/contract.ts';
+import { readCookie, SESSION_COOKIE } from '../account/cookies.ts';
 import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, trustedPeers } from './forward.ts';
 
 export interface RemoteAccountOptions { accountUrl: string; proxyToken: string; trustedProxies: string[] }
@@ -21,8 +23,17 @@ export function routingHeaders(req: FastifyRequest, repo: string, proxyToken: st
   };
 }
 
-export function createRemoteAccount(opts: RemoteAccountOptions): { plugin: FastifyPluginAsync; resolveSession: SessionResolver; close(): Promise<void> } {
+export interface RemoteAccount {
+  plugin: FastifyPluginAsync;
+  resolveSession: SessionResolver;
+  /** The Set-Cookie the account service sent when resolving this request renewed the session (for the app's answer). */
+  renewalCookie(req: FastifyRequest): string | null;
+  close(): Promise<void>;
+}
+
+export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
   const agent = createAgent();
+  const renewed = new WeakMap<IncomingMessage, string>();
   const isTrusted = trustedPeers(opts.trustedProxies);
   const base = opts.accountUrl.replace(/\/+$/, '');
 
@@ -45,7 +56,8 @@ export function createRemoteAccount(opts: RemoteAccountOptions): { plugin: Fasti
 
   // Apps need the user: ask the account service's /verify with the browser's cookie.
   const resolveSession: SessionResolver = async (req) => {
-    if (!req.headers.cookie) return null;
+    // No session cookie at all: nothing to ask (saves a round trip per anonymous app request).
+    if (readCookie(req.headers.cookie, SESSION_COOKIE.http) === null && readCookie(req.headers.cookie, SESSION_COOKIE.https) === null) return null;
     const repo = /^\/([^/?]*)/.exec(req.url ?? '')?.[1] ?? '';
     const headers = { cookie: String(req.headers.cookie), accept: 'application/json', ...routingHeaders(req, repo.toLowerCase(), opts.proxyToken) };
     let res;
@@ -57,9 +69,18 @@ export function createRemoteAccount(opts: RemoteAccountOptions): { plugin: Fasti
     const body = (await res.body.json().catch(() => null)) as { user?: ResolvedSession['user']; session?: { expiresAt: string }; org?: string } | null;
     if (res.statusCode === 401) return null;
     if (res.statusCode !== 200 || !body?.user || !body.session) throw new ApiError('unavailable', 'the account service gave no usable answer', undefined, { 'retry-after': '5' });
-    // The renewed cookie, if any, is dropped here: the next account page visit extends it.
+    // A renewal's Set-Cookie (only ever the session cookie) is handed to the app's answer, as in-process.
+    const set = res.headers['set-cookie'];
+    const cookie = (Array.isArray(set) ? set : set === undefined ? [] : [set]).find((c) => /^(__Host-)?session=/.test(c));
+    if (cookie) renewed.set(req.raw, cookie);
     return { user: body.user, sessionId: '', expiresAt: new Date(body.session.expiresAt), org: body.org ?? req.org };
   };
 
-  return { plugin, resolveSession, close: () => agent.close() };
+  const renewalCookie = (req: FastifyRequest): string | null => {
+    const cookie = renewed.get(req.raw) ?? null;
+    renewed.delete(req.raw);
+    return cookie;
+  };
+
+  return { plugin, resolveSession, renewalCookie, close: () => agent.close() };
 }
