@@ -1,6 +1,6 @@
 // Shape checks for /_db request bodies (SPEC 4.2–4.9). Values inside params are checked by the executor.
 import { ApiError } from '../shared/errors.ts';
-import { malformedJson } from '../shared/http.ts';
+import { parseJsonObject } from '../shared/http.ts';
 import { checkDatabase } from '../shared/names.ts';
 import { hasSecondStatement } from './statement-end.ts';
 
@@ -23,14 +23,7 @@ export const MAX_CHANGES_PAGE = 1000;
 /** Parses the body; an empty body is `{}` for operations whose fields are all optional. */
 export function parseBody(op: Op, body: Buffer): Record<string, unknown> {
   if (body.length === 0 && (op === 'status' || op === 'snapshot')) return {};
-  let value: unknown;
-  try {
-    value = JSON.parse(body.toString('utf8'));
-  } catch {
-    throw malformedJson();
-  }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new ApiError('invalid_request', 'the request body must be a JSON object');
-  return value as Record<string, unknown>;
+  return parseJsonObject(body);
 }
 
 /** The database name, checked before authentication (SPEC 2). */

@@ -3,7 +3,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createHash, generateKeyPairSync, randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import Provider, { type Ctx } from 'oidc-provider';
+import type { Ctx, Provider as OidcProvider } from 'oidc-provider';
 import type { Logger } from '../../shared/log.ts';
 import { escapeHtml, page, PAGE_CSP } from '../pages/layout.ts';
 import { MemoryAdapter } from './dev-idp-adapter.ts';
@@ -61,46 +61,51 @@ export async function startDevIdp(opts: { logger: Logger; host?: string; callbac
   await new Promise<void>((resolve) => server.listen(0, host, resolve));
   const issuer = `http://${host}:${(server.address() as AddressInfo).port}`;
 
-  const provider = new Provider(issuer, {
-    clients: [{ client_id: clientId, client_secret: clientSecret, redirect_uris: ['http://acme.localhost/web/_account/callback'], grant_types: ['authorization_code'], response_types: ['code'] }],
-    jwks: { keys: [{ ...generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' }), use: 'sig', alg: 'RS256' }] },
-    cookies: { keys: [randomBytes(32).toString('base64url')] },
-    claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name', 'preferred_username'] },
-    features: { devInteractions: { enabled: false } },
-    adapter: MemoryAdapter,
-    ttl: { AccessToken: 600, AuthorizationCode: 60, IdToken: 600, Interaction: 600, Session: 3600, Grant: 3600 },
-    interactions: { url: (_ctx: unknown, interaction: { uid: string }) => `/interaction/${interaction.uid}` },
-    findAccount: async (_ctx: unknown, sub: string) => {
-      const a = accounts.get(sub);
-      if (!a) return undefined;
-      return { accountId: sub, claims: async () => ({ sub, email: a.email, email_verified: true, name: a.name, preferred_username: a.login }) };
-    },
-    // First-party development client: consent is implied, so grant what was asked.
-    loadExistingGrant: async (ctx: Ctx) => {
-      const id = ctx.oidc.result?.consent?.grantId ?? ctx.oidc.session.grantIdFor(ctx.oidc.client.clientId);
-      if (id) return provider.Grant.find(id);
-      if (!ctx.oidc.session.accountId) return undefined;
-      const grant = new provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
-      grant.addOIDCScope('openid email profile');
-      await grant.save();
-      return grant;
-    },
-  });
-  // Any org and repo may sign in, so the exact-match redirect URI list gives way to the product's own callback shape.
-  provider.Client.prototype.redirectUriAllowed = (uri: string) => opts.callbackPattern.test(uri);
-  provider.on('server_error', (_ctx, err) => opts.logger.error({ err }, 'development identity provider error'));
+  // oidc-provider (~20 MB of heap and code) and its RSA key are only built on the first sign-in, not at start-up.
+  let ready: Promise<{ provider: OidcProvider; handle: (req: IncomingMessage, res: ServerResponse) => void }> | null = null;
+  const build = async () => {
+    const { default: Provider } = await import('oidc-provider');
+    const provider: OidcProvider = new Provider(issuer, {
+      clients: [{ client_id: clientId, client_secret: clientSecret, redirect_uris: ['http://acme.localhost/web/_account/callback'], grant_types: ['authorization_code'], response_types: ['code'] }],
+      jwks: { keys: [{ ...generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' }), use: 'sig', alg: 'RS256' }] },
+      cookies: { keys: [randomBytes(32).toString('base64url')] },
+      claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name', 'preferred_username'] },
+      features: { devInteractions: { enabled: false } },
+      adapter: MemoryAdapter,
+      ttl: { AccessToken: 600, AuthorizationCode: 60, IdToken: 600, Interaction: 600, Session: 3600, Grant: 3600 },
+      interactions: { url: (_ctx: unknown, interaction: { uid: string }) => `/interaction/${interaction.uid}` },
+      findAccount: async (_ctx: unknown, sub: string) => {
+        const a = accounts.get(sub);
+        if (!a) return undefined;
+        return { accountId: sub, claims: async () => ({ sub, email: a.email, email_verified: true, name: a.name, preferred_username: a.login }) };
+      },
+      // First-party development client: consent is implied, so grant what was asked.
+      loadExistingGrant: async (ctx: Ctx) => {
+        const id = ctx.oidc.result?.consent?.grantId ?? ctx.oidc.session.grantIdFor(ctx.oidc.client.clientId);
+        if (id) return provider.Grant.find(id);
+        if (!ctx.oidc.session.accountId) return undefined;
+        const grant = new provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
+        grant.addOIDCScope('openid email profile');
+        await grant.save();
+        return grant;
+      },
+    });
+    // Any org and repo may sign in, so the exact-match redirect URI list gives way to the product's own callback shape.
+    provider.Client.prototype.redirectUriAllowed = (uri: string) => opts.callbackPattern.test(uri);
+    provider.on('server_error', (_ctx, err) => opts.logger.error({ err }, 'development identity provider error'));
 
-  const handle = provider.callback();
+    return { provider, handle: provider.callback() };
+  };
+
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const m = /^\/interaction\/([A-Za-z0-9_-]{1,64})$/.exec(req.url?.split('?')[0] ?? '');
-    if (!m) return handle(req, res);
-    interaction(req, res, m[1]!).catch((err) => {
+    (ready ??= build()).then(({ provider, handle }) => (m ? interaction(provider, req, res, m[1]!) : handle(req, res))).catch((err) => {
       opts.logger.warn({ err: { message: (err as Error).message } }, 'development sign-in failed');
       if (!res.headersSent) send(res, 400, page('Sign-in failed', '<h1>Sign-in failed</h1><p>This sign-in attempt expired. Go back to the application and start again.</p>'));
     });
   });
 
-  async function interaction(req: IncomingMessage, res: ServerResponse, uid: string): Promise<void> {
+  async function interaction(provider: OidcProvider, req: IncomingMessage, res: ServerResponse, uid: string): Promise<void> {
     const details = await provider.interactionDetails(req, res);
     const client = String(details.params.client_id ?? '');
     if (req.method === 'GET') return send(res, 200, loginForm(uid, client));

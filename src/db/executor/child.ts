@@ -2,12 +2,14 @@
 // moment (a runaway statement): SQLite's journal guarantees an interrupted transaction leaves nothing behind.
 import { Socket } from 'node:net';
 import { rmSync } from 'node:fs';
+import { flushCompileCache } from 'node:module';
 import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
 import { HandleCache, type DbHandle, type ExecutorLimits } from './handles.ts';
 import { changes, query, snapshot, status } from './read-ops.ts';
 import { executeGroup, migrate, type GroupContext } from './write-ops.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 
+flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or lives as long as the server
 const limits = JSON.parse(process.argv[2] ?? '{}') as ExecutorLimits;
 const handles = new HandleCache(limits);
 const channel = new Socket({ fd: 3, readable: true, writable: true });

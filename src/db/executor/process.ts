@@ -3,12 +3,36 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { lstatSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
 import type { ExecutorLimits } from './handles.ts';
 
 const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
 /** Extra Node options for executor processes, e.g. `--cpu-prof` when profiling (docs/performance.md). */
 const NODE_ARGS = (process.env.SCOPEBASE_EXECUTOR_NODE_ARGS ?? '').split(' ').filter(Boolean);
+
+let env: NodeJS.ProcessEnv | undefined;
+
+/**
+ * With a warm compile cache Node runs our TypeScript without loading its type stripper (~17 MB less per process,
+ * and a faster start). The cache holds code that runs, so it is used only in a directory that is ours alone.
+ */
+function childEnv(): NodeJS.ProcessEnv {
+  if (env) return env;
+  env = process.env;
+  if (process.env.NODE_COMPILE_CACHE || typeof process.getuid !== 'function') return env;
+  const dir = join(tmpdir(), `scopebase-compile-cache-${process.getuid()}`);
+  try {
+    mkdirSync(dir, { mode: 0o700, recursive: true });
+    const st = lstatSync(dir);
+    if (st.isDirectory() && st.uid === process.getuid() && (st.mode & 0o077) === 0) env = { ...process.env, NODE_COMPILE_CACHE: dir };
+  } catch {
+    // no cache: the executor only starts a little slower and larger
+  }
+  return env;
+}
 
 /** Why a message got no reply: it was running when the process was stopped or died, or it never started. */
 export type LostReason = 'timeout' | 'crash' | 'unstarted';
@@ -49,7 +73,7 @@ export class ExecutorProcess {
   constructor(limits: ExecutorLimits, onDeath: (p: ExecutorProcess) => void, onReply: () => void) {
     this.onDeath = onDeath;
     this.onReply = onReply;
-    this.child = spawn(process.execPath, [...NODE_ARGS, CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'] });
+    this.child = spawn(process.execPath, [...NODE_ARGS, CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'], env: childEnv() });
     this.channel = this.child.stdio[3] as Socket;
     this.channel.on('data', (chunk: Buffer) => {
       const frames = this.decoder.push(chunk);

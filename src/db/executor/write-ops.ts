@@ -23,7 +23,17 @@ export interface GroupContext {
 interface ExecuteBody { sql?: string; params?: unknown; statements?: StatementSpec[]; rows?: 'arrays' | 'objects' }
 interface MigrateBody { migrations: { id: string; sql: string }[]; dryRun?: boolean }
 
-const eventId = () => `evt_${randomBytes(16).toString('base64url')}`;
+// Event ids take 16 random bytes each from a pool: one getrandom call per 256 events instead of one per event.
+let idPool = Buffer.alloc(0);
+let idAt = 0;
+function eventId(): string {
+  if (idAt + 16 > idPool.length) {
+    idPool = randomBytes(16 * 256);
+    idAt = 0;
+  }
+  idAt += 16;
+  return `evt_${idPool.toString('base64url', idAt - 16, idAt)}`;
+}
 
 function totals(h: DbHandle): { changes: number; schema: number } {
   const r = h.internal('SELECT total_changes() AS c, schema_version AS s FROM pragma_schema_version').get() as { c: number; s: number };
@@ -40,7 +50,7 @@ function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHand
   const full = {
     id: eventId(), type: event.type, org: ctx.scope.org, repo: ctx.scope.repo, database: ctx.scope.database,
     version, previousVersion: version - 1, operation: event.operation, committedAt: new Date().toISOString(),
-    changes: event.changes, changeset: changeset.length ? Buffer.from(changeset).toString('base64') : null,
+    changes: event.changes, changeset: changeset.length ? Buffer.from(changeset.buffer, changeset.byteOffset, changeset.length).toString('base64') : null,
     ...(event.migrations ? { migrations: event.migrations } : {}),
   };
   h.internal('INSERT INTO _scopebase_changes (version, committed_at, event) VALUES (?, ?, ?)').run(version, Date.now(), JSON.stringify(full));
@@ -84,7 +94,11 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
 function prune(h: DbHandle, ctx: GroupContext, version: number): void {
   if (version % 100 !== 0) return;
   const below = Math.min(version - KEEP_EVENTS, ctx.floor ?? Number.MAX_SAFE_INTEGER);
-  if (below > 0) h.internal('DELETE FROM _scopebase_changes WHERE version <= ? AND committed_at < ?').run(below, Date.now() - KEEP_MS);
+  if (below <= 0) return;
+  const cutoff = Date.now() - KEEP_MS;
+  // The oldest event goes first: while it is younger than KEEP_MS nothing is due, and the log is not scanned.
+  const oldest = h.internal('SELECT committed_at AS at FROM _scopebase_changes ORDER BY version LIMIT 1').get() as { at: number } | undefined;
+  if (oldest && Number(oldest.at) < cutoff) h.internal('DELETE FROM _scopebase_changes WHERE version <= ? AND committed_at < ?').run(below, cutoff);
 }
 
 /** Runs a group of execute requests in one transaction. Returns one reply per request, in order. */
