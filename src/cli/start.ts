@@ -130,8 +130,7 @@ function printBanner(running: Running, config: Config): void {
   if (running.part === 'all' || running.part === 'proxy') {
     lines.push(
       `  try it:`,
-      `  curl -s -H "Authorization: Bearer $(npx scopebase secret acme/web)" \\`,
-      `    -d '{"sql":"select sqlite_version() as v"}' ${base}/web/_db/query`,
+      `  curl -s -H "Authorization: Bearer $(npx scopebase secret acme/web)" -d '{}' ${base}/web/_db/status`,
       `  sign in: ${base}/web/_account/login`,
     );
   }

@@ -17,9 +17,9 @@ main{max-width:40rem;margin:3rem auto;padding:0 1rem}h1{font-size:1.5rem;margin:
 .muted{color:var(--muted)}a{color:var(--accent)}dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;margin:0}dt{color:var(--muted)}dd{margin:0;overflow-wrap:anywhere}
 .button,button{display:inline-block;font:inherit;padding:.45rem 1rem;border-radius:6px;border:1px solid var(--line);background:var(--bg);color:var(--fg);cursor:pointer;text-decoration:none}
 .button.primary,button.primary{background:var(--accent);border-color:var(--accent);color:#fff}button.danger{color:var(--danger)}
-.button:focus-visible,button:focus-visible,a:focus-visible,input:focus-visible{outline:3px solid var(--accent);outline-offset:2px}
+.button:focus-visible,button:focus-visible,a:focus-visible,input:focus-visible,textarea:focus-visible,select:focus-visible{outline:3px solid var(--accent);outline-offset:2px}
 ul.providers{list-style:none;padding:0}ul.providers li{margin:.5rem 0}
-label{display:block;margin:.75rem 0 .25rem}input{font:inherit;padding:.4rem;width:100%;border:1px solid var(--line);border-radius:6px;background:var(--bg);color:var(--fg)}
+label{display:block;margin:.75rem 0 .25rem}input,textarea,select{font:inherit;padding:.4rem;width:100%;border:1px solid var(--line);border-radius:6px;background:var(--bg);color:var(--fg)}
 img.avatar{width:64px;height:64px;border-radius:50%;float:right}.error{border-color:var(--danger)}
 `;
 
