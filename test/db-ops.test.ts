@@ -56,6 +56,9 @@ describe('operations (9)', () => {
     const p = await startProduct();
     try {
       await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+      await p.db('web', 'query', { sql: 'SELECT 1' }, { secret: 'wrong' });
+      await p.db('web', 'no-such-op-1', {});
+      await p.db('web', 'no-such-op-2', {});
       const admin = p.running.adminUrl;
       const health = await request(`${admin}/healthz`);
       assert.equal(health.statusCode, 200);
@@ -65,6 +68,9 @@ describe('operations (9)', () => {
       await ready.body.dump();
       const metrics = await (await request(`${admin}/metrics`)).body.text();
       assert.match(metrics, /scopebase_db_requests_total\{op="execute",status="200"\} 1/);
+      assert.match(metrics, /scopebase_db_requests_total\{op="query",status="401"\} 1/, 'refusals are counted too');
+      assert.match(metrics, /scopebase_db_requests_total\{op="unknown",status="404"\} 2/, 'unknown ops share one label value');
+      assert.doesNotMatch(metrics, /no-such-op/);
       assert.match(metrics, /process_resident_memory_bytes/);
     } finally {
       await p.close();

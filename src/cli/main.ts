@@ -38,9 +38,8 @@ async function main(argv: string[]): Promise<number> {
 }
 
 main(process.argv.slice(2)).then((code) => {
-  // A server that started keeps running; any failure, or a one-shot command, ends the process.
+  // A failure ends the process even if a part started before it left handles open; a started server keeps running.
   if (code !== 0) process.exit(code);
-  if (process.argv[2] !== 'start' && process.argv[2] !== 'serve') process.exitCode = code;
 }, (e) => {
   process.stderr.write(`scopebase: ${(e as Error).stack ?? e}\n`);
   process.exit(1);

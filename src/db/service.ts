@@ -97,8 +97,21 @@ export class DbService implements DbHandler, ChangeFeed {
   }
 
   async handle(req: DbRequest): Promise<DbResponse> {
-    if (!OPS.has(req.op)) throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, changes or snapshot`);
-    const op = req.op as Op;
+    // Every answer is counted, refusals too; an unknown op is one label value, so a client cannot grow the series.
+    const op = OPS.has(req.op) ? req.op : 'unknown';
+    try {
+      const res = await this.answer(op, req);
+      requests.inc({ op, status: res.status });
+      return res;
+    } catch (e) {
+      requests.inc({ op, status: e instanceof ApiError ? e.status : 500 });
+      throw e;
+    }
+  }
+
+  private async answer(name: string, req: DbRequest): Promise<DbResponse> {
+    if (name === 'unknown') throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, changes or snapshot`);
+    const op = name as Op;
     const body = parseBody(op, req.body);
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
     const token = bearerToken(req.authorization);
@@ -106,9 +119,7 @@ export class DbService implements DbHandler, ChangeFeed {
       throw new ApiError('unauthorized', token === null ? 'missing Authorization: Bearer <repo secret>' : 'wrong secret for this repo', undefined, { 'www-authenticate': 'Bearer' });
     }
     validate(op, body, this.config.db.maxStatements);
-    const res = await this.run(op, scope, body, req.body);
-    requests.inc({ op, status: res.status });
-    return res;
+    return this.run(op, scope, body, req.body);
   }
 
   private async run(op: Op, scope: Scope, body: Record<string, unknown>, raw: Buffer): Promise<DbResponse> {

@@ -2,7 +2,7 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { Readable } from 'node:stream';
 import { ApiError } from '../shared/errors.ts';
-import { createHttpApp, sendError, toApiError } from '../shared/http.ts';
+import { createHttpApp } from '../shared/http.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { DbHandler } from '../db/contract.ts';
@@ -55,4 +55,3 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
   return app;
 }
 
-export { sendError, toApiError };

@@ -46,7 +46,3 @@ export class ApiError extends Error {
 export function statusOf(code: ErrorCode): number {
   return STATUS[code];
 }
-
-export function isErrorCode(value: unknown): value is ErrorCode {
-  return typeof value === 'string' && Object.hasOwn(STATUS, value);
-}

@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { ApiError, isErrorCode } from './errors.ts';
+import { ApiError } from './errors.ts';
 import type { Logger } from './log.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._:@-]{1,128}$/;
@@ -81,7 +81,6 @@ export function parseJsonObject(body: unknown): Record<string, unknown> {
   return value as Record<string, unknown>;
 }
 
-export { isErrorCode };
 
 /** V8's JSON errors quote the input, which may hold a secret: the message says only what is wrong. */
 export function malformedJson(): ApiError {

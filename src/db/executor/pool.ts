@@ -140,15 +140,18 @@ export class ExecutorPool {
       for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
       return;
     }
-    let committed = false;
+    let committed: boolean | null;
     try {
       const probe = await this.scheduler.run(true, { op: 'probe', path, token }, undefined, this.opts.timeoutMs);
       committed = probe.header.committed === true;
     } catch {
-      committed = false; // the probe itself failed: treat as not committed only if the file says so next time
+      committed = null; // the probe failed too: rerunning could apply the writes twice, so nothing reruns
     }
-    if (committed) {
-      for (const it of items) it.reject(new ApiError('unavailable', 'the executor stopped after this write committed, and its reply was lost: read the data back before retrying', { committed: true }));
+    if (committed !== false) {
+      const message = committed
+        ? 'the executor stopped after this write committed, and its reply was lost: read the data back before retrying'
+        : 'the executor stopped and whether this write committed is unknown: read the data back before retrying';
+      for (const it of items) it.reject(new ApiError('unavailable', message, { committed }, { 'retry-after': '1' }));
       return;
     }
     if (splittable) {
