@@ -1,5 +1,6 @@
-// `npx node bench/profile.ts [read|insert] [seconds]`: starts the product with --cpu-prof (and its executor
-// processes too), puts a point-read or insert load on it through the proxy, and prints where the time went.
+// `npx node bench/profile.ts [read|insert] [seconds] [split]`: starts the product with --cpu-prof (and its executor
+// processes too; with `split`, `serve db` and `serve proxy` as two processes), puts a point-read or insert load on
+// it through the proxy, and prints where the time went.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,11 +18,18 @@ const dataDir = mkdtempSync(join(tmpdir(), 'scopebase-profile-'));
 const profDir = mkdtempSync(join(tmpdir(), 'scopebase-cpuprofile-'));
 const port = 18_080;
 const main = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
-const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, main, 'start'], {
-  env: { ...process.env, PORT: String(port), ADMIN_PORT: '0', DATA_DIR: dataDir, RUNTIME_ROOT_KEY: key, ACCOUNT_ENCRYPTION_KEYS: 'd'.repeat(64), LOG_LEVEL: 'warn', SCOPEBASE_EXECUTOR_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${profDir}` },
-  stdio: ['ignore', 'inherit', 'pipe'],
-});
-await new Promise<void>((resolve) => child.stderr!.on('data', (d) => /is running/.test(String(d)) && resolve()));
+const split = process.argv[4] === 'split';
+const startPart = async (args: string[], env: Record<string, string>) => {
+  const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, main, ...args], {
+    env: { ...process.env, ADMIN_PORT: '0', DATA_DIR: dataDir, RUNTIME_ROOT_KEY: key, ACCOUNT_ENCRYPTION_KEYS: 'd'.repeat(64), LOG_LEVEL: 'warn', SCOPEBASE_EXECUTOR_NODE_ARGS: `--cpu-prof --cpu-prof-dir=${profDir}`, ...env },
+    stdio: ['ignore', 'inherit', 'pipe'],
+  });
+  await new Promise<void>((resolve) => child.stderr!.on('data', (d) => /is running/.test(String(d)) && resolve()));
+  return child;
+};
+const children = split
+  ? [await startPart(['serve', 'db'], { PORT: String(port + 1) }), await startPart(['serve', 'proxy'], { PORT: String(port), DB_SERVICE_URL: `http://127.0.0.1:${port + 1}` })]
+  : [await startPart(['start'], { PORT: String(port) })];
 const headers = { host: `acme.localhost:${port}`, authorization: `Bearer ${repoSecret(Buffer.from(key, 'hex'), 'acme', 'web')}`, 'content-type': 'application/json' };
 const post = async (op: string, body: unknown) => (await request(`http://127.0.0.1:${port}/web/_db/${op}`, { method: 'POST', headers, body: JSON.stringify(body) })).body.text();
 await post('migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE todos(id INTEGER PRIMARY KEY, title TEXT, done INTEGER)' }] });
@@ -32,10 +40,12 @@ const requests = Array.from({ length: 256 }, (_, i) => ({
 }));
 const result = await autocannon({ url: `http://127.0.0.1:${port}`, connections: 32, duration: seconds, requests });
 console.log(`${mode}: ${Math.round(result.requests.average)} req/s, p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms, non-2xx ${result.non2xx}`);
-child.kill('SIGTERM');
-await new Promise((r) => child.on('exit', r));
+for (const child of children.reverse()) {
+  child.kill('SIGTERM');
+  await new Promise((r) => child.on('exit', r));
+}
 for (const file of readdirSync(profDir).filter((f) => f.endsWith('.cpuprofile')).sort()) {
-  console.log(`\n== ${file} (the first is the main process; the others are executors)`);
+  console.log(`\n== ${file} (by pid: the main process${split ? ' (db), then the proxy' : ''}, then executors)`);
   console.log(summarize(join(profDir, file), 20));
 }
 rmSync(dataDir, { recursive: true, force: true });

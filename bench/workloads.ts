@@ -90,6 +90,27 @@ function sbGroup(prefix: string, setup: string, target: Target, smoke: boolean):
   ];
 }
 
+/** Databases the wide read spreads over (2 repos × 50): more than DB_MAX_OPEN per executor, so connections churn. */
+const WIDE = 100;
+
+/** Point reads on WIDE small databases at random: prices closing and reopening connections (the LRU's size). */
+async function wideReads(r: Running): Promise<Load> {
+  const inst = r.instance!;
+  const repoOf = (k: number) => `wide${Math.floor(k / 50)}`;
+  for (let k = 0; k < WIDE; k++) {
+    const body = { database: `db${k}`, statements: [{ sql: 'CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, x)' }, { sql: 'INSERT OR IGNORE INTO t (id, x) VALUES (1, 1)' }] };
+    const res = await http(`${r.url}/${repoOf(k)}/_db/execute`, { method: 'POST', headers: dbHeaders(inst, repoOf(k)), body: JSON.stringify(body), timeoutMs: 30_000 });
+    if (res.status !== 200) throw new Unavailable(`creating ${repoOf(k)}/db${k}: HTTP ${res.status} ${res.body.slice(0, 200)}`);
+  }
+  return {
+    url: r.url,
+    requests: buildRequests(N, () => {
+      const k = randomId(WIDE) - 1;
+      return { method: 'POST', path: `/${repoOf(k)}/_db/query`, headers: dbHeaders(inst, repoOf(k)), body: JSON.stringify({ database: `db${k}`, sql: 'SELECT x FROM t WHERE id = 1' }) };
+    }),
+  };
+}
+
 function engine(mode: 'read' | 'insert'): Workload['run'] {
   return async ({ warmup, duration }) => {
     const dir = mkdtempSync(join(tmpdir(), 'bench-engine-'));
@@ -153,6 +174,7 @@ export const WORKLOADS: Workload[] = [
   { name: 'd1-read', setup: 'd1', kind: 'read', smoke: true, what: 'D1 local (miniflare/workerd), point read', load: simple('/read', () => ({ id: randomId(ROWS) })) },
   { name: 'd1-insert', setup: 'd1', kind: 'write', what: 'D1 local (miniflare/workerd), insert', load: simple('/insert', (i) => ({ title: `bench todo ${i}` })) },
   ...sbGroup('sb', 'sb-one', 'proxy', true),
+  { name: 'sb-read-wide', setup: 'sb-one', kind: 'read', what: `point read spread over ${WIDE} small databases, through the proxy, one process`, load: wideReads },
   {
     name: 'sb-verify', setup: 'sb-one', kind: 'read', what: 'GET /_account/verify with a session',
     load: async (r) => {

@@ -1,3 +1,9 @@
 #!/usr/bin/env node
 // The package's bin: runs the TypeScript CLI with Node's type stripping (Node 24, pinned in devDependencies).
-import '../src/cli/main.ts';
+// Plain JavaScript, so the compile cache is on before the first .ts file: a warm cache skips loading the stripper.
+import { enableCompileCache } from 'node:module';
+import { compileCacheDir } from '../src/shared/compile-cache.js';
+
+const cacheDir = compileCacheDir();
+if (cacheDir) enableCompileCache(cacheDir);
+await import('../src/cli/main.ts');

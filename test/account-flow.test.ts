@@ -7,7 +7,7 @@ import { Browser, devIdpToCallback, signIn, startAccounts, type AccountsProduct 
 
 let p: AccountsProduct;
 before(async () => {
-  p = await startAccounts({ TRUSTED_PROXIES: '10.9.9.9' }, { rateLimit: { burst: 10_000, perMinute: 10_000 } });
+  p = await startAccounts({ TRUSTED_PROXIES: '10.9.9.9', ACCOUNT_LOGIN_RATE_BURST: '10000', ACCOUNT_LOGIN_RATE_PER_MINUTE: '10000' });
 });
 after(() => p.close());
 
@@ -122,6 +122,8 @@ describe('sessions', () => {
   test('POST /logout ends the session server-side and clears the cookie', async () => {
     const { browser } = await signIn(p);
     const token = browser.cookies(`acme.localhost:${p.port}`).get('session')!;
+    // Verified once first, so the session is in the store's memory too: logout must end it there as well.
+    assert.equal((await p.call('/web/_account/verify', { headers: { cookie: `session=${token}` } })).status, 200);
     const out = await browser.fetch(`${origin()}/web/_account/logout`, { method: 'POST', connectTo: p.url, headers: { origin: origin(), 'sec-fetch-site': 'same-origin' } });
     assert.equal(out.status, 204);
     assert.match(String(out.headers['set-cookie']), /^session=; Path=\/; Max-Age=0; HttpOnly; SameSite=Lax$/);
@@ -252,8 +254,8 @@ describe('names, pages and limits', () => {
     assert.doesNotMatch(page.text, /<script/);
   });
 
-  test('a login flood from one address is 429 rate_limited with Retry-After', async () => {
-    const q = await startAccounts({}, { rateLimit: { burst: 5, perMinute: 5 } });
+  test('ACCOUNT_LOGIN_RATE_BURST/_PER_MINUTE: a login flood from one address is 429 rate_limited with Retry-After', async () => {
+    const q = await startAccounts({ ACCOUNT_LOGIN_RATE_BURST: '5', ACCOUNT_LOGIN_RATE_PER_MINUTE: '5' });
     try {
       const statuses: number[] = [];
       let limited;

@@ -13,7 +13,7 @@ before(async () => {
   idp = new OAuth2Server();
   await idp.issuer.keys.generate('RS256');
   await idp.start(0, '127.0.0.1');
-  p = await startAccounts({ ACCOUNT_OIDC_ISSUER: idp.issuer.url!, ACCOUNT_OIDC_CLIENT_ID: 'scopebase', ACCOUNT_OIDC_CLIENT_SECRET: 'test-client-secret' }, { rateLimit: { burst: 1000, perMinute: 1000 } });
+  p = await startAccounts({ ACCOUNT_OIDC_ISSUER: idp.issuer.url!, ACCOUNT_OIDC_CLIENT_ID: 'scopebase', ACCOUNT_OIDC_CLIENT_SECRET: 'test-client-secret', ACCOUNT_LOGIN_RATE_BURST: '1000', ACCOUNT_LOGIN_RATE_PER_MINUTE: '1000' });
 });
 after(async () => {
   await p.close();
@@ -93,11 +93,11 @@ describe('provider down or slow', () => {
     }
   });
 
-  test('slow (accepts, never answers): 503 after the provider timeout, no hang', async () => {
+  test('slow (accepts, never answers): 503 after ACCOUNT_PROVIDER_TIMEOUT_MS, no hang', async () => {
     const sockets: Socket[] = [];
     const silent: Server = createServer((s) => sockets.push(s));
     await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
-    const q = await startAccounts({ ACCOUNT_OIDC_ISSUER: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, ACCOUNT_OIDC_CLIENT_ID: 'x' }, { providerTimeoutMs: 300 });
+    const q = await startAccounts({ ACCOUNT_OIDC_ISSUER: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, ACCOUNT_OIDC_CLIENT_ID: 'x', ACCOUNT_PROVIDER_TIMEOUT_MS: '300' });
     try {
       const t0 = Date.now();
       const r = await q.call('/web/_account/login');

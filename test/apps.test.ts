@@ -1,12 +1,19 @@
 // SPEC 8 apps: a real upstream on loopback behind the proxy; header hygiene, sessions, streaming, WebSocket upgrades.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type Server } from 'node:http';
 import { createHash } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import type { Duplex } from 'node:stream';
 import { Client } from 'undici';
 import { signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
+import { tempDir, testEnv } from './helpers/product.ts';
+import { accountAlone } from '../src/account/wiring.ts';
+import { loadConfig } from '../src/shared/config.ts';
+import { createLogger } from '../src/shared/log.ts';
 
 let upstream: Server;
 let upstreamUrl: string;
@@ -39,8 +46,8 @@ before(async () => {
   upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
   p = await startAccounts({
     APPS: JSON.stringify({ 'acme/web': `${upstreamUrl}/base`, 'acme/private': { url: upstreamUrl, requireSession: true } }),
-    TRUSTED_PROXIES: '10.0.0.0/8',
-  }, { rateLimit: { burst: 1000, perMinute: 1000 } });
+    TRUSTED_PROXIES: '10.0.0.0/8', ACCOUNT_LOGIN_RATE_BURST: '1000', ACCOUNT_LOGIN_RATE_PER_MINUTE: '1000',
+  });
 });
 after(async () => {
   await p.close();
@@ -161,27 +168,30 @@ describe('sessions and apps', () => {
 });
 
 describe('WebSocket upgrades', () => {
-  // A raw upgrade (Node's WebSocket cannot set Host, and *.localhost does not resolve here): returns the first text frame.
-  function open(path: string): Promise<string> {
+  // A raw upgrade (Node's WebSocket cannot set Host, and *.localhost does not resolve here): the 101's headers and the
+  // first text frame.
+  function upgrade(path: string, proxy = p, headers: Record<string, string> = {}): Promise<{ headers: IncomingHttpHeaders; message: string }> {
     return new Promise((resolve, reject) => {
-      const req = httpRequest(`${p.url}${path}`, { headers: { host: `acme.localhost:${p.port}`, connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'x-auth-user-id': 'usr_forged' } });
+      const req = httpRequest(`${proxy.url}${path}`, { headers: { host: `acme.localhost:${proxy.port}`, connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'x-auth-user-id': 'usr_forged', ...headers } });
       req.on('upgrade', (res, socket, head) => {
         if (res.headers['sec-websocket-accept'] !== 's3pPLMBiTxaQ9kYGzzhZRbK+xOo=') reject(new Error('bad handshake'));
         const onData = (buf: Buffer) => {
-          resolve(buf.subarray(2, 2 + buf[1]!).toString());
+          resolve({ headers: res.headers, message: buf.subarray(2, 2 + buf[1]!).toString() });
           socket.destroy();
         };
         if (head.length) onData(head);
         else socket.once('data', onData);
       });
       req.on('response', (res) => {
-        res.resume();
-        reject(new Error(`no upgrade: ${res.statusCode}`));
+        let body = '';
+        res.on('data', (d) => (body += d));
+        res.on('end', () => reject(new Error(`no upgrade: ${res.statusCode} ${body}`)));
       });
       req.on('error', reject);
       req.end();
     });
   }
+  const open = async (path: string) => (await upgrade(path)).message;
 
   test('upgrades are forwarded to the app with the same rules', async () => {
     const msg = JSON.parse(await open('/web/live'));
@@ -191,4 +201,52 @@ describe('WebSocket upgrades', () => {
   test('requireSession refuses an anonymous upgrade', async () => {
     await assert.rejects(open('/private/live'), /no upgrade: 401/);
   });
+
+  /** The proxy with the account service in its own server (`serve account`), on loopback in this process. */
+  async function withAccountServiceAlone(): Promise<{ proxy: AccountsProduct; accountDataDir: string; close(): Promise<void> }> {
+    const accountDataDir = tempDir('scopebase-account-alone-');
+    const config = loadConfig(testEnv(accountDataDir));
+    const alone = await accountAlone(config, createLogger('silent'));
+    const accountUrl = await alone.server.listen({ port: 0, host: '127.0.0.1' });
+    const proxy = await startAccounts({ ACCOUNT_SERVICE_URL: accountUrl, APPS: JSON.stringify({ 'acme/private': { url: upstreamUrl, requireSession: true } }) });
+    return {
+      proxy, accountDataDir,
+      async close() {
+        await proxy.close();
+        await alone.server.close();
+        await alone.close();
+        rmSync(accountDataDir, { recursive: true, force: true });
+      },
+    };
+  }
+
+  for (const mode of ['one process', 'the account service alone'] as const) {
+    test(`a session renewed while checking an upgrade gets its cookie in the 101 (${mode})`, async () => {
+      const setup = mode === 'one process' ? { proxy: p, accountDataDir: p.config.dataDir, close: async () => {} } : await withAccountServiceAlone();
+      try {
+        const { proxy, accountDataDir } = setup;
+        const { browser } = await signIn(proxy, { repo: 'private', email: 'ws@example.com' });
+        const cookie = browser.cookieHeader(`acme.localhost:${proxy.port}`)!;
+        const token = /(?:^|; )session=([^;]+)/.exec(cookie)![1]!;
+        const fresh = await upgrade('/private/live', proxy, { cookie });
+        const user = JSON.parse(fresh.message).user;
+        assert.match(user, /^usr_/, 'the app gets the user');
+        assert.equal(fresh.headers['set-cookie'], undefined, 'a fresh session is not renewed on every upgrade');
+
+        // Two hours later the session is renewed on use: the 101 carries the cookie with a fresh Max-Age.
+        const db = new DatabaseSync(join(accountDataDir, 'accounts.sqlite'));
+        try {
+          db.exec('PRAGMA busy_timeout = 5000');
+          db.prepare('UPDATE sessions SET renewed_at = renewed_at - 7200000, expires_at = expires_at - 7200000 WHERE user_id = ?').run(user);
+        } finally {
+          db.close();
+        }
+        const renewed = await upgrade('/private/live', proxy, { cookie });
+        assert.deepEqual(renewed.headers['set-cookie'], [`session=${token}; Path=/; Max-Age=1209600; HttpOnly; SameSite=Lax`]);
+        assert.equal((await upgrade('/private/live', proxy, { cookie })).headers['set-cookie'], undefined, 'renewed once, not again right after');
+      } finally {
+        await setup.close();
+      }
+    });
+  }
 });

@@ -1,9 +1,12 @@
 // The executor's guarantees through the proxy: a stuck database does not stall others, group commit isolates
-// requests, a dead executor is replaced without losing the service, and open handles stay bounded.
+// requests, a dead executor is replaced without losing the service, and open handles stay bounded (and close
+// when idle).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readlinkSync, readFileSync } from 'node:fs';
-import { startProduct, type Product } from './helpers/product.ts';
+import { readdirSync, readlinkSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { startProduct, tempDir, type Product } from './helpers/product.ts';
+import { ExecutorPool } from '../src/db/executor/pool.ts';
 
 const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
 
@@ -23,17 +26,21 @@ function executorPids(): number[] {
   return out;
 }
 
-function openSqliteFiles(pid: number): number {
-  let n = 0;
+/** Paths of the database files (.sqlite, -wal, -shm) a process holds open. */
+function openSqlitePaths(pid: number): string[] {
+  const paths: string[] = [];
   for (const fd of readdirSync(`/proc/${pid}/fd`)) {
     try {
-      if (/\.sqlite(-wal|-shm)?$/.test(readlinkSync(`/proc/${pid}/fd/${fd}`))) n++;
+      const target = readlinkSync(`/proc/${pid}/fd/${fd}`);
+      if (/\.sqlite(-wal|-shm)?$/.test(target)) paths.push(target);
     } catch {
       // fd closed meanwhile
     }
   }
-  return n;
+  return paths;
 }
+
+const openSqliteFiles = (pid: number): number => openSqlitePaths(pid).length;
 
 describe('isolation and recovery', () => {
   let p: Product;
@@ -147,6 +154,48 @@ describe('bounded open databases', () => {
       }
     } finally {
       await p.close();
+    }
+  });
+});
+
+describe('idle connections', () => {
+  // On the executor pool itself (real executor process, real files), with a short idle time.
+  test('a database unused for DB_IDLE_CLOSE_MS is closed, one in use stays open, and a closed one reopens intact', async () => {
+    const dir = tempDir();
+    const limits = { sync: 'normal' as const, maxValueBytes: 1 << 20, maxSizeBytes: 1 << 30, maxResultBytes: 1 << 20, maxOpen: 16, idleCloseMs: 500 };
+    const pool = new ExecutorPool({
+      processes: 1, limits, timeoutMs: 5000, beforeCreate: () => () => {}, floor: () => null, onCommit: () => {}, onRestart: () => {},
+    });
+    const path = (name: string) => join(dir, `${name}.sqlite`);
+    const scope = (database: string) => ({ org: 'acme', repo: 'web', database });
+    const body = (o: unknown) => Buffer.from(JSON.stringify(o));
+    const query = async (name: string) => JSON.parse((await pool.read({ op: 'query', path: path(name) }, body({ sql: 'SELECT v FROM t' }))).body.toString());
+    const holds = (name: string) => openSqlitePaths(pool.pids()[0]!).includes(path(name));
+    try {
+      for (const name of ['busy', 'idle']) {
+        const r = await pool.write(scope(name), path(name), 'execute', body({ statements: [{ sql: 'CREATE TABLE t(v)' }, { sql: 'INSERT INTO t VALUES (?)', params: [name] }] }));
+        assert.equal(r.status, 200, r.body.toString());
+      }
+      assert.ok(holds('busy') && holds('idle'), 'both databases are open right after their writes');
+      // 'busy' is read every 100 ms for well over the idle time; 'idle' is left alone.
+      const until = performance.now() + 1600;
+      while (performance.now() < until) {
+        assert.deepEqual((await query('busy')).results[0].rows, [['busy']]);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      await query('busy');
+      assert.ok(holds('busy'), 'a database in use stays open');
+      assert.ok(!holds('idle'), 'a database unused for DB_IDLE_CLOSE_MS is closed');
+
+      const read = await query('idle');
+      assert.deepEqual(read.results[0].rows, [['idle']]);
+      assert.equal(read.version, 1);
+      const w = await pool.write(scope('idle'), path('idle'), 'execute', body({ sql: "INSERT INTO t VALUES ('again')" }));
+      assert.equal(w.version, 2, 'the reopened database goes on from its version');
+      assert.ok(holds('idle'), 'using it opens it again');
+    } finally {
+      await pool.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

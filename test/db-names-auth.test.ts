@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { createHmac } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
 import { ROOT_KEY, startProduct, type Product } from './helpers/product.ts';
 
 let p: Product;
@@ -152,6 +153,20 @@ describe('routing, request ids and the error shape (3, 8)', () => {
       const r = await big.db('web', 'execute', { sql: 'SELECT ?', params: ['x'.repeat(4096)] });
       assert.equal(r.status, 413);
       assert.equal(r.json.error.code, 'payload_too_large');
+      // Without a Content-Length (chunked), the limit is enforced while the body streams in.
+      const chunked = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = httpRequest(`${big.url}/web/_db/execute`, { method: 'POST', headers: { host: 'acme.localhost', authorization: `Bearer ${big.secret('acme', 'web')}` } }, (res) => {
+          let body = '';
+          res.on('data', (d) => (body += d));
+          res.on('end', () => resolve({ status: res.statusCode!, body }));
+        });
+        req.on('error', reject);
+        for (let i = 0; i < 8; i++) req.write('x'.repeat(512));
+        req.end();
+      });
+      assert.equal(chunked.status, 413);
+      assert.equal(JSON.parse(chunked.body).error.code, 'payload_too_large');
+      assert.equal((await big.db('web', 'status', {})).status, 200, 'the server still answers');
     } finally {
       await big.close();
     }

@@ -92,6 +92,8 @@ describe('operations (9)', () => {
       assert.equal(await exited, 0);
       assert.match(product.stdout(), /"msg":"draining"/);
       assert.match(product.stdout(), /"msg":"stopped"/);
+      // The /_db route is served off node:http (raw-route.ts): it writes the same one access line per request.
+      assert.match(product.stdout(), /"reqId":"[0-9a-f-]{36}","method":"POST","path":"\/web\/_db\/query","status":200,"ms":[0-9.]+,"msg":"request"/);
     } finally {
       try { product.killAll(); } catch { /* exited */ }
       rmSync(dataDir, { recursive: true, force: true });
@@ -109,6 +111,10 @@ describe('configuration (9.1)', () => {
     [{ TRUSTED_PROXIES: 'not-an-ip' }, /TRUSTED_PROXIES: "not-an-ip" is not an IP address/],
     [{ ACCOUNT_SESSION_TTL: 'forever' }, /ACCOUNT_SESSION_TTL: must be a duration/],
     [{ DB_QUERY_TIMEOUT_MS: '-5' }, /DB_QUERY_TIMEOUT_MS: must be a whole number/],
+    [{ DB_IDLE_CLOSE_MS: '1m' }, /DB_IDLE_CLOSE_MS: must be a whole number/],
+    [{ ACCOUNT_LOGIN_RATE_BURST: '0' }, /ACCOUNT_LOGIN_RATE_BURST: must be between 1 and/],
+    [{ ACCOUNT_LOGIN_RATE_PER_MINUTE: 'many' }, /ACCOUNT_LOGIN_RATE_PER_MINUTE: must be a whole number/],
+    [{ ACCOUNT_PROVIDER_TIMEOUT_MS: '10s' }, /ACCOUNT_PROVIDER_TIMEOUT_MS: must be a whole number/],
     [{ NODE_ENV: 'production', RUNTIME_ROOT_KEY: '', ACCOUNT_OIDC_ISSUER: 'https://id.example.com', ACCOUNT_OIDC_CLIENT_ID: 'x' }, /RUNTIME_ROOT_KEY: is required when NODE_ENV=production/],
     [{ NODE_ENV: 'production' }, /ACCOUNT_OIDC_ISSUER.*ACCOUNT_GITHUB_CLIENT_ID/],
   ];

@@ -10,8 +10,9 @@ import { postJson } from '../lib/http.ts';
 import { freePort, startServer, type Server } from '../lib/proc.ts';
 import { ROWS, SCHEMA, seedSql } from '../servers/seed.ts';
 
-// BENCH_SCOPEBASE_MAIN: another entry point with the same CLI (e.g. an installed build), to compare versions.
-const MAIN = process.env.BENCH_SCOPEBASE_MAIN ?? fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
+// The package's bin, as `npm start` and `npx scopebase` run it; BENCH_SCOPEBASE_MAIN: another entry point with the
+// same CLI (e.g. an installed build or an older copy), to compare versions.
+const MAIN = process.env.BENCH_SCOPEBASE_MAIN ?? fileURLToPath(new URL('../../bin/scopebase.js', import.meta.url));
 const READY = /is running: (http:\/\/\S+)/;
 export const ORG = 'acme';
 export const REPO = 'web';

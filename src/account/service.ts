@@ -8,7 +8,7 @@ import { checkRepo } from '../shared/names.ts';
 import type { SessionResolver } from './contract.ts';
 import { credentialsPlugin } from './credentials/index.ts';
 import { createProviders, type ProviderOptions, type SignInProvider } from './providers/index.ts';
-import { RateLimiter, type RateLimitOptions } from './rate-limit.ts';
+import { RateLimiter } from './rate-limit.ts';
 import { pageRoutes } from './routes/page.ts';
 import { sessionRoutes } from './routes/session.ts';
 import { signInRoutes } from './routes/sign-in.ts';
@@ -18,10 +18,6 @@ import { AccountStore } from './store.ts';
 export interface AccountServiceOptions {
   config: Config;
   logger: Logger;
-  /** How long any call to a sign-in provider may take. */
-  providerTimeoutMs?: number;
-  /** Sign-in attempts (login + callback) per client address. */
-  rateLimit?: RateLimitOptions;
   github?: ProviderOptions['github'];
 }
 
@@ -41,13 +37,13 @@ export async function createAccountService(opts: AccountServiceOptions): Promise
   const store = new AccountStore(config.dataDir);
   let providers: SignInProvider[];
   try {
-    providers = await createProviders(config, logger, { timeoutMs: opts.providerTimeoutMs ?? 10_000, github: opts.github });
+    providers = await createProviders(config, logger, { timeoutMs: config.account.providerTimeoutMs, github: opts.github });
   } catch (err) {
     store.close();
     throw err;
   }
   const sessions = new Sessions(store, config.account.sessionTtlMs);
-  const limiter = new RateLimiter(opts.rateLimit ?? { burst: 30, perMinute: 30 });
+  const limiter = new RateLimiter(config.account.loginRateLimit);
   const cleanup = () => {
     try {
       const removed = store.cleanup();

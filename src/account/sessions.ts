@@ -36,7 +36,7 @@ export class Sessions {
     let expiresAt = found.expiresAt;
     if (now - found.renewedAt >= this.renewEveryMs) {
       expiresAt = now + this.ttlMs;
-      this.store.renewSession(found.id, expiresAt, now);
+      this.store.renewSession(found, expiresAt, now);
       this.renewed.set(req.raw, { token, https: requestInfo(req).https });
     }
     const session: ResolvedSession = { user: found.user, sessionId: found.id, expiresAt: new Date(expiresAt), org: found.org };

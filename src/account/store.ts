@@ -42,9 +42,15 @@ CREATE INDEX IF NOT EXISTS pending_expires ON pending_logins (expires_at);
 
 type Row = Record<string, string | number | null | Uint8Array>;
 
+/** Sessions kept in memory (by token hash): /verify runs on every request of a protected app. */
+const RECENT_SESSIONS = 10_000;
+
 export class AccountStore {
   private readonly db: DatabaseSync;
   private readonly q: Record<string, StatementSync>;
+  /** Found sessions by token hash (hex). Our own writes update it; another connection's commit empties it. */
+  private readonly recent = new Map<string, StoredSession>();
+  private seenDataVersion = -1;
 
   constructor(dataDir: string, file = 'accounts.sqlite') {
     mkdirSync(dataDir, { recursive: true });
@@ -56,6 +62,7 @@ export class AccountStore {
       insertUser: this.db.prepare('INSERT INTO users (id, provider, subject, name, email, login, avatar_url, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)'),
       updateUser: this.db.prepare('UPDATE users SET name = ?, email = ?, login = ?, avatar_url = ?, updated_at = ? WHERE id = ?'),
       insertSession: this.db.prepare('INSERT INTO sessions (token_hash, id, org, user_id, created_at, expires_at, renewed_at) VALUES (?, ?, ?, ?, ?, ?, ?)'),
+      dataVersion: this.db.prepare('PRAGMA data_version'),
       findSession: this.db.prepare(`SELECT s.id, s.org, s.expires_at, s.renewed_at, u.id AS user_id, u.name, u.email, u.login, u.avatar_url
         FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?`),
       renewSession: this.db.prepare('UPDATE sessions SET expires_at = ?, renewed_at = ? WHERE id = ?'),
@@ -74,6 +81,7 @@ export class AccountStore {
     if (found) {
       id = String(found.id);
       this.q.updateUser!.run(p.name, p.email, p.login, p.avatarUrl, now, id);
+      this.recent.clear(); // cached sessions hold the old profile
     } else {
       id = newId('usr');
       this.q.insertUser!.run(id, provider, subject, p.name, p.email, p.login, p.avatarUrl, now, now);
@@ -89,22 +97,45 @@ export class AccountStore {
     return { token, id, expiresAt: now + ttlMs };
   }
 
+  /** A live session by its token; the result is shared with the in-memory cache, so change it only via renewSession. */
   findSession(token: string, now = Date.now()): StoredSession | null {
-    const r = this.q.findSession!.get(hashToken(token), now) as Row | undefined;
-    if (!r) return null;
-    const s = (v: unknown) => (v === null ? null : String(v));
-    return {
-      id: String(r.id), org: String(r.org), expiresAt: Number(r.expires_at), renewedAt: Number(r.renewed_at),
-      user: { id: String(r.user_id), name: s(r.name), email: s(r.email), login: s(r.login), avatarUrl: s(r.avatar_url) },
-    };
+    const hash = hashToken(token);
+    const key = hash.toString('hex');
+    this.forgetIfChangedElsewhere();
+    let found = this.recent.get(key);
+    if (!found) {
+      const r = this.q.findSession!.get(hash, now) as Row | undefined;
+      if (!r) return null;
+      const s = (v: unknown) => (v === null ? null : String(v));
+      found = {
+        id: String(r.id), org: String(r.org), expiresAt: Number(r.expires_at), renewedAt: Number(r.renewed_at),
+        user: { id: String(r.user_id), name: s(r.name), email: s(r.email), login: s(r.login), avatarUrl: s(r.avatar_url) },
+      };
+      if (this.recent.size >= RECENT_SESSIONS) this.recent.delete(this.recent.keys().next().value!);
+      this.recent.set(key, found);
+    }
+    return found.expiresAt > now ? found : null;
   }
 
-  renewSession(id: string, expiresAt: number, now = Date.now()): void {
-    this.q.renewSession!.run(expiresAt, now, id);
+  renewSession(session: StoredSession, expiresAt: number, now = Date.now()): void {
+    this.q.renewSession!.run(expiresAt, now, session.id);
+    session.expiresAt = expiresAt;
+    session.renewedAt = now;
   }
 
   deleteSession(token: string): void {
-    this.q.deleteSession!.run(hashToken(token));
+    const hash = hashToken(token);
+    this.q.deleteSession!.run(hash);
+    this.recent.delete(hash.toString('hex'));
+  }
+
+  /** SQLite's data_version moves when another connection commits (a second process, an operator's sqlite3). */
+  private forgetIfChangedElsewhere(): void {
+    const version = Number((this.q.dataVersion!.get() as { data_version: number }).data_version);
+    if (version !== this.seenDataVersion) {
+      this.recent.clear();
+      this.seenDataVersion = version;
+    }
   }
 
   savePending(state: string, login: PendingLogin, ttlMs: number, now = Date.now()): void {

@@ -1,4 +1,5 @@
 // The `scopebase` command: one entry, one file per command.
+import { flushCompileCache } from 'node:module';
 import { ConfigError } from '../shared/config.ts';
 
 const commands: Record<string, { summary: string; run: (args: string[]) => Promise<number | void> }> = {
@@ -27,6 +28,7 @@ async function main(argv: string[]): Promise<number> {
   }
   try {
     const code = await command.run(args);
+    flushCompileCache(); // a started server has loaded its code now; it may end by SIGKILL and never reach the exit-time write
     return typeof code === 'number' ? code : 0;
   } catch (e) {
     if (e instanceof ConfigError) {

@@ -1,16 +1,20 @@
 // The database control service as its own process: its HTTP server, and the proxy's client for it.
 // The service trusts the org/repo headers only with the proxy token, which is derived from the root key.
 import { timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import { Pool } from 'undici';
+import { Pool, type Dispatcher } from 'undici';
 import type { Config } from '../shared/config.ts';
 import { ApiError } from '../shared/errors.ts';
 import { createHttpApp } from '../shared/http.ts';
+import type { RawHandler } from '../shared/raw-route.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkOrg, checkRepo } from '../shared/names.ts';
 import { deriveKey } from '../shared/secrets.ts';
 import type { DbHandler, DbRequest, DbResponse } from './contract.ts';
 import type { DbService } from './service.ts';
+import { ChannelClient, ChannelServer, outcomeUnknown } from './channel.ts';
 
 export const PROXY_TOKEN_HEADER = 'x-scopebase-proxy-token';
 
@@ -18,55 +22,114 @@ export function proxyToken(rootKey: Buffer): string {
   return deriveKey(rootKey, 'proxy-token').toString('base64url');
 }
 
-function tokenMatches(config: Config, given: string | string[] | undefined): boolean {
-  if (typeof given !== 'string') return false;
-  const g = Buffer.from(given);
-  let ok = false;
-  for (const key of config.rootKeys) {
-    const want = Buffer.from(proxyToken(key));
-    if (g.length === want.length && timingSafeEqual(g, want)) ok = true;
-  }
-  return ok;
+/** A check of the proxy token against every root key's (derived once: this runs per request). */
+function proxyTokenCheck(rootKeys: Buffer[]): (given: string | string[] | undefined) => boolean {
+  const wanted = rootKeys.map((key) => Buffer.from(proxyToken(key)));
+  return (given) => {
+    if (typeof given !== 'string') return false;
+    const g = Buffer.from(given);
+    let ok = false;
+    for (const want of wanted) if (g.length === want.length && timingSafeEqual(g, want)) ok = true;
+    return ok;
+  };
 }
 
-/** `scopebase serve db`: the same routes as through the proxy, for the proxy only. */
+/** The path the proxy's client builds: a checked repo and the op, URI-encoded (nothing else is served). */
+const DB_PATH = /^\/([^/?%#]+)\/_db\/([^/?#]+)$/;
+
+function decodeOp(op: string): string {
+  try {
+    return decodeURIComponent(op);
+  } catch {
+    throw new ApiError('not_found', 'malformed operation name');
+  }
+}
+
+/** `scopebase serve db`: the same routes as through the proxy, for the proxy only, served off node:http (raw-route.ts). */
 export function createDbServer({ config, logger, db }: { config: Config; logger: Logger; db: DbService }): FastifyInstance {
-  const app = createHttpApp({ logger, bodyLimit: config.db.maxBodyBytes });
-  app.post<{ Params: { repo: string; op: string } }>('/:repo/_db/:op', async (req, reply) => {
-    if (!tokenMatches(config, req.headers[PROXY_TOKEN_HEADER])) throw new ApiError('forbidden', 'the database control service only answers the proxy');
+  const fromProxy = proxyTokenCheck(config.rootKeys);
+  const dbRoute: RawHandler = async (req, body, requestId) => {
+    if (!fromProxy(req.headers[PROXY_TOKEN_HEADER])) throw new ApiError('forbidden', 'the database control service only answers the proxy');
+    const [, repo, op] = DB_PATH.exec(req.url!)!;
     const org = checkOrg(String(req.headers['x-scopebase-org'] ?? ''));
-    const res = await db.handle({
-      op: req.params.op, org, repo: checkRepo(req.params.repo), authorization: req.headers.authorization,
-      body: Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), requestId: req.id,
-    });
-    reply.code(res.status);
-    if (res.headers) reply.headers(res.headers);
-    return reply.send(res.body);
-  });
+    return db.handle({ op: decodeOp(op!), org, repo: checkRepo(repo!), authorization: req.headers.authorization, body, requestId });
+  };
+  const app = createHttpApp({ logger, bodyLimit: config.db.maxBodyBytes, rawRoutes: (req) => (req.method === 'POST' && DB_PATH.test(req.url!) ? dbRoute : null) });
+  const channel = new ChannelServer({ db, logger, maxBodyBytes: config.db.maxBodyBytes, fromProxy, tokenHeader: PROXY_TOKEN_HEADER });
+  app.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => channel.accept(req, socket, head));
+  app.addHook('preClose', async () => channel.close());
   return app;
 }
 
-/** The proxy's side: forwards /_db requests over a keep-alive pool, streaming the reply body. */
+/** The headers of the service's reply that the proxy passes on. */
+const PASSED_ON = ['content-type', 'x-db-version', 'www-authenticate', 'retry-after'];
+
+const NOT_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT']);
+
+/** A failed hop: before a connection, nothing was applied; after it, a write may or may not have been. */
+function remoteFailure(err: unknown): ApiError {
+  if (NOT_CONNECTED.has((err as { code?: string }).code ?? '')) return new ApiError('unavailable', 'the database control service cannot be reached', undefined, { 'retry-after': '1' });
+  return outcomeUnknown();
+}
+
+/** The proxy's side: requests go over the channel (channel.ts), over HTTP while it connects; snapshots always over HTTP. */
 export function createRemoteDb({ url, rootKey }: { url: string; rootKey: Buffer }): DbHandler & { close(): Promise<void> } {
   const pool = new Pool(url, { connections: 64, pipelining: 1 });
   const token = proxyToken(rootKey);
+  const channel = new ChannelClient({ url, token, tokenHeader: PROXY_TOKEN_HEADER });
   return {
     async handle(req: DbRequest): Promise<DbResponse> {
+      const viaChannel = req.op === 'snapshot' ? null : channel.trySend(req);
+      if (viaChannel) return viaChannel;
       const headers: Record<string, string> = { 'x-scopebase-org': req.org, [PROXY_TOKEN_HEADER]: token, 'x-request-id': req.requestId, 'content-type': 'application/json' };
       if (req.authorization !== undefined) headers.authorization = req.authorization;
+      const options = { method: 'POST' as const, path: `/${req.repo}/_db/${encodeURIComponent(req.op)}`, headers, body: req.body };
+      if (req.op !== 'snapshot') return dispatchBuffered(pool, options);
       let res;
       try {
-        res = await pool.request({ method: 'POST', path: `/${req.repo}/_db/${encodeURIComponent(req.op)}`, headers, body: req.body });
-      } catch {
-        throw new ApiError('unavailable', 'the database control service cannot be reached', undefined, { 'retry-after': '1' });
+        res = await pool.request(options);
+      } catch (e) {
+        throw remoteFailure(e);
       }
-      const out: Record<string, string> = {};
-      for (const name of ['content-type', 'x-db-version', 'www-authenticate', 'retry-after']) {
-        const v = res.headers[name];
-        if (typeof v === 'string') out[name] = v;
-      }
-      return { status: res.statusCode, headers: out, body: res.body };
+      return { status: res.statusCode, headers: passedOn(res.headers), body: res.body };
     },
-    close: () => pool.close(),
+    async close() {
+      channel.close();
+      await pool.close();
+    },
   };
+}
+
+function passedOn(headers: Record<string, string | string[] | undefined>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of PASSED_ON) {
+    const v = headers[name];
+    if (typeof v === 'string') out[name] = v;
+  }
+  return out;
+}
+
+/** One request through undici's dispatcher API, the reply collected into one buffer: no stream or promise per reply. */
+function dispatchBuffered(pool: Pool, options: Dispatcher.DispatchOptions): Promise<DbResponse> {
+  return new Promise((resolve, reject) => {
+    let status = 0;
+    let headers: Record<string, string> = {};
+    const chunks: Buffer[] = [];
+    pool.dispatch(options, {
+      onRequestStart() {},
+      onResponseStart(_controller, statusCode, responseHeaders) {
+        status = statusCode;
+        headers = passedOn(responseHeaders);
+      },
+      onResponseData(_controller, chunk) {
+        chunks.push(chunk);
+      },
+      onResponseEnd() {
+        resolve({ status, headers, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) });
+      },
+      onResponseError(_controller, err) {
+        reject(remoteFailure(err));
+      },
+    });
+  });
 }

@@ -47,7 +47,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const db = config.db;
     this.pool = new ExecutorPool({
       processes: db.executors,
-      limits: { sync: db.sync, maxValueBytes: db.maxValueBytes, maxSizeBytes: db.maxSizeBytes, maxResultBytes: db.maxResultBytes, maxOpen: db.maxOpenDatabases },
+      limits: { sync: db.sync, maxValueBytes: db.maxValueBytes, maxSizeBytes: db.maxSizeBytes, maxResultBytes: db.maxResultBytes, maxOpen: db.maxOpenDatabases, idleCloseMs: db.idleCloseMs },
       timeoutMs: db.queryTimeoutMs,
       beforeCreate: (scope, path) => this.beforeCreate(scope, path),
       floor: (scope) => this.mirrors?.acknowledgedFloor(scope) ?? null,

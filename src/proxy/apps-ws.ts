@@ -18,14 +18,17 @@ export interface WsOptions {
   apps: Map<string, AppRoute>;
   baseDomain: string;
   resolveSession: SessionResolver;
+  /** Set-Cookie extending a session renewed while resolving this upgrade, as for HTTP (AppsOptions). */
+  renewalCookie?: (req: FastifyRequest) => string | null;
   isTrusted: (address: string | undefined) => boolean;
   privateCookies: string[];
   logger: Logger;
 }
 
-function refuse(socket: Duplex, err: ApiError): void {
+function refuse(socket: Duplex, err: ApiError, extraHeaders: string[] = []): void {
   const body = JSON.stringify(err.toBody());
-  socket.end(`HTTP/1.1 ${err.status} ${STATUS_CODES[err.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  const headers = ['content-type', 'application/json; charset=utf-8', 'content-length', String(Buffer.byteLength(body)), 'connection', 'close', ...Object.entries(err.headers ?? {}).flat(), ...extraHeaders];
+  socket.end(rawHead(err.status, STATUS_CODES[err.status] ?? '', headers) + body);
 }
 
 function rawHead(status: number, message: string, rawHeaders: string[]): string {
@@ -56,9 +59,12 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') throw new ApiError('not_found', 'only WebSocket upgrades are forwarded');
     const org = orgFromHost(req.headers.host, opts.baseDomain);
     const target = appTarget(org, req.url ?? '/', opts.apps);
-    // The resolver reads only headers, org and the connection: a minimal request view is enough here.
-    const view = { headers: req.headers, org, raw: req, protocol: 'encrypted' in req.socket ? 'https' : 'http', ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
+    // The resolvers read only the URL (the repo, in split mode), headers, org and the connection: a minimal view is enough.
+    const view = { url: req.url, headers: req.headers, org, raw: req, protocol: 'encrypted' in req.socket ? 'https' : 'http', ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
     const session = await opts.resolveSession(view);
+    // Whatever the answer (101, the app's refusal, 503), a renewed session's cookie goes with it, as for HTTP.
+    const renewed = opts.renewalCookie?.(view);
+    const cookieHeaders = renewed ? ['set-cookie', renewed] : [];
     if (!session && target.route.requireSession) throw new ApiError('unauthenticated', 'this app requires a signed-in session');
     const url = upstreamUrl(target.route, target.rest);
     const headers = {
@@ -69,16 +75,16 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     };
     const upstream = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { method: 'GET', headers, timeout: 10_000 });
     upstream.on('timeout', () => upstream.destroy(new Error('upstream timeout')));
-    upstream.on('error', () => refuse(socket, new ApiError('unavailable', 'the app is not reachable right now', undefined, { 'retry-after': '5' })));
+    upstream.on('error', () => refuse(socket, new ApiError('unavailable', 'the app is not reachable right now', undefined, { 'retry-after': '5' }), cookieHeaders));
     upstream.on('response', (res) => {
       // The app declined the upgrade: relay its answer as an ordinary response.
-      socket.write(rawHead(res.statusCode ?? 502, res.statusMessage ?? '', res.rawHeaders));
+      socket.write(rawHead(res.statusCode ?? 502, res.statusMessage ?? '', [...res.rawHeaders, ...cookieHeaders]));
       res.pipe(socket);
     });
     upstream.on('upgrade', (res, upSocket, upHead) => {
       track(upSocket);
       upSocket.setTimeout(0);
-      socket.write(rawHead(101, 'Switching Protocols', res.rawHeaders));
+      socket.write(rawHead(101, 'Switching Protocols', [...res.rawHeaders, ...cookieHeaders]));
       if (upHead.length) socket.write(upHead);
       if (head.length) upSocket.write(head);
       upSocket.on('error', () => socket.destroy());

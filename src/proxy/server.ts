@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import { Readable } from 'node:stream';
 import { ApiError } from '../shared/errors.ts';
 import { createHttpApp } from '../shared/http.ts';
+import type { RawHandler } from '../shared/raw-route.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { DbHandler } from '../db/contract.ts';
@@ -28,8 +29,20 @@ export interface ProxyOptions {
   apps?: FastifyPluginAsync;
 }
 
+/** The shape the raw route takes: a plain repo segment and op, no query string or escapes (the rest goes to Fastify). */
+const DB_PATH = /^\/([^/?%#]+)\/_db\/([^/?%#]+)$/;
+
 export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> {
-  const app = createHttpApp({ logger: opts.logger, bodyLimit: opts.bodyLimit, trustProxy: opts.trustedProxies.length ? opts.trustedProxies : false });
+  // POST /{repo}/_db/{op} is the hot path: served off node:http, with the same answers as the Fastify route below.
+  const rawDbRoute: RawHandler = async (req, body, requestId) => {
+    const [, repo, op] = DB_PATH.exec(req.url!)!;
+    const org = orgFromHost(req.headers.host, opts.baseDomain);
+    return opts.db.handle({ op: op!, org, repo: checkRepo(repo!), authorization: req.headers.authorization, body, requestId });
+  };
+  const app = createHttpApp({
+    logger: opts.logger, bodyLimit: opts.bodyLimit, trustProxy: opts.trustedProxies.length ? opts.trustedProxies : false,
+    rawRoutes: (req) => (req.method === 'POST' && DB_PATH.test(req.url!) ? rawDbRoute : null),
+  });
   app.decorateRequest('org', '');
   app.addHook('onRequest', async (req) => {
     stripSpoofableHeaders(req.headers);

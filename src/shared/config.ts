@@ -28,6 +28,8 @@ export interface Config {
     maxBodyBytes: number;
     executors: number;
     maxOpenDatabases: number;
+    /** A database connection unused this long is closed (0: never). */
+    idleCloseMs: number;
     mirrors: MirrorConfig[];
     /** Delivery tuning (SPEC 5): per-attempt timeout, backoff cap, stall threshold, concurrent deliveries per mirror. */
     mirrorDelivery: { timeoutMs: number; maxBackoffMs: number; stallAfterMs: number; concurrency: number };
@@ -37,6 +39,10 @@ export interface Config {
     github: { clientId: string; clientSecret: string } | null;
     encryptionKeys: Buffer[];
     sessionTtlMs: number;
+    /** Sign-in attempts (login + callback) per client address: a token bucket. */
+    loginRateLimit: { burst: number; perMinute: number };
+    /** How long any call to a sign-in provider may take. */
+    providerTimeoutMs: number;
   };
   trustedProxies: string[];
   mirror: { port: number | null; secret: string | null; sourceUrl: string | null };
@@ -47,6 +53,9 @@ export interface Config {
 }
 
 export class ConfigError extends Error {}
+
+/** DB_IDLE_CLOSE_MS's default, also what the executor pool uses when its caller does not say. */
+export const DEFAULT_IDLE_CLOSE_MS = 60_000;
 
 type Env = Record<string, string | undefined>;
 
@@ -214,7 +223,8 @@ export function loadConfig(env: Env = process.env): Config {
       maxValueBytes: int(env, 'DB_MAX_VALUE_BYTES', Math.min(8 * 1024 * 1024, maxResultBytes), 1024, 1_000_000_000),
       maxBodyBytes: int(env, 'DB_MAX_BODY_BYTES', 32 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
       executors: int(env, 'DB_EXECUTORS', 2, 1, 64),
-      maxOpenDatabases: int(env, 'DB_MAX_OPEN', 256, 4, 100_000),
+      maxOpenDatabases: int(env, 'DB_MAX_OPEN', 64, 4, 100_000),
+      idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', DEFAULT_IDLE_CLOSE_MS, 0, 86_400_000),
       mirrors: parseMirrors(str(env, 'DB_MIRRORS')),
       mirrorDelivery: {
         timeoutMs: int(env, 'DB_MIRROR_TIMEOUT_MS', 10_000, 50, 600_000),
@@ -228,6 +238,11 @@ export function loadConfig(env: Env = process.env): Config {
       github: ghId && ghSecret ? { clientId: ghId, clientSecret: ghSecret } : null,
       encryptionKeys: keyList(env, 'ACCOUNT_ENCRYPTION_KEYS', dataDir, production, 'account-encryption.key', parseEncryptionKeys),
       sessionTtlMs: parseDuration('ACCOUNT_SESSION_TTL', str(env, 'ACCOUNT_SESSION_TTL') ?? '14d'),
+      loginRateLimit: {
+        burst: int(env, 'ACCOUNT_LOGIN_RATE_BURST', 30, 1, 1_000_000),
+        perMinute: int(env, 'ACCOUNT_LOGIN_RATE_PER_MINUTE', 30, 1, 1_000_000),
+      },
+      providerTimeoutMs: int(env, 'ACCOUNT_PROVIDER_TIMEOUT_MS', 10_000, 50, 600_000),
     },
     trustedProxies: parseTrustedProxies(str(env, 'TRUSTED_PROXIES')),
     mirror: {

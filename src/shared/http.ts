@@ -1,11 +1,9 @@
 // The Fastify foundation every listener shares: request ids, raw bodies, and SPEC 3's error shape for every failure.
-import { randomUUID } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
+import { createServer, type IncomingMessage } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { ApiError } from './errors.ts';
 import type { Logger } from './log.ts';
-
-const REQUEST_ID = /^[A-Za-z0-9._:@-]{1,128}$/;
+import { requestIdOf, serveRaw, type RawRouter } from './raw-route.ts';
 
 export interface HttpOptions {
   logger: Logger;
@@ -14,9 +12,20 @@ export interface HttpOptions {
   trustProxy?: string[] | boolean;
   /** Rewrites a request's URL before routing (the standalone account service maps `/X` to `/{repo}/_account/X`). */
   rewriteUrl?: (req: IncomingMessage) => string;
+  /** Hot routes served straight off node:http ahead of Fastify (raw-route.ts). */
+  rawRoutes?: RawRouter;
 }
 
+// Fastify's defaults for the servers it makes itself; ours (serverFactory) keep them.
+const KEEP_ALIVE_TIMEOUT_MS = 72_000;
+
 export function createHttpApp(opts: HttpOptions): FastifyInstance {
+  let closing = false;
+  const rawApiError = (err: unknown, reqId: string) => {
+    const e = toApiError(err);
+    if (e.code === 'internal') opts.logger.error({ err, reqId }, 'unhandled error');
+    return e;
+  };
   const app = Fastify({
     loggerInstance: opts.logger,
     // Fastify's two lines per request are replaced by our one access line (onResponse below).
@@ -24,15 +33,23 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
     bodyLimit: opts.bodyLimit,
     trustProxy: opts.trustProxy ?? false,
     requestIdHeader: false,
-    genReqId: (req) => {
-      const given = req.headers['x-request-id'];
-      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
-    },
+    genReqId: requestIdOf,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 500 },
     return503OnClosing: true,
     forceCloseConnections: 'idle',
     rewriteUrl: opts.rewriteUrl as never, // typed loosely: its `this` type would otherwise pin the logger generic
+    serverFactory: (fastifyHandler) => {
+      const serving = { logger: opts.logger, bodyLimit: opts.bodyLimit, closing: () => closing, toApiError: rawApiError };
+      const server = createServer((req, res) => {
+        if (!serveRaw(opts.rawRoutes, serving, req, res)) fastifyHandler(req, res);
+      });
+      server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+      return server;
+    },
   }) as unknown as FastifyInstance;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
   // Bodies stay raw: each service parses what it expects (curl -d sends form-urlencoded JSON).
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));

@@ -10,6 +10,8 @@ export interface ExecutorLimits {
   maxSizeBytes: number;
   maxResultBytes: number;
   maxOpen: number;
+  /** A connection unused this long (ms) is closed; 0 never. Absent: the pool fills in DB_IDLE_CLOSE_MS's default. */
+  idleCloseMs: number;
 }
 
 export interface Prepared {
@@ -29,6 +31,8 @@ export class DbHandle {
   private readonly cache = new Map<string, Prepared>();
 
   readonly path: string;
+  /** When an operation last took this handle (performance.now()), for closing idle connections. */
+  usedAt = performance.now();
 
   constructor(path: string, create: boolean, limits: ExecutorLimits) {
     this.path = path;
@@ -100,6 +104,7 @@ export class HandleCache {
     if (h) {
       this.open.delete(path);
       this.open.set(path, h);
+      h.usedAt = performance.now();
       return h;
     }
     const handle = new DbHandle(path, create, this.limits);
@@ -110,6 +115,20 @@ export class HandleCache {
       old.close();
     }
     return handle;
+  }
+
+  /**
+   * Closes connections unused for `idleMs`. Operations run synchronously, so between them (where a timer calls
+   * this) no statement is running; a connection inside a transaction is kept all the same.
+   */
+  closeIdle(idleMs: number): void {
+    const now = performance.now();
+    for (const [path, handle] of this.open) {
+      if (now - handle.usedAt < idleMs) break; // least recently used first: the rest are younger
+      if (handle.db.isTransaction) continue;
+      this.open.delete(path);
+      handle.close();
+    }
   }
 
   forget(path: string): void {

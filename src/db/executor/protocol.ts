@@ -21,10 +21,15 @@ export function encodeFrame(seq: number, header: object, body?: Buffer | string)
   return out;
 }
 
-/** Accumulates stream chunks and yields whole frames. */
+/** Accumulates stream chunks and yields whole frames; throws on a frame over `maxFrameBytes` (a peer gone wrong). */
 export class FrameDecoder {
   private chunks: Buffer[] = [];
   private buffered = 0;
+  private readonly maxFrameBytes: number;
+
+  constructor(maxFrameBytes = Infinity) {
+    this.maxFrameBytes = maxFrameBytes;
+  }
 
   push(chunk: Buffer): Frame[] {
     this.chunks.push(chunk);
@@ -34,9 +39,11 @@ export class FrameDecoder {
     let off = 0;
     while (buf.length - off >= 4) {
       const len = buf.readUInt32LE(off);
+      if (len > this.maxFrameBytes || len < 8) throw new RangeError(`a frame of ${len} bytes`);
       if (buf.length - off - 4 < len) break;
       const seq = buf.readUInt32LE(off + 4);
       const hlen = buf.readUInt32LE(off + 8);
+      if (hlen > len - 8) throw new RangeError(`a frame header of ${hlen} bytes in a frame of ${len}`);
       const header = JSON.parse(buf.toString('utf8', off + 12, off + 12 + hlen)) as Record<string, unknown>;
       frames.push({ seq, header, body: buf.subarray(off + 12 + hlen, off + 4 + len) });
       off += 4 + len;

@@ -35,7 +35,7 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
   // Reads run in the primary's executor processes: same sandbox, value encoding, result limits and query timeout.
   const pool = new ExecutorPool({
     processes: Math.min(config.db.executors, 2),
-    limits: { sync: 'normal', maxValueBytes: config.db.maxValueBytes, maxSizeBytes: config.db.maxSizeBytes, maxResultBytes: config.db.maxResultBytes, maxOpen: config.db.maxOpenDatabases },
+    limits: { sync: 'normal', maxValueBytes: config.db.maxValueBytes, maxSizeBytes: config.db.maxSizeBytes, maxResultBytes: config.db.maxResultBytes, maxOpen: config.db.maxOpenDatabases, idleCloseMs: config.db.idleCloseMs },
     timeoutMs: config.db.queryTimeoutMs,
     beforeCreate: () => null,
     floor: () => null,

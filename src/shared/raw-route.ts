@@ -1,0 +1,114 @@
+// Hot routes served straight off node:http, ahead of Fastify (the /{repo}/_db/{op} path: see src/db/DESIGN.md).
+// They skip Fastify's routing, hooks, body parser and per-request logger, and keep what callers rely on:
+// the request id, the body limit, SPEC 3's error shape, one access line, and 503 while the server closes.
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { Readable, pipeline } from 'node:stream';
+import { ApiError } from './errors.ts';
+import type { Logger } from './log.ts';
+
+const REQUEST_ID = /^[A-Za-z0-9._:@-]{1,128}$/;
+
+/** The caller's x-request-id when it is a sane token, else a fresh one (shared by Fastify's routes). */
+export function requestIdOf(req: IncomingMessage): string {
+  const given = req.headers['x-request-id'];
+  return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+}
+
+export interface RawReply {
+  status: number;
+  headers?: Record<string, string>;
+  /** A JSON text, or a stream (snapshots). */
+  body: string | Buffer | Readable;
+}
+
+export type RawHandler = (req: IncomingMessage, body: Buffer, requestId: string) => Promise<RawReply>;
+
+/** Picks the raw handler for a request, or null to leave it to Fastify. Must be cheap: it sees every request. */
+export type RawRouter = (req: IncomingMessage) => RawHandler | null;
+
+export interface RawServing {
+  logger: Logger;
+  bodyLimit: number;
+  /** True once the server has begun to close: every new request then gets 503. */
+  closing(): boolean;
+  /** Maps an unexpected error to the SPEC shape (and logs it). */
+  toApiError(err: unknown, requestId: string): ApiError;
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+
+/** Answers 503 while closing, else serves the request if `router` takes it; returns false to hand it to Fastify. */
+export function serveRaw(router: RawRouter | undefined, serving: RawServing, req: IncomingMessage, res: ServerResponse): boolean {
+  if (serving.closing()) {
+    // Fastify's own 503 is not SPEC-shaped; and the connection closes so the client reconnects elsewhere.
+    const err = new ApiError('unavailable', 'the server is shutting down', undefined, { 'retry-after': '1', connection: 'close' });
+    sendRaw(res, requestIdOf(req), { status: err.status, headers: err.headers, body: JSON.stringify(err.toBody()) });
+    return true;
+  }
+  const handler = router?.(req);
+  if (!handler) return false;
+  const started = performance.now();
+  const requestId = requestIdOf(req);
+  const done = (reply: RawReply) => {
+    sendRaw(res, requestId, reply);
+    if (serving.logger.isLevelEnabled('info')) {
+      // One access line per request, as Fastify's routes log it: no query string, headers or bodies.
+      serving.logger.info({ reqId: requestId, method: req.method, path: (req.url ?? '').split('?')[0], status: reply.status, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
+    }
+  };
+  const fail = (err: unknown) => {
+    const e = err instanceof ApiError ? err : serving.toApiError(err, requestId);
+    done({ status: e.status, headers: e.headers, body: JSON.stringify(e.toBody()) });
+  };
+  readBody(req, serving.bodyLimit, (body) => {
+    if (body === null) return fail(new ApiError('payload_too_large', 'request body is over the size limit', undefined, { connection: 'close' }));
+    handler(req, body, requestId).then(done, fail);
+  });
+  return true;
+}
+
+/** Collects the body up to `limit` bytes; null when it is over (the rest is not read). A client that goes away gets no callback. */
+function readBody(req: IncomingMessage, limit: number, then: (body: Buffer | null) => void): void {
+  const declared = Number(req.headers['content-length']);
+  if (declared > limit) {
+    then(null);
+    return;
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let over = false;
+  req.on('data', (chunk: Buffer) => {
+    if (over) return;
+    size += chunk.length;
+    if (size > limit) {
+      over = true;
+      chunks.length = 0;
+      then(null);
+      return;
+    }
+    chunks.push(chunk);
+  });
+  req.on('end', () => {
+    if (!over) then(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+  });
+  req.on('error', () => {}); // an aborted request: the socket is gone, nothing to answer
+}
+
+function sendRaw(res: ServerResponse, requestId: string, reply: RawReply): void {
+  if (res.headersSent || res.destroyed) return;
+  const headers: Record<string, string | number> = { 'x-request-id': requestId, ...reply.headers };
+  const { body } = reply;
+  if (body instanceof Readable) {
+    res.writeHead(reply.status, headers);
+    pipeline(body, res, (err) => {
+      if (err) res.destroy();
+    });
+    return;
+  }
+  headers['content-type'] ??= JSON_TYPE;
+  headers['content-length'] = Buffer.byteLength(body);
+  res.writeHead(reply.status, headers);
+  res.end(body);
+}
