@@ -10,6 +10,7 @@ import { DatabaseSync } from 'node:sqlite';
 import type { Duplex } from 'node:stream';
 import { Client } from 'undici';
 import { signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
+import { AccountStore } from '../src/account/store.ts';
 import { tempDir, testEnv } from './helpers/product.ts';
 import { accountAlone } from '../src/account/wiring.ts';
 import { loadConfig } from '../src/shared/config.ts';
@@ -200,6 +201,26 @@ describe('WebSocket upgrades', () => {
 
   test('requireSession refuses an anonymous upgrade', async () => {
     await assert.rejects(open('/private/live'), /no upgrade: 401/);
+  });
+
+  test('behind a trusted TLS-terminating proxy, an upgrade finds the __Host- session cookie', async () => {
+    const q = await startAccounts({ APPS: JSON.stringify({ 'acme/private': { url: upstreamUrl, requireSession: true } }), TRUSTED_PROXIES: '127.0.0.1' });
+    try {
+      const store = new AccountStore(q.config.dataDir);
+      let token: string;
+      try {
+        const user = store.upsertUser('dev', 'tls-user', { name: null, email: 'tls@example.com', login: null, avatarUrl: null });
+        token = store.createSession('acme', user.id, 3600_000).token;
+      } finally {
+        store.close();
+      }
+      // The browser saw https, so it holds the __Host- cookie; the proxy learns the scheme from the trusted header.
+      const res = await upgrade('/private/live', q, { cookie: `__Host-session=${token}`, 'x-forwarded-proto': 'https' });
+      assert.match(JSON.parse(res.message).user, /^usr_/);
+      await assert.rejects(upgrade('/private/live', q, { cookie: `__Host-session=${token}` }), /no upgrade: 401/, 'over plain http that cookie name is not ours');
+    } finally {
+      await q.close();
+    }
   });
 
   /** The proxy with the account service in its own server (`serve account`), on loopback in this process. */

@@ -59,8 +59,11 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') throw new ApiError('not_found', 'only WebSocket upgrades are forwarded');
     const org = orgFromHost(req.headers.host, opts.baseDomain);
     const target = appTarget(org, req.url ?? '/', opts.apps);
-    // The resolvers read only the URL (the repo, in split mode), headers, org and the connection: a minimal view is enough.
-    const view = { url: req.url, headers: req.headers, org, raw: req, protocol: 'encrypted' in req.socket ? 'https' : 'http', ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
+    // The resolvers read only the URL (the repo, in split mode), headers, org and the scheme: a minimal view is enough.
+    // The scheme is the one the browser saw (x-forwarded-proto from a trusted proxy), as Fastify's request.protocol.
+    const forwarded = forwardedHeaders(req, opts.isTrusted(req.socket.remoteAddress), `/${target.rawRepo}`);
+    const protocol = forwarded['x-forwarded-proto'] === 'https' ? 'https' : 'http';
+    const view = { url: req.url, headers: req.headers, org, raw: req, protocol, ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
     const session = await opts.resolveSession(view);
     // Whatever the answer (101, the app's refusal, 503), a renewed session's cookie goes with it, as for HTTP.
     const renewed = opts.renewalCookie?.(view);
@@ -69,7 +72,7 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     const url = upstreamUrl(target.route, target.rest);
     const headers = {
       ...endToEndHeaders(req.headers, (c) => withoutCookies(c, opts.privateCookies)),
-      ...forwardedHeaders(req, opts.isTrusted(req.socket.remoteAddress), `/${target.rawRepo}`),
+      ...forwarded,
       ...(session ? identityHeaders(session.user) : {}),
       connection: 'Upgrade', upgrade: 'websocket',
     };

@@ -34,11 +34,18 @@ function expectedSecrets(rootKeys: readonly Buffer[], org: string, repo: string)
   if (expected) {
     cache.delete(id); // keep recently used entries at the end
   } else {
-    expected = rootKeys.map((key) => Buffer.from(repoSecret(key, org, repo)));
+    // Its own memory: a short Buffer.from is a slice of a shared 8 KiB block, which the cache would keep alive.
+    expected = rootKeys.map((key) => unpooled(Buffer.from(repoSecret(key, org, repo))));
     if (cache.size >= CACHE_MAX) cache.delete(cache.keys().next().value!);
   }
   cache.set(id, expected);
   return expected;
+}
+
+function unpooled(b: Buffer): Buffer {
+  const own = Buffer.allocUnsafeSlow(b.length);
+  b.copy(own);
+  return own;
 }
 
 /** Constant-time check of a presented secret against every accepted root key. */
