@@ -74,7 +74,7 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
     }
     const accounts = await accountForProxy(config, logger);
     closers.push(() => accounts.close());
-    main = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: config.db.maxBodyBytes, trustedProxies: config.trustedProxies, db, account: accounts.account, apps: accounts.apps });
+    main = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: config.db.maxBodyBytes, trustedProxies: config.trustedProxies, db, account: accounts.account, apps: accounts.apps, verify: accounts.verify });
   } else if (part === 'account') {
     const accounts = await accountAlone(config, logger);
     closers.push(() => accounts.close());

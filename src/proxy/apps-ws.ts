@@ -9,7 +9,7 @@ import type { AppRoute } from '../shared/config.ts';
 import type { SessionResolver } from '../account/contract.ts';
 import { withoutCookies } from '../account/cookies.ts';
 import { identityHeaders } from '../account/identity-headers.ts';
-import { endToEndHeaders, forwardedHeaders } from './forward.ts';
+import { endToEndHeaders, forwardedHeaders, sessionView } from './forward.ts';
 import { stripSpoofableHeaders } from './headers.ts';
 import { orgFromHost } from './host.ts';
 import { appTarget, upstreamUrl } from './apps.ts';
@@ -59,11 +59,8 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') throw new ApiError('not_found', 'only WebSocket upgrades are forwarded');
     const org = orgFromHost(req.headers.host, opts.baseDomain);
     const target = appTarget(org, req.url ?? '/', opts.apps);
-    // The resolvers read only the URL (the repo, in split mode), headers, org and the scheme: a minimal view is enough.
-    // The scheme is the one the browser saw (x-forwarded-proto from a trusted proxy), as Fastify's request.protocol.
-    const forwarded = forwardedHeaders(req, opts.isTrusted(req.socket.remoteAddress), `/${target.rawRepo}`);
-    const protocol = forwarded['x-forwarded-proto'] === 'https' ? 'https' : 'http';
-    const view = { url: req.url, headers: req.headers, org, raw: req, protocol, ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
+    const trusted = opts.isTrusted(req.socket.remoteAddress);
+    const view = sessionView(req, org, trusted);
     const session = await opts.resolveSession(view);
     // Whatever the answer (101, the app's refusal, 503), a renewed session's cookie goes with it, as for HTTP.
     const renewed = opts.renewalCookie?.(view);
@@ -72,7 +69,7 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     const url = upstreamUrl(target.route, target.rest);
     const headers = {
       ...endToEndHeaders(req.headers, (c) => withoutCookies(c, opts.privateCookies)),
-      ...forwarded,
+      ...forwardedHeaders(req, trusted, `/${target.rawRepo}`),
       ...(session ? identityHeaders(session.user) : {}),
       connection: 'Upgrade', upgrade: 'websocket',
     };

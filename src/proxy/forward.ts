@@ -46,6 +46,15 @@ export function forwardedHeaders(req: IncomingMessage, trusted: boolean, prefix:
   };
 }
 
+/**
+ * What the session resolvers read of a request that did not go through Fastify (upgrades, the raw /verify route):
+ * URL, headers, org, and the scheme the browser saw (x-forwarded-proto from a trusted proxy, like request.protocol).
+ */
+export function sessionView(req: IncomingMessage, org: string, trusted: boolean): FastifyRequest {
+  const protocol = forwardedHeaders(req, trusted, '')['x-forwarded-proto'] === 'https' ? 'https' : 'http';
+  return { url: req.url, headers: req.headers, org, raw: req, protocol, ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
+}
+
 /** Copies end-to-end request headers; drops hop-by-hop, internal, identity and forwarding ones (set again by the caller). */
 export function endToEndHeaders(headers: IncomingHttpHeaders, dropCookie?: (cookie: string | string[] | undefined) => string | undefined): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};

@@ -9,6 +9,8 @@ import { checkRepo } from '../shared/names.ts';
 import type { DbHandler } from '../db/contract.ts';
 import { orgFromHost } from './host.ts';
 import { stripSpoofableHeaders } from './headers.ts';
+import { sessionView, trustedPeers } from './forward.ts';
+import type { AccountForProxy } from '../account/wiring.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -27,10 +29,13 @@ export interface ProxyOptions {
   account?: FastifyPluginAsync;
   /** App routes for other /{repo}/* paths; registered as a plugin so it owns its own hooks. */
   apps?: FastifyPluginAsync;
+  /** The in-process account service's GET /verify, served on the raw path (else the account plugin answers it). */
+  verify?: AccountForProxy['verify'];
 }
 
-/** The shape the raw route takes: a plain repo segment and op, no query string or escapes (the rest goes to Fastify). */
+/** The shapes the raw routes take: a plain repo segment, no query string or escapes (the rest goes to Fastify). */
 const DB_PATH = /^\/([^/?%#]+)\/_db\/([^/?%#]+)$/;
+const VERIFY_PATH = /^\/([^/?%#]+)\/_account\/verify$/;
 
 export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> {
   // POST /{repo}/_db/{op} is the hot path: served off node:http, with the same answers as the Fastify route below.
@@ -39,9 +44,21 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     const org = orgFromHost(req.headers.host, opts.baseDomain);
     return opts.db.handle({ op: op!, org, repo: checkRepo(repo!), authorization: req.headers.authorization, body, requestId });
   };
+  // GET /{repo}/_account/verify is forward auth's check, on every request of a protected app: raw too when in-process.
+  const isTrusted = trustedPeers(opts.trustedProxies);
+  const verify = opts.verify;
+  const rawVerifyRoute: RawHandler = async (req) => {
+    const [, repo] = VERIFY_PATH.exec(req.url!)!;
+    const org = orgFromHost(req.headers.host, opts.baseDomain);
+    checkRepo(repo!);
+    return verify!(sessionView(req, org, isTrusted(req.socket.remoteAddress)));
+  };
   const app = createHttpApp({
     logger: opts.logger, bodyLimit: opts.bodyLimit, trustProxy: opts.trustedProxies.length ? opts.trustedProxies : false,
-    rawRoutes: (req) => (req.method === 'POST' && DB_PATH.test(req.url!) ? rawDbRoute : null),
+    rawRoutes: (req) => {
+      if (req.method === 'POST') return DB_PATH.test(req.url!) ? rawDbRoute : null;
+      return verify && req.method === 'GET' && VERIFY_PATH.test(req.url!) ? rawVerifyRoute : null;
+    },
   });
   app.decorateRequest('org', '');
   app.addHook('onRequest', async (req) => {

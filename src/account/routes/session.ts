@@ -10,20 +10,32 @@ import { headerValue } from '../identity-headers.ts';
 
 type Req = FastifyRequest<{ Params: { repo: string } }>;
 
+/** GET /verify's answer: the session's user and identity headers, or 401 (the Fastify route and the proxy's raw route). */
+export async function verify(sessions: Sessions, req: FastifyRequest): Promise<{ status: number; headers: Record<string, string>; body: string }> {
+  const session = await sessions.resolve(req);
+  const headers: Record<string, string> = { 'cache-control': 'no-store', 'content-type': 'application/json; charset=utf-8' };
+  const renewed = sessions.renewalCookie(req);
+  if (renewed) headers['set-cookie'] = renewed;
+  if (!session) {
+    const err = new ApiError('unauthenticated', 'no valid session for this organization; sign in first');
+    return { status: err.status, headers, body: JSON.stringify(err.toBody()) };
+  }
+  const { user } = session;
+  headers['x-auth-user-id'] = user.id;
+  if (user.email) headers['x-auth-user-email'] = headerValue(user.email);
+  const body = {
+    user: { id: user.id, name: user.name, email: user.email, login: user.login, avatarUrl: user.avatarUrl },
+    session: { expiresAt: session.expiresAt.toISOString() },
+    org: session.org,
+  };
+  return { status: 200, headers, body: JSON.stringify(body) };
+}
+
 export async function sessionRoutes(app: FastifyInstance, deps: { sessions: Sessions }): Promise<void> {
   app.get('/verify', async (req: Req, reply) => {
     checkRepo(req.params.repo);
-    reply.header('cache-control', 'no-store');
-    const session = await deps.sessions.resolve(req);
-    if (!session) throw new ApiError('unauthenticated', 'no valid session for this organization; sign in first');
-    const { user } = session;
-    reply.header('x-auth-user-id', user.id);
-    if (user.email) reply.header('x-auth-user-email', headerValue(user.email));
-    return {
-      user: { id: user.id, name: user.name, email: user.email, login: user.login, avatarUrl: user.avatarUrl },
-      session: { expiresAt: session.expiresAt.toISOString() },
-      org: session.org,
-    };
+    const answer = await verify(deps.sessions, req);
+    return reply.code(answer.status).headers(answer.headers).send(answer.body);
   });
 
   app.post('/logout', async (req: Req, reply) => {
