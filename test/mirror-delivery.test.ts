@@ -3,19 +3,20 @@ import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import { Webhook } from 'standardwebhooks';
-import { createDeliveryWorker, type DeliveryOptions, type DeliveryWorker } from '../src/mirror/delivery/worker.ts';
+import type { DeliveryEngine } from '../src/mirror/delivery/engine.ts';
 import { backoffDelay } from '../src/mirror/delivery/backoff.ts';
+import { CpuPressure, type CpuSample } from '../src/mirror/delivery/cpu-pressure.ts';
 import { metrics } from '../src/shared/admin.ts';
 import { createLogger } from '../src/shared/log.ts';
-import { MemoryFeed, tempDir, newSecret, range, Receiver, scopeOf, waitFor } from './helpers/mirror.ts';
+import { MemoryFeed, tempDir, newSecret, range, Receiver, scopeOf, startEngine, waitFor, type EngineOptions } from './helpers/mirror.ts';
 
 const logger = createLogger('silent');
 
-function worker(feed: MemoryFeed, mirrors: DeliveryOptions['mirrors'], dataDir: string, extra: Partial<DeliveryOptions> = {}): DeliveryWorker {
-  return createDeliveryWorker({ feed, mirrors, dataDir, logger, timeoutMs: 1000, maxBackoffMs: 50, baseBackoffMs: 5, stallAfterMs: 60_000, concurrency: 4, ...extra });
+function worker(feed: MemoryFeed, mirrors: EngineOptions['mirrors'], dataDir: string, extra: Partial<EngineOptions> = {}): DeliveryEngine {
+  return startEngine({ feed, mirrors, dataDir, logger, timeoutMs: 1000, maxBackoffMs: 50, baseBackoffMs: 5, stallAfterMs: 60_000, concurrency: 4, ...extra });
 }
 
-async function setup(t: TestContext, extra: Partial<DeliveryOptions> = {}) {
+async function setup(t: TestContext, extra: Partial<EngineOptions> = {}) {
   const dataDir = tempDir();
   const feed = new MemoryFeed();
   const secret = newSecret();
@@ -215,6 +216,37 @@ test('events past retention are skipped to the oldest kept, and the gap is repor
   receiver.behaviour = (_req, res) => void res.writeHead(200).end();
   await waitFor(() => w.states(scopeOf(), 10)[0]!.deliveredVersion === 10, 3000, 'delivered');
   assert.deepEqual(receiver.versions(), range(7, 10));
+});
+
+test('CPU pressure: delivery yields while serving is busy and the rest of the machine keeps its cores busy; resumes below lower marks', () => {
+  let at: CpuSample = { busy: 0, total: 0, cores: 2, own: 0, serving: 0 };
+  const pressure = new CpuPressure(() => at);
+  /** One sampling period (2 cores × 100 ticks) in which the others used `others` of the machine, delivery `own`, and the main thread `serving` of one core. */
+  const period = (others: number, own: number, serving: number) => {
+    at = { busy: at.busy + (others + own) * 200, total: at.total + 200, cores: 2, own: at.own + own * 200, serving: at.serving + serving * 100 };
+    return pressure.sample();
+  };
+  assert.equal(period(0.3, 0.6, 0.5), false, 'a busy machine, but busy delivering: full speed');
+  assert.equal(period(0.8, 0.1, 0.1), false, 'another process keeps the machine busy, serving is light: full speed');
+  assert.equal(period(0.8, 0.1, 0.9), true, 'a write flood on a full machine: yield');
+  assert.equal(period(0.5, 0, 0.9), true, 'still above the resume mark');
+  assert.equal(period(0.4, 0, 0.9), false, 'the others calmed down');
+  assert.equal(period(0.8, 0, 0.9), true);
+  assert.equal(period(0.8, 0, 0.1), false, 'the flood is over');
+  assert.equal(new CpuPressure(() => null).sample(), false, 'no /proc: never yields');
+});
+
+test('while yielding, every event still goes, in order, spaced out; full speed again after', async (t) => {
+  let yielding = true;
+  const { feed, receiver } = await setup(t, { shouldYield: () => yielding });
+  const started = performance.now();
+  for (let i = 0; i < 10; i++) feed.commit(scopeOf());
+  await waitFor(() => receiver.acked.length === 10, 5000, 'ten deliveries while yielding');
+  assert.ok(performance.now() - started >= 40, 'spaced out: at most 200 events/s while yielding');
+  yielding = false;
+  for (let i = 0; i < 10; i++) feed.commit(scopeOf());
+  await waitFor(() => receiver.acked.length === 20, 5000, 'the rest');
+  assert.deepEqual(receiver.versions(), range(1, 20));
 });
 
 test('no mirrors: the floor is null and status lists no mirror', async (t) => {

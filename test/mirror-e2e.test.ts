@@ -108,6 +108,42 @@ test('restart with pending events and kill -9 mid-delivery: nothing lost, order 
   for (let i = 1; i < acked.length; i++) assert.ok(acked[i]! <= acked[i - 1]! + 1, `order: ${acked}`);
 });
 
+test('one busy database, two mirrors: every event once, in order, to each; counted in metrics; saved acknowledgements survive a restart', async (t) => {
+  const a = await new Receiver().start();
+  const b = await new Receiver().start();
+  const dataDir = tempDir();
+  const env = { DATA_DIR: dataDir, DB_MIRRORS: mirrorsEnv([{ name: 'busy-a', url: a.url, secret: newSecret() }, { name: 'busy-b', url: b.url, secret: newSecret() }]) };
+  let p = await startProduct(env);
+  t.after(async () => {
+    await p.close();
+    await a.stop();
+    await b.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  await p.db('web', 'execute', { sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY)' });
+  // 16 writers at once: group commits of several events, and more events than one delivery turn holds.
+  const writes = 400;
+  let next = 0;
+  await Promise.all(Array.from({ length: 16 }, async () => {
+    while (next++ < writes) assert.equal((await p.db('web', 'execute', { sql: 'INSERT INTO t DEFAULT VALUES' })).status, 200);
+  }));
+  const last = writes + 1;
+  await waitFor(() => a.versions().length >= last && b.versions().length >= last, 20_000, 'every event at both mirrors');
+  assert.deepEqual(a.versions(), range(1, last));
+  assert.deepEqual(b.versions(), range(1, last));
+  await waitFor(async () => (await p.db('web', 'status', {})).json.mirrors.every((m: { deliveredVersion: number }) => m.deliveredVersion === last), 2000, 'status caught up');
+  const metricsText = await (await fetch(`${p.running.adminUrl}/metrics`)).text();
+  assert.match(metricsText, new RegExp(`scopebase_mirror_delivered_events_total\\{mirror="busy-a"\\} ${last}\\b`));
+  assert.match(metricsText, new RegExp(`scopebase_mirror_delivery_lag_seconds_count\\{mirror="busy-b"\\} ${last}\\b`));
+
+  await p.close();
+  p = await startProduct(env);
+  const status = (await p.db('web', 'status', {})).json.mirrors;
+  assert.deepEqual(status.map((m: { deliveredVersion: number; pendingEvents: number }) => [m.deliveredVersion, m.pendingEvents]), [[last, 0], [last, 0]]);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(a.all.length + b.all.length, 2 * last, 'nothing acknowledged was sent again');
+});
+
 async function withReferenceMirror(t: TestContext, extra: Record<string, string> = {}): Promise<{ p: Product; secret: string; mirrorUrl: string }> {
   const secret = newSecret();
   const port = await freePort();

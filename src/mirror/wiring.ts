@@ -2,19 +2,19 @@
 import type { ChangeFeed, MirrorReport } from '../db/contract.ts';
 import type { Config } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
-import { createDeliveryWorker, type DeliveryWorker } from './delivery/worker.ts';
+import { startDeliveryThread, type MirrorDelivery } from './delivery/threaded.ts';
 import { createReferenceMirror, type ReferenceMirror } from './reference/server.ts';
 
 export interface MirrorAttachable extends ChangeFeed {
   attachMirrors(report: MirrorReport): void;
 }
 
-/** Starts delivery when DB_MIRRORS names any mirror; start-up does not wait for the recovery scan. */
-export function startMirrorDelivery(config: Config, logger: Logger, db: MirrorAttachable): DeliveryWorker | null {
+/** Starts delivery (on its own thread) when DB_MIRRORS names any mirror; start-up does not wait for the recovery scan. */
+export function startMirrorDelivery(config: Config, logger: Logger, db: MirrorAttachable): MirrorDelivery | null {
   if (config.db.mirrors.length === 0) return null;
-  const worker = createDeliveryWorker({ feed: db, mirrors: config.db.mirrors, dataDir: config.dataDir, logger, ...config.db.mirrorDelivery });
-  db.attachMirrors(worker);
-  return worker;
+  const delivery = startDeliveryThread({ feed: db, mirrors: config.db.mirrors, dataDir: config.dataDir, logger, ...config.db.mirrorDelivery });
+  db.attachMirrors(delivery);
+  return delivery;
 }
 
 /** The reference mirror listening on MIRROR_PORT; snapshots from MIRROR_SOURCE_URL, else from `fallbackSource` (the proxy in `npm start`). */

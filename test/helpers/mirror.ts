@@ -7,12 +7,37 @@ import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { ChangeEvent, ChangeFeed, Scope } from '../../src/db/contract.ts';
 import { ApiError } from '../../src/shared/errors.ts';
+import type { Logger } from '../../src/shared/log.ts';
+import { createDeliveryEngine, type DeliveryEngine, type DeliveryOptions } from '../../src/mirror/delivery/engine.ts';
+import * as m from '../../src/mirror/delivery/metrics.ts';
 
 export const scopeOf = (database = 'main', repo = 'web', org = 'acme'): Scope => ({ org, repo, database });
 const keyOf = (s: Scope) => `${s.org}/${s.repo}/${s.database}`;
 
 export function newSecret(): string {
   return `whsec_${randomBytes(24).toString('base64')}`;
+}
+
+export type EngineOptions = Omit<DeliveryOptions, 'log' | 'metrics'> & { logger: Logger };
+
+/**
+ * The delivery engine on the test's own thread, counting on the process's Prometheus registry as the product's
+ * delivery thread does through its relay (src/mirror/delivery/threaded.ts).
+ */
+export function startEngine(opts: EngineOptions): DeliveryEngine {
+  const metrics: DeliveryOptions['metrics'] = {
+    attempt: (mirror) => m.attempts.inc({ mirror }),
+    failure: (mirror, kind) => m.failures.inc({ mirror, kind }),
+    delivered: (mirror) => m.delivered.inc({ mirror }),
+    skipped: (mirror, events) => m.skipped.inc({ mirror }, events),
+    lag: (mirror, seconds) => m.lag.observe(mirror, seconds),
+  };
+  const engine = createDeliveryEngine({ ...opts, log: opts.logger, metrics });
+  const unregister = m.registerLaneSource(function* () {
+    const now = Date.now();
+    for (const l of engine.lanes()) yield { mirror: l.mirror, ...l.scope, delivered: l.delivered, pending: l.pending(), stalled: l.isStalled(now, opts.stallAfterMs) };
+  });
+  return { ...engine, close: async () => { await engine.close(); unregister(); } };
 }
 
 /** A change feed kept in memory; `commit` plays the db service's role. */

@@ -4,8 +4,12 @@ import type { ChangeEvent, Scope } from '../../db/contract.ts';
 export class Lane {
   readonly mirror: string;
   readonly scope: Scope;
-  /** Highest version the mirror acknowledged with a 2xx (durable in mirrors.sqlite). */
+  /** Highest version the mirror acknowledged with a 2xx. */
   delivered = 0;
+  /** Highest acknowledged version saved in mirrors.sqlite (saved once per turn, so it may trail `delivered`). */
+  saved = 0;
+  /** When `saved` was last written (ms since the epoch). */
+  savedAt = 0;
   /** Highest version known to exist (commit hints, status, recovery scan, change log reads). */
   known = 0;
   lastError: string | null = null;

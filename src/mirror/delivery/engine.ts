@@ -1,14 +1,14 @@
 // Delivers every change event to every mirror: per (mirror, database) in version order, retried until acknowledged.
+// Runs wherever it is given a feed, a logger and metrics: on the delivery thread in the product (thread.ts), in-process in tests.
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChangeEvent, ChangeFeed, MirrorReport, MirrorState, Scope } from '../../db/contract.ts';
 import type { MirrorConfig } from '../../shared/config.ts';
 import { ApiError } from '../../shared/errors.ts';
-import type { Logger } from '../../shared/log.ts';
 import { backoffDelay, type BackoffPolicy } from './backoff.ts';
 import { Lane, scopeKey } from './lane.ts';
 import { Limiter } from './limiter.ts';
-import * as m from './metrics.ts';
-import { createAgent, MirrorSender, type Outcome } from './sender.ts';
+import { MirrorSender, type FailureKind, type Outcome } from './sender.ts';
 import { DeliveryStore } from './store.ts';
 import { scanDatabases } from './recovery.ts';
 
@@ -16,12 +16,35 @@ import { scanDatabases } from './recovery.ts';
 const READ_BATCH = 32;
 /** Events one database may send before giving its delivery slot to the next waiting database (fairness). */
 const TURN_EVENTS = 64;
+/** Acknowledgements are saved once per turn, and at least this often during a slow turn (status shows saved ones). */
+const SAVE_EVERY_MS = 100;
+/** While the machine has no CPU to spare, delivery as a whole sends at most this many events a second (every lane still moves). */
+const YIELD_EVENTS_PER_S = 200;
+
+/** The log calls delivery makes (a pino logger fits; the delivery thread relays them to the main thread's logger). */
+export interface DeliveryLog {
+  debug(obj: object, msg: string): void;
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+/** What delivery counts (Prometheus in the main thread; counted and relayed from the delivery thread). */
+export interface DeliveryMetrics {
+  attempt(mirror: string): void;
+  failure(mirror: string, kind: FailureKind): void;
+  delivered(mirror: string): void;
+  skipped(mirror: string, events: number): void;
+  /** Seconds from commit to acknowledgement. */
+  lag(mirror: string, seconds: number): void;
+}
 
 export interface DeliveryOptions {
   feed: ChangeFeed;
   mirrors: MirrorConfig[];
   dataDir: string;
-  logger: Logger;
+  log: DeliveryLog;
+  metrics: DeliveryMetrics;
   timeoutMs: number;
   maxBackoffMs: number;
   stallAfterMs: number;
@@ -29,6 +52,20 @@ export interface DeliveryOptions {
   concurrency: number;
   baseBackoffMs?: number;
   recoveryConcurrency?: number;
+  /** Called after a lane's state was saved to mirrors.sqlite (or the lane was dropped: its database is gone). */
+  onSaved?(lane: Lane, dropped: boolean): void;
+  /** True while the machine has no CPU to spare (cpu-pressure.ts): delivery then trickles. */
+  shouldYield?(): boolean;
+}
+
+export interface DeliveryEngine extends MirrorReport {
+  /** Resolves when the start-up scan of databases on disk has finished (it runs in the background). */
+  readonly recovered: Promise<void>;
+  /** Every lane, for tests and diagnostics. */
+  lanes(): Iterable<Lane>;
+  /** Something above `version` may exist in the database's change log: a commit hint, or a status read. */
+  notice(scope: Scope, version: number): void;
+  close(): Promise<void>;
 }
 
 interface MirrorRuntime {
@@ -36,24 +73,18 @@ interface MirrorRuntime {
   limiter: Limiter;
 }
 
-export interface DeliveryWorker extends MirrorReport {
-  /** Resolves when the start-up scan of databases on disk has finished (it runs in the background). */
-  readonly recovered: Promise<void>;
-  /** Every lane, for tests and diagnostics. */
-  lanes(): Lane[];
-  close(): Promise<void>;
-}
-
-export function createDeliveryWorker(opts: DeliveryOptions): DeliveryWorker {
-  const log = opts.logger.child({ component: 'mirror-delivery' });
+export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
+  const { log, metrics: m } = opts;
   const store = new DeliveryStore(join(opts.dataDir, 'mirrors.sqlite'));
-  const agent = createAgent(opts.timeoutMs, opts.concurrency);
-  const abort = new AbortController();
   const policy: BackoffPolicy = { baseMs: Math.min(opts.baseBackoffMs ?? 500, opts.maxBackoffMs), maxMs: opts.maxBackoffMs };
-  const mirrors = new Map<string, MirrorRuntime>(opts.mirrors.map((c) => [c.name, { sender: new MirrorSender(c, agent), limiter: new Limiter(opts.concurrency) }]));
+  const mirrors = new Map<string, MirrorRuntime>(opts.mirrors.map((c) => [c.name, {
+    sender: new MirrorSender(c, { timeoutMs: opts.timeoutMs, connections: opts.concurrency }), limiter: new Limiter(opts.concurrency),
+  }]));
   const lanes = new Map<string, Map<string, Lane>>();
   const drains = new Set<Promise<void>>();
   let closed = false;
+  /** While yielding, when the next event may leave (performance.now()): one slot per 1/YIELD_EVENTS_PER_S, shared by all lanes. */
+  let nextYieldSlot = 0;
 
   function laneOf(scope: Scope, mirror: string): Lane {
     const key = scopeKey(scope);
@@ -68,13 +99,12 @@ export function createDeliveryWorker(opts: DeliveryOptions): DeliveryWorker {
   for (const row of store.all()) {
     if (!mirrors.has(row.mirror)) continue;
     const lane = laneOf(row, row.mirror);
-    lane.delivered = lane.known = row.deliveredVersion;
+    lane.delivered = lane.saved = lane.known = row.deliveredVersion;
     lane.lastError = row.lastError;
     lane.lastSuccessAt = row.lastSuccessAt;
     lane.failingSince = row.failingSince;
   }
 
-  /** Something above `version` may exist: make sure every mirror's lane for the database is moving. */
   function notice(scope: Scope, version: number): void {
     if (closed) return;
     for (const name of mirrors.keys()) {
@@ -100,25 +130,37 @@ export function createDeliveryWorker(opts: DeliveryOptions): DeliveryWorker {
       for (let sent = 0; !closed && sent < TURN_EVENTS; sent++) {
         const event = await nextEvent(lane);
         if (event === null || closed) break;
-        m.attempts.inc({ mirror: lane.mirror });
-        const outcome = await mirror.sender.send(event, { timeoutMs: opts.timeoutMs, signal: abort.signal });
-        if (closed) break;
+        if (opts.shouldYield?.()) {
+          await yieldSlot();
+          if (closed) break;
+        }
+        m.attempt(lane.mirror);
+        const outcome = await mirror.sender.send(event);
         if (outcome.ok) onSuccess(lane, event);
-        else {
+        else if (!closed) {
           onFailure(lane, outcome);
           failed = true;
           break;
         }
+        if (closed) break;
       }
     } catch (e) {
       failed = await onReadError(lane, e);
     } finally {
+      saveAcknowledged(lane); // once per turn, not per event: a crash before it only means re-delivery (at least once)
       release();
       lane.active = false;
     }
     if (closed) return;
     if (failed) scheduleRetry(lane);
     else if (lane.known > lane.delivered) setImmediate(() => kick(lane)); // next turn, behind databases already waiting
+  }
+
+  async function yieldSlot(): Promise<void> {
+    const now = performance.now();
+    const at = Math.max(now, nextYieldSlot);
+    nextYieldSlot = at + 1000 / YIELD_EVENTS_PER_S;
+    if (at > now) await sleep(at - now);
   }
 
   async function nextEvent(lane: Lane): Promise<ChangeEvent | null> {
@@ -147,24 +189,40 @@ export function createDeliveryWorker(opts: DeliveryOptions): DeliveryWorker {
     lane.failingSince = null;
     lane.stallReported = false;
     lane.lastSuccessAt = now;
-    store.recordSuccess(lane.mirror, lane.scope, event.version, now);
-    m.delivered.inc({ mirror: lane.mirror });
+    m.delivered(lane.mirror);
     const committed = Date.parse(event.committedAt);
-    if (Number.isFinite(committed)) m.lag.observe({ mirror: lane.mirror }, Math.max(0, now - committed) / 1000);
+    if (Number.isFinite(committed)) m.lag(lane.mirror, Math.max(0, now - committed) / 1000);
+    if (now - lane.savedAt >= SAVE_EVERY_MS) saveAcknowledged(lane);
+  }
+
+  /** Saves what the mirror acknowledged during this turn in one write; if that fails, the next save point tries again. */
+  function saveAcknowledged(lane: Lane): void {
+    if (lane.delivered <= lane.saved) return;
+    lane.savedAt = Date.now(); // also after a failure: at most one try per SAVE_EVERY_MS or turn
+    try {
+      store.recordSuccess(lane.mirror, lane.scope, lane.delivered, lane.lastSuccessAt ?? lane.savedAt);
+    } catch (e) {
+      log.error({ err: e, mirror: lane.mirror, ...lane.scope }, 'saving acknowledgements failed (after a restart they are sent again)');
+      return;
+    }
+    lane.saved = lane.delivered;
+    opts.onSaved?.(lane, false);
   }
 
   function onFailure(lane: Lane, outcome: Extract<Outcome, { ok: false }>): void {
-    m.failures.inc({ mirror: lane.mirror, kind: outcome.kind });
+    m.failure(lane.mirror, outcome.kind);
     recordFailure(lane, outcome.error);
   }
 
   function recordFailure(lane: Lane, error: string): void {
+    saveAcknowledged(lane); // before the failure: saving a success clears the row's error
     const now = Date.now();
     lane.attempts++;
     lane.lastError = error;
     lane.failingSince ??= now;
     lane.buffer = []; // re-read on retry: a long outage must not pin events in memory
     store.recordFailure(lane.mirror, lane.scope, lane.delivered, error, lane.failingSince);
+    opts.onSaved?.(lane, false);
     const ctx = { mirror: lane.mirror, ...lane.scope, version: lane.delivered + 1, attempts: lane.attempts, error };
     if (lane.isStalled(now, opts.stallAfterMs) && !lane.stallReported) {
       lane.stallReported = true;
@@ -179,6 +237,8 @@ export function createDeliveryWorker(opts: DeliveryOptions): DeliveryWorker {
     if (e instanceof ApiError && e.code === 'database_not_found') {
       lanes.get(scopeKey(lane.scope))?.delete(lane.mirror);
       store.forget(lane.mirror, lane.scope);
+      lane.saved = lane.delivered; // nothing left to save: the row is gone
+      opts.onSaved?.(lane, true);
       return false;
     }
     try {
@@ -211,10 +271,12 @@ export function createDeliveryWorker(opts: DeliveryOptions): DeliveryWorker {
     }
     const error = `events ${lane.delivered + 1}..${kept} were no longer kept and were skipped; the mirror must resync from /_db/snapshot`;
     log.warn({ mirror: lane.mirror, ...lane.scope, from: lane.delivered + 1, to: kept }, 'skipped events past retention');
-    m.skipped.inc({ mirror: lane.mirror }, kept - lane.delivered);
-    lane.delivered = kept;
+    m.skipped(lane.mirror, kept - lane.delivered);
+    saveAcknowledged(lane);
+    lane.delivered = lane.saved = kept;
     lane.lastError = error;
     store.skipTo(lane.mirror, lane.scope, kept, error);
+    opts.onSaved?.(lane, false);
   }
 
   function scheduleRetry(lane: Lane): void {
@@ -232,13 +294,6 @@ export function createDeliveryWorker(opts: DeliveryOptions): DeliveryWorker {
     for (const byMirror of lanes.values()) yield* byMirror.values();
   }
 
-  const unregister = m.registerLaneSource(function* () {
-    const now = Date.now();
-    for (const l of allLanes()) {
-      yield { mirror: l.mirror, ...l.scope, delivered: l.delivered, pending: l.pending(), stalled: l.isStalled(now, opts.stallAfterMs) };
-    }
-  });
-
   opts.feed.onCommit((scope, version) => notice(scope, version));
   const recovered = scanDatabases(opts.feed, opts.recoveryConcurrency ?? 4, () => closed, async (scope) => {
     const version = await opts.feed.currentVersion(scope);
@@ -247,7 +302,8 @@ export function createDeliveryWorker(opts: DeliveryOptions): DeliveryWorker {
 
   return {
     recovered,
-    lanes: () => [...allLanes()],
+    lanes: allLanes,
+    notice,
     states(scope: Scope, currentVersion: number): MirrorState[] {
       if (currentVersion > 0) notice(scope, currentVersion); // a missed hint heals here
       const now = Date.now();
@@ -264,21 +320,20 @@ export function createDeliveryWorker(opts: DeliveryOptions): DeliveryWorker {
       if (mirrors.size === 0) return null;
       const byMirror = lanes.get(scopeKey(scope));
       let floor = Infinity;
-      for (const name of mirrors.keys()) floor = Math.min(floor, byMirror?.get(name)?.delivered ?? 0);
+      // Saved, not merely acknowledged: after a crash the lane resumes from what was saved, and that must still be kept.
+      for (const name of mirrors.keys()) floor = Math.min(floor, byMirror?.get(name)?.saved ?? 0);
       return floor;
     },
     async close() {
       if (closed) return;
       closed = true;
-      abort.abort();
       for (const lane of allLanes()) {
         if (lane.timer) clearTimeout(lane.timer);
         lane.timer = null;
       }
       for (const mirror of mirrors.values()) mirror.limiter.close();
+      await Promise.all([...mirrors.values()].map((mirror) => mirror.sender.close())); // attempts in flight fail now
       await Promise.allSettled([...drains, recovered]);
-      unregister();
-      await agent.close();
       store.close();
     },
   };

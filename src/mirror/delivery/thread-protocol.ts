@@ -1,0 +1,70 @@
+// What the main thread and the delivery thread say to each other (structured-clone messages over the worker port).
+import type { MirrorConfig } from '../../shared/config.ts';
+import type { FailureKind } from './sender.ts';
+
+export interface ThreadSettings {
+  mirrors: MirrorConfig[];
+  dataDir: string;
+  timeoutMs: number;
+  maxBackoffMs: number;
+  stallAfterMs: number;
+  concurrency: number;
+  baseBackoffMs?: number;
+  /** The main logger's level as a pino number: the thread sends only what would be written. */
+  logLevel: number;
+}
+
+/** [org, repo, database, version]: the database's change log may hold events up to `version`. */
+export type Hint = [org: string, repo: string, database: string, version: number];
+
+export type ToThread = { type: 'hints'; hints: Hint[] } | { type: 'close' };
+
+/** A lane's state as saved in mirrors.sqlite (so a floor built from these never passes what a restart resumes from). */
+export interface LaneReport {
+  mirror: string;
+  org: string;
+  repo: string;
+  database: string;
+  saved: number;
+  known: number;
+  lastError: string | null;
+  failingSince: number | null;
+  /** The database no longer exists: forget the lane. */
+  dropped: boolean;
+}
+
+/** Upper bounds (seconds) of the commit → acknowledgement histogram, `scopebase_mirror_delivery_lag_seconds`. */
+export const LAG_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600];
+
+/** Lag observations already put in buckets: one report carries thousands of them as a few numbers. */
+export interface LagCounts {
+  /** Per bucket of LAG_BUCKETS, not cumulative; the last entry is above every bound. */
+  counts: number[];
+  sum: number;
+}
+
+export function addLag(into: LagCounts, seconds: number): void {
+  let i = 0;
+  while (i < LAG_BUCKETS.length && seconds > LAG_BUCKETS[i]!) i++;
+  into.counts[i] = (into.counts[i] ?? 0) + 1;
+  into.sum += seconds;
+}
+
+/** Counter increments since the last report, per mirror. */
+export interface Tally {
+  attempts: Record<string, number>;
+  delivered: Record<string, number>;
+  skipped: Record<string, number>;
+  failures: Record<string, Partial<Record<FailureKind, number>>>;
+  lag: Record<string, LagCounts>;
+}
+
+export const emptyTally = (): Tally => ({ attempts: {}, delivered: {}, skipped: {}, failures: {}, lag: {} });
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+
+export type FromThread =
+  | { type: 'report'; lanes: LaneReport[]; tally: Tally; yielding: boolean }
+  | { type: 'log'; level: LogLevel; obj: Record<string, unknown>; msg: string }
+  | { type: 'recovered' }
+  | { type: 'closed' };

@@ -1,0 +1,175 @@
+// Mirror delivery on its own thread (thread.ts), seen from the main thread: commit hints go over, saved lane states
+// come back into a DeliveryView that answers status, the retention floor and the metrics without waiting.
+// The main thread serves HTTP and the executors' frames; delivery's one-event-at-a-time round trips no longer queue
+// behind that work, and its CPU (HTTP client, signing, change-log reads, acknowledgements) can use another core.
+import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import type { ChangeFeed, MirrorReport, MirrorState, Scope } from '../../db/contract.ts';
+import type { MirrorConfig } from '../../shared/config.ts';
+import type { Logger } from '../../shared/log.ts';
+import { backoffDelay } from './backoff.ts';
+import { scopeKey } from './lane.ts';
+import * as m from './metrics.ts';
+import { DeliveryStore } from './store.ts';
+import type { FromThread, Hint, Tally, ThreadSettings, ToThread } from './thread-protocol.ts';
+import { DeliveryView } from './view.ts';
+
+/** How long close() waits for the thread to finish in-flight attempts and save them before stopping it. */
+const CLOSE_GRACE_MS = 5_000;
+/** Commit hints go to the thread at most this often (ms)… */
+const HINT_EVERY_MS = 1;
+/** …and this often while delivery yields to a write flood: its lanes are busy anyway, and each message costs serving. */
+const HINT_EVERY_MS_YIELDING = 50;
+/** A thread that dies after living this long restarts in ~0.5 s; one that keeps dying backs off up to a minute. */
+const HEALTHY_AFTER_MS = 60_000;
+
+export interface MirrorDelivery extends MirrorReport {
+  /** Resolves when the delivery thread's start-up scan of databases on disk has finished. */
+  readonly recovered: Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface DeliveryThreadOptions {
+  /** Only the commit hints are taken from the db service: the thread reads change logs from the files itself. */
+  feed: Pick<ChangeFeed, 'onCommit'>;
+  mirrors: MirrorConfig[];
+  dataDir: string;
+  logger: Logger;
+  timeoutMs: number;
+  maxBackoffMs: number;
+  stallAfterMs: number;
+  concurrency: number;
+  baseBackoffMs?: number;
+}
+
+export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery {
+  const log = opts.logger.child({ component: 'mirror-delivery' });
+  // The saved state is read here too, so status and the floor are right from the first request.
+  const store = new DeliveryStore(join(opts.dataDir, 'mirrors.sqlite'));
+  const view = new DeliveryView(opts.mirrors.map((c) => c.name), opts.stallAfterMs, store.all());
+  store.close();
+  const settings: ThreadSettings = {
+    mirrors: opts.mirrors, dataDir: opts.dataDir, timeoutMs: opts.timeoutMs, maxBackoffMs: opts.maxBackoffMs,
+    stallAfterMs: opts.stallAfterMs, concurrency: opts.concurrency, baseBackoffMs: opts.baseBackoffMs, logLevel: log.levelVal,
+  };
+  const hints = new Map<string, Hint>();
+  let hintsQueued = false;
+  let hintsSentAt = -Infinity;
+  let yielding = false;
+  let closing = false;
+  let restarts = 0;
+  let markRecovered!: () => void;
+  const recovered = new Promise<void>((resolve) => (markRecovered = resolve));
+
+  let thread: Worker;
+  let threadExited: Promise<void>;
+  start();
+
+  function start(): void {
+    const startedAt = Date.now();
+    yielding = false;
+    const w = new Worker(new URL('./thread-entry.js', import.meta.url), { workerData: settings, name: 'mirror-delivery' });
+    w.unref(); // delivery alone never keeps a process alive; close() ends it
+    w.on('message', (message: FromThread) => onMessage(message));
+    w.on('error', (e) => log.error({ err: e }, 'mirror delivery thread failed'));
+    thread = w;
+    threadExited = new Promise((resolve) => w.once('exit', () => resolve()));
+    w.on('exit', (code) => {
+      if (closing) return;
+      // Deliveries resume from mirrors.sqlite; the new thread's start-up scan finds every backlog, hinted or not.
+      restarts = Date.now() - startedAt > HEALTHY_AFTER_MS ? 1 : restarts + 1;
+      const delay = backoffDelay({ baseMs: 500, maxMs: 60_000 }, restarts);
+      log.error({ code, restartInMs: delay }, 'mirror delivery thread stopped; restarting it');
+      setTimeout(() => {
+        if (!closing) start();
+      }, delay).unref();
+    });
+  }
+
+  function post(message: ToThread): void {
+    thread.postMessage(message);
+  }
+
+  function onMessage(message: FromThread): void {
+    switch (message.type) {
+      case 'report':
+        for (const lane of message.lanes) view.apply(lane);
+        count(message.tally);
+        yielding = message.yielding;
+        m.yielding.set(yielding ? 1 : 0);
+        return;
+      case 'log':
+        log[message.level](message.obj, message.msg);
+        return;
+      case 'recovered':
+        markRecovered();
+        return;
+      case 'closed':
+        return;
+    }
+  }
+
+  /**
+   * Something up to `version` is in the database's change log. Hints leave at the end of the event-loop turn, and
+   * at most one message per HINT_EVERY_MS: under a write flood a turn is short and its hints add nothing (a draining
+   * lane reads the current version with every batch), while each message costs the busy main thread.
+   */
+  function hint(scope: Scope, version: number): void {
+    if (closing) return;
+    const key = scopeKey(scope);
+    const queued = hints.get(key);
+    if (!queued) hints.set(key, [scope.org, scope.repo, scope.database, version]);
+    else if (version > queued[3]) queued[3] = version;
+    if (hintsQueued) return;
+    hintsQueued = true;
+    const wait = hintsSentAt + (yielding ? HINT_EVERY_MS_YIELDING : HINT_EVERY_MS) - performance.now();
+    if (wait <= 0) setImmediate(sendHints);
+    else setTimeout(sendHints, wait);
+  }
+
+  function sendHints(): void {
+    hintsQueued = false;
+    if (closing || hints.size === 0) return;
+    hintsSentAt = performance.now();
+    post({ type: 'hints', hints: [...hints.values()] });
+    hints.clear();
+  }
+
+  opts.feed.onCommit((scope, version) => {
+    view.noteVersion(scope, version);
+    hint(scope, version);
+  });
+  const unregister = m.registerLaneSource(() => view.lanes());
+
+  return {
+    recovered,
+    states(scope: Scope, currentVersion: number): MirrorState[] {
+      view.noteVersion(scope, currentVersion);
+      if (currentVersion > (view.floor(scope) ?? currentVersion)) hint(scope, currentVersion); // a missed hint heals here
+      return view.states(scope, currentVersion);
+    },
+    acknowledgedFloor: (scope) => view.floor(scope),
+    async close() {
+      if (closing) return;
+      closing = true;
+      unregister();
+      m.yielding.set(0);
+      markRecovered();
+      post({ type: 'close' });
+      const grace = setTimeout(() => void thread.terminate(), CLOSE_GRACE_MS);
+      await threadExited; // at once if the thread had died and was waiting to restart
+      clearTimeout(grace);
+    },
+  };
+}
+
+/** The thread's counters, added to this process's Prometheus registry. */
+function count(t: Tally): void {
+  for (const [mirror, n] of Object.entries(t.attempts)) m.attempts.inc({ mirror }, n);
+  for (const [mirror, n] of Object.entries(t.delivered)) m.delivered.inc({ mirror }, n);
+  for (const [mirror, n] of Object.entries(t.skipped)) m.skipped.inc({ mirror }, n);
+  for (const [mirror, kinds] of Object.entries(t.failures)) {
+    for (const [kind, n] of Object.entries(kinds)) m.failures.inc({ mirror, kind }, n);
+  }
+  for (const [mirror, lag] of Object.entries(t.lag)) m.lag.add(mirror, lag);
+}
