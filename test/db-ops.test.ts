@@ -6,6 +6,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
+import { connect } from 'node:net';
 import { request } from 'undici';
 import { call, spawnProduct, startProduct, tempDir, testEnv, ROOT_KEY } from './helpers/product.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
@@ -75,6 +76,32 @@ describe('operations (9)', () => {
     } finally {
       await p.close();
     }
+  });
+
+  test('while the server closes, a request behind an in-flight one gets 503 in the SPEC shape', async () => {
+    const p = await startProduct();
+    await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+    const port = Number(new URL(p.url).port);
+    const post = (body: string) => `POST /web/_db/query HTTP/1.1\r\nhost: acme.localhost:${port}\r\nauthorization: Bearer ${p.secret('acme', 'web')}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const slow = JSON.stringify({ sql: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) SELECT count(*) FROM c' });
+    // A second request on a connection that is busy (so not closed as idle), sent once closing has begun.
+    const socket = connect(port, '127.0.0.1');
+    let received = '';
+    socket.on('data', (d) => (received += d));
+    const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    socket.write(post(slow));
+    await new Promise((r) => setTimeout(r, 150));
+    const closed = p.close();
+    await new Promise((r) => setTimeout(r, 50));
+    socket.write(post(JSON.stringify({ sql: 'SELECT 1' })));
+    await closed;
+    await ended;
+    const replies = received.split(/(?=HTTP\/1\.1 )/);
+    assert.equal(replies.length, 2, received);
+    assert.match(replies[0]!, /^HTTP\/1\.1 200 /);
+    assert.match(replies[1]!, /^HTTP\/1\.1 503 /);
+    assert.match(replies[1]!, /\r\nretry-after: 1\r\n/i);
+    assert.deepEqual(JSON.parse(replies[1]!.slice(replies[1]!.indexOf('\r\n\r\n') + 4)), { error: { code: 'unavailable', message: 'the server is shutting down' } });
   });
 
   test('SIGTERM lets an in-flight request finish, then the process exits 0', async () => {

@@ -7,6 +7,7 @@ import { createRemoteAccount } from '../proxy/forward-account.ts';
 import { createAccountService, type AccountServiceOptions } from './service.ts';
 import { createAccountServer, proxyToken } from './standalone.ts';
 import { verify } from './routes/session.ts';
+import type { RawReply } from '../shared/raw-route.ts';
 
 export type AccountTuning = Omit<AccountServiceOptions, 'config' | 'logger'>;
 
@@ -14,7 +15,7 @@ export interface AccountForProxy {
   account: FastifyPluginAsync;
   apps: FastifyPluginAsync;
   /** In-process only: GET /verify for the proxy's raw route (forward auth is on every request of a protected app). */
-  verify?: (view: FastifyRequest) => Promise<{ status: number; headers: Record<string, string>; body: string }>;
+  verify?: (view: FastifyRequest) => Promise<RawReply>;
   close(): Promise<void>;
 }
 

@@ -10,6 +10,7 @@ import type { Logger } from '../shared/log.ts';
 import { checkOrg, checkRepo } from '../shared/names.ts';
 import type { DbHandler, DbRequest, DbResponse } from './contract.ts';
 import { encodeFrame, FrameDecoder, type Frame } from './executor/protocol.ts';
+import { errorReply, logAccess } from '../shared/raw-route.ts';
 
 export const CHANNEL_PATH = '/_scopebase/db-channel';
 export const CHANNEL_PROTOCOL = 'scopebase-db/1';
@@ -88,9 +89,7 @@ export class ChannelServer {
         res = errorReply(new ApiError('invalid_request', 'snapshots are served over HTTP, not the channel'));
       }
       if (!socket.destroyed) write(encodeFrame(frame.seq, { status: res.status, headers: res.headers ?? {} }, res.body as Buffer | string));
-      if (this.opts.logger.isLevelEnabled('info')) {
-        this.opts.logger.info({ reqId: requestId, method: 'POST', path: `/${String(h.repo)}/_db/${String(h.op)}`, status: res.status, ms: Math.round((performance.now() - started) * 10) / 10, channel: true }, 'request');
-      }
+      logAccess(this.opts.logger, requestId, 'POST', `/${String(h.repo)}/_db/${String(h.op)}`, res.status, performance.now() - started, { channel: true });
       if (this.closing && state.inflight === 0) socket.end();
     };
     const fail = (err: unknown) => {
@@ -120,10 +119,6 @@ function refuse(socket: Socket, status: number, text: string): void {
   socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
 }
 
-function errorReply(err: ApiError): DbResponse {
-  return { status: err.status, headers: { 'content-type': 'application/json; charset=utf-8', ...err.headers }, body: JSON.stringify(err.toBody()) };
-}
-
 interface Pending {
   resolve(res: DbResponse): void;
   reject(err: ApiError): void;
@@ -135,7 +130,6 @@ class ChannelConnection {
   private readonly pending = new Map<number, Pending>();
   private readonly write: (f: Buffer) => void;
   private seq = 0;
-  alive = true;
 
   constructor(socket: Socket, head: Buffer, onClose: () => void) {
     this.socket = socket;
@@ -154,7 +148,6 @@ class ChannelConnection {
     socket.on('data', onData);
     socket.on('error', () => {});
     socket.on('close', () => {
-      this.alive = false;
       // These requests were sent: whether a write among them committed is not known here.
       for (const p of this.pending.values()) p.reject(outcomeUnknown());
       this.pending.clear();

@@ -54,9 +54,6 @@ export interface Config {
 
 export class ConfigError extends Error {}
 
-/** DB_IDLE_CLOSE_MS's default, also what the executor pool uses when its caller does not say. */
-export const DEFAULT_IDLE_CLOSE_MS = 60_000;
-
 type Env = Record<string, string | undefined>;
 
 function fail(name: string, why: string): never {
@@ -224,7 +221,7 @@ export function loadConfig(env: Env = process.env): Config {
       maxBodyBytes: int(env, 'DB_MAX_BODY_BYTES', 32 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
       executors: int(env, 'DB_EXECUTORS', 2, 1, 64),
       maxOpenDatabases: int(env, 'DB_MAX_OPEN', 64, 4, 100_000),
-      idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', DEFAULT_IDLE_CLOSE_MS, 0, 86_400_000),
+      idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', 60_000, 0, 86_400_000),
       mirrors: parseMirrors(str(env, 'DB_MIRRORS')),
       mirrorDelivery: {
         timeoutMs: int(env, 'DB_MIRROR_TIMEOUT_MS', 10_000, 50, 600_000),

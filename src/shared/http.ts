@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { ApiError } from './errors.ts';
 import type { Logger } from './log.ts';
-import { requestIdOf, serveRaw, type RawRouter } from './raw-route.ts';
+import { logAccess, requestIdOf, serveRaw, type RawRouter } from './raw-route.ts';
 
 export interface HttpOptions {
   logger: Logger;
@@ -58,8 +58,7 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
     reply.header('x-request-id', req.id);
   });
   app.addHook('onResponse', async (req, reply) => {
-    // One access line per request; no query string, headers or bodies (they may carry secrets).
-    req.log.info({ reqId: req.id, method: req.method, path: req.url.split('?')[0], status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
+    logAccess(opts.logger, req.id, req.method, req.url, reply.statusCode, reply.elapsedTime);
   });
   app.setErrorHandler((err, req, reply) => sendError(reply, toApiError(err, req)));
   app.setNotFoundHandler((req, reply) => sendError(reply, new ApiError('not_found', `no route for ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`)));

@@ -39,12 +39,22 @@ export interface RawServing {
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 
+/** SPEC 3's error shape as a reply (raw routes, the db channel, /verify). */
+export function errorReply(err: ApiError): RawReply {
+  return { status: err.status, headers: { 'content-type': JSON_TYPE, ...err.headers }, body: JSON.stringify(err.toBody()) };
+}
+
+/** One access line per request, for every route: no query string, headers or bodies (they may carry secrets). */
+export function logAccess(logger: Logger, reqId: string, method: string | undefined, url: string | undefined, status: number, ms: number, extra?: object): void {
+  if (!logger.isLevelEnabled('info')) return;
+  logger.info({ reqId, method, path: (url ?? '').split('?')[0], status, ms: Math.round(ms * 10) / 10, ...extra }, 'request');
+}
+
 /** Answers 503 while closing, else serves the request if `router` takes it; returns false to hand it to Fastify. */
 export function serveRaw(router: RawRouter | undefined, serving: RawServing, req: IncomingMessage, res: ServerResponse): boolean {
   if (serving.closing()) {
     // Fastify's own 503 is not SPEC-shaped; and the connection closes so the client reconnects elsewhere.
-    const err = new ApiError('unavailable', 'the server is shutting down', undefined, { 'retry-after': '1', connection: 'close' });
-    sendRaw(res, requestIdOf(req), { status: err.status, headers: err.headers, body: JSON.stringify(err.toBody()) });
+    sendRaw(res, requestIdOf(req), errorReply(new ApiError('unavailable', 'the server is shutting down', undefined, { 'retry-after': '1', connection: 'close' })));
     return true;
   }
   const handler = router?.(req);
@@ -53,15 +63,9 @@ export function serveRaw(router: RawRouter | undefined, serving: RawServing, req
   const requestId = requestIdOf(req);
   const done = (reply: RawReply) => {
     sendRaw(res, requestId, reply);
-    if (serving.logger.isLevelEnabled('info')) {
-      // One access line per request, as Fastify's routes log it: no query string, headers or bodies.
-      serving.logger.info({ reqId: requestId, method: req.method, path: (req.url ?? '').split('?')[0], status: reply.status, ms: Math.round((performance.now() - started) * 10) / 10 }, 'request');
-    }
+    logAccess(serving.logger, requestId, req.method, req.url, reply.status, performance.now() - started);
   };
-  const fail = (err: unknown) => {
-    const e = err instanceof ApiError ? err : serving.toApiError(err, requestId);
-    done({ status: e.status, headers: e.headers, body: JSON.stringify(e.toBody()) });
-  };
+  const fail = (err: unknown) => done(errorReply(err instanceof ApiError ? err : serving.toApiError(err, requestId)));
   readBody(req, serving.bodyLimit, (body) => {
     if (body === null) return fail(new ApiError('payload_too_large', 'request body is over the size limit', undefined, { connection: 'close' }));
     handler(req, body, requestId).then(done, fail);

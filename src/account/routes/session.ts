@@ -2,6 +2,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from '../../shared/errors.ts';
 import { checkRepo } from '../../shared/names.ts';
+import { errorReply, type RawReply } from '../../shared/raw-route.ts';
 import { assertSameSite } from '../same-site.ts';
 import { wantsHtml } from '../request-info.ts';
 import { safeReturnTo } from '../return-to.ts';
@@ -11,14 +12,14 @@ import { headerValue } from '../identity-headers.ts';
 type Req = FastifyRequest<{ Params: { repo: string } }>;
 
 /** GET /verify's answer: the session's user and identity headers, or 401 (the Fastify route and the proxy's raw route). */
-export async function verify(sessions: Sessions, req: FastifyRequest): Promise<{ status: number; headers: Record<string, string>; body: string }> {
+export async function verify(sessions: Sessions, req: FastifyRequest): Promise<RawReply> {
   const session = await sessions.resolve(req);
   const headers: Record<string, string> = { 'cache-control': 'no-store', 'content-type': 'application/json; charset=utf-8' };
   const renewed = sessions.renewalCookie(req);
   if (renewed) headers['set-cookie'] = renewed;
   if (!session) {
-    const err = new ApiError('unauthenticated', 'no valid session for this organization; sign in first');
-    return { status: err.status, headers, body: JSON.stringify(err.toBody()) };
+    const refused = errorReply(new ApiError('unauthenticated', 'no valid session for this organization; sign in first'));
+    return { ...refused, headers: { ...headers, ...refused.headers } };
   }
   const { user } = session;
   headers['x-auth-user-id'] = user.id;
@@ -35,7 +36,7 @@ export async function sessionRoutes(app: FastifyInstance, deps: { sessions: Sess
   app.get('/verify', async (req: Req, reply) => {
     checkRepo(req.params.repo);
     const answer = await verify(deps.sessions, req);
-    return reply.code(answer.status).headers(answer.headers).send(answer.body);
+    return reply.code(answer.status).headers(answer.headers ?? {}).send(answer.body);
   });
 
   app.post('/logout', async (req: Req, reply) => {

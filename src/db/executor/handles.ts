@@ -10,7 +10,7 @@ export interface ExecutorLimits {
   maxSizeBytes: number;
   maxResultBytes: number;
   maxOpen: number;
-  /** A connection unused this long (ms) is closed; 0 never. Absent: the pool fills in DB_IDLE_CLOSE_MS's default. */
+  /** A connection unused this long (ms) is closed; 0 never (DB_IDLE_CLOSE_MS). */
   idleCloseMs: number;
 }
 
