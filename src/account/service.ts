@@ -8,7 +8,7 @@ import { checkRepo } from '../shared/names.ts';
 import type { SessionResolver } from './contract.ts';
 import { credentialsPlugin } from './credentials/index.ts';
 import { createProviders, type ProviderOptions, type SignInProvider } from './providers/index.ts';
-import { RateLimiter } from './rate-limit.ts';
+import { RateLimiter } from '../shared/rate-limit.ts';
 import { pageRoutes } from './routes/page.ts';
 import { sessionRoutes } from './routes/session.ts';
 import { signInRoutes } from './routes/sign-in.ts';
@@ -43,7 +43,7 @@ export async function createAccountService(opts: AccountServiceOptions): Promise
     throw err;
   }
   const sessions = new Sessions(store, config.account.sessionTtlMs);
-  const limiter = new RateLimiter(config.account.loginRateLimit);
+  const limiter = new RateLimiter({ ...config.account.loginRateLimit, refusal: 'too many sign-in attempts from this address' });
   const cleanup = () => {
     try {
       const removed = store.cleanup();

@@ -2,11 +2,12 @@
 import { createReadStream, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { Counter } from 'prom-client';
+import { Counter, Gauge } from 'prom-client';
 import { ApiError } from '../shared/errors.ts';
 import type { Config } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
 import { metrics } from '../shared/admin.ts';
+import { RateLimiter } from '../shared/rate-limit.ts';
 import { bearerToken, verifyRepoSecret } from '../shared/secrets.ts';
 import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Scope } from './contract.ts';
 import { ExecutorPool, type ExecReply } from './executor/pool.ts';
@@ -21,6 +22,15 @@ export interface DbServiceOptions {
 const JSON_TYPE = 'application/json; charset=utf-8';
 
 const requests = new Counter({ name: 'scopebase_db_requests_total', help: 'Database control requests by operation and status', labelNames: ['op', 'status'], registers: [metrics] });
+const pools = new Set<ExecutorPool>();
+new Gauge({
+  name: 'scopebase_db_queued_requests', help: 'Requests waiting for an executor process', registers: [metrics],
+  collect() {
+    let n = 0;
+    for (const p of pools) n += p.waiting;
+    this.set(n);
+  },
+});
 const restarts = new Counter({ name: 'scopebase_db_executor_restarts_total', help: 'Executor processes stopped (runaway statement) or died and replaced', registers: [metrics] });
 
 export class DbService implements DbHandler, ChangeFeed {
@@ -32,6 +42,8 @@ export class DbService implements DbHandler, ChangeFeed {
   /** Databases known to exist: nothing deletes a database but a failed first write, which forgets it here. */
   private readonly known = new Set<string>();
   private readonly tmpDir: string;
+  /** SPEC 3's 429: requests per repo, after authentication (a stranger cannot spend a repo's allowance). */
+  private readonly limiter: RateLimiter | null;
 
   private readonly config: Config;
   private readonly logger: Logger;
@@ -49,6 +61,11 @@ export class DbService implements DbHandler, ChangeFeed {
       processes: db.executors,
       limits: { sync: db.sync, maxValueBytes: db.maxValueBytes, maxSizeBytes: db.maxSizeBytes, maxResultBytes: db.maxResultBytes, maxOpen: db.maxOpenDatabases, idleCloseMs: db.idleCloseMs },
       timeoutMs: db.queryTimeoutMs,
+      perTenant: db.executorsPerRepo,
+      queueTimeoutMs: db.queueTimeoutMs,
+      maxQueued: db.maxQueued,
+      maxQueuedPerTenant: db.maxQueuedPerRepo,
+      onError: (e) => this.logger.error({ err: e }, 'executor scheduler error (the request it concerned may have failed; serving goes on)'),
       beforeCreate: (scope, path) => this.beforeCreate(scope, path),
       floor: (scope) => this.mirrors?.acknowledgedFloor(scope) ?? null,
       onCommit: (scope, version) => {
@@ -59,6 +76,10 @@ export class DbService implements DbHandler, ChangeFeed {
         this.logger.warn({ pid, reason }, 'executor process replaced');
       },
     });
+    this.limiter = db.rateLimitPerRepo > 0
+      ? new RateLimiter({ burst: db.rateLimitBurst, perMinute: db.rateLimitPerRepo * 60, refusal: `this repo sent more than ${db.rateLimitPerRepo} requests per second (DB_RATE_LIMIT_PER_REPO)`, maxClients: 100_000 })
+      : null;
+    pools.add(this.pool);
   }
 
   attachMirrors(report: MirrorReport): void {
@@ -118,6 +139,7 @@ export class DbService implements DbHandler, ChangeFeed {
     if (token === null || !verifyRepoSecret(this.config.rootKeys, req.org, req.repo, token)) {
       throw new ApiError('unauthorized', token === null ? 'missing Authorization: Bearer <repo secret>' : 'wrong secret for this repo', undefined, { 'www-authenticate': 'Bearer' });
     }
+    this.limiter?.take(`${req.org}/${req.repo}`);
     validate(op, body, this.config.db.maxStatements);
     return this.run(op, scope, body, req.body);
   }
@@ -193,6 +215,7 @@ export class DbService implements DbHandler, ChangeFeed {
   }
 
   async close(): Promise<void> {
+    pools.delete(this.pool);
     await this.pool.close();
   }
 }

@@ -27,6 +27,14 @@ export interface Config {
     maxValueBytes: number;
     maxBodyBytes: number;
     executors: number;
+    /** Fairness and overload (src/db/DESIGN.md, "Scheduling"): executors one repo may occupy, queue bounds, rate limit. */
+    executorsPerRepo: number;
+    queueTimeoutMs: number;
+    maxQueued: number;
+    maxQueuedPerRepo: number;
+    /** Requests per second per repo (0: no limit), and the burst allowed above it. */
+    rateLimitPerRepo: number;
+    rateLimitBurst: number;
     maxOpenDatabases: number;
     /** A database connection unused this long is closed (0: never). */
     idleCloseMs: number;
@@ -201,6 +209,8 @@ export function loadConfig(env: Env = process.env): Config {
   const mirrorPortRaw = str(env, 'MIRROR_PORT');
   const maxResultBytes = int(env, 'DB_MAX_RESULT_BYTES', 16 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
   const host = str(env, 'HOST') ?? '127.0.0.1';
+  const executors = int(env, 'DB_EXECUTORS', 2, 1, 64);
+  const rateLimitPerRepo = int(env, 'DB_RATE_LIMIT_PER_REPO', 10_000, 0, 100_000_000);
   if (!isIP(host) && !/^[a-z0-9.-]+$/i.test(host)) fail('HOST', 'must be an IP address or a host name, e.g. 0.0.0.0 to listen on every interface');
   return {
     production,
@@ -219,7 +229,13 @@ export function loadConfig(env: Env = process.env): Config {
       maxDatabasesPerRepo: int(env, 'DB_MAX_DATABASES_PER_REPO', 64, 1, 1_000_000),
       maxValueBytes: int(env, 'DB_MAX_VALUE_BYTES', Math.min(8 * 1024 * 1024, maxResultBytes), 1024, 1_000_000_000),
       maxBodyBytes: int(env, 'DB_MAX_BODY_BYTES', 32 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
-      executors: int(env, 'DB_EXECUTORS', 2, 1, 64),
+      executors,
+      executorsPerRepo: int(env, 'DB_EXECUTORS_PER_REPO', executors, 1, executors),
+      queueTimeoutMs: int(env, 'DB_QUEUE_TIMEOUT_MS', 1000, 1, 600_000),
+      maxQueued: int(env, 'DB_MAX_QUEUED', 4096, 1, 10_000_000),
+      maxQueuedPerRepo: int(env, 'DB_MAX_QUEUED_PER_REPO', 1024, 1, 10_000_000),
+      rateLimitPerRepo,
+      rateLimitBurst: int(env, 'DB_RATE_LIMIT_BURST', Math.max(1, rateLimitPerRepo), 1, 100_000_000),
       maxOpenDatabases: int(env, 'DB_MAX_OPEN', 64, 4, 100_000),
       idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', 60_000, 0, 86_400_000),
       mirrors: parseMirrors(str(env, 'DB_MIRRORS')),

@@ -8,7 +8,7 @@ import { checkRepo } from '../../shared/names.ts';
 import { cookieName, LOGIN_COOKIE, readCookie, serializeCookie } from '../cookies.ts';
 import { escapeHtml, sendPage } from '../pages/layout.ts';
 import type { SignInProvider } from '../providers/index.ts';
-import type { RateLimiter } from '../rate-limit.ts';
+import type { RateLimiter } from '../../shared/rate-limit.ts';
 import { requestInfo, wantsHtml } from '../request-info.ts';
 import { safeReturnTo } from '../return-to.ts';
 import type { Sessions } from '../sessions.ts';

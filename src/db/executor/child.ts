@@ -112,3 +112,6 @@ channel.on('end', () => {
   handles.closeAll();
   process.exit(0);
 });
+// The parent went away abruptly (ECONNRESET, EPIPE): nothing is left to answer, and an unhandled 'error' event would
+// print a stack for every executor. SQLite's journal makes an exit at any point safe.
+channel.on('error', () => process.exit(0));

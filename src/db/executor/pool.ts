@@ -3,7 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import type { ExecutorLimits } from './handles.ts';
 import { LostError } from './process.ts';
-import { Scheduler } from './scheduler.ts';
+import { QueueError, Scheduler } from './scheduler.ts';
 import type { Scope } from '../contract.ts';
 import { ApiError } from '../../shared/errors.ts';
 
@@ -18,17 +18,27 @@ export interface PoolOptions {
   processes: number;
   limits: ExecutorLimits;
   timeoutMs: number;
+  /** Fairness and shedding (src/db/DESIGN.md, "Scheduling"); defaults for embedded pools such as the reference mirror's. */
+  perTenant?: number;
+  maxProcesses?: number;
+  queueTimeoutMs?: number;
+  maxQueuedPerTenant?: number;
+  maxQueued?: number;
   /** Called before a write creates a database file; throws (quota) to refuse. Returns a release callback. */
   beforeCreate(scope: Scope, path: string): (() => void) | null;
   /** Lowest version every mirror acknowledged, for change-log retention. */
   floor(scope: Scope): number | null;
   onCommit(scope: Scope, version: number): void;
   onRestart(pid: number | undefined, reason: string): void;
+  /** An error caught in a timer or event of the pool, which must never stop the process. */
+  onError?(e: unknown): void;
 }
 
 interface WriteItem {
   op: 'execute' | 'migrate';
   body: Buffer;
+  /** When it reached the lane: its wait for an executor counts from here. */
+  at: number;
   resolve: (r: ExecReply) => void;
   reject: (e: unknown) => void;
 }
@@ -47,19 +57,41 @@ export class ExecutorPool {
   private readonly lanes = new Map<string, Lane>();
   private readonly opts: PoolOptions;
 
+  private readonly maxLane: number;
+
   constructor(opts: PoolOptions) {
     this.opts = opts;
-    this.scheduler = new Scheduler(opts.processes, opts.limits, (pid) => opts.onRestart(pid, 'stopped'));
+    const maxQueuedPerTenant = opts.maxQueuedPerTenant ?? 1024;
+    this.maxLane = maxQueuedPerTenant;
+    this.scheduler = new Scheduler({
+      processes: opts.processes,
+      maxProcesses: Math.max(opts.processes, opts.maxProcesses ?? opts.processes * 2 + 2),
+      limits: opts.limits,
+      perTenant: Math.min(opts.processes, opts.perTenant ?? opts.processes),
+      queueTimeoutMs: opts.queueTimeoutMs ?? 2000,
+      maxQueuedPerTenant,
+      maxQueued: opts.maxQueued ?? 8192,
+      onRestart: (pid) => opts.onRestart(pid, 'stopped'),
+      onError: (e) => opts.onError?.(e),
+    });
+  }
+
+  /** Requests waiting for an executor. */
+  get waiting(): number {
+    return this.scheduler.waiting;
   }
 
   private get closing(): boolean {
     return this.scheduler.closing;
   }
 
-  /** A read-only operation (query, status, changes, snapshot). */
+  /**
+   * A read-only operation (query, status, changes, snapshot). Its tenant, served in turn with the others, is the
+   * database file's folder: its repo.
+   */
   async read(header: Record<string, unknown>, body?: Buffer, budgetMs = this.opts.timeoutMs): Promise<ExecReply> {
     try {
-      const frame = await this.scheduler.run(false, header, body, budgetMs);
+      const frame = await this.scheduler.run(tenantOfPath(header.path), false, header, body, budgetMs);
       return { status: frame.header.s as number, body: frame.body };
     } catch (e) {
       throw lostToApiError(e, budgetMs);
@@ -75,8 +107,9 @@ export class ExecutorPool {
       this.lanes.set(path, lane);
     }
     const l = lane;
+    if (l.queue.length >= this.maxLane) return Promise.reject(overloaded(`${this.maxLane} writes to this database already wait`));
     return new Promise((resolve, reject) => {
-      l.queue.push({ op, body, resolve, reject });
+      l.queue.push({ op, body, at: performance.now(), resolve, reject });
       if (!l.busy) void this.flush(path, l);
     });
   }
@@ -95,7 +128,12 @@ export class ExecutorPool {
 
   private async flush(path: string, lane: Lane): Promise<void> {
     lane.busy = true;
+    const limit = this.opts.queueTimeoutMs ?? 2000;
     while (lane.queue.length > 0) {
+      // Writes that waited past the queue timeout behind earlier groups are refused, not run late.
+      const cutoff = performance.now() - limit;
+      while (lane.queue.length > 0 && lane.queue[0]!.at < cutoff) lane.queue.shift()!.reject(overloaded(`this write waited ${limit} ms (DB_QUEUE_TIMEOUT_MS) behind other writes to its database`));
+      if (lane.queue.length === 0) break;
       const items = this.take(lane);
       await this.runGroup(path, lane, items, items.length > 1);
     }
@@ -118,7 +156,8 @@ export class ExecutorPool {
     };
     const budget = this.opts.timeoutMs;
     try {
-      const frame = await this.scheduler.run(true, header, items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body)), budget);
+      const body = items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body));
+      const frame = await this.scheduler.run(tenantOfPath(path), true, header, body, budget, items[0]!.at);
       const replies = frame.header.items as { s: number; v?: number; n: number }[];
       let off = 0;
       replies.forEach((r, i) => {
@@ -142,7 +181,7 @@ export class ExecutorPool {
     }
     let committed: boolean | null;
     try {
-      const probe = await this.scheduler.run(true, { op: 'probe', path, token }, undefined, this.opts.timeoutMs);
+      const probe = await this.scheduler.run(tenantOfPath(path), true, { op: 'probe', path, token }, undefined, this.opts.timeoutMs);
       committed = probe.header.committed === true;
     } catch {
       committed = null; // the probe failed too: rerunning could apply the writes twice, so nothing reruns
@@ -177,8 +216,19 @@ export class ExecutorPool {
   }
 }
 
+/** A database file's folder is its repo's (`…/db/{org}/{repo}/{database}.sqlite`): the repo is the tenant. */
+function tenantOfPath(path: unknown): string {
+  const p = String(path);
+  return p.slice(0, p.lastIndexOf('/'));
+}
+
+function overloaded(why: string): ApiError {
+  return new ApiError('unavailable', `the database service is overloaded: ${why}; nothing of this request ran, retry after a second`, { committed: false }, { 'retry-after': '1' });
+}
+
 export function lostToApiError(e: unknown, budgetMs: number): ApiError {
   if (e instanceof ApiError) return e;
+  if (e instanceof QueueError) return new ApiError('unavailable', e.message, { committed: false }, { 'retry-after': '1' });
   if (e instanceof LostError && e.reason === 'timeout') {
     return new ApiError('query_timeout', `the statement ran past ${budgetMs} ms (DB_QUERY_TIMEOUT_MS) and was stopped; nothing of this request was applied`);
   }

@@ -60,6 +60,9 @@ export class ExecutorProcess {
   private headStartedAt = 0;
   private killedForTimeout = false;
   alive = true;
+  readonly spawnedAt = performance.now();
+  /** When it last had nothing in flight (its spawn, or its last reply). */
+  idleSince = performance.now();
 
   private readonly onDeath: (p: ExecutorProcess) => void;
   private readonly onReply: () => void;
@@ -79,6 +82,11 @@ export class ExecutorProcess {
     this.channel.on('close', () => this.die());
     this.child.on('exit', () => {
       if (this.alive && this.channel.destroyed) this.die();
+    });
+    // A failed spawn (EAGAIN, ENOMEM) is an 'error' event: unhandled, it would stop the whole server.
+    this.child.on('error', () => {
+      this.channel.destroy();
+      this.die();
     });
   }
 
@@ -134,6 +142,7 @@ export class ExecutorProcess {
       this.head = 0;
     }
     this.headStartedAt = performance.now();
+    if (this.inflight === 0) this.idleSince = this.headStartedAt;
     p.resolve(frame);
   }
 

@@ -1,51 +1,124 @@
-// Decides which executor process runs what. Work waits here, not in a process's pipe, so nothing queues
-// behind a runaway statement: writes start only on an idle process, reads pipeline a few deep, and a read
-// caught behind a slow statement is hedged to another process (the first answer wins; reads are idempotent).
+// Decides which executor process runs what, fairly across tenants (repos). Work waits here, in a queue per
+// tenant, not in a process's pipe: tenants are served in turn (round robin, one job each per turn), no tenant
+// occupies more than `perTenant` processes at once, so another tenant always finds one; writes start only on an
+// idle process; reads pipeline a few deep, and a read caught behind a slow statement is hedged to another process.
+// Nothing here throws out of a timer or a callback: a throw there would stop every org's server.
 import type { Frame } from './protocol.ts';
 import type { ExecutorLimits } from './handles.ts';
 import { ExecutorProcess, LostError } from './process.ts';
+import { Tenant, type Job } from './tenant.ts';
 
-export interface Job {
-  write: boolean;
-  header: object;
-  body: Buffer | undefined;
-  budgetMs: number;
-  resolve: (f: Frame) => void;
-  reject: (e: unknown) => void;
-  settled: boolean;
-  hedged: boolean;
-}
+export type { Job } from './tenant.ts';
 
 /** Reads sent ahead to one process, so it never waits for the next message. */
 const READ_DEPTH = 16;
 /** A statement running longer than this may be a long one: new work avoids its process, waiting reads are hedged. */
 const SLOW_MS = 20;
+/** How long a process that died young (it may not be able to start at all) waits before it is replaced. */
+const RESPAWN_PAUSE_MS = 200;
+/** An extra process (beyond `processes`) idle this long, while enough others are free, is closed. */
+const RETIRE_IDLE_MS = 5000;
+/** The watchdog's period. */
+const TICK_MS = 10;
+
+export interface SchedulerOptions {
+  /** Processes free of slow statements that the scheduler keeps: one stuck on a slow statement is made up for. */
+  processes: number;
+  /** Processes in all, slow ones included. */
+  maxProcesses: number;
+  limits: ExecutorLimits;
+  /** Processes one tenant may occupy at once (the others stay free for other tenants). */
+  perTenant: number;
+  /** A job that could not start within this long is refused (QueueError 'timeout'). */
+  queueTimeoutMs: number;
+  /** Jobs waiting at once, per tenant and in all; past them a new job is refused (QueueError 'full'). */
+  maxQueuedPerTenant: number;
+  maxQueued: number;
+  onRestart: (pid: number | undefined) => void;
+  onError: (e: unknown) => void;
+}
+
+/** A job refused before it started: nothing of it ran. */
+export class QueueError extends Error {
+  readonly reason: 'timeout' | 'full';
+
+  constructor(reason: 'timeout' | 'full', message: string) {
+    super(message);
+    this.reason = reason;
+  }
+}
 
 export class Scheduler {
   private readonly procs: ExecutorProcess[] = [];
-  private readonly reads: Job[] = [];
-  private readonly writes: Job[] = [];
+  private readonly tenants = new Map<string, Tenant>();
+  /** Tenants with queued jobs, served in turn from `cursor`. */
+  private readonly ring: Tenant[] = [];
+  private cursor = 0;
+  private queued = 0;
   private readonly watchdog: NodeJS.Timeout;
-  private readonly limits: ExecutorLimits;
-  private readonly onRestart: (pid: number | undefined) => void;
+  private spawnAfter = 0;
+  private readonly opts: SchedulerOptions;
   closing = false;
   private pumpScheduled = false;
 
-  constructor(count: number, limits: ExecutorLimits, onRestart: (pid: number | undefined) => void) {
-    this.limits = limits;
-    this.onRestart = onRestart;
-    for (let i = 0; i < count; i++) this.procs.push(this.spawn());
-    this.watchdog = setInterval(() => this.tick(), 10).unref();
+  constructor(opts: SchedulerOptions) {
+    this.opts = opts;
+    for (let i = 0; i < opts.processes; i++) this.procs.push(this.spawn());
+    this.watchdog = setInterval(() => this.guard(() => this.tick()), TICK_MS).unref();
+  }
+
+  /** Runs a callback of a timer or an event: an error is reported, never thrown into the event loop. */
+  private guard(fn: () => void): void {
+    try {
+      fn();
+    } catch (e) {
+      this.opts.onError(e);
+    }
   }
 
   private spawn(): ExecutorProcess {
-    return new ExecutorProcess(this.limits, (dead) => {
-      const i = this.procs.indexOf(dead);
-      if (i === -1 || this.closing) return;
-      this.procs[i] = this.spawn();
-      this.onRestart(dead.pid);
-      this.pump();
-    }, () => this.schedulePump());
+    return new ExecutorProcess(this.opts.limits, (dead) => this.guard(() => this.replace(dead)), () => this.schedulePump());
+  }
+
+  private replace(dead: ExecutorProcess): void {
+    const i = this.procs.indexOf(dead);
+    if (i === -1 || this.closing) return;
+    for (const t of this.tenants.values()) t.onProcs.delete(dead);
+    this.opts.onRestart(dead.pid);
+    this.procs.splice(i, 1);
+    const now = performance.now();
+    // One that died young may not be able to start at all: replace it after a pause, not in a tight loop.
+    if (now - dead.spawnedAt < 1000) this.spawnAfter = now + RESPAWN_PAUSE_MS;
+    this.grow(now);
+  }
+
+  /** Keeps `processes` processes free of slow statements, spawning extra ones (up to `maxProcesses`). */
+  private grow(now: number): void {
+    if (this.closing || now < this.spawnAfter) return;
+    let free = this.procs.filter((p) => p.alive && p.runningFor(now) <= SLOW_MS).length;
+    let spawned = false;
+    while (free < this.opts.processes && this.procs.length < this.opts.maxProcesses) {
+      try {
+        this.procs.push(this.spawn());
+      } catch (e) {
+        this.opts.onError(e); // e.g. EAGAIN: the next tick tries again
+        break;
+      }
+      free++;
+      spawned = true;
+    }
+    if (spawned) this.pump();
+  }
+
+  /** Closes an extra process idle for a while, when enough others are free. */
+  private shrink(now: number): void {
+    if (this.procs.length <= this.opts.processes) return;
+    const free = this.procs.filter((p) => p.alive && p.runningFor(now) <= SLOW_MS).length;
+    if (free <= this.opts.processes) return;
+    const idle = this.procs.find((p) => p.alive && p.inflight === 0 && now - p.idleSince > RETIRE_IDLE_MS);
+    if (!idle) return;
+    this.procs.splice(this.procs.indexOf(idle), 1);
+    void idle.close();
   }
 
   /** Coalesces pumps: everything that arrived in one turn of the event loop leaves in one write per process. */
@@ -54,74 +127,168 @@ export class Scheduler {
     this.pumpScheduled = true;
     setImmediate(() => {
       this.pumpScheduled = false;
-      this.pump();
+      this.guard(() => this.pump());
     });
   }
 
-  run(write: boolean, header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
+  private tenant(key: string): Tenant {
+    let t = this.tenants.get(key);
+    if (!t) {
+      t = new Tenant(key);
+      this.tenants.set(key, t);
+    }
+    return t;
+  }
+
+  run(tenantKey: string, write: boolean, header: object, body: Buffer | undefined, budgetMs: number, enqueuedAt = performance.now()): Promise<Frame> {
     return new Promise((resolve, reject) => {
-      (write ? this.writes : this.reads).push({ write, header, body, budgetMs, resolve, reject, settled: false, hedged: false });
+      if (this.closing) return reject(new LostError('unstarted'));
+      const t = this.tenant(tenantKey);
+      if (t.queued >= this.opts.maxQueuedPerTenant || this.queued >= this.opts.maxQueued) {
+        const which = t.queued >= this.opts.maxQueuedPerTenant ? `${this.opts.maxQueuedPerTenant} requests of this repo` : `${this.opts.maxQueued} requests`;
+        return reject(new QueueError('full', `the database service is overloaded: ${which} already wait for an executor; nothing of this request ran, retry after a second`));
+      }
+      this.enqueue(t, { tenant: t, write, header, body, budgetMs, enqueuedAt, resolve, reject, settled: false, hedged: false, started: false });
       this.schedulePump();
     });
   }
 
-  /** Stops runaway statements, and hedges reads waiting behind a slow one. */
+  private forgetIfIdle(t: Tenant): void {
+    if (t.idle() && this.tenants.get(t.key) === t) this.tenants.delete(t.key);
+  }
+
+  private enqueue(t: Tenant, job: Job, front = false): void {
+    t.push(job, front);
+    this.queued++;
+    if (!t.inRing) {
+      t.inRing = true;
+      this.ring.push(t);
+    }
+  }
+
+  /** Stops runaway statements, refuses jobs that waited too long, and hedges reads waiting behind a slow one. */
   private tick(): void {
     const now = performance.now();
     let hedged = false;
     for (const p of this.procs) {
-      if (p.overBudget(now)) p.killForTimeout();
+      // Judged again after this turn's I/O: on a busy loop the reply may already sit unread in the pipe.
+      if (p.overBudget(now)) setImmediate(() => this.guard(() => p.overBudget(performance.now()) && p.killForTimeout()));
       else if (p.runningFor(now) > SLOW_MS) {
         for (const tag of p.waiting()) {
-          const job = tag as Job;
-          if (!job.write && !job.settled && !job.hedged) {
+          const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs
+          if (job && !job.write && !job.settled && !job.hedged) {
             job.hedged = true;
-            this.reads.unshift(job);
+            this.enqueue(job.tenant, job, true);
             hedged = true;
           }
         }
       }
     }
+    this.expire(now);
+    this.grow(now);
+    this.shrink(now);
     if (hedged) this.pump();
   }
 
-  private pump(): void {
-    if (this.reads.length === 0 && this.writes.length === 0) return;
-    const now = performance.now();
-    const ready = this.procs.filter((p) => p.alive && p.runningFor(now) <= SLOW_MS).sort((a, b) => a.inflight - b.inflight);
-    // While a write waits, the least busy process takes no new reads, so it drains and the write can start.
-    const reserved = this.writes.length > 0 ? ready[0] : undefined;
-    for (const p of ready) {
-      p.cork(); // one write per process for everything this pump sends it
-      while (true) {
-        if (p.inflight === 0 && this.writes.length > 0) this.dispatch(p, this.writes.shift()!);
-        else if (p !== reserved && p.inflight < READ_DEPTH && this.reads.length > 0) {
-          const job = this.reads.shift()!;
-          if (!job.settled) this.dispatch(p, job);
-        } else break;
+  /** Jobs that could not start within the queue timeout are refused; a refused job never runs. */
+  private expire(now: number): void {
+    const limit = this.opts.queueTimeoutMs;
+    for (const t of this.ring) {
+      for (const job of t.expire(now - limit)) {
+        this.queued--;
+        if (job.settled || job.started) continue; // a hedged copy: the job still runs where it was sent first
+        job.settled = true;
+        job.reject(new QueueError('timeout', `the database service is overloaded: this request waited ${limit} ms (DB_QUEUE_TIMEOUT_MS) for an executor and did not start; nothing of it ran, retry after a second`));
       }
-      p.uncork();
     }
   }
 
-  private dispatch(p: ExecutorProcess, job: Job): void {
+  private pump(): void {
+    if (this.queued === 0) return;
+    const now = performance.now();
+    const ready = this.procs.filter((p) => p.alive && p.runningFor(now) <= SLOW_MS);
+    if (ready.length === 0) return;
+    // While a write waits, the least busy process takes no new reads, so it drains and the write can start.
+    const reserved = this.ring.some((t) => t.writeWaiting() && t.onProcs.size < this.opts.perTenant)
+      ? ready.reduce((a, b) => (b.inflight < a.inflight ? b : a)) : undefined;
+    for (const p of ready) p.cork(); // one write per process for everything this pump sends it
+    try {
+      let progress = true;
+      while (progress && this.ring.length > 0) {
+        progress = false;
+        for (let n = this.ring.length; n > 0 && this.ring.length > 0; n--) {
+          if (this.cursor >= this.ring.length) this.cursor = 0;
+          const t = this.ring[this.cursor]!;
+          if (this.dispatchOne(t, ready, reserved)) progress = true;
+          if (t.queued === 0) {
+            t.inRing = false;
+            this.ring.splice(this.cursor, 1);
+            this.forgetIfIdle(t);
+          } else this.cursor++;
+        }
+      }
+    } finally {
+      for (const p of ready) p.uncork();
+    }
+  }
+
+  /** May tenant `t` send work to process `p`? Where it already runs, always; elsewhere only below its share. */
+  private allowed(t: Tenant, p: ExecutorProcess): boolean {
+    return t.onProcs.has(p) || t.onProcs.size < this.opts.perTenant;
+  }
+
+  /** Sends one job of tenant `t`, if one can go now. */
+  private dispatchOne(t: Tenant, ready: ExecutorProcess[], reserved: ExecutorProcess | undefined): boolean {
+    const write = t.peekWrite();
+    if (write) {
+      const idle = ready.find((p) => p.inflight === 0 && this.allowed(t, p));
+      if (idle) return this.dispatch(idle, t.take(write));
+      // The tenant's own reads hold its share: hold its reads back so they drain and the write can start.
+      if (t.onProcs.size >= this.opts.perTenant) return false;
+    }
+    const read = t.peekRead();
+    if (!read) return false;
+    let best: ExecutorProcess | undefined;
+    for (const p of ready) {
+      if (p === reserved || p.inflight >= READ_DEPTH || !this.allowed(t, p) || read.sentTo === p) continue;
+      if (!best || p.inflight < best.inflight) best = p;
+    }
+    return best ? this.dispatch(best, t.take(read)) : false;
+  }
+
+  private dispatch(p: ExecutorProcess, job: Job): boolean {
+    this.queued--;
+    if (job.settled) return true; // a hedged copy whose first send already answered
+    job.started = true;
+    job.sentTo = p;
+    const t = job.tenant;
+    t.onProcs.set(p, (t.onProcs.get(p) ?? 0) + 1);
+    const done = () => {
+      const n = (t.onProcs.get(p) ?? 1) - 1;
+      if (n <= 0) t.onProcs.delete(p);
+      else t.onProcs.set(p, n);
+      this.forgetIfIdle(t);
+    };
     p.send(job.header, job.body, job.budgetMs, job).then((frame) => {
+      done();
       if (job.settled) return;
       job.settled = true;
       job.resolve(frame);
     }, (e: unknown) => {
+      done();
       if (job.settled) return;
       if (e instanceof LostError && e.reason === 'unstarted' && !this.closing) {
-        (job.write ? this.writes : this.reads).unshift(job);
-        this.pump();
+        this.enqueue(t, job, true);
+        this.schedulePump();
         return;
       }
       job.settled = true;
       job.reject(e);
     });
+    return true;
   }
 
-  /** Sends one message to every live process (e.g. to forget a database). */
+  /** Sends one message to every live process (e.g. to forget a database); never a job, never hedged. */
   broadcast(header: object, budgetMs: number): Promise<unknown> {
     return Promise.all(this.procs.map((p) => p.send(header, undefined, budgetMs).catch(() => undefined)));
   }
@@ -130,10 +297,23 @@ export class Scheduler {
     return this.procs.map((p) => p.pid);
   }
 
+  /** Jobs waiting for an executor, for metrics. */
+  get waiting(): number {
+    return this.queued;
+  }
+
   async close(): Promise<void> {
     this.closing = true;
     clearInterval(this.watchdog);
-    for (const job of [...this.reads, ...this.writes]) job.reject(new LostError('unstarted'));
+    for (const t of this.ring) {
+      for (const job of t.drain()) {
+        if (job.settled) continue;
+        job.settled = true;
+        job.reject(new LostError('unstarted'));
+      }
+    }
+    this.ring.length = 0;
+    this.queued = 0;
     await Promise.all(this.procs.map((p) => p.close()));
   }
 }

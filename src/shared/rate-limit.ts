@@ -1,7 +1,13 @@
-// Login flood protection: an in-memory token bucket per client address, bounded in size.
-import { ApiError } from '../shared/errors.ts';
+// An in-memory token bucket per key (a client address, a repo), bounded in size: sign-in floods, per-repo limits.
+import { ApiError } from './errors.ts';
 
-export interface RateLimitOptions { burst: number; perMinute: number; maxClients?: number }
+export interface RateLimitOptions {
+  burst: number;
+  perMinute: number;
+  /** Says what was limited, in the 429's message, e.g. "too many sign-in attempts from this address". */
+  refusal: string;
+  maxClients?: number;
+}
 
 export class RateLimiter {
   private readonly buckets = new Map<string, { tokens: number; at: number }>();
@@ -20,7 +26,7 @@ export class RateLimiter {
     if (tokens < 1) {
       this.buckets.set(key, { tokens, at: now });
       const retryAfter = Math.max(1, Math.ceil((1 - tokens) / perMs / 1000));
-      throw new ApiError('rate_limited', 'too many sign-in attempts from this address; try again later', { retryAfterSeconds: retryAfter }, { 'retry-after': String(retryAfter) });
+      throw new ApiError('rate_limited', `${this.opts.refusal}; try again in ${retryAfter} s`, { retryAfterSeconds: retryAfter }, { 'retry-after': String(retryAfter) });
     }
     this.buckets.set(key, { tokens: tokens - 1, at: now });
     if (this.buckets.size > this.opts.maxClients) this.buckets.delete(this.buckets.keys().next().value!);

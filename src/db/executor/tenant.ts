@@ -1,0 +1,120 @@
+// One tenant's (repo's) share of the scheduler: its waiting reads and writes, oldest first, and the processes
+// its started jobs occupy.
+import type { Frame } from './protocol.ts';
+import type { ExecutorProcess } from './process.ts';
+
+export interface Job {
+  tenant: Tenant;
+  write: boolean;
+  header: object;
+  body: Buffer | undefined;
+  budgetMs: number;
+  /** When the request asked for an executor (for writes: when it reached its database's lane). */
+  enqueuedAt: number;
+  resolve: (f: Frame) => void;
+  reject: (e: unknown) => void;
+  settled: boolean;
+  /** Sent once more to another process because it waited behind a slow statement. */
+  hedged: boolean;
+  started: boolean;
+  sentTo?: ExecutorProcess;
+}
+
+/** A FIFO with O(1) shift that compacts itself. */
+class Queue<T> {
+  private items: T[] = [];
+  private head = 0;
+
+  get length(): number {
+    return this.items.length - this.head;
+  }
+
+  peek(): T | undefined {
+    return this.items[this.head];
+  }
+
+  push(item: T): void {
+    this.items.push(item);
+  }
+
+  unshift(item: T): void {
+    if (this.head > 0) this.items[--this.head] = item;
+    else this.items.unshift(item);
+  }
+
+  shift(): T | undefined {
+    if (this.head >= this.items.length) return undefined;
+    const item = this.items[this.head]!;
+    this.items[this.head++] = undefined as T;
+    if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+    return item;
+  }
+
+  drain(): T[] {
+    const all = this.items.slice(this.head);
+    this.items = [];
+    this.head = 0;
+    return all;
+  }
+}
+
+export class Tenant {
+  readonly key: string;
+  private readonly reads = new Queue<Job>();
+  private readonly writes = new Queue<Job>();
+  /** Started, unanswered jobs per process. */
+  readonly onProcs = new Map<ExecutorProcess, number>();
+  inRing = false;
+
+  constructor(key: string) {
+    this.key = key;
+  }
+
+  get queued(): number {
+    return this.reads.length + this.writes.length;
+  }
+
+  push(job: Job, front: boolean): void {
+    const q = job.write ? this.writes : this.reads;
+    if (front) q.unshift(job);
+    else q.push(job);
+  }
+
+  peekWrite(): Job | undefined {
+    return this.writes.peek();
+  }
+
+  peekRead(): Job | undefined {
+    return this.reads.peek();
+  }
+
+  writeWaiting(): boolean {
+    return this.writes.length > 0;
+  }
+
+  /** Removes `job`, which is the head of its queue (from peekRead/peekWrite). */
+  take(job: Job): Job {
+    (job.write ? this.writes : this.reads).shift();
+    return job;
+  }
+
+  /** Removes and returns the jobs at the heads of the queues that have waited since before `cutoff`. */
+  expire(cutoff: number): Job[] {
+    const out: Job[] = [];
+    for (const q of [this.reads, this.writes]) {
+      while (q.length > 0 && q.peek()!.enqueuedAt < cutoff) out.push(q.shift()!);
+    }
+    return out;
+  }
+
+  drain(): Job[] {
+    return [...this.reads.drain(), ...this.writes.drain()];
+  }
+
+  idle(): boolean {
+    return !this.inRing && this.queued === 0 && this.onProcs.size === 0;
+  }
+}

@@ -1,0 +1,159 @@
+// The executor scheduler as tenants meet it (issue 19): no request, in any order or timing, stops the server; repos
+// are served in turn, so one repo's runaways do not hold another's reads; waiting is bounded (503, nothing ran);
+// a repo over its rate gets 429.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer } from 'node:net';
+import { call, spawnProduct, startProduct, tempDir, testEnv, type Product, type SpawnedProduct } from './helpers/product.ts';
+import { repoSecret } from '../src/shared/secrets.ts';
+import { ROOT_KEY } from './helpers/product.ts';
+
+const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function p99(samples: number[]): number {
+  const s = [...samples].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(s.length * 0.99))]!;
+}
+
+describe('no request stops the server (the process runs on its own)', () => {
+  let product: SpawnedProduct;
+  let adminPort: number;
+  const db = (org: string, repo: string, op: string, body: unknown) => call(product.url, 'localhost', `/${repo}/_db/${op}`, {
+    org, body, headers: { authorization: `Bearer ${repoSecret(Buffer.from(ROOT_KEY, 'hex'), org, repo)}` },
+  });
+  before(async () => {
+    adminPort = await freePort();
+    product = await spawnProduct(testEnv(tempDir(), { ADMIN_PORT: String(adminPort), DB_QUERY_TIMEOUT_MS: '1500' }));
+  });
+  after(() => product.killAll());
+
+  test('a slow statement, then a failed create of a new database (which tells every executor to forget it), many times', async () => {
+    assert.equal((await db('acme', 'web', 'execute', { database: 'main', sql: 'CREATE TABLE t(x)' })).status, 200);
+    for (let i = 0; i < 6; i++) {
+      const slow = db('acme', 'web', 'query', { database: 'main', sql: RUNAWAY });
+      await pause(i % 2 === 0 ? 300 : 30);
+      const failed = await db('acme', 'web', 'execute', { database: `fresh${i}`, statements: [{ sql: 'INSERT INTO nosuch VALUES (1)' }] });
+      assert.equal(failed.status, 400);
+      assert.equal(failed.json.error.code, 'sql_error');
+      const other = await db('other', 'site', 'execute', { database: 'main', sql: 'SELECT 1' });
+      assert.equal(other.status, 200, 'another org is served while the slow statement runs');
+      const stopped = await slow;
+      assert.equal(stopped.status, 422, stopped.text);
+    }
+    assert.equal(product.child.exitCode, null, `the server is still running:\n${product.stderr()}`);
+    const ready = await fetch(`http://127.0.0.1:${adminPort}/readyz`);
+    assert.equal(ready.status, 200);
+    const status = await db('other', 'site', 'status', {});
+    assert.equal(status.status, 200);
+  });
+});
+
+describe('fairness across repos', () => {
+  let p: Product;
+  before(async () => {
+    p = await startProduct({ DB_QUERY_TIMEOUT_MS: '3000' });
+    for (const db of ['a', 'b', 'c']) await p.db('hog', 'execute', { database: db, sql: 'CREATE TABLE t(x)' });
+    await p.db('quiet', 'execute', { statements: [{ sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }, { sql: "INSERT INTO t(v) VALUES ('a')" }] }, { org: 'other' });
+  });
+  after(() => p.close());
+
+  test('as many runaways as executors plus one, from one repo, do not hold another org\'s point reads', async () => {
+    const executors = p.config.db.executors;
+    const runaways = Array.from({ length: executors + 1 }, (_, i) => p.db('hog', 'query', { database: ['a', 'b', 'c'][i % 3], sql: RUNAWAY }));
+    await pause(50);
+    const latencies: number[] = [];
+    const until = performance.now() + 2000;
+    while (performance.now() < until) {
+      const t0 = performance.now();
+      const r = await p.db('quiet', 'query', { sql: 'SELECT v FROM t WHERE id = 1' }, { org: 'other' });
+      latencies.push(performance.now() - t0);
+      assert.equal(r.status, 200, r.text);
+    }
+    const ended = await Promise.all(runaways);
+    for (const r of ended) assert.ok(r.status === 422 || r.status === 503, `a runaway ends in query_timeout or is refused (${r.status} ${r.text})`);
+    // Unloaded, such a read takes ~1 ms; behind a runaway it would take the 3000 ms statement limit.
+    assert.ok(p99(latencies) < 100, `p99 ${p99(latencies).toFixed(1)} ms over ${latencies.length} reads`);
+  });
+
+  test('a request that waited for an executor is not charged the wait as statement time', async () => {
+    // The repo's own runaways fill its share; its quick read waits, then runs: 200 or 503, never query_timeout.
+    const runaways = Array.from({ length: p.config.db.executorsPerRepo }, () => p.db('hog', 'query', { database: 'a', sql: RUNAWAY }));
+    await pause(50);
+    const quick = await p.db('hog', 'query', { database: 'b', sql: 'SELECT count(*) FROM t' });
+    assert.notEqual(quick.json?.error?.code, 'query_timeout', quick.text);
+    await Promise.all(runaways);
+  });
+});
+
+describe('bounded waiting', () => {
+  let p: Product;
+  before(async () => {
+    p = await startProduct({ DB_EXECUTORS: '2', DB_EXECUTORS_PER_REPO: '1', DB_QUERY_TIMEOUT_MS: '2000', DB_QUEUE_TIMEOUT_MS: '300', DB_MAX_QUEUED_PER_REPO: '3' });
+    await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+  });
+  after(() => p.close());
+
+  test('a request that cannot start within DB_QUEUE_TIMEOUT_MS gets 503 with Retry-After, and nothing of it ran', async () => {
+    const runaway = p.db('web', 'query', { sql: RUNAWAY });
+    await pause(50);
+    const t0 = performance.now();
+    const write = await p.db('web', 'execute', { sql: 'INSERT INTO t VALUES (1)' });
+    const waited = performance.now() - t0;
+    assert.equal(write.status, 503, write.text);
+    assert.equal(write.json.error.code, 'unavailable');
+    assert.equal(write.json.error.details.committed, false);
+    assert.equal(write.headers['retry-after'], '1');
+    assert.ok(waited < 1500, `refused after ${waited.toFixed(0)} ms, not after the runaway`);
+    assert.equal((await runaway).status, 422);
+    const count = await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' });
+    assert.deepEqual(count.json.results[0].rows, [[0]], 'the refused write did not run later');
+  });
+
+  test('past DB_MAX_QUEUED_PER_REPO waiting requests, a new one is refused at once', async () => {
+    const runaway = p.db('web', 'query', { sql: RUNAWAY });
+    await pause(50);
+    const waiting = Array.from({ length: 3 }, () => p.db('web', 'query', { sql: 'SELECT 1' }));
+    await pause(20);
+    const t0 = performance.now();
+    const refused = await p.db('web', 'query', { sql: 'SELECT 2' });
+    assert.equal(refused.status, 503, refused.text);
+    assert.match(refused.json.error.message, /3 requests of this repo already wait/);
+    assert.ok(performance.now() - t0 < 250, 'refused without waiting');
+    for (const r of await Promise.all(waiting)) assert.equal(r.status, 503);
+    await runaway;
+    const other = await p.db('site', 'query', { sql: 'SELECT 1' });
+    assert.notEqual(other.status, 503, 'the bound is per repo: another repo is not refused');
+  });
+});
+
+describe('rate limit per repo', () => {
+  let p: Product;
+  before(async () => {
+    p = await startProduct({ DB_RATE_LIMIT_PER_REPO: '5', DB_RATE_LIMIT_BURST: '5' });
+  });
+  after(() => p.close());
+
+  test('past its burst a repo gets 429 rate_limited with Retry-After; another repo is not limited', async () => {
+    const replies = [];
+    for (let i = 0; i < 8; i++) replies.push(await p.db('web', 'execute', { sql: 'SELECT 1' }));
+    const limited = replies.filter((r) => r.status === 429);
+    assert.ok(limited.length >= 2, `${limited.length} of 8 limited`);
+    assert.equal(limited[0]!.json.error.code, 'rate_limited');
+    assert.match(limited[0]!.json.error.message, /DB_RATE_LIMIT_PER_REPO/);
+    assert.ok(Number(limited[0]!.headers['retry-after']) >= 1);
+    assert.equal((await p.db('site', 'execute', { sql: 'SELECT 1' })).status, 200);
+    const stranger = await p.db('web', 'execute', { sql: 'SELECT 1' }, { secret: 'wrong' });
+    assert.equal(stranger.status, 401, 'authentication comes first: a stranger cannot spend a repo\'s allowance');
+  });
+});
