@@ -199,3 +199,39 @@ describe('idle connections', () => {
     }
   });
 });
+
+describe('a held write lane (interactive transactions)', () => {
+  test('writes behind a hold wait until it is released, other databases do not, and a released hold refuses', async () => {
+    const dir = tempDir();
+    const limits = { sync: 'normal' as const, maxValueBytes: 1 << 20, maxSizeBytes: 1 << 30, maxResultBytes: 1 << 20, maxOpen: 16, idleCloseMs: 0 };
+    const pool = new ExecutorPool({
+      processes: 2, limits, timeoutMs: 5000, beforeCreate: () => () => {}, floor: () => null, onCommit: () => {}, onRestart: () => {},
+    });
+    const path = join(dir, 'main.sqlite');
+    const scope = { org: 'acme', repo: 'web', database: 'main' };
+    const body = (o: unknown) => Buffer.from(JSON.stringify(o));
+    try {
+      assert.equal((await pool.write(scope, path, 'execute', body({ sql: 'CREATE TABLE t(v)' }))).status, 200);
+      const hold = await pool.holdLane(scope, path);
+      let written = false;
+      const behind = pool.write(scope, path, 'execute', body({ sql: "INSERT INTO t VALUES ('after')" })).then((r) => {
+        written = true;
+        return r;
+      });
+      for (let i = 0; i < 6; i++) {
+        const r = await hold.run({ op: 'query', path }, body({ sql: 'SELECT count(*) FROM t' }));
+        assert.equal(r.status, 200, r.body.toString());
+      }
+      await new Promise((r) => setTimeout(r, 100));
+      assert.equal(written, false, 'a write to the held database waits');
+      const other = await pool.write({ ...scope, database: 'other' }, join(dir, 'other.sqlite'), 'execute', body({ sql: 'CREATE TABLE u(v)' }));
+      assert.equal(other.status, 200, 'another database of the repo is not held');
+      hold.release();
+      assert.equal((await behind).status, 200);
+      await assert.rejects(hold.run({ op: 'query', path }, body({ sql: 'SELECT 1' })), /ended/);
+    } finally {
+      await pool.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -35,12 +35,27 @@ export interface PoolOptions {
 }
 
 interface WriteItem {
-  op: 'execute' | 'migrate';
+  op: 'execute' | 'migrate' | 'hold';
   body: Buffer;
   /** When it reached the lane: its wait for an executor counts from here. */
   at: number;
   resolve: (r: ExecReply) => void;
   reject: (e: unknown) => void;
+  /** For a hold: hands over the held lane. */
+  held?: (hold: LaneHold) => void;
+}
+
+/**
+ * A database's write lane held by an interactive transaction: later writes to the database wait behind it, and
+ * its messages all run on one executor process (the transaction lives on a connection there).
+ */
+export interface LaneHold {
+  /** The database file does not exist yet: the transaction may create it (the quota was checked). */
+  readonly create: boolean;
+  /** Runs one message on the transaction's process; a reply with `v` in its header committed that version. */
+  run(header: Record<string, unknown>, body?: Buffer, budgetMs?: number): Promise<ExecReply>;
+  /** Lets the writes behind it go; call it exactly when the transaction ended (committed, rolled back, or lost). */
+  release(): void;
 }
 
 interface Lane {
@@ -100,23 +115,71 @@ export class ExecutorPool {
 
   /** A write (execute or migrate) to one database, serialized with the other writes to it. */
   write(scope: Scope, path: string, op: 'execute' | 'migrate', body: Buffer): Promise<ExecReply> {
-    if (this.closing) return Promise.reject(new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' }));
+    return new Promise((resolve, reject) => this.enqueue(scope, path, { op, body, at: performance.now(), resolve, reject }));
+  }
+
+  /** Joins the database's lane: writes to one database run in arrival order, one group at a time. */
+  private enqueue(scope: Scope, path: string, item: WriteItem): void {
+    if (this.closing) return item.reject(new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' }));
     let lane = this.lanes.get(path);
     if (!lane) {
       lane = { scope, busy: false, queue: [] };
       this.lanes.set(path, lane);
     }
-    const l = lane;
-    if (l.queue.length >= this.maxLane) return Promise.reject(overloaded(`${this.maxLane} writes to this database already wait`));
-    return new Promise((resolve, reject) => {
-      l.queue.push({ op, body, at: performance.now(), resolve, reject });
-      if (!l.busy) void this.flush(path, l);
+    if (lane.queue.length >= this.maxLane) return item.reject(overloaded(`${this.maxLane} writes to this database already wait`));
+    lane.queue.push(item);
+    if (!lane.busy) void this.flush(path, lane);
+  }
+
+  /** Waits for the writes queued ahead, then holds the database's lane until `release()` (Hrana streams). */
+  holdLane(scope: Scope, path: string): Promise<LaneHold> {
+    return new Promise((held, reject) => this.enqueue(scope, path, { op: 'hold', body: Buffer.alloc(0), at: performance.now(), resolve: () => {}, reject, held }));
+  }
+
+  private async hold(path: string, lane: Lane, item: WriteItem): Promise<void> {
+    let created: (() => void) | null;
+    try {
+      created = this.opts.beforeCreate(lane.scope, path);
+    } catch (e) {
+      item.reject(e);
+      return;
+    }
+    const proc = this.scheduler.pin();
+    if (!proc) {
+      created?.();
+      item.reject(overloaded('no executor process is running'));
+      return;
+    }
+    const tenant = tenantOfPath(path);
+    await new Promise<void>((ended) => {
+      let released = false;
+      item.held!({
+        create: created !== null,
+        run: async (header, body, budgetMs = this.opts.timeoutMs) => {
+          if (released) throw new ApiError('invalid_request', 'this transaction has ended');
+          try {
+            const frame = await this.scheduler.runOn(proc, tenant, header, body, budgetMs);
+            const version = frame.header.v as number | undefined;
+            if (version !== undefined) this.opts.onCommit(lane.scope, version);
+            return { status: frame.header.s as number, body: frame.body, version };
+          } catch (e) {
+            throw lostToApiError(e, budgetMs);
+          }
+        },
+        release: () => {
+          if (released) return;
+          released = true;
+          this.scheduler.unpin(proc);
+          created?.();
+          ended();
+        },
+      });
     });
   }
 
   private take(lane: Lane): WriteItem[] {
     const first = lane.queue[0]!;
-    if (first.op === 'migrate') return lane.queue.splice(0, 1);
+    if (first.op === 'migrate' || first.op === 'hold') return lane.queue.splice(0, 1);
     let n = 0;
     let bytes = 0;
     while (n < lane.queue.length && n < MAX_GROUP && lane.queue[n]!.op === 'execute' && (n === 0 || bytes + lane.queue[n]!.body.length <= MAX_GROUP_BYTES)) {
@@ -135,7 +198,8 @@ export class ExecutorPool {
       while (lane.queue.length > 0 && lane.queue[0]!.at < cutoff) lane.queue.shift()!.reject(overloaded(`this write waited ${limit} ms (DB_QUEUE_TIMEOUT_MS) behind other writes to its database`));
       if (lane.queue.length === 0) break;
       const items = this.take(lane);
-      await this.runGroup(path, lane, items, items.length > 1);
+      if (items[0]!.op === 'hold') await this.hold(path, lane, items[0]!);
+      else await this.runGroup(path, lane, items, items.length > 1);
     }
     lane.busy = false;
     this.lanes.delete(path);

@@ -61,6 +61,8 @@ export class ExecutorProcess {
   private killedForTimeout = false;
   alive = true;
   readonly spawnedAt = performance.now();
+  /** Interactive transactions held open on this process (it is not retired while any are). */
+  pins = 0;
   /** When it last had nothing in flight (its spawn, or its last reply). */
   idleSince = performance.now();
 

@@ -115,7 +115,7 @@ export class Scheduler {
     if (this.procs.length <= this.opts.processes) return;
     const free = this.procs.filter((p) => p.alive && p.runningFor(now) <= SLOW_MS).length;
     if (free <= this.opts.processes) return;
-    const idle = this.procs.find((p) => p.alive && p.inflight === 0 && now - p.idleSince > RETIRE_IDLE_MS);
+    const idle = this.procs.find((p) => p.alive && p.inflight === 0 && p.pins === 0 && now - p.idleSince > RETIRE_IDLE_MS);
     if (!idle) return;
     this.procs.splice(this.procs.indexOf(idle), 1);
     void idle.close();
@@ -262,13 +262,7 @@ export class Scheduler {
     job.started = true;
     job.sentTo = p;
     const t = job.tenant;
-    t.onProcs.set(p, (t.onProcs.get(p) ?? 0) + 1);
-    const done = () => {
-      const n = (t.onProcs.get(p) ?? 1) - 1;
-      if (n <= 0) t.onProcs.delete(p);
-      else t.onProcs.set(p, n);
-      this.forgetIfIdle(t);
-    };
+    const done = this.occupy(t, p);
     p.send(job.header, job.body, job.budgetMs, job).then((frame) => {
       done();
       if (job.settled) return;
@@ -286,6 +280,38 @@ export class Scheduler {
       job.reject(e);
     });
     return true;
+  }
+
+  /** The process an interactive transaction will run on: the least busy free one. Unpin it with `unpin`. */
+  pin(): ExecutorProcess | undefined {
+    const now = performance.now();
+    let best: ExecutorProcess | undefined;
+    for (const p of this.procs) {
+      if (p.alive && p.runningFor(now) <= SLOW_MS && (!best || p.inflight < best.inflight)) best = p;
+    }
+    if (best) best.pins++;
+    return best;
+  }
+
+  unpin(p: ExecutorProcess): void {
+    p.pins = Math.max(0, p.pins - 1);
+  }
+
+  /** Sends a message of a pinned transaction straight to its process; if that process died, the transaction is gone. */
+  runOn(p: ExecutorProcess, tenantKey: string, header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
+    if (!p.alive || this.closing) return Promise.reject(new LostError('crash'));
+    return p.send(header, body, budgetMs).finally(this.occupy(this.tenant(tenantKey), p));
+  }
+
+  /** Counts a started job of `t` on `p`; the callback returned uncounts it. */
+  private occupy(t: Tenant, p: ExecutorProcess): () => void {
+    t.onProcs.set(p, (t.onProcs.get(p) ?? 0) + 1);
+    return () => {
+      const n = (t.onProcs.get(p) ?? 1) - 1;
+      if (n <= 0) t.onProcs.delete(p);
+      else t.onProcs.set(p, n);
+      this.forgetIfIdle(t);
+    };
   }
 
   /** Sends one message to every live process (e.g. to forget a database); never a job, never hedged. */
