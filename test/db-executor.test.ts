@@ -88,7 +88,8 @@ describe('isolation and recovery', () => {
       assert.equal(r.status, 200, r.text);
     }
     const afterPids = executorPids();
-    assert.equal(afterPids.length, before.length);
+    // Extra processes come and go with slow statements (src/db/DESIGN.md, "Scheduling"); DB_EXECUTORS always run.
+    assert.ok(afterPids.length >= p.config.db.executors, `executors now: ${afterPids}`);
     assert.ok(!afterPids.includes(before[0]!));
   });
 });

@@ -45,6 +45,8 @@ export function scopebaseEnv(dataDir: string, rootKeyHex: string, port: number, 
     PORT: String(port), ADMIN_PORT: String(adminPort), DATA_DIR: dataDir,
     RUNTIME_ROOT_KEY: rootKeyHex, ACCOUNT_ENCRYPTION_KEYS: randomBytes(32).toString('hex'),
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'warn', NODE_ENV: 'development',
+    // The bench drives one repo past the default per-repo rate: limit it far above (the limiter still runs).
+    DB_RATE_LIMIT_PER_REPO: '100000000',
   };
 }
 

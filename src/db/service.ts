@@ -7,6 +7,7 @@ import { ApiError } from '../shared/errors.ts';
 import type { Config } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
 import { metrics } from '../shared/admin.ts';
+import { loopDelayMs, watchLoopDelay } from '../shared/loop-delay.ts';
 import { RateLimiter } from '../shared/rate-limit.ts';
 import { bearerToken, verifyRepoSecret } from '../shared/secrets.ts';
 import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Scope } from './contract.ts';
@@ -44,6 +45,7 @@ export class DbService implements DbHandler, ChangeFeed {
   private readonly tmpDir: string;
   /** SPEC 3's 429: requests per repo, after authentication (a stranger cannot spend a repo's allowance). */
   private readonly limiter: RateLimiter | null;
+  private readonly unwatchLoop = watchLoopDelay();
 
   private readonly config: Config;
   private readonly logger: Logger;
@@ -63,13 +65,21 @@ export class DbService implements DbHandler, ChangeFeed {
       timeoutMs: db.queryTimeoutMs,
       perTenant: db.executorsPerRepo,
       queueTimeoutMs: db.queueTimeoutMs,
+      queueTargetMs: db.queueTargetMs,
       maxQueued: db.maxQueued,
       maxQueuedPerTenant: db.maxQueuedPerRepo,
       onError: (e) => this.logger.error({ err: e }, 'executor scheduler error (the request it concerned may have failed; serving goes on)'),
       beforeCreate: (scope, path) => this.beforeCreate(scope, path),
       floor: (scope) => this.mirrors?.acknowledgedFloor(scope) ?? null,
       onCommit: (scope, version) => {
-        for (const l of this.listeners) l(scope, version);
+        for (const l of this.listeners) {
+          try {
+            l(scope, version);
+          } catch (e) {
+            // The write committed: a listener's failure must not turn its reply into an error, nor stop the server.
+            this.logger.error({ err: e }, 'commit listener failed');
+          }
+        }
       },
       onRestart: (pid, reason) => {
         restarts.inc();
@@ -131,6 +141,7 @@ export class DbService implements DbHandler, ChangeFeed {
   }
 
   private async answer(name: string, req: DbRequest): Promise<DbResponse> {
+    if (loopDelayMs() > this.config.db.maxLoopDelayMs) throw saturated(this.config.db.maxLoopDelayMs);
     if (name === 'unknown') throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, changes or snapshot`);
     const op = name as Op;
     const body = parseBody(op, req.body);
@@ -216,12 +227,17 @@ export class DbService implements DbHandler, ChangeFeed {
 
   async close(): Promise<void> {
     pools.delete(this.pool);
+    this.unwatchLoop();
     await this.pool.close();
   }
 }
 
 function json(res: ExecReply): DbResponse {
   return { status: res.status, headers: { 'content-type': JSON_TYPE }, body: res.body };
+}
+
+function saturated(limitMs: number): ApiError {
+  return new ApiError('unavailable', `the database service is overloaded: its event loop runs over ${limitMs} ms late (DB_MAX_LOOP_DELAY_MS); nothing of this request ran, retry after a second`, { committed: false }, { 'retry-after': '1' });
 }
 
 function notFound(scope: Scope): ApiError {

@@ -3,7 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import type { ExecutorLimits } from './handles.ts';
 import { LostError } from './process.ts';
-import { QueueError, Scheduler } from './scheduler.ts';
+import { maxWait, QueueError, Scheduler, waitedTooLong } from './scheduler.ts';
 import type { Scope } from '../contract.ts';
 import { ApiError } from '../../shared/errors.ts';
 
@@ -22,6 +22,7 @@ export interface PoolOptions {
   perTenant?: number;
   maxProcesses?: number;
   queueTimeoutMs?: number;
+  queueTargetMs?: number;
   maxQueuedPerTenant?: number;
   maxQueued?: number;
   /** Called before a write creates a database file; throws (quota) to refuse. Returns a release callback. */
@@ -62,6 +63,8 @@ interface Lane {
   scope: Scope;
   busy: boolean;
   queue: WriteItem[];
+  /** When its queue was last empty (each group takes all it can): see maxWait. */
+  lastEmptyAt: number;
 }
 
 const MAX_GROUP = 256;
@@ -73,17 +76,22 @@ export class ExecutorPool {
   private readonly opts: PoolOptions;
 
   private readonly maxLane: number;
+  private readonly timeoutMs: number;
+  private readonly targetMs: number;
 
   constructor(opts: PoolOptions) {
     this.opts = opts;
     const maxQueuedPerTenant = opts.maxQueuedPerTenant ?? 1024;
     this.maxLane = maxQueuedPerTenant;
+    this.timeoutMs = opts.queueTimeoutMs ?? 2000;
+    this.targetMs = opts.queueTargetMs ?? 25;
     this.scheduler = new Scheduler({
       processes: opts.processes,
       maxProcesses: Math.max(opts.processes, opts.maxProcesses ?? opts.processes * 2 + 2),
       limits: opts.limits,
       perTenant: Math.min(opts.processes, opts.perTenant ?? opts.processes),
-      queueTimeoutMs: opts.queueTimeoutMs ?? 2000,
+      queueTimeoutMs: this.timeoutMs,
+      queueTargetMs: this.targetMs,
       maxQueuedPerTenant,
       maxQueued: opts.maxQueued ?? 8192,
       onRestart: (pid) => opts.onRestart(pid, 'stopped'),
@@ -123,7 +131,7 @@ export class ExecutorPool {
     if (this.closing) return item.reject(new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' }));
     let lane = this.lanes.get(path);
     if (!lane) {
-      lane = { scope, busy: false, queue: [] };
+      lane = { scope, busy: false, queue: [], lastEmptyAt: performance.now() };
       this.lanes.set(path, lane);
     }
     if (lane.queue.length >= this.maxLane) return item.reject(overloaded(`${this.maxLane} writes to this database already wait`));
@@ -191,14 +199,21 @@ export class ExecutorPool {
 
   private async flush(path: string, lane: Lane): Promise<void> {
     lane.busy = true;
-    const limit = this.opts.queueTimeoutMs ?? 2000;
     while (lane.queue.length > 0) {
-      // Writes that waited past the queue timeout behind earlier groups are refused, not run late.
-      const cutoff = performance.now() - limit;
-      while (lane.queue.length > 0 && lane.queue[0]!.at < cutoff) lane.queue.shift()!.reject(overloaded(`this write waited ${limit} ms (DB_QUEUE_TIMEOUT_MS) behind other writes to its database`));
+      // Writes that waited past their allowance behind earlier groups are refused, not run late.
+      const now = performance.now();
+      const cutoff = now - maxWait(lane.lastEmptyAt, now, this.timeoutMs, this.targetMs);
+      while (lane.queue.length > 0 && lane.queue[0]!.at < cutoff && lane.queue[0]!.op !== 'hold') {
+        const it = lane.queue.shift()!;
+        it.reject(lostToApiError(waitedTooLong(now - it.at), 0));
+      }
       if (lane.queue.length === 0) break;
       const items = this.take(lane);
-      if (items[0]!.op === 'hold') await this.hold(path, lane, items[0]!);
+      if (lane.queue.length === 0) lane.lastEmptyAt = now;
+      if (items[0]!.op === 'hold') {
+        await this.hold(path, lane, items[0]!);
+        lane.lastEmptyAt = performance.now(); // the wait behind a transaction is not overload: DB_QUEUE_TIMEOUT_MS bounds it
+      }
       else await this.runGroup(path, lane, items, items.length > 1);
     }
     lane.busy = false;

@@ -1,6 +1,7 @@
 // The service's view of one executor process. It answers in the order it was asked, so the oldest unanswered
 // message is the one running; when the process dies, every later message had not started and can run elsewhere.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { setPriority } from 'node:os';
 import type { Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
@@ -27,6 +28,9 @@ function childEnv(): NodeJS.ProcessEnv {
   env.MALLOC_ARENA_MAX ??= '2';
   return env;
 }
+
+/** The nice value of a process running a slow statement. */
+const NICE_SLOW = 10;
 
 /** Why a message got no reply: it was running when the process was stopped or died, or it never started. */
 export type LostReason = 'timeout' | 'crash' | 'unstarted';
@@ -63,6 +67,11 @@ export class ExecutorProcess {
   readonly spawnedAt = performance.now();
   /** Interactive transactions held open on this process (it is not retired while any are). */
   pins = 0;
+  /** Lowered in priority while it runs a slow statement; `retire` once it could not be raised again. */
+  niced = false;
+  retire = false;
+  /** A moving average of how long its messages run, in ms (how deep reads may be pipelined to it). */
+  serviceMs = 0;
   /** When it last had nothing in flight (its spawn, or its last reply). */
   idleSince = performance.now();
 
@@ -139,13 +148,30 @@ export class ExecutorProcess {
     const p = this.queue[this.head];
     if (!p || p.seq !== frame.seq) return; // cannot happen: replies come in order
     this.queue[this.head++] = undefined as unknown as Pending;
+    const now = performance.now();
+    this.serviceMs += ((now - this.headStartedAt) - this.serviceMs) / 16;
     if (this.head > 1024 && this.head * 2 > this.queue.length) {
       this.queue.splice(0, this.head);
       this.head = 0;
     }
-    this.headStartedAt = performance.now();
-    if (this.inflight === 0) this.idleSince = this.headStartedAt;
+    this.headStartedAt = now;
+    if (this.inflight === 0) this.idleSince = now;
     p.resolve(frame);
+  }
+
+  /**
+   * A slow statement yields the CPU to quick ones (nice 10); the priority comes back when it ends. Without the
+   * privilege to raise it again (CAP_SYS_NICE) the process is retired once idle, and a fresh one takes its place.
+   */
+  yieldCpu(slow: boolean): void {
+    if (slow === this.niced || this.child.pid === undefined || !this.alive) return;
+    try {
+      setPriority(this.child.pid, slow ? NICE_SLOW : 0);
+      this.niced = slow;
+    } catch {
+      if (!slow) this.retire = true;
+      else this.niced = true; // not lowered (a platform without nice): nothing to restore
+    }
   }
 
   /** Stops a runaway statement: SIGKILL is the one stop a native SQLite step cannot ignore. */

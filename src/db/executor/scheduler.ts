@@ -10,14 +10,20 @@ import { Tenant, type Job } from './tenant.ts';
 
 export type { Job } from './tenant.ts';
 
-/** Reads sent ahead to one process, so it never waits for the next message. */
+/**
+ * Reads sent ahead to one process, so it never waits for the next message: about PIPELINE_MS of its work, at most
+ * READ_DEPTH. Deeper, reads would wait in its pipe, where the scheduler can neither hedge nor refuse them.
+ */
 const READ_DEPTH = 16;
+const PIPELINE_MS = 1;
 /** A statement running longer than this may be a long one: new work avoids its process, waiting reads are hedged. */
 const SLOW_MS = 20;
 /** How long a process that died young (it may not be able to start at all) waits before it is replaced. */
 const RESPAWN_PAUSE_MS = 200;
 /** An extra process (beyond `processes`) idle this long, while enough others are free, is closed. */
 const RETIRE_IDLE_MS = 5000;
+/** A queue not empty for this long is standing, not a burst (see maxWait). */
+export const STANDING_AFTER_MS = 100;
 /** The watchdog's period. */
 const TICK_MS = 10;
 
@@ -31,6 +37,8 @@ export interface SchedulerOptions {
   perTenant: number;
   /** A job that could not start within this long is refused (QueueError 'timeout'). */
   queueTimeoutMs: number;
+  /** While a tenant's queue stands (see maxWait), a job may wait only this long. */
+  queueTargetMs: number;
   /** Jobs waiting at once, per tenant and in all; past them a new job is refused (QueueError 'full'). */
   maxQueuedPerTenant: number;
   maxQueued: number;
@@ -40,12 +48,30 @@ export interface SchedulerOptions {
 
 /** A job refused before it started: nothing of it ran. */
 export class QueueError extends Error {
-  readonly reason: 'timeout' | 'full';
+  readonly reason: 'timeout' | 'full' | 'standing';
 
-  constructor(reason: 'timeout' | 'full', message: string) {
+  constructor(reason: QueueError['reason'], message: string) {
     super(message);
     this.reason = reason;
   }
+}
+
+function depth(p: ExecutorProcess): number {
+  return Math.max(1, Math.min(READ_DEPTH, Math.floor(PIPELINE_MS / Math.max(p.serviceMs, 0.001))));
+}
+
+/**
+ * How long a request may have waited by `now`, given when its queue was last empty. CoDel for request queues (as in
+ * "Fail at Scale", Facebook 2015): a burst gets the whole queue timeout, but a queue that has not emptied for
+ * STANDING_AFTER_MS is overloaded, and serving its requests late would not serve more of them: past the target
+ * they are refused, so those that are served are served promptly.
+ */
+export function maxWait(lastEmptyAt: number, now: number, timeoutMs: number, targetMs: number): number {
+  return now - lastEmptyAt > STANDING_AFTER_MS ? Math.min(targetMs, timeoutMs) : timeoutMs;
+}
+
+export function waitedTooLong(waitedMs: number): QueueError {
+  return new QueueError('timeout', `the database service is overloaded: this request waited ${Math.round(waitedMs)} ms for an executor and did not start (the limit is DB_QUEUE_TIMEOUT_MS, or DB_QUEUE_TARGET_MS while requests pile up); nothing of it ran, retry after a second`);
 }
 
 export class Scheduler {
@@ -110,8 +136,15 @@ export class Scheduler {
     if (spawned) this.pump();
   }
 
-  /** Closes an extra process idle for a while, when enough others are free. */
+  /** Closes an extra process idle for a while, when enough others are free, and a retired one once idle. */
   private shrink(now: number): void {
+    const retired = this.procs.find((p) => p.retire && p.inflight === 0 && p.pins === 0);
+    if (retired) {
+      this.procs.splice(this.procs.indexOf(retired), 1);
+      void retired.close();
+      this.grow(now);
+      return;
+    }
     if (this.procs.length <= this.opts.processes) return;
     const free = this.procs.filter((p) => p.alive && p.runningFor(now) <= SLOW_MS).length;
     if (free <= this.opts.processes) return;
@@ -172,8 +205,10 @@ export class Scheduler {
     let hedged = false;
     for (const p of this.procs) {
       // Judged again after this turn's I/O: on a busy loop the reply may already sit unread in the pipe.
+      const slow = p.runningFor(now) > SLOW_MS;
+      p.yieldCpu(slow);
       if (p.overBudget(now)) setImmediate(() => this.guard(() => p.overBudget(performance.now()) && p.killForTimeout()));
-      else if (p.runningFor(now) > SLOW_MS) {
+      else if (slow) {
         for (const tag of p.waiting()) {
           const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs
           if (job && !job.write && !job.settled && !job.hedged) {
@@ -190,15 +225,15 @@ export class Scheduler {
     if (hedged) this.pump();
   }
 
-  /** Jobs that could not start within the queue timeout are refused; a refused job never runs. */
+  /** Jobs that could not start in time (maxWait) are refused; a refused job never runs. */
   private expire(now: number): void {
-    const limit = this.opts.queueTimeoutMs;
     for (const t of this.ring) {
+      const limit = maxWait(t.lastEmptyAt, now, this.opts.queueTimeoutMs, this.opts.queueTargetMs);
       for (const job of t.expire(now - limit)) {
         this.queued--;
         if (job.settled || job.started) continue; // a hedged copy: the job still runs where it was sent first
         job.settled = true;
-        job.reject(new QueueError('timeout', `the database service is overloaded: this request waited ${limit} ms (DB_QUEUE_TIMEOUT_MS) for an executor and did not start; nothing of it ran, retry after a second`));
+        job.reject(waitedTooLong(now - job.enqueuedAt));
       }
     }
   }
@@ -250,7 +285,7 @@ export class Scheduler {
     if (!read) return false;
     let best: ExecutorProcess | undefined;
     for (const p of ready) {
-      if (p === reserved || p.inflight >= READ_DEPTH || !this.allowed(t, p) || read.sentTo === p) continue;
+      if (p === reserved || p.inflight >= depth(p) || !this.allowed(t, p) || read.sentTo === p) continue;
       if (!best || p.inflight < best.inflight) best = p;
     }
     return best ? this.dispatch(best, t.take(read)) : false;
@@ -259,6 +294,15 @@ export class Scheduler {
   private dispatch(p: ExecutorProcess, job: Job): boolean {
     this.queued--;
     if (job.settled) return true; // a hedged copy whose first send already answered
+    if (!job.started && !job.write) {
+      // Between ticks too: a read that waited past its allowance is refused rather than run late.
+      const now = performance.now();
+      if (now - job.enqueuedAt > maxWait(job.tenant.lastEmptyAt, now, this.opts.queueTimeoutMs, this.opts.queueTargetMs)) {
+        job.settled = true;
+        job.reject(waitedTooLong(now - job.enqueuedAt));
+        return true;
+      }
+    }
     job.started = true;
     job.sentTo = p;
     const t = job.tenant;

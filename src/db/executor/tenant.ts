@@ -9,7 +9,7 @@ export interface Job {
   header: object;
   body: Buffer | undefined;
   budgetMs: number;
-  /** When the request asked for an executor (for writes: when it reached its database's lane). */
+  /** When the request asked for an executor (for writes: when the group's oldest request reached its lane). */
   enqueuedAt: number;
   resolve: (f: Frame) => void;
   reject: (e: unknown) => void;
@@ -68,6 +68,8 @@ export class Tenant {
   /** Started, unanswered jobs per process. */
   readonly onProcs = new Map<ExecutorProcess, number>();
   inRing = false;
+  /** When its queue was last empty: a queue not empty for a while is standing (see Scheduler.maxWait). */
+  lastEmptyAt = performance.now();
 
   constructor(key: string) {
     this.key = key;
@@ -98,6 +100,7 @@ export class Tenant {
   /** Removes `job`, which is the head of its queue (from peekRead/peekWrite). */
   take(job: Job): Job {
     (job.write ? this.writes : this.reads).shift();
+    if (this.queued === 0) this.lastEmptyAt = performance.now();
     return job;
   }
 
@@ -107,6 +110,7 @@ export class Tenant {
     for (const q of [this.reads, this.writes]) {
       while (q.length > 0 && q.peek()!.enqueuedAt < cutoff) out.push(q.shift()!);
     }
+    if (out.length > 0 && this.queued === 0) this.lastEmptyAt = performance.now();
     return out;
   }
 

@@ -70,7 +70,13 @@ export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery
     yielding = false;
     const w = new Worker(new URL('./thread-entry.js', import.meta.url), { workerData: settings, name: 'mirror-delivery' });
     w.unref(); // delivery alone never keeps a process alive; close() ends it
-    w.on('message', (message: FromThread) => onMessage(message));
+    w.on('message', (message: FromThread) => {
+      try {
+        onMessage(message);
+      } catch (e) {
+        log.error({ err: e }, 'mirror delivery report not applied'); // never thrown into the loop: it serves every org
+      }
+    });
     w.on('error', (e) => log.error({ err: e }, 'mirror delivery thread failed'));
     thread = w;
     threadExited = new Promise((resolve) => w.once('exit', () => resolve()));
@@ -81,7 +87,11 @@ export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery
       const delay = backoffDelay({ baseMs: 500, maxMs: 60_000 }, restarts);
       log.error({ code, restartInMs: delay }, 'mirror delivery thread stopped; restarting it');
       setTimeout(() => {
-        if (!closing) start();
+        try {
+          if (!closing) start();
+        } catch (e) {
+          log.error({ err: e }, 'mirror delivery thread could not start'); // e.g. out of memory; delivery resumes at the next start
+        }
       }, delay).unref();
     });
   }

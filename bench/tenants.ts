@@ -1,0 +1,126 @@
+// `npm run load:tenants`: one repo under a quiet load while another floods or runs away, and the whole server at 3x
+// the write rate it sustains. Prints the figures docs/performance.md ("Tenants and overload") quotes.
+//   --short        a few seconds per phase, for CI (exit 0 when the server survived and answered)
+//   --seconds S    seconds per measured phase (default 10)
+//   --only starvation|overload   one of the two
+// BENCH_SCOPEBASE_MAIN=<other checkout>/bin/scopebase.js runs the same load against another version.
+import { parseArgs } from 'node:util';
+import { Agent, request } from 'undici';
+import { repoSecret } from '../src/shared/secrets.ts';
+import { startInstance, type Instance } from './scopebase/instance.ts';
+
+const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, only: { type: 'string' } } });
+const SECONDS = Number(args.seconds ?? (args.short ? 2 : 10));
+const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 300000000) SELECT count(*) FROM c';
+const agent = new Agent({ connections: 4096, pipelining: 1, keepAliveTimeout: 30_000 });
+const log = (s: string) => process.stderr.write(`[tenants] ${s}\n`);
+
+interface Sample { ms: number; status: number }
+
+async function post(inst: Instance, repo: string, op: string, body: unknown, org = 'acme'): Promise<Sample> {
+  const t0 = performance.now();
+  try {
+    const res = await request(`${inst.proxyUrl}/${repo}/_db/${op}`, {
+      method: 'POST', dispatcher: agent, body: JSON.stringify(body), headersTimeout: 120_000, bodyTimeout: 120_000,
+      headers: { host: inst.host.replace(/^acme\./, `${org}.`), authorization: `Bearer ${repoSecret(inst.rootKey, org, repo)}`, 'content-type': 'application/json' },
+    });
+    if (process.env.TENANTS_DEBUG && res.statusCode !== 200) log(`${op} ${res.statusCode}: ${(await res.body.text()).slice(0, 200)}`);
+    else await res.body.dump();
+    return { ms: performance.now() - t0, status: res.statusCode };
+  } catch (e) {
+    if (process.env.TENANTS_DEBUG) log(`${op}: ${(e as Error).message}`);
+    return { ms: performance.now() - t0, status: 0 };
+  }
+}
+
+function summary(samples: Sample[]): string {
+  const ok = samples.filter((s) => s.status === 200).map((s) => s.ms).sort((a, b) => a - b);
+  const at = (q: number) => (ok.length ? ok[Math.min(ok.length - 1, Math.floor(ok.length * q))]!.toFixed(1) : '-');
+  const codes: Record<number, number> = {};
+  for (const s of samples) codes[s.status] = (codes[s.status] ?? 0) + 1;
+  return `n ${samples.length}, p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${at(1)} ms, statuses ${JSON.stringify(codes)}`;
+}
+
+/** Runs `fn` in `clients` closed loops until `until`. */
+async function loops(clients: number, until: number, fn: (i: number) => Promise<Sample>): Promise<Sample[]> {
+  const out: Sample[] = [];
+  await Promise.all(Array.from({ length: clients }, async (_, c) => {
+    for (let i = 0; performance.now() < until; i++) out.push(await fn(c * 1_000_000 + i));
+  }));
+  return out;
+}
+
+/** Repo "quiet" of org "other": one reader and one writer, as a small app would be. */
+function quiet(inst: Instance, until: number): Promise<[Sample[], Sample[]]> {
+  return Promise.all([
+    loops(1, until, () => post(inst, 'quiet', 'query', { sql: 'SELECT v FROM t WHERE id = 1' }, 'other')),
+    loops(1, until, (i) => post(inst, 'quiet', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: [i] }, 'other')),
+  ]);
+}
+
+async function starvation(inst: Instance): Promise<void> {
+  await post(inst, 'quiet', 'execute', { statements: [{ sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }, { sql: 'INSERT INTO t(v) VALUES (0)' }] }, 'other');
+  for (let d = 0; d < 8; d++) await post(inst, 'hog', 'execute', { database: `d${d}`, sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' });
+  const [r0, w0] = await quiet(inst, performance.now() + SECONDS * 1000);
+  log(`quiet repo alone: read ${summary(r0)}`);
+  log(`quiet repo alone: write ${summary(w0)}`);
+  const until = performance.now() + SECONDS * 1000;
+  const hog = Promise.all([
+    loops(64, until, (i) => post(inst, 'hog', 'execute', { database: `d${i % 8}`, sql: 'INSERT INTO t(v) VALUES (?)', params: [i] })),
+    loops(4, until, (i) => post(inst, 'hog', 'query', { database: `d${i % 8}`, sql: RUNAWAY })),
+  ]);
+  const [r1, w1] = await quiet(inst, until);
+  const [hw, hr] = await hog;
+  log(`quiet repo while another repo runs 64 writers and 4 runaway statements: read ${summary(r1)}`);
+  log(`quiet repo while another repo runs 64 writers and 4 runaway statements: write ${summary(w1)}`);
+  log(`the flooding repo: writes ${summary(hw)}; runaways ${summary(hr)}`);
+}
+
+/**
+ * Requests that cost the executors ~2 ms each (a 20k-row recursive count), so the executors are what saturates: a
+ * Node load generator on the same 2 cores cannot outrun the HTTP side of a server, but it can outrun this.
+ */
+const HEAVY = 'SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 20000) SELECT x FROM c)';
+
+async function overload(inst: Instance): Promise<void> {
+  await post(inst, 'web', 'execute', { sql: 'CREATE TABLE IF NOT EXISTS o(id INTEGER PRIMARY KEY, v)' });
+  const heavy = () => post(inst, 'web', 'query', { sql: HEAVY });
+  const one = await loops(1, performance.now() + Math.min(SECONDS, 3) * 1000, heavy);
+  log(`one client, unloaded: ${summary(one)}`);
+  const sustained = await loops(8, performance.now() + SECONDS * 1000, heavy);
+  const rate = sustained.filter((s) => s.status === 200).length / SECONDS;
+  log(`8 closed loops (sustained): ${Math.round(rate)} req/s, ${summary(sustained)}`);
+  // Open loop: requests leave on schedule whether or not earlier ones were answered.
+  const target = Math.round(rate * 3);
+  const samples: Sample[] = [];
+  const pending: Promise<void>[] = [];
+  const t0 = performance.now();
+  for (let sent = 0; performance.now() - t0 < SECONDS * 1000;) {
+    for (const due = Math.floor(((performance.now() - t0) / 1000) * target); sent < due; sent++) pending.push(heavy().then((s) => void samples.push(s)));
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  await Promise.all(pending);
+  const shed = samples.filter((s) => s.status === 503).length;
+  const ok = samples.filter((s) => s.status === 200).map((s) => s.ms).sort((a, b) => a - b);
+  const p99 = (xs: number[]) => xs[Math.min(xs.length - 1, Math.floor(xs.length * 0.99))] ?? NaN;
+  const unloaded = p99(one.filter((s) => s.status === 200).map((s) => s.ms).sort((a, b) => a - b));
+  log(`open loop at 3x (${target} req/s for ${SECONDS} s): ${summary(samples)}; shed ${(100 * shed / Math.max(1, samples.length)).toFixed(1)}%, accepted ${Math.round(ok.length / SECONDS)} req/s, accepted p99 ${(p99(ok) / unloaded).toFixed(1)}x unloaded`);
+  const after = await loops(1, performance.now() + 2000, heavy);
+  log(`right after, one client: ${summary(after)}`);
+}
+
+const inst = await startInstance({ mode: 'one', env: { DB_RATE_LIMIT_PER_REPO: '0' } });
+let failed = false;
+try {
+  log(`${SECONDS} s per phase; ${process.env.BENCH_SCOPEBASE_MAIN ?? 'this checkout'}`);
+  if (args.only !== 'overload') await starvation(inst);
+  else await post(inst, 'quiet', 'execute', { sql: 'CREATE TABLE IF NOT EXISTS t(x)' }, 'other');
+  if (args.only !== 'starvation') await overload(inst);
+  const alive = await post(inst, 'quiet', 'query', { sql: 'SELECT count(*) FROM t' }, 'other');
+  failed = alive.status !== 200;
+  log(alive.status === 200 ? 'the server survived and answers' : `the server does not answer (${alive.status})`);
+} finally {
+  await inst.stop();
+  await agent.close();
+}
+process.exitCode = failed ? 1 : 0;
