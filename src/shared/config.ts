@@ -235,7 +235,7 @@ export function loadConfig(env: Env = process.env): Config {
       executors,
       executorsPerRepo: int(env, 'DB_EXECUTORS_PER_REPO', executors, 1, executors),
       queueTimeoutMs: int(env, 'DB_QUEUE_TIMEOUT_MS', 1000, 1, 600_000),
-      queueTargetMs: int(env, 'DB_QUEUE_TARGET_MS', 25, 1, 600_000),
+      queueTargetMs: int(env, 'DB_QUEUE_TARGET_MS', 50, 1, 600_000),
       maxLoopDelayMs: int(env, 'DB_MAX_LOOP_DELAY_MS', 100, 0, 600_000) || Infinity,
       maxQueued: int(env, 'DB_MAX_QUEUED', 4096, 1, 10_000_000),
       maxQueuedPerRepo: int(env, 'DB_MAX_QUEUED_PER_REPO', 1024, 1, 10_000_000),

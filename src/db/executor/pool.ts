@@ -84,7 +84,7 @@ export class ExecutorPool {
     const maxQueuedPerTenant = opts.maxQueuedPerTenant ?? 1024;
     this.maxLane = maxQueuedPerTenant;
     this.timeoutMs = opts.queueTimeoutMs ?? 2000;
-    this.targetMs = opts.queueTargetMs ?? 25;
+    this.targetMs = opts.queueTargetMs ?? 50;
     this.scheduler = new Scheduler({
       processes: opts.processes,
       maxProcesses: Math.max(opts.processes, opts.maxProcesses ?? opts.processes * 2 + 2),

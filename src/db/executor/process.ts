@@ -64,6 +64,9 @@ export class ExecutorProcess {
   private headStartedAt = 0;
   private killedForTimeout = false;
   alive = true;
+  /** close() has begun: it takes no new work (a message sent now might never be answered). */
+  closing = false;
+  private dead = false;
   readonly spawnedAt = performance.now();
   /** Interactive transactions held open on this process (it is not retired while any are). */
   pins = 0;
@@ -135,7 +138,11 @@ export class ExecutorProcess {
   }
 
   send(header: object, body: Buffer | string | undefined, budgetMs: number, tag?: unknown): Promise<Frame> {
-    if (!this.alive) return Promise.reject(new LostError('unstarted'));
+    if (!this.alive || this.closing) return Promise.reject(new LostError('unstarted'));
+    return this.post(header, body, budgetMs, tag);
+  }
+
+  private post(header: object, body: Buffer | string | undefined, budgetMs: number, tag?: unknown): Promise<Frame> {
     const seq = (this.seq = (this.seq + 1) >>> 0);
     return new Promise<Frame>((resolve, reject) => {
       if (this.inflight === 0) this.headStartedAt = performance.now();
@@ -182,7 +189,8 @@ export class ExecutorProcess {
   }
 
   private die(): void {
-    if (!this.alive) return;
+    if (this.dead) return;
+    this.dead = true;
     this.alive = false;
     const lost = this.queue.slice(this.head);
     this.queue.length = 0;
@@ -193,9 +201,10 @@ export class ExecutorProcess {
 
   /** Closes every database cleanly and ends the process. */
   async close(): Promise<void> {
-    if (!this.alive) return;
+    if (!this.alive || this.closing) return;
+    this.closing = true;
     const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
-    await this.send({ op: 'close' }, undefined, 60_000).catch(() => {});
+    await this.post({ op: 'close' }, undefined, 60_000).catch(() => {});
     this.alive = false;
     this.channel.end();
     await Promise.race([exited, new Promise((r) => setTimeout(r, 5000).unref())]);

@@ -1,11 +1,11 @@
 // Decides which executor process runs what, fairly across tenants (repos). Work waits here, in a queue per
 // tenant, not in a process's pipe: tenants are served in turn (round robin, one job each per turn), no tenant
-// occupies more than `perTenant` processes at once, so another tenant always finds one; writes start only on an
-// idle process; reads pipeline a few deep, and a read caught behind a slow statement is hedged to another process.
+// occupies more than `perTenant` processes at once; writes start only on an idle process; reads pipeline about
+// 1 ms deep, and a read caught behind a slow statement is hedged to another process; waits are bounded (maxWait).
 // Nothing here throws out of a timer or a callback: a throw there would stop every org's server.
 import type { Frame } from './protocol.ts';
-import type { ExecutorLimits } from './handles.ts';
-import { ExecutorProcess, LostError } from './process.ts';
+import { type ExecutorProcess, LostError } from './process.ts';
+import { ProcessSet, SLOW_MS, type ProcessSetOptions } from './process-set.ts';
 import { Tenant, type Job } from './tenant.ts';
 
 export type { Job } from './tenant.ts';
@@ -16,23 +16,12 @@ export type { Job } from './tenant.ts';
  */
 const READ_DEPTH = 16;
 const PIPELINE_MS = 1;
-/** A statement running longer than this may be a long one: new work avoids its process, waiting reads are hedged. */
-const SLOW_MS = 20;
-/** How long a process that died young (it may not be able to start at all) waits before it is replaced. */
-const RESPAWN_PAUSE_MS = 200;
-/** An extra process (beyond `processes`) idle this long, while enough others are free, is closed. */
-const RETIRE_IDLE_MS = 5000;
 /** A queue not empty for this long is standing, not a burst (see maxWait). */
-export const STANDING_AFTER_MS = 100;
+export const STANDING_AFTER_MS = 500;
 /** The watchdog's period. */
 const TICK_MS = 10;
 
-export interface SchedulerOptions {
-  /** Processes free of slow statements that the scheduler keeps: one stuck on a slow statement is made up for. */
-  processes: number;
-  /** Processes in all, slow ones included. */
-  maxProcesses: number;
-  limits: ExecutorLimits;
+export interface SchedulerOptions extends Omit<ProcessSetOptions, 'onChange'> {
   /** Processes one tenant may occupy at once (the others stay free for other tenants). */
   perTenant: number;
   /** A job that could not start within this long is refused (QueueError 'timeout'). */
@@ -42,8 +31,6 @@ export interface SchedulerOptions {
   /** Jobs waiting at once, per tenant and in all; past them a new job is refused (QueueError 'full'). */
   maxQueuedPerTenant: number;
   maxQueued: number;
-  onRestart: (pid: number | undefined) => void;
-  onError: (e: unknown) => void;
 }
 
 /** A job refused before it started: nothing of it ran. */
@@ -75,83 +62,21 @@ export function waitedTooLong(waitedMs: number): QueueError {
 }
 
 export class Scheduler {
-  private readonly procs: ExecutorProcess[] = [];
+  private readonly procs: ProcessSet;
   private readonly tenants = new Map<string, Tenant>();
   /** Tenants with queued jobs, served in turn from `cursor`. */
   private readonly ring: Tenant[] = [];
   private cursor = 0;
   private queued = 0;
   private readonly watchdog: NodeJS.Timeout;
-  private spawnAfter = 0;
   private readonly opts: SchedulerOptions;
   closing = false;
   private pumpScheduled = false;
 
   constructor(opts: SchedulerOptions) {
     this.opts = opts;
-    for (let i = 0; i < opts.processes; i++) this.procs.push(this.spawn());
-    this.watchdog = setInterval(() => this.guard(() => this.tick()), TICK_MS).unref();
-  }
-
-  /** Runs a callback of a timer or an event: an error is reported, never thrown into the event loop. */
-  private guard(fn: () => void): void {
-    try {
-      fn();
-    } catch (e) {
-      this.opts.onError(e);
-    }
-  }
-
-  private spawn(): ExecutorProcess {
-    return new ExecutorProcess(this.opts.limits, (dead) => this.guard(() => this.replace(dead)), () => this.schedulePump());
-  }
-
-  private replace(dead: ExecutorProcess): void {
-    const i = this.procs.indexOf(dead);
-    if (i === -1 || this.closing) return;
-    for (const t of this.tenants.values()) t.onProcs.delete(dead);
-    this.opts.onRestart(dead.pid);
-    this.procs.splice(i, 1);
-    const now = performance.now();
-    // One that died young may not be able to start at all: replace it after a pause, not in a tight loop.
-    if (now - dead.spawnedAt < 1000) this.spawnAfter = now + RESPAWN_PAUSE_MS;
-    this.grow(now);
-  }
-
-  /** Keeps `processes` processes free of slow statements, spawning extra ones (up to `maxProcesses`). */
-  private grow(now: number): void {
-    if (this.closing || now < this.spawnAfter) return;
-    let free = this.procs.filter((p) => p.alive && p.runningFor(now) <= SLOW_MS).length;
-    let spawned = false;
-    while (free < this.opts.processes && this.procs.length < this.opts.maxProcesses) {
-      try {
-        this.procs.push(this.spawn());
-      } catch (e) {
-        this.opts.onError(e); // e.g. EAGAIN: the next tick tries again
-        break;
-      }
-      free++;
-      spawned = true;
-    }
-    if (spawned) this.pump();
-  }
-
-  /** Closes an extra process idle for a while, when enough others are free, and a retired one once idle. */
-  private shrink(now: number): void {
-    const retired = this.procs.find((p) => p.retire && p.inflight === 0 && p.pins === 0);
-    if (retired) {
-      this.procs.splice(this.procs.indexOf(retired), 1);
-      void retired.close();
-      this.grow(now);
-      return;
-    }
-    if (this.procs.length <= this.opts.processes) return;
-    const free = this.procs.filter((p) => p.alive && p.runningFor(now) <= SLOW_MS).length;
-    if (free <= this.opts.processes) return;
-    const idle = this.procs.find((p) => p.alive && p.inflight === 0 && p.pins === 0 && now - p.idleSince > RETIRE_IDLE_MS);
-    if (!idle) return;
-    this.procs.splice(this.procs.indexOf(idle), 1);
-    void idle.close();
+    this.procs = new ProcessSet({ ...opts, onChange: () => this.schedulePump() });
+    this.watchdog = setInterval(() => this.procs.guard(() => this.tick()), TICK_MS).unref();
   }
 
   /** Coalesces pumps: everything that arrived in one turn of the event loop leaves in one write per process. */
@@ -160,7 +85,7 @@ export class Scheduler {
     this.pumpScheduled = true;
     setImmediate(() => {
       this.pumpScheduled = false;
-      this.guard(() => this.pump());
+      this.procs.guard(() => this.pump());
     });
   }
 
@@ -203,11 +128,11 @@ export class Scheduler {
   private tick(): void {
     const now = performance.now();
     let hedged = false;
-    for (const p of this.procs) {
-      // Judged again after this turn's I/O: on a busy loop the reply may already sit unread in the pipe.
+    for (const p of this.procs.all) {
       const slow = p.runningFor(now) > SLOW_MS;
       p.yieldCpu(slow);
-      if (p.overBudget(now)) setImmediate(() => this.guard(() => p.overBudget(performance.now()) && p.killForTimeout()));
+      // Judged again after this turn's I/O: on a busy loop the reply may already sit unread in the pipe.
+      if (p.overBudget(now)) setImmediate(() => this.procs.guard(() => p.overBudget(performance.now()) && p.killForTimeout()));
       else if (slow) {
         for (const tag of p.waiting()) {
           const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs
@@ -220,8 +145,7 @@ export class Scheduler {
       }
     }
     this.expire(now);
-    this.grow(now);
-    this.shrink(now);
+    this.procs.maintain(now);
     if (hedged) this.pump();
   }
 
@@ -241,7 +165,7 @@ export class Scheduler {
   private pump(): void {
     if (this.queued === 0) return;
     const now = performance.now();
-    const ready = this.procs.filter((p) => p.alive && p.runningFor(now) <= SLOW_MS);
+    const ready = this.procs.free(now);
     if (ready.length === 0) return;
     // While a write waits, the least busy process takes no new reads, so it drains and the write can start.
     const reserved = this.ring.some((t) => t.writeWaiting() && t.onProcs.size < this.opts.perTenant)
@@ -326,19 +250,13 @@ export class Scheduler {
     return true;
   }
 
-  /** The process an interactive transaction will run on: the least busy free one. Unpin it with `unpin`. */
+  /** The process an interactive transaction will run on (see ProcessSet.pin). */
   pin(): ExecutorProcess | undefined {
-    const now = performance.now();
-    let best: ExecutorProcess | undefined;
-    for (const p of this.procs) {
-      if (p.alive && p.runningFor(now) <= SLOW_MS && (!best || p.inflight < best.inflight)) best = p;
-    }
-    if (best) best.pins++;
-    return best;
+    return this.procs.pin();
   }
 
   unpin(p: ExecutorProcess): void {
-    p.pins = Math.max(0, p.pins - 1);
+    this.procs.unpin(p);
   }
 
   /** Sends a message of a pinned transaction straight to its process; if that process died, the transaction is gone. */
@@ -358,13 +276,13 @@ export class Scheduler {
     };
   }
 
-  /** Sends one message to every live process (e.g. to forget a database); never a job, never hedged. */
+  /** Sends one message to every live process (e.g. to forget a database). */
   broadcast(header: object, budgetMs: number): Promise<unknown> {
-    return Promise.all(this.procs.map((p) => p.send(header, undefined, budgetMs).catch(() => undefined)));
+    return this.procs.broadcast(header, budgetMs);
   }
 
   pids(): (number | undefined)[] {
-    return this.procs.map((p) => p.pid);
+    return this.procs.all.map((p) => p.pid);
   }
 
   /** Jobs waiting for an executor, for metrics. */
@@ -384,6 +302,6 @@ export class Scheduler {
     }
     this.ring.length = 0;
     this.queued = 0;
-    await Promise.all(this.procs.map((p) => p.close()));
+    await this.procs.close();
   }
 }

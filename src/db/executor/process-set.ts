@@ -1,0 +1,122 @@
+// The executor processes: DB_EXECUTORS of them kept free of slow statements, extra ones while some are stuck, a dead
+// or retired one replaced. Every callback here runs guarded: an error is reported, never thrown into the event loop.
+import type { ExecutorLimits } from './handles.ts';
+import { ExecutorProcess } from './process.ts';
+
+/** A statement running longer than this may be a long one: its process does not count as free. */
+export const SLOW_MS = 20;
+/** How long a process that died young (it may not be able to start at all) waits before it is replaced. */
+const RESPAWN_PAUSE_MS = 200;
+/** An extra process idle this long, while enough others are free, is closed. */
+const RETIRE_IDLE_MS = 5000;
+
+export interface ProcessSetOptions {
+  /** Processes free of slow statements to keep. */
+  processes: number;
+  /** Processes in all, slow ones included. */
+  maxProcesses: number;
+  limits: ExecutorLimits;
+  onRestart: (pid: number | undefined) => void;
+  onError: (e: unknown) => void;
+  /** A process came or answered: work may go now. */
+  onChange: () => void;
+}
+
+export class ProcessSet {
+  readonly all: ExecutorProcess[] = [];
+  private readonly opts: ProcessSetOptions;
+  private spawnAfter = 0;
+  private closing = false;
+
+  constructor(opts: ProcessSetOptions) {
+    this.opts = opts;
+    for (let i = 0; i < opts.processes; i++) this.all.push(this.spawn());
+  }
+
+  /** Runs a callback of a timer or an event: an error is reported, never thrown into the event loop. */
+  guard(fn: () => void): void {
+    try {
+      fn();
+    } catch (e) {
+      this.opts.onError(e);
+    }
+  }
+
+  /** Alive and not running a slow statement. */
+  free(now: number): ExecutorProcess[] {
+    return this.all.filter((p) => p.alive && !p.closing && p.runningFor(now) <= SLOW_MS);
+  }
+
+  private spawn(): ExecutorProcess {
+    return new ExecutorProcess(this.opts.limits, (dead) => this.guard(() => this.replace(dead)), this.opts.onChange);
+  }
+
+  private replace(dead: ExecutorProcess): void {
+    const i = this.all.indexOf(dead);
+    if (i === -1 || this.closing) return; // retired on purpose, or closing
+    this.opts.onRestart(dead.pid);
+    this.all.splice(i, 1);
+    const now = performance.now();
+    // One that died young may not be able to start at all: replace it after a pause, not in a tight loop.
+    if (now - dead.spawnedAt < 1000) this.spawnAfter = now + RESPAWN_PAUSE_MS;
+    this.grow(now);
+  }
+
+  /** Keeps `processes` processes free, spawning extra ones (up to `maxProcesses`); closes extras no longer needed. */
+  maintain(now: number): void {
+    this.grow(now);
+    this.shrink(now);
+  }
+
+  private grow(now: number): void {
+    if (this.closing || now < this.spawnAfter) return;
+    let free = this.free(now).length;
+    let spawned = false;
+    while (free < this.opts.processes && this.all.length < this.opts.maxProcesses) {
+      try {
+        this.all.push(this.spawn());
+      } catch (e) {
+        this.opts.onError(e); // e.g. EAGAIN: the next tick tries again
+        break;
+      }
+      free++;
+      spawned = true;
+    }
+    if (spawned) this.opts.onChange();
+  }
+
+  /** Closes a retired process once idle, or an extra one idle for a while when enough others are free. */
+  private shrink(now: number): void {
+    const idle = (p: ExecutorProcess) => p.alive && !p.closing && p.inflight === 0 && p.pins === 0;
+    let gone = this.all.find((p) => p.retire && idle(p));
+    if (!gone && this.all.length > this.opts.processes && this.free(now).length > this.opts.processes) {
+      gone = this.all.find((p) => idle(p) && now - p.idleSince > RETIRE_IDLE_MS);
+    }
+    if (!gone) return;
+    this.all.splice(this.all.indexOf(gone), 1);
+    void gone.close();
+    this.grow(now);
+  }
+
+  /** The process an interactive transaction will run on: the least busy free one, kept until `unpin`. */
+  pin(): ExecutorProcess | undefined {
+    let best: ExecutorProcess | undefined;
+    for (const p of this.free(performance.now())) if (!best || p.inflight < best.inflight) best = p;
+    if (best) best.pins++;
+    return best;
+  }
+
+  unpin(p: ExecutorProcess): void {
+    p.pins = Math.max(0, p.pins - 1);
+  }
+
+  /** Sends one message to every live process (e.g. to forget a database): never a job, never hedged. */
+  broadcast(header: object, budgetMs: number): Promise<unknown> {
+    return Promise.all(this.all.map((p) => p.send(header, undefined, budgetMs).catch(() => undefined)));
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    await Promise.all(this.all.map((p) => p.close()));
+  }
+}
