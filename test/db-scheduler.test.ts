@@ -7,6 +7,7 @@ import { createServer } from 'node:net';
 import { call, spawnProduct, startProduct, tempDir, testEnv, type Product, type SpawnedProduct } from './helpers/product.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 import { ROOT_KEY } from './helpers/product.ts';
+import { newSecret } from './helpers/mirror.ts';
 
 const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
 
@@ -56,6 +57,36 @@ describe('no request stops the server (the process runs on its own)', () => {
     assert.equal(ready.status, 200);
     const status = await db('other', 'site', 'status', {});
     assert.equal(status.status, 200);
+  });
+});
+
+describe('the reference mirror re-bootstraps while its executors run a slow statement', () => {
+  test('migrations (each makes the mirror take a new snapshot and tell its executors to forget the old file) interleaved with runaway reads on the mirror', async (t) => {
+    const secret = newSecret();
+    const port = await freePort();
+    const p = await startProduct({
+      DB_MIRRORS: JSON.stringify([{ name: 'reference', url: `http://127.0.0.1:${port}/hook`, secret }]), MIRROR_PORT: String(port), MIRROR_SECRET: secret,
+      DB_MIRROR_MAX_BACKOFF_MS: '100', DB_QUERY_TIMEOUT_MS: '1000',
+    });
+    t.after(() => p.close());
+    const mirror = (body: unknown) => call(p.running.mirrorUrl!, p.config.baseDomain, '/web/_db/query', { body, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
+    const migrations: { id: string; sql: string }[] = [];
+    for (let i = 0; i < 4; i++) {
+      migrations.push({ id: `000${i}`, sql: `CREATE TABLE t${i}(x)` });
+      const migrated = await p.db('web', 'migrate', { migrations });
+      assert.equal(migrated.status, 200, migrated.text);
+      const caughtUp = await mirror({ sql: 'SELECT 1', minVersion: migrated.json.version });
+      assert.equal(caughtUp.status, 200, caughtUp.text);
+      const slow = mirror({ sql: RUNAWAY });
+      await pause(100);
+      migrations.push({ id: `000${i}b`, sql: `CREATE TABLE u${i}(x)` });
+      const next = await p.db('web', 'migrate', { migrations });
+      assert.equal(next.status, 200, next.text);
+      assert.equal((await mirror({ sql: 'SELECT 1', minVersion: next.json.version })).status, 200, 'the mirror re-bootstrapped while the slow read ran');
+      const stopped = await slow;
+      assert.ok([422, 404].includes(stopped.status), `the slow read ends with a SPEC error (${stopped.status} ${stopped.text})`);
+    }
+    assert.equal((await p.db('site', 'execute', { sql: 'SELECT 1' }, { org: 'other' })).status, 200, 'the server still serves');
   });
 });
 
