@@ -8,9 +8,12 @@ import { printJson, table, usageError, wireValue } from './output.ts';
 
 type SqlOptions = TargetOptions & { params?: string; file?: string };
 
-/** `[org/repo] [sql]`: with one positional it is the SQL. */
+const REPO_PATH = /^[a-z0-9][a-z0-9-]*\/[a-z0-9][a-z0-9._-]*$/i;
+
+/** `[org/repo] [sql]`: one positional is the SQL, unless it can only be a repo (no SQL reads `acme/web`). */
 function repoAndSql(first: string | undefined, second: string | undefined): { repo?: string; sql?: string } {
-  return second === undefined ? { sql: first } : { repo: first, sql: second };
+  if (second !== undefined) return { repo: first, sql: second };
+  return first !== undefined && REPO_PATH.test(first) ? { repo: first } : { sql: first };
 }
 
 export function parseParams(raw: string | undefined): Params | undefined {
@@ -102,8 +105,7 @@ export function addDatabaseCommands(program: Command): void {
     .option('--file <file>', 'read the statements from a file (- for standard input); all commit or none do')
     .option('--params <json>', 'parameters: a JSON array for ? or an object for :name'))
     .action(async (first: string | undefined, second: string | undefined, opts: SqlOptions) => {
-      let { repo, sql } = repoAndSql(first, second);
-      if (opts.file !== undefined && sql !== undefined && second === undefined) [repo, sql] = [sql, undefined];
+      const { repo, sql } = repoAndSql(first, second);
       if ((sql === undefined) === (opts.file === undefined)) throw usageError('give the SQL as an argument or --file, one of them');
       const statements = opts.file !== undefined ? readSqlFile(opts.file) : [sql!];
       const params = parseParams(opts.params);
