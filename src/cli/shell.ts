@@ -85,9 +85,12 @@ export function addShellCommand(program: Command): void {
         failures++;
         process.stderr.write(`${explain(e, t).message}\n`);
       };
+      // Ctrl-C drops what is typed so far; on an empty prompt it leaves.
       rl.on('SIGINT', () => {
-        if (buffer === '') return rl.close();
+        if (buffer === '' && rl.line === '') return rl.close();
         buffer = '';
+        rl.write(null, { ctrl: true, name: 'e' });
+        rl.write(null, { ctrl: true, name: 'u' });
         process.stdout.write('\n');
         rl.setPrompt(`${name}> `);
         prompt();
