@@ -89,7 +89,12 @@ export function addDatabaseCommands(program: Command): void {
     .usage('[options] [org/repo] <sql>')
     .argument('[org/repo]', 'the repo (or --repo / --org)')
     .argument('[sql]', 'the SQL (required), e.g. "SELECT * FROM todos WHERE id = ?"')
-    .option('--params <json>', 'parameters: a JSON array for ? or an object for :name'))
+    .option('--params <json>', 'parameters: a JSON array for ? or an object for :name')
+    .addHelpText('after', `
+Examples:
+  scopebase query acme/web "SELECT * FROM todos"
+  scopebase query --url http://acme.localhost:8080/web "SELECT * FROM todos WHERE id = ?" --params '[1]'
+  scopebase query acme/web "SELECT count(*) AS n FROM todos" --json`))
     .action(async (first: string | undefined, second: string | undefined, opts: SqlOptions) => {
       const { repo, sql } = repoAndSql(first, second);
       if (sql === undefined) throw usageError('give the SQL: scopebase query acme/web "SELECT ..."');
@@ -103,7 +108,11 @@ export function addDatabaseCommands(program: Command): void {
     .argument('[org/repo]', 'the repo (or --repo / --org)')
     .argument('[sql]', 'the SQL, e.g. "INSERT INTO todos(title) VALUES (?)"')
     .option('--file <file>', 'read the statements from a file (- for standard input); all commit or none do')
-    .option('--params <json>', 'parameters: a JSON array for ? or an object for :name'))
+    .option('--params <json>', 'parameters: a JSON array for ? or an object for :name')
+    .addHelpText('after', `
+Examples:
+  scopebase execute acme/web "INSERT INTO todos(title) VALUES (?)" --params '["write docs"]'
+  scopebase execute acme/web --file seed.sql`))
     .action(async (first: string | undefined, second: string | undefined, opts: SqlOptions) => {
       const { repo, sql } = repoAndSql(first, second);
       if ((sql === undefined) === (opts.file === undefined)) throw usageError('give the SQL as an argument or --file, one of them');
@@ -115,7 +124,11 @@ export function addDatabaseCommands(program: Command): void {
 
   addTargetOptions(program.command('status')
     .description("show a repo's database: version, size, tables with row counts, migrations, mirrors, and the repo's databases")
-    .argument('[org/repo]', 'the repo (or --repo / --org)'))
+    .argument('[org/repo]', 'the repo (or --repo / --org)')
+    .addHelpText('after', `
+Examples:
+  scopebase status acme/web
+  scopebase status --org acme --repo web --database analytics --json`))
     .action(async (repo: string | undefined, opts: TargetOptions) => {
       const t = connect(opts, repo);
       const s = await attempt(t, () => t.client.status());

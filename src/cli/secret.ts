@@ -46,6 +46,9 @@ export function addSecretCommand(program: Command): void {
     .command('secret')
     .description("print a repo's shared secret (SPEC 4.1), derived from RUNTIME_ROOT_KEY or the development key in DATA_DIR (created there if missing, as `start` would)")
     .argument('<org/repo>', 'the repo, e.g. acme/web')
+    .addHelpText('after', `
+Example:
+  curl -H "Authorization: Bearer $(npx scopebase secret acme/web)" -d '{}' http://acme.localhost:8080/web/_db/status`)
     .action((target: string) => {
       const { org, repo } = parseRepoPath(target);
       const config = loadConfig();

@@ -66,7 +66,8 @@ async function dotCommand(t: Target, line: string): Promise<boolean> {
 export function addShellCommand(program: Command): void {
   addTargetOptions(program.command('shell')
     .description("an interactive SQL prompt against a repo's database, with history (.help lists the dot commands)")
-    .argument('[org/repo]', 'the repo (or --repo / --org)'))
+    .argument('[org/repo]', 'the repo (or --repo / --org)')
+    .addHelpText('after', `\nIn the shell:\n${HELP.replace(/^/gm, '  ').trimEnd()}\nHistory is kept in ~/.scopebase_history (SCOPEBASE_HISTORY); piped input runs as a script.\n\nExample:\n  scopebase shell acme/web`))
     .action(async (repo: string | undefined, opts: TargetOptions) => {
       const t = connect(opts, repo);
       const first = await attempt(t, () => t.client.status()); // fail now, with the usual one line, if it cannot connect
