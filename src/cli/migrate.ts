@@ -21,7 +21,11 @@ export function addMigrateCommand(program: Command): void {
     .description("apply a folder of NNNN_name.sql migration files (drizzle-kit / wrangler layout) in file-name order; each id is the file name without .sql; files it will not use are named with the reason")
     .argument('<dir>', 'the folder, e.g. ./migrations')
     .argument('[org/repo]', 'the repo (or --repo / --org)')
-    .option('--dry-run', 'show the SQL of the pending migrations and check them in a rolled-back transaction; changes nothing'))
+    .option('--dry-run', 'show the SQL of the pending migrations and check them in a rolled-back transaction; changes nothing')
+    .addHelpText('after', `
+Examples:
+  scopebase migrate ./migrations acme/web --dry-run
+  scopebase migrate ./drizzle --url http://acme.localhost:8080 --repo web`))
     .action(async (dir: string, repo: string | undefined, opts: TargetOptions & { dryRun?: boolean }) => {
       const folder = await readFolder(dir);
       for (const s of folder.skipped) process.stderr.write(`skipped ${s.file}: ${s.reason}\n`);
