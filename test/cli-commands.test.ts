@@ -139,7 +139,7 @@ test('migrate names the files it will not use, --dry-run shows the SQL, a folder
   const before = JSON.parse((await cli(['status', 'acme/web', '--json'])).stdout);
   assert.equal(before.migrations.applied, 0, 'a dry run changes nothing');
 
-  const real = await cli(['migrate', dir, 'acme/web', '--json']);
+  const real = await cli(['migrate', 'acme/web', dir, '--json']); // either order of folder and repo
   assert.equal(real.code, 0, real.stderr);
   const r = JSON.parse(real.stdout);
   assert.deepEqual(r.applied, ['0001_projects']);

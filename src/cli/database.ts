@@ -8,7 +8,8 @@ import { printJson, table, usageError, wireValue } from './output.ts';
 
 type SqlOptions = TargetOptions & { params?: string; file?: string };
 
-const REPO_PATH = /^[a-z0-9][a-z0-9-]*\/[a-z0-9][a-z0-9._-]*$/i;
+/** What a positional `org/repo` looks like (no SQL or folder name a user types reads like this). */
+export const REPO_PATH = /^[a-z0-9][a-z0-9-]*\/[a-z0-9][a-z0-9._-]*$/i;
 
 /** `[org/repo] [sql]`: one positional is the SQL, unless it can only be a repo (no SQL reads `acme/web`). */
 function repoAndSql(first: string | undefined, second: string | undefined): { repo?: string; sql?: string } {

@@ -1,9 +1,11 @@
 // `scopebase migrate <dir>`: sends a folder of NNNN_name.sql files (drizzle-kit / wrangler layout) in file-name
 // order (SPEC 4.6), naming every file it will not use and why; `--dry-run` shows the SQL and applies nothing.
+import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
 import { readMigrationFolder, type MigrationFolder } from '../client/index.ts';
 import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
 import { CliError, EXIT, printJson, usageError } from './output.ts';
+import { REPO_PATH } from './database.ts';
 
 async function readFolder(dir: string): Promise<MigrationFolder> {
   try {
@@ -27,6 +29,7 @@ Examples:
   scopebase migrate ./migrations acme/web --dry-run
   scopebase migrate ./drizzle --url http://acme.localhost:8080 --repo web`))
     .action(async (dir: string, repo: string | undefined, opts: TargetOptions & { dryRun?: boolean }) => {
+      if (repo !== undefined && REPO_PATH.test(dir) && !existsSync(dir)) [dir, repo] = [repo, dir]; // `migrate acme/web ./migrations`
       const folder = await readFolder(dir);
       for (const s of folder.skipped) process.stderr.write(`skipped ${s.file}: ${s.reason}\n`);
       if (folder.migrations.length === 0) {
