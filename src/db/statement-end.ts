@@ -47,13 +47,14 @@ function terminatedEnd(sql: string): number | null {
   return null;
 }
 
+/** Comments, spaces and `;`: what does not make a statement. */
+const BLANK = /--[^\n]*(\n|$)|\/\*[\s\S]*?(\*\/|$)|[\s;]+/g;
+
 /** True when the text holds more than one statement (comments, spaces and `;` after the first do not count). */
 export function hasSecondStatement(sql: string): boolean {
   const rest = sql.slice(firstStatementEnd(sql));
-  return rest.replace(/--[^\n]*(\n|$)|\/\*[\s\S]*?(\*\/|$)|[\s;]+/g, '') !== '';
+  return rest.replace(BLANK, '') !== '';
 }
-
-const BLANK = /--[^\n]*(\n|$)|\/\*[\s\S]*?(\*\/|$)|[\s;]+/g;
 
 /** The complete (`;`-ended) statements of a text, and the unfinished rest (the CLI's --file and shell). */
 export function splitStatements(sql: string): { statements: string[]; rest: string } {
