@@ -213,6 +213,15 @@ test('exit 1 when the server says no, 3 when it cannot be reached, 78 for config
   oneLine(down, /cannot reach http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\): is scopebase running\? Start it with `npx scopebase start`, or pass --url/);
   const downViaPort = await cli(['query', 'acme/web', 'SELECT 1'], { PORT: deadPort });
   assert.equal(downViaPort.code, 3);
+  const silent = createServer((socket) => socket.on('data', () => {})); // accepts, never answers
+  await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+  try {
+    const slow = await cli(['status', 'acme/web', '--url', `http://127.0.0.1:${(silent.address() as { port: number }).port}`, '--timeout', '300']);
+    assert.equal(slow.code, 3);
+    oneLine(slow, /did not answer in time/);
+  } finally {
+    await new Promise((r) => silent.close(r));
+  }
 
   const noKey = await cli(['status', 'acme/web'], { RUNTIME_ROOT_KEY: '', DATA_DIR: join(work, 'empty') });
   assert.equal(noKey.code, 78);
