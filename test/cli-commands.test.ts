@@ -117,6 +117,8 @@ test('execute --file runs every statement of the file as one transaction', async
   oneLine(failed, /409 constraint_violation/);
   const rows = JSON.parse((await cli(['query', 'acme/web', 'SELECT name FROM tags ORDER BY name', '--json'])).stdout).rows;
   assert.deepEqual(rows, [['a;b'], ['c']], 'nothing of the failed file remains');
+  const piped = await cli(['execute', 'acme/web', '--file', '-', '--json'], {}, "INSERT INTO tags VALUES ('e');");
+  assert.equal(JSON.parse(piped.stdout).results[0].rowsAffected, 1, '--file - reads standard input');
 });
 
 test('migrate names the files it will not use, --dry-run shows the SQL, a folder without migrations is an error', async () => {
