@@ -2,7 +2,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'data/', 'test-artifacts/', 'bench/results/'] },
+  { ignores: ['node_modules/', 'data/', 'test-artifacts/', 'bench/results/', 'dist/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   // The D1 peer's Worker runs in workerd, where the Fetch API types are globals.

@@ -6,4 +6,5 @@ import { compileCacheDir } from '../src/shared/compile-cache.js';
 
 const cacheDir = compileCacheDir();
 if (cacheDir) enableCompileCache(cacheDir);
-await import('../src/cli/main.ts');
+const { run } = await import('../src/cli/main.ts');
+await run(process.argv.slice(2));

@@ -80,9 +80,9 @@ test('the TypeScript client: migrate, execute, query, status, and errors as Scop
     const db = createClient({ baseUrl: `${p.url}/web`, secret: p.secret('acme', 'web'), fetch: hostFetch });
     assert.deepEqual((await db.migrate([{ id: '1', sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)' }])).applied, ['1']);
     const w = await db.execute('INSERT INTO t(v) VALUES (?)', ['x']);
-    assert.equal(w.results[0]!.lastInsertRowid, 1);
+    assert.equal(w.lastInsertRowid, 1);
     const r = await db.query('SELECT v FROM t');
-    assert.deepEqual(r.results[0]!.rows, [['x']]);
+    assert.deepEqual(r.values, [['x']]);
     assert.equal((await db.status()).version, 2);
     await assert.rejects(db.query('SELECT * FROM nope'), (e: unknown) => e instanceof ScopebaseError && e.status === 400 && e.code === 'sql_error');
   } finally {

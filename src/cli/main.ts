@@ -1,48 +1,87 @@
-// The `scopebase` command: one entry, one file per command.
+// The `scopebase` command (SPEC 10), on commander: the most used Node argument parser, no dependencies of its own,
+// and `<command> --help` and `help <command>` come from one description per command, so they cannot drift apart.
+import { readFileSync } from 'node:fs';
 import { flushCompileCache } from 'node:module';
+import { Argument, Command, CommanderError } from 'commander';
 import { ConfigError } from '../shared/config.ts';
+import { CliError, EXIT } from './output.ts';
+import { addSecretCommand } from './secret.ts';
+import { addDatabaseCommands } from './database.ts';
+import { addMigrateCommand } from './migrate.ts';
+import { addShellCommand } from './shell.ts';
+import { addRotateKeysCommand } from './rotate-keys.ts';
 
-const commands: Record<string, { summary: string; run: (args: string[]) => Promise<number | void> }> = {
-  start: { summary: 'run every part in one process (the default of npm start)', run: async () => (await import('./start.ts')).startCommand(['all']) },
-  serve: { summary: 'serve proxy|db|account|mirror: run one part as its own process', run: async (a) => (await import('./start.ts')).startCommand(a) },
-  secret: { summary: 'secret org/repo: print the repo\'s shared secret (SPEC 4.1)', run: async (a) => (await import('./secret.ts')).secretCommand(a) },
-  migrate: { summary: 'migrate <dir> --url URL --repo org/repo [--database D] [--dry-run]: apply NNNN_name.sql files', run: async (a) => (await import('./migrate.ts')).migrateCommand(a) },
-  'rotate-keys': { summary: 're-seal every stored credential under the current ACCOUNT_ENCRYPTION_KEYS key', run: async (a) => (await import('./rotate-keys.ts')).rotateKeysCommand(a) },
-};
+const FOOTER = `
+Exit codes: 0 success, 1 the server said no, 2 usage error, 3 cannot reach the server, 78 configuration error.
+Commands that talk to a running instance read SCOPEBASE_URL, SCOPEBASE_REPO, SCOPEBASE_DATABASE and
+SCOPEBASE_SECRET when their option is not given, and PORT, BASE_DOMAIN, RUNTIME_ROOT_KEY and DATA_DIR as the
+server does. Reference: docs/cli.md.`;
 
-function usage(): string {
-  const lines = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(12)} ${c.summary}`);
-  return `usage: scopebase <command> [args]\n\n${lines.join('\n')}\n`;
+function version(): string {
+  return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 }
 
-async function main(argv: string[]): Promise<number> {
-  const [name, ...args] = argv;
-  if (name === undefined || name === 'help' || name === '--help' || name === '-h') {
-    process.stdout.write(usage());
-    return name === undefined ? 2 : 0;
-  }
-  const command = commands[name];
-  if (!command) {
-    process.stderr.write(`scopebase: unknown command ${JSON.stringify(name)}\n\n${usage()}`);
-    return 2;
+async function start(part: 'all' | 'proxy' | 'db' | 'account' | 'mirror'): Promise<void> {
+  const { startCommand } = await import('./start.ts'); // the server's code loads only when a server starts
+  await startCommand(part);
+  flushCompileCache(); // a started server has loaded its code now; it may end by SIGKILL and never reach the exit-time write
+}
+
+export function buildProgram(): Command {
+  const program = new Command('scopebase')
+    .description('a database and sign-in for every repository: run the server, and work with a repo\'s database')
+    .version(version(), '-v, --version')
+    .exitOverride()
+    .showHelpAfterError('(add --help for usage)')
+    .addHelpText('after', FOOTER);
+  // Server
+  program.command('start')
+    .description('run every part in one process (what `npm start` runs); the banner prints the URL and a curl line')
+    .action(() => start('all'));
+  program.command('serve')
+    .description('run one part as its own process: proxy, db, account or mirror (the proxy finds the others with DB_SERVICE_URL and ACCOUNT_SERVICE_URL)')
+    .addArgument(new Argument('<part>', 'the part to run').choices(['proxy', 'db', 'account', 'mirror']))
+    .action((part: 'proxy' | 'db' | 'account' | 'mirror') => start(part));
+  addSecretCommand(program);
+  addRotateKeysCommand(program);
+  // A repo's database
+  addDatabaseCommands(program);
+  addShellCommand(program);
+  addMigrateCommand(program);
+  return program;
+}
+
+/** Runs the CLI; resolves to the exit code. Every ordinary failure is one line on stderr. */
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  if (argv.length === 0) {
+    program.outputHelp({ error: true });
+    return EXIT.usage;
   }
   try {
-    const code = await command.run(args);
-    flushCompileCache(); // a started server has loaded its code now; it may end by SIGKILL and never reach the exit-time write
-    return typeof code === 'number' ? code : 0;
+    await program.parseAsync(argv, { from: 'user' });
+    return EXIT.ok;
   } catch (e) {
+    if (e instanceof CommanderError) return e.exitCode === 0 ? EXIT.ok : EXIT.usage; // commander printed the message
+    if (e instanceof CliError) {
+      process.stderr.write(`scopebase: ${e.message}\n`);
+      return e.exitCode;
+    }
     if (e instanceof ConfigError) {
       process.stderr.write(`scopebase: configuration error: ${e.message}\n`);
-      return 78;
+      return EXIT.config;
     }
-    throw e;
+    // A bug, not an ordinary failure: say so in one line; the stack only when asked for.
+    process.stderr.write(`scopebase: unexpected error: ${(e as Error).message ?? e} (run with SCOPEBASE_DEBUG=1 for details)\n`);
+    if (process.env.SCOPEBASE_DEBUG) process.stderr.write(`${(e as Error).stack}\n`);
+    return EXIT.refused;
   }
 }
 
-main(process.argv.slice(2)).then((code) => {
-  // A failure ends the process even if a part started before it left handles open; a started server keeps running.
+/** The process's entry: a failure ends the process even if a part started before it left handles open; a started server keeps running. */
+export async function run(argv: string[]): Promise<void> {
+  const code = await main(argv);
   if (code !== 0) process.exit(code);
-}, (e) => {
-  process.stderr.write(`scopebase: ${(e as Error).stack ?? e}\n`);
-  process.exit(1);
-});
+}
+
+if (import.meta.main) await run(process.argv.slice(2));

@@ -1,47 +1,52 @@
-// `scopebase migrate <dir>`: sends a folder of NNNN_name.sql files (drizzle-kit / wrangler layout) in file-name order.
-import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { parseArgs } from 'node:util';
-import { request } from 'undici';
-import { loadConfig } from '../shared/config.ts';
-import { repoSecret } from '../shared/secrets.ts';
+// `scopebase migrate <dir>`: sends a folder of NNNN_name.sql files (drizzle-kit / wrangler layout) in file-name
+// order (SPEC 4.6), naming every file it will not use and why; `--dry-run` shows the SQL and applies nothing.
+import { existsSync } from 'node:fs';
+import type { Command } from 'commander';
+import { readMigrationFolder, type MigrationFolder } from '../client/index.ts';
+import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
+import { CliError, EXIT, printJson, usageError } from './output.ts';
+import { REPO_PATH } from './database.ts';
 
-const USAGE = `usage: scopebase migrate <dir> --repo org/repo [--url http://127.0.0.1:8080] [--database main] [--secret S] [--dry-run]
-  Reads <dir>/NNNN_name.sql in file-name order; the id of each migration is its file name without .sql.
-  Without --secret, the secret is derived from RUNTIME_ROOT_KEY (or the development key in DATA_DIR).\n`;
-
-export async function migrateCommand(args: string[]): Promise<number> {
-  let parsed;
+async function readFolder(dir: string): Promise<MigrationFolder> {
   try {
-    parsed = parseArgs({ args, allowPositionals: true, options: { repo: { type: 'string' }, url: { type: 'string' }, database: { type: 'string' }, secret: { type: 'string' }, 'dry-run': { type: 'boolean' } } });
+    return await readMigrationFolder(dir);
   } catch (e) {
-    process.stderr.write(`${(e as Error).message}\n${USAGE}`);
-    return 2;
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw usageError(`no folder ${dir}: give the folder of NNNN_name.sql files, e.g. scopebase migrate ./migrations`);
+    if (code === 'ENOTDIR') throw usageError(`${dir} is a file: give the folder that holds the NNNN_name.sql files`);
+    throw usageError(`cannot read ${dir}: ${code ?? (e as Error).message}`);
   }
-  const [dir] = parsed.positionals;
-  const [org, repo] = (parsed.values.repo ?? '').toLowerCase().split('/');
-  if (!dir || !org || !repo) {
-    process.stderr.write(USAGE);
-    return 2;
-  }
-  const files = readdirSync(dir).filter((f) => /^\d+_.+\.sql$/.test(f)).sort();
-  const migrations = files.map((f) => ({ id: f.slice(0, -4), sql: readFileSync(join(dir, f), 'utf8') }));
-  process.stderr.write(`read ${migrations.length} migration file(s) from ${dir}\n`);
-  const config = loadConfig();
-  const secret = parsed.values.secret ?? repoSecret(config.rootKeys[0]!, org, repo);
-  const base = parsed.values.url ?? `http://127.0.0.1:${config.port}`;
-  const res = await request(`${base.replace(/\/+$/, '')}/${repo}/_db/migrate`, {
-    method: 'POST',
-    headers: { host: `${org}.${config.baseDomain}:${new URL(base).port || 80}`, authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ migrations, dryRun: parsed.values['dry-run'] === true, ...(parsed.values.database ? { database: parsed.values.database } : {}) }),
-  });
-  const body = (await res.body.json()) as Record<string, unknown> & { error?: { code: string; message: string } };
-  if (res.statusCode !== 200) {
-    process.stderr.write(`migrate failed: ${res.statusCode} ${body.error?.code}: ${body.error?.message}\n`);
-    return 1;
-  }
-  const applied = body.applied as string[];
-  const verb = body.dryRun ? 'would apply' : 'applied';
-  process.stdout.write(`${verb} ${applied.length}: ${applied.join(', ') || '(none)'}; already applied ${(body.alreadyApplied as string[]).length}; version ${body.version}\n`);
-  return 0;
+}
+
+export function addMigrateCommand(program: Command): void {
+  addTargetOptions(program.command('migrate')
+    .description("apply a folder of NNNN_name.sql migration files (drizzle-kit / wrangler layout) in file-name order; each id is the file name without .sql; files it will not use are named with the reason")
+    .argument('<dir>', 'the folder, e.g. ./migrations')
+    .argument('[org/repo]', 'the repo (or --repo / --org)')
+    .option('--dry-run', 'show the SQL of the pending migrations and check them in a rolled-back transaction; changes nothing')
+    .addHelpText('after', `
+Examples:
+  scopebase migrate ./migrations acme/web --dry-run
+  scopebase migrate ./drizzle --url http://acme.localhost:8080 --repo web`))
+    .action(async (dir: string, repo: string | undefined, opts: TargetOptions & { dryRun?: boolean }) => {
+      if (repo !== undefined && REPO_PATH.test(dir) && !existsSync(dir)) [dir, repo] = [repo, dir]; // `migrate acme/web ./migrations`
+      const folder = await readFolder(dir);
+      for (const s of folder.skipped) process.stderr.write(`skipped ${s.file}: ${s.reason}\n`);
+      if (folder.migrations.length === 0) {
+        throw new CliError(EXIT.usage, `no migration files in ${dir}: name them NNNN_name.sql (e.g. 0001_init.sql)${folder.skipped.length ? `; ${folder.skipped.length} other file(s) skipped as listed above` : ''}`);
+      }
+      const t = connect(opts, repo);
+      process.stderr.write(`read ${folder.migrations.length} migration file(s) from ${dir}\n`);
+      const list = folder.migrations.map(({ id, sql }) => ({ id, sql }));
+      const r = await attempt(t, () => t.client.migrate(list, { dryRun: opts.dryRun === true }));
+      if (t.json) return printJson({ ...r, skipped: folder.skipped });
+      if (r.dryRun) {
+        for (const id of r.applied) {
+          const m = folder.migrations.find((x) => x.id === id)!;
+          process.stdout.write(`-- ${m.file}\n${m.sql.trimEnd()}\n\n`);
+        }
+      }
+      const verb = r.dryRun ? 'would apply' : 'applied';
+      process.stdout.write(`${verb} ${r.applied.length}: ${r.applied.join(', ') || '(none)'}; already applied ${r.alreadyApplied.length}; version ${r.version}\n`);
+    });
 }

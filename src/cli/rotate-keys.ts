@@ -3,10 +3,10 @@
 import { loadConfig } from '../shared/config.ts';
 import { CredentialStore } from '../account/credentials/store.ts';
 import { SealError } from '../account/credentials/seal.ts';
+import type { Command } from 'commander';
+import { CliError, EXIT } from './output.ts';
 
-const USAGE = `usage: scopebase rotate-keys
-
-Re-seals every plugin credential in DATA_DIR/credentials.sqlite under the first key of
+const DETAILS = `Re-seals every plugin credential in DATA_DIR/credentials.sqlite under the first key of
 ACCOUNT_ENCRYPTION_KEYS. Every key that sealed a stored record must still be listed.
 Step by step: put the new key first (ACCOUNT_ENCRYPTION_KEYS=new,old), restart the service,
 run rotate-keys, then remove the old key and restart again.
@@ -80,17 +80,15 @@ export async function rotateKeys(opts: RotateOptions = {}): Promise<RotateResult
   return result;
 }
 
-export async function rotateKeysCommand(args: string[]): Promise<number> {
-  if (args.includes('--help') || args.includes('-h')) {
-    process.stdout.write(USAGE);
-    return 0;
-  }
-  if (args.length > 0) {
-    process.stderr.write(USAGE);
-    return 2;
-  }
-  const r = await rotateKeys();
-  const extra = (r.gone > 0 ? `, ${r.gone} deleted meanwhile` : '') + (r.failed > 0 ? `, ${r.failed} could not be opened` : '');
-  process.stdout.write(`re-sealed ${r.resealed}, already current ${r.current}${extra}\n`);
-  return r.failed > 0 ? 1 : 0;
+export function addRotateKeysCommand(program: Command): void {
+  program
+    .command('rotate-keys')
+    .description('re-seal every stored plugin credential under the current (first) ACCOUNT_ENCRYPTION_KEYS key')
+    .addHelpText('after', `\n${DETAILS}`)
+    .action(async () => {
+      const r = await rotateKeys();
+      const extra = (r.gone > 0 ? `, ${r.gone} deleted meanwhile` : '') + (r.failed > 0 ? `, ${r.failed} could not be opened` : '');
+      process.stdout.write(`re-sealed ${r.resealed}, already current ${r.current}${extra}\n`);
+      if (r.failed > 0) throw new CliError(EXIT.refused, `${r.failed} credential(s) could not be opened: list every key that sealed them in ACCOUNT_ENCRYPTION_KEYS and run rotate-keys again`);
+    });
 }

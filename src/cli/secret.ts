@@ -1,16 +1,57 @@
-// `scopebase secret org/repo`: prints the repo's shared secret, derived from the current root key.
-import { loadConfig } from '../shared/config.ts';
+// `scopebase secret org/repo` prints a repo's shared secret; the other commands derive their default --secret the
+// same way (SPEC 4.1), from RUNTIME_ROOT_KEY or the development key in DATA_DIR.
+import { existsSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { Command } from 'commander';
+import { ConfigError, loadConfig } from '../shared/config.ts';
 import { isOrgName, isRepoName } from '../shared/names.ts';
-import { repoSecret } from '../shared/secrets.ts';
+import { parseRootKeys, repoSecret } from '../shared/secrets.ts';
+import { usageError } from './output.ts';
 
-export async function secretCommand(args: string[]): Promise<number> {
-  const [target] = args;
-  const [org, repo] = (target ?? '').toLowerCase().split('/');
-  if (args.length !== 1 || org === undefined || repo === undefined || !isOrgName(org) || !isRepoName(repo)) {
-    process.stderr.write('usage: scopebase secret org/repo   (names as in SPEC 2, e.g. acme/web)\n');
-    return 2;
+/** Splits `org/repo` (lowercased), or fails with a usage error naming the rule. */
+export function parseRepoPath(value: string): { org: string; repo: string } {
+  const [org, repo, ...more] = value.toLowerCase().split('/');
+  if (more.length > 0 || !org || !repo || !isOrgName(org) || !isRepoName(repo)) {
+    throw usageError(`${JSON.stringify(value)} is not org/repo (names as in SPEC 2, e.g. acme/web)`);
   }
-  const config = loadConfig();
-  process.stdout.write(repoSecret(config.rootKeys[0]!, org, repo) + '\n');
-  return 0;
+  return { org, repo };
+}
+
+/** The secret the server would expect, without creating a key: a client command must not invent one. */
+export function derivedSecret(org: string, repo: string, env: Record<string, string | undefined> = process.env): string {
+  const raw = env.RUNTIME_ROOT_KEY;
+  let keys;
+  if (raw) {
+    try {
+      keys = parseRootKeys(raw);
+    } catch (e) {
+      throw new ConfigError(`RUNTIME_ROOT_KEY: ${(e as Error).message}`);
+    }
+  } else {
+    const file = join(resolve(env.DATA_DIR || './data'), 'runtime-root.key');
+    if (!existsSync(file)) {
+      throw new ConfigError(`no secret for ${org}/${repo}: pass --secret (print it with \`npx scopebase secret ${org}/${repo}\` where the server runs), or set RUNTIME_ROOT_KEY or DATA_DIR as the server has them (no key in ${file})`);
+    }
+    try {
+      keys = parseRootKeys(readFileSync(file, 'utf8').trim());
+    } catch (e) {
+      throw new ConfigError(`RUNTIME_ROOT_KEY: the generated key file ${file} is damaged: ${(e as Error).message}`);
+    }
+  }
+  return repoSecret(keys[0]!, org, repo);
+}
+
+export function addSecretCommand(program: Command): void {
+  program
+    .command('secret')
+    .description("print a repo's shared secret (SPEC 4.1), derived from RUNTIME_ROOT_KEY or the development key in DATA_DIR (created there if missing, as `start` would)")
+    .argument('<org/repo>', 'the repo, e.g. acme/web')
+    .addHelpText('after', `
+Example:
+  curl -H "Authorization: Bearer $(npx scopebase secret acme/web)" -d '{}' http://acme.localhost:8080/web/_db/status`)
+    .action((target: string) => {
+      const { org, repo } = parseRepoPath(target);
+      const config = loadConfig();
+      process.stdout.write(repoSecret(config.rootKeys[0]!, org, repo) + '\n');
+    });
 }

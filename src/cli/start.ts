@@ -11,7 +11,6 @@ import { listenReferenceMirror, startMirrorDelivery } from '../mirror/wiring.ts'
 import { accountAlone, accountForProxy } from '../account/wiring.ts';
 
 export type Part = 'all' | 'proxy' | 'db' | 'account' | 'mirror';
-const PARTS: Part[] = ['all', 'proxy', 'db', 'account', 'mirror'];
 
 export interface Running {
   part: Part;
@@ -95,15 +94,25 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
   return { main, url, mirrorUrl };
 }
 
-export async function startCommand(args: string[]): Promise<number> {
-  const part = (args[0] ?? 'all') as Part;
-  if (!PARTS.includes(part) || args.length > 1) {
-    process.stderr.write(`usage: scopebase serve ${PARTS.filter((p) => p !== 'all').join('|')}\n`);
-    return 2;
-  }
+/** A port already taken, named by the variable that sets it (one line instead of a stack trace). */
+function portInUse(e: unknown, config: Config): ConfigError | null {
+  const err = e as { code?: string; port?: number; address?: string };
+  if (err?.code !== 'EADDRINUSE' && err?.code !== 'EACCES') return null;
+  const names = [['PORT', config.port], ['ADMIN_PORT', config.adminPort], ['MIRROR_PORT', config.mirror.port]] as const;
+  const name = names.find(([, port]) => port === err.port)?.[0] ?? 'PORT';
+  const why = err.code === 'EADDRINUSE' ? 'is already in use (another scopebase or server is running there)' : 'may not be used by this user';
+  return new ConfigError(`${name}: port ${err.port} on ${err.address ?? config.host} ${why}: stop that process or start with ${name}=<another port>`);
+}
+
+export async function startCommand(part: Part): Promise<number> {
   const config = loadConfig();
   const logger = createLogger(config.logLevel);
-  const running = await startParts(part, config, logger);
+  let running: Running;
+  try {
+    running = await startParts(part, config, logger);
+  } catch (e) {
+    throw portInUse(e, config) ?? e;
+  }
   printBanner(running, config);
   let stopping = false;
   const stop = (signal: string) => {

@@ -1,54 +1,204 @@
-// A small typed client for the database control API (SPEC 4), for app code and the CLI. Uses global fetch.
+// The scopebase client for the database API (SPEC 4): `import { createClient } from 'scopebase/client'`.
+// No dependencies: node:http on Node (Host and `*.localhost` work), fetch elsewhere.
+import { errorFor, ScopebaseError } from './errors.ts';
+import { decodeValue, encodeParams, type Params, type Value } from './values.ts';
+import { defaultSender, fetchSender, NoReply, type Send } from './transport.ts';
+import { readMigrationFolder, type Migration } from './migrations.ts';
 
-export type Value = null | number | string | { $bigint: string } | { $blob: string };
-export type Params = Value[] | Record<string, Value | boolean>;
-export interface Statement { sql: string; params?: Params }
-export interface ReadResult { columns: string[]; rows: Value[][] }
-export interface WriteResult { rowsAffected: number; lastInsertRowid: Value; columns?: string[]; rows?: Value[][] }
-export interface Migration { id: string; sql: string }
-export interface MigrateResult { applied: string[]; alreadyApplied: string[]; version: number; dryRun: boolean }
-
-export class ScopebaseError extends Error {
-  readonly status: number;
-  readonly code: string;
-  readonly details: Record<string, unknown> | undefined;
-  constructor(status: number, code: string, message: string, details?: Record<string, unknown>) {
-    super(message);
-    this.status = status;
-    this.code = code;
-    this.details = details;
-  }
-}
+export * from './errors.ts';
+export type { Value, WireValue, InValue, Params } from './values.ts';
+export type { Migration, MigrationFolder, SkippedFile } from './migrations.ts';
+export { readMigrationFolder } from './migrations.ts';
 
 export interface ClientOptions {
-  /** The repo's base, e.g. https://acme.example.com/web */
-  baseUrl: string;
-  /** The repo's shared secret (`scopebase secret org/repo`). */
+  /** The repo's URL (`http://acme.localhost:8080/web`), or the server's (`http://127.0.0.1:8080`) with `org` and `repo`. */
+  url?: string;
+  /** @deprecated the old name of `url` */
+  baseUrl?: string;
+  /** The organization: sent as the Host `{org}.{baseDomain}` when `url` does not already name it. */
+  org?: string;
+  /** The repo, when `url` has no path. */
+  repo?: string;
+  /** The org hosts' domain (BASE_DOMAIN), for `org`; default `localhost`. */
+  baseDomain?: string;
+  /** The repo's shared secret (`npx scopebase secret org/repo`). */
   secret: string;
+  /** Default `main`. */
   database?: string;
-  /** Sent as the Host header when baseUrl is an address rather than the org host (Node's fetch ignores Host, so use undici for that case). */
+  /** The longest one call may take, retries included (default 30 000 ms). */
+  timeoutMs?: number;
+  /** How often a refused call (429/503 with Retry-After) is tried again when that is safe (default 3). */
+  retries?: number;
+  /** Send with this fetch instead of node:http (edge runtimes, tests). It cannot set Host. */
   fetch?: typeof fetch;
 }
 
+export interface CallOptions { signal?: AbortSignal; timeoutMs?: number }
+export interface Statement { sql: string; params?: Params }
+export type Row = Record<string, Value>;
+export interface ResultSet<T = Row> {
+  columns: string[];
+  /** Rows as objects keyed by column name (a later column of the same name wins). */
+  rows: T[];
+  /** Rows as arrays, in column order. */
+  values: Value[][];
+}
+export interface WriteResult<T = Row> extends ResultSet<T> { rowsAffected: number; lastInsertRowid: number | bigint | null }
+export interface MigrateResult { applied: string[]; alreadyApplied: string[]; version: number; dryRun: boolean }
+export interface Status {
+  database: string; exists: boolean; version?: number; sizeBytes?: number;
+  tables?: { name: string; rows: number }[];
+  migrations?: { applied: number; latest: string | null };
+  mirrors?: { name: string; deliveredVersion: number; pendingEvents: number; lastError: string | null }[];
+  databases: string[];
+  [more: string]: unknown;
+}
+
+interface WireSet { columns?: string[]; rows?: unknown[][]; rowsAffected?: number; lastInsertRowid?: unknown }
+
+function toResultSet<T>(w: WireSet): ResultSet<T> {
+  const columns = w.columns ?? [];
+  const values = (w.rows ?? []).map((r) => r.map(decodeValue));
+  const rows = values.map((r) => Object.fromEntries(columns.map((c, i) => [c, r[i]])) as T);
+  return { columns, rows, values };
+}
+
+function toWriteResult<T>(w: WireSet): WriteResult<T> {
+  return { ...toResultSet<T>(w), rowsAffected: w.rowsAffected ?? 0, lastInsertRowid: decodeValue(w.lastInsertRowid ?? null) as number | bigint | null };
+}
+
+function statementBody(s: Statement) {
+  return s.params === undefined ? { sql: s.sql } : { sql: s.sql, params: encodeParams(s.params) };
+}
+
+/** Where requests go: the repo's base URL and the Host to send, if any. */
+export function resolveTarget(opts: Pick<ClientOptions, 'url' | 'baseUrl' | 'org' | 'repo' | 'baseDomain'>): { base: URL; host: string | null } {
+  const raw = opts.url ?? opts.baseUrl;
+  if (!raw) throw new TypeError('createClient: `url` is required, e.g. http://acme.localhost:8080/web');
+  const base = new URL(raw);
+  const path = base.pathname.replace(/\/+$/, '');
+  if (opts.repo && path !== '' && path !== `/${opts.repo}`) throw new TypeError(`createClient: \`url\` already names the repo ${path.slice(1)}; drop \`repo\` or the path`);
+  if (!opts.repo && path === '') throw new TypeError('createClient: name the repo, in `url` (http://acme.localhost:8080/web) or as `repo`');
+  base.pathname = opts.repo ? `/${opts.repo}` : path;
+  const domain = (opts.baseDomain ?? 'localhost').toLowerCase();
+  const hostname = base.hostname.toLowerCase();
+  // An org host in url already says the org; otherwise org goes into Host.
+  const host = opts.org && hostname !== `${opts.org.toLowerCase()}.${domain}` ? `${opts.org.toLowerCase()}.${domain}${base.port ? `:${base.port}` : ''}` : null;
+  return { base, host };
+}
+
+const SAFE_TO_REPEAT = new Set(['query', 'status', 'migrate']); // migrate: a repeat of an applied list changes nothing (SPEC 4.6)
+
 export function createClient(opts: ClientOptions) {
-  const base = opts.baseUrl.replace(/\/+$/, '');
-  const doFetch = opts.fetch ?? fetch;
-  async function call<T>(op: string, body: Record<string, unknown>): Promise<T> {
-    const res = await doFetch(`${base}/_db/${op}`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${opts.secret}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ ...(opts.database ? { database: opts.database } : {}), ...body }),
-    });
-    const json = (await res.json().catch(() => null)) as { error?: { code: string; message: string; details?: Record<string, unknown> } } | null;
-    if (!res.ok) throw new ScopebaseError(res.status, json?.error?.code ?? 'internal', json?.error?.message ?? `HTTP ${res.status}`, json?.error?.details);
-    return json as T;
+  const { base, host } = resolveTarget(opts);
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  const retries = opts.retries ?? 3;
+  let sender: Promise<Send> | null = opts.fetch ? Promise.resolve(fetchSender(opts.fetch)) : null;
+
+  async function call<T>(op: string, body: Record<string, unknown>, co: CallOptions = {}): Promise<T> {
+    sender ??= defaultSender();
+    const send = await sender;
+    const timeout = AbortSignal.timeout(co.timeoutMs ?? timeoutMs);
+    const signal = co.signal ? AbortSignal.any([co.signal, timeout]) : timeout;
+    const url = new URL(`${base.pathname}/_db/${op}`, base);
+    const headers: Record<string, string> = { authorization: `Bearer ${opts.secret}`, 'content-type': 'application/json', accept: 'application/json' };
+    if (host) headers.host = host;
+    const payload = JSON.stringify({ ...(opts.database ? { database: opts.database } : {}), ...body });
+    const stopped = () => (co.signal?.aborted ? errorFor(0, 'aborted', 'the call was aborted', undefined) : errorFor(0, 'timeout', `no answer within ${co.timeoutMs ?? timeoutMs} ms`, undefined));
+    for (let attempt = 0; ; attempt++) {
+      let reply;
+      try {
+        reply = await send({ url, headers, body: payload, signal });
+      } catch (e) {
+        if (signal.aborted) throw stopped();
+        if (e instanceof NoReply) throw errorFor(0, 'network', `cannot reach ${url.origin}: ${e.causeCode ?? e.message}`, { sent: e.sent, cause: e.causeCode });
+        throw e;
+      }
+      let json: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | null = null;
+      try {
+        json = JSON.parse(reply.body);
+      } catch {
+        json = null;
+      }
+      if (reply.status >= 200 && reply.status < 300 && json) return json as T;
+      const err = json?.error;
+      const error = errorFor(reply.status, err?.code ?? 'internal', err?.message ?? `HTTP ${reply.status} without a scopebase error body (is ${url.origin} a scopebase server?)`, err?.details, reply.headers['x-request-id']);
+      const wait = retryDelayMs(reply.status, reply.headers['retry-after']);
+      const safe = SAFE_TO_REPEAT.has(op) || error.details?.committed === false;
+      if (wait === null || !safe || attempt >= retries) throw error;
+      await sleep(wait, signal).catch(() => {
+        throw stopped();
+      });
+    }
   }
+
+  async function migrationList(list: Migration[] | string): Promise<Migration[]> {
+    if (typeof list !== 'string') return list;
+    const folder = await readMigrationFolder(list);
+    if (folder.migrations.length === 0) {
+      const why = folder.skipped.map((s) => `${s.file}: ${s.reason}`).join('; ');
+      throw errorFor(0, 'invalid_request', `no migration files (NNNN_name.sql) in ${list}${why ? ` (${why})` : ''}`);
+    }
+    return folder.migrations.map(({ id, sql }) => ({ id, sql }));
+  }
+
   return {
-    query: (sql: string, params?: Params) => call<{ results: ReadResult[]; version: number }>('query', { sql, params }),
-    batchQuery: (statements: Statement[]) => call<{ results: ReadResult[]; version: number }>('query', { statements }),
-    execute: (sql: string, params?: Params) => call<{ results: WriteResult[]; version: number }>('execute', { sql, params }),
-    batch: (statements: Statement[]) => call<{ results: WriteResult[]; version: number }>('execute', { statements }),
-    migrate: (migrations: Migration[], dryRun = false) => call<MigrateResult>('migrate', { migrations, dryRun }),
-    status: () => call<Record<string, unknown>>('status', {}),
+    /** Reads (SPEC 4.3): one statement; rows typed as T. */
+    async query<T = Row>(sql: string, params?: Params, co?: CallOptions): Promise<ResultSet<T> & { version: number }> {
+      const r = await call<{ results: WireSet[]; version: number }>('query', statementBody({ sql, params }), co);
+      return { ...toResultSet<T>(r.results[0] ?? {}), version: r.version };
+    },
+    /** Several reads of one snapshot. */
+    async read(statements: Statement[], co?: CallOptions): Promise<{ results: ResultSet[]; version: number }> {
+      const r = await call<{ results: WireSet[]; version: number }>('query', { statements: statements.map(statementBody) }, co);
+      return { results: r.results.map((w) => toResultSet(w)), version: r.version };
+    },
+    /** One write (SPEC 4.4); rows (RETURNING) typed as T. */
+    async execute<T = Row>(sql: string, params?: Params, co?: CallOptions): Promise<WriteResult<T> & { version: number }> {
+      const r = await call<{ results: WireSet[]; version: number }>('execute', statementBody({ sql, params }), co);
+      return { ...toWriteResult<T>(r.results[0] ?? {}), version: r.version };
+    },
+    /** Several writes as one transaction: all commit or none do. */
+    async batch(statements: Statement[], co?: CallOptions): Promise<{ results: WriteResult[]; version: number }> {
+      const r = await call<{ results: WireSet[]; version: number }>('execute', { statements: statements.map(statementBody) }, co);
+      return { results: r.results.map((w) => toWriteResult(w)), version: r.version };
+    },
+    /** Applies a list, or a folder of NNNN_name.sql files (Node), in order (SPEC 4.6). */
+    async migrate(list: Migration[] | string, mo: CallOptions & { dryRun?: boolean } = {}): Promise<MigrateResult> {
+      return call<MigrateResult>('migrate', { migrations: await migrationList(list), dryRun: mo.dryRun === true }, mo);
+    },
+    status(co?: CallOptions): Promise<Status> {
+      return call<Status>('status', {}, co);
+    },
+    /** The same repo, another database. */
+    database(name: string) {
+      return createClient({ ...opts, database: name });
+    },
   };
+}
+
+export type Client = ReturnType<typeof createClient>;
+export { ScopebaseError };
+
+/** Seconds of Retry-After on a 429/503, in ms (capped at 60 s); null when the server did not invite a retry. */
+function retryDelayMs(status: number, header: string | undefined): number | null {
+  if ((status !== 429 && status !== 503) || header === undefined) return null;
+  const seconds = /^\d+$/.test(header.trim()) ? Number(header) : (Date.parse(header) - Date.now()) / 1000;
+  if (!Number.isFinite(seconds)) return null;
+  return Math.min(Math.max(seconds, 0), 60) * 1000;
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal.reason);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
 }

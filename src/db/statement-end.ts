@@ -3,6 +3,11 @@
 
 /** Index just past the first statement's terminating `;` (or the text's length), skipping strings and comments. */
 function firstStatementEnd(sql: string): number {
+  return terminatedEnd(sql) ?? sql.length;
+}
+
+/** Index just past the first statement's terminating `;`, or null when the text has none yet. */
+function terminatedEnd(sql: string): number | null {
   let i = 0;
   let lastWord = '';
   let words = 0;
@@ -39,11 +44,26 @@ function firstStatementEnd(sql: string): number {
       i++;
     }
   }
-  return n;
+  return null;
 }
+
+/** Comments, spaces and `;`: what does not make a statement. */
+const BLANK = /--[^\n]*(\n|$)|\/\*[\s\S]*?(\*\/|$)|[\s;]+/g;
 
 /** True when the text holds more than one statement (comments, spaces and `;` after the first do not count). */
 export function hasSecondStatement(sql: string): boolean {
   const rest = sql.slice(firstStatementEnd(sql));
-  return rest.replace(/--[^\n]*(\n|$)|\/\*[\s\S]*?(\*\/|$)|[\s;]+/g, '') !== '';
+  return rest.replace(BLANK, '') !== '';
+}
+
+/** The complete (`;`-ended) statements of a text, and the unfinished rest (the CLI's --file and shell). */
+export function splitStatements(sql: string): { statements: string[]; rest: string } {
+  const statements: string[] = [];
+  let rest = sql;
+  for (let end = terminatedEnd(rest); end !== null; end = terminatedEnd(rest)) {
+    const head = rest.slice(0, end);
+    if (head.replace(BLANK, '') !== '') statements.push(head.trim());
+    rest = rest.slice(end);
+  }
+  return { statements, rest: rest.replace(BLANK, '') === '' ? '' : rest.trim() };
 }

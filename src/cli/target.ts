@@ -1,0 +1,79 @@
+// The options every command that talks to a running instance takes (SPEC 10), and the client they make.
+import { Option, type Command } from 'commander';
+import { ConfigError } from '../shared/config.ts';
+import { createClient, ScopebaseError, type Client } from '../client/index.ts';
+import { isDatabaseName } from '../shared/names.ts';
+import { derivedSecret, parseRepoPath } from './secret.ts';
+import { explain, usageError } from './output.ts';
+
+export interface TargetOptions { url?: string; org?: string; repo?: string; database?: string; secret?: string; timeout?: string; json?: boolean }
+
+export interface Target { url: string; org: string; repo: string; database: string; client: Client; json: boolean }
+
+export function addTargetOptions(cmd: Command): Command {
+  return cmd
+    .addOption(new Option('--url <url>', 'the server (default http://127.0.0.1:$PORT), or an org host such as http://acme.localhost:8080, optionally with the repo as its path').env('SCOPEBASE_URL'))
+    .addOption(new Option('--org <org>', 'the organization (else from --repo org/repo or from an {org}.{BASE_DOMAIN} host in --url)'))
+    .addOption(new Option('--repo <repo>', 'the repo: acme/web, or web with --org').env('SCOPEBASE_REPO'))
+    .addOption(new Option('--database <name>', 'the database (default main)').env('SCOPEBASE_DATABASE'))
+    .addOption(new Option('--secret <secret>', "the repo's secret (default: derived from RUNTIME_ROOT_KEY or the development key in DATA_DIR)").env('SCOPEBASE_SECRET'))
+    .addOption(new Option('--timeout <ms>', 'give up after this many milliseconds (default 30000)'))
+    .addOption(new Option('--json', 'machine-readable output (values as SPEC 4.2 encodes them)'));
+}
+
+function envInt(name: string, dflt: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return dflt;
+  if (!/^\d+$/.test(raw) || Number(raw) > 65535) throw new ConfigError(`${name}: must be a port number, got ${JSON.stringify(raw.slice(0, 40))}`);
+  return Number(raw);
+}
+
+/** Resolves url, org, repo, database and secret from the options, a positional `org/repo`, the URL and the environment. */
+export function connect(opts: TargetOptions, positionalRepo?: string): Target {
+  const baseDomain = (process.env.BASE_DOMAIN || 'localhost').toLowerCase();
+  const rawUrl = opts.url ?? `http://127.0.0.1:${envInt('PORT', 8080)}`;
+  let url: URL;
+  try {
+    url = new URL(rawUrl);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('scheme');
+  } catch {
+    throw usageError(`--url ${JSON.stringify(rawUrl)} is not an http(s) URL, e.g. http://127.0.0.1:8080`);
+  }
+  const hostname = url.hostname.toLowerCase();
+  const hostOrg = hostname.endsWith(`.${baseDomain}`) && !hostname.slice(0, -baseDomain.length - 1).includes('.') ? hostname.slice(0, -baseDomain.length - 1) : undefined;
+  const pathRepo = url.pathname.split('/').filter(Boolean)[0];
+
+  let org = opts.org?.toLowerCase();
+  let repo: string | undefined;
+  const named = positionalRepo ?? opts.repo;
+  if (named?.includes('/')) {
+    const parsed = parseRepoPath(named);
+    if (org && org !== parsed.org) throw usageError(`--org ${org} disagrees with ${named}: give the org once`);
+    ({ org, repo } = parsed);
+  } else if (named) {
+    repo = named.toLowerCase();
+  }
+  org ??= hostOrg;
+  repo ??= pathRepo?.toLowerCase();
+  if (!org || !repo) throw usageError('name the repo: a positional acme/web, --repo acme/web, or --org acme --repo web');
+  parseRepoPath(`${org}/${repo}`); // checks both names
+  if (opts.database !== undefined && !isDatabaseName(opts.database)) throw usageError(`--database ${JSON.stringify(opts.database)} must match ^[a-z0-9][a-z0-9_-]{0,63}$`);
+  const timeoutMs = opts.timeout === undefined ? undefined : Number(opts.timeout);
+  if (timeoutMs !== undefined && !(Number.isInteger(timeoutMs) && timeoutMs > 0)) throw usageError('--timeout must be a whole number of milliseconds');
+
+  const secret = opts.secret ?? derivedSecret(org, repo);
+  url.pathname = '/';
+  const origin = url.origin;
+  const client = createClient({ url: origin, org, repo, baseDomain, secret, database: opts.database, timeoutMs });
+  return { url: origin, org, repo, database: opts.database ?? 'main', client, json: opts.json === true };
+}
+
+/** Runs a client call; a ScopebaseError becomes one line with what to do and its exit code. */
+export async function attempt<T>(target: Target, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof ScopebaseError) throw explain(e, target);
+    throw e;
+  }
+}

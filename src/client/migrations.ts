@@ -1,0 +1,34 @@
+// A folder of NNNN_name.sql files (the layout of drizzle-kit and wrangler) as a migration list, in file-name order
+// (SPEC 4.6), with every entry it will not use and why.
+
+export interface Migration { id: string; sql: string }
+export interface SkippedFile { file: string; reason: string }
+export interface MigrationFolder { dir: string; migrations: (Migration & { file: string })[]; skipped: SkippedFile[] }
+
+const FILE = /^\d+_.+\.sql$/;
+const ID = /^[A-Za-z0-9._-]{1,128}$/;
+
+function whyNot(name: string, isFile: boolean): string | null {
+  if (!isFile) return 'not a file (migrations are the .sql files directly in the folder)';
+  if (name.startsWith('.')) return 'a hidden file';
+  if (!name.toLowerCase().endsWith('.sql')) return 'not a .sql file';
+  if (!name.endsWith('.sql')) return 'the extension must be lowercase .sql';
+  if (!FILE.test(name)) return 'the name does not start with digits and an underscore (NNNN_name.sql)';
+  if (!ID.test(name.slice(0, -4))) return 'its id (the name without .sql) may hold only letters, digits, ".", "_" and "-", at most 128';
+  return null;
+}
+
+/** Reads `dir` (Node only). Throws when the folder cannot be read; an empty result is the caller's to judge. */
+export async function readMigrationFolder(dir: string): Promise<MigrationFolder> {
+  const { readdir, readFile } = await import('node:fs/promises');
+  const { join } = await import('node:path');
+  const entries = await readdir(dir, { withFileTypes: true });
+  const migrations: MigrationFolder['migrations'] = [];
+  const skipped: SkippedFile[] = [];
+  for (const entry of entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+    const reason = whyNot(entry.name, entry.isFile() || entry.isSymbolicLink());
+    if (reason) skipped.push({ file: entry.name, reason });
+    else migrations.push({ file: entry.name, id: entry.name.slice(0, -4), sql: await readFile(join(dir, entry.name), 'utf8') });
+  }
+  return { dir, migrations, skipped };
+}

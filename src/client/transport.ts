@@ -1,0 +1,87 @@
+// One POST with a JSON body. On Node: node:http(s), so Host can be set and `*.localhost` resolves to loopback
+// (RFC 6761, as browsers and curl do; Node's resolver does not). Elsewhere, or when given one: fetch.
+
+export interface HttpRequest { url: URL; headers: Record<string, string>; body: string; signal: AbortSignal }
+export interface HttpReply { status: number; headers: Record<string, string>; body: string }
+
+/** Raised when no reply came; `sent` is false when the connection never opened (the server saw nothing). */
+export class NoReply extends Error {
+  readonly sent: boolean;
+  readonly causeCode: string | undefined;
+  constructor(message: string, sent: boolean, causeCode?: string) {
+    super(message);
+    this.sent = sent;
+    this.causeCode = causeCode;
+  }
+}
+
+/** Error codes that mean the connection never opened, so the request cannot have reached the server. */
+const NOT_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL', 'EAI_NONAME']);
+
+export function isLoopbackName(hostname: string): boolean {
+  const h = hostname.toLowerCase().replace(/\.$/, '');
+  return h === 'localhost' || h.endsWith('.localhost');
+}
+
+export type Send = (req: HttpRequest) => Promise<HttpReply>;
+
+export function fetchSender(doFetch: typeof fetch): Send {
+  return async (req) => {
+    let res: Response;
+    try {
+      res = await doFetch(req.url.href, { method: 'POST', headers: req.headers, body: req.body, signal: req.signal });
+    } catch (e) {
+      if (req.signal.aborted) throw e;
+      const code = (e as { cause?: { code?: string } }).cause?.code;
+      throw new NoReply((e as Error).message, !NOT_CONNECTED.has(code ?? ''), code);
+    }
+    const headers: Record<string, string> = {};
+    res.headers.forEach((v, k) => (headers[k] = v));
+    return { status: res.status, headers, body: await res.text() };
+  };
+}
+
+type NodeLookup = (host: string, opts: { all?: boolean }, cb: (...args: unknown[]) => void) => void;
+
+export async function nodeSender(): Promise<Send> {
+  const [http, https, dns] = await Promise.all([import('node:http'), import('node:https'), import('node:dns')]);
+  const lookup: NodeLookup = (host, opts, cb) => {
+    if (!isLoopbackName(host)) return (dns.lookup as unknown as NodeLookup)(host, opts, cb);
+    if (opts.all) cb(null, [{ address: '127.0.0.1', family: 4 }]);
+    else cb(null, '127.0.0.1', 4);
+  };
+  const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
+  return (req) => new Promise<HttpReply>((resolve, reject) => {
+    const secure = req.url.protocol === 'https:';
+    const options = {
+      method: 'POST',
+      headers: { ...req.headers, 'content-length': String(Buffer.byteLength(req.body)) },
+      signal: req.signal,
+      lookup: lookup as never,
+      agent: secure ? agents.https : agents.http,
+      // TLS checks the name the caller meant, not the Host override.
+      ...(secure ? { servername: req.url.hostname } : {}),
+    };
+    const r = (secure ? https : http).request(req.url, options, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('error', (e) => reject(req.signal.aborted ? e : new NoReply(e.message, true)));
+      res.on('end', () => {
+        const headers: Record<string, string> = {};
+        for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+        resolve({ status: res.statusCode ?? 0, headers, body: Buffer.concat(chunks).toString('utf8') });
+      });
+    });
+    r.on('error', (e: Error & { code?: string }) => {
+      if (req.signal.aborted) reject(e);
+      else reject(new NoReply(e.message, !NOT_CONNECTED.has(e.code ?? ''), e.code));
+    });
+    r.end(req.body);
+  });
+}
+
+/** The platform's way to send: node:http on Node, fetch elsewhere. */
+export async function defaultSender(): Promise<Send> {
+  const isNode = typeof process !== 'undefined' && typeof process.versions?.node === 'string';
+  return isNode ? nodeSender() : fetchSender(fetch);
+}

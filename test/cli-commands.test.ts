@@ -1,0 +1,257 @@
+// SPEC 10: the `scopebase` command as a subprocess against the real product on loopback: every command, its
+// --help (the same as `help <command>`), --json, and the exit codes 0/1/2/3/78 with one-line failures.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { startProduct, tempDir, testEnv, ROOT_KEY, type Product } from './helpers/product.ts';
+
+interface Run { code: number; stdout: string; stderr: string }
+
+let p: Product;
+let port: string;
+const work = tempDir('scopebase-cli-');
+
+/** Runs the CLI asynchronously (the product under test runs in this process and must keep answering). */
+function cli(args: string[], env: Record<string, string | undefined> = {}, input?: string): Promise<Run> {
+  const base: Record<string, string | undefined> = { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, PORT: port, BASE_DOMAIN: 'localhost', DATA_DIR: join(work, 'no-data'), SCOPEBASE_HISTORY: join(work, 'history') };
+  for (const k of Object.keys(base)) if (k.startsWith('SCOPEBASE_') && k !== 'SCOPEBASE_HISTORY') delete base[k];
+  const child = spawn(process.execPath, ['src/cli/main.ts', ...args], { env: { ...base, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  child.stdin.end(input ?? '');
+  return new Promise((resolve) => child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr })));
+}
+
+/** An ordinary failure: exactly one line on stderr, no stack trace. */
+function oneLine(r: Run, pattern: RegExp): void {
+  assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+  assert.match(r.stderr, pattern);
+  assert.doesNotMatch(r.stderr, /\n\s+at |\.ts:\d+/);
+}
+
+before(async () => {
+  p = await startProduct();
+  port = new URL(p.url).port;
+});
+after(async () => {
+  await p.close();
+  rmSync(work, { recursive: true, force: true });
+});
+
+test('every command: `<command> --help` and `help <command>` print the same description, and start --help starts nothing', async () => {
+  const top = await cli(['--help']);
+  assert.equal(top.code, 0);
+  const commands = [...top.stdout.matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!).filter((c) => c !== 'help');
+  for (const c of ['start', 'serve', 'secret', 'rotate-keys', 'query', 'execute', 'status', 'shell', 'migrate']) assert.ok(commands.includes(c), `${c} listed`);
+  for (const c of commands) {
+    const [a, b] = await Promise.all([cli([c, '--help'], { PORT: '1' }), cli(['help', c], { PORT: '1' })]);
+    assert.equal(a.code, 0, `${c} --help: ${a.stderr}`);
+    assert.equal(b.code, 0, `help ${c}: ${b.stderr}`);
+    assert.match(a.stdout, new RegExp(`^Usage: scopebase ${c}`));
+    assert.equal(a.stdout, b.stdout, c);
+    assert.doesNotMatch(a.stderr, /is running/, `${c} --help runs nothing`);
+  }
+  const noArgs = await cli([]);
+  assert.equal(noArgs.code, 2);
+  assert.match(noArgs.stderr, /Usage: scopebase/);
+});
+
+test('execute, query and status print tables, --json is SPEC 4.2 JSON, and values round-trip', async () => {
+  const created = await cli(['execute', 'acme/web', 'CREATE TABLE todos(id INTEGER PRIMARY KEY, title TEXT, big INTEGER, data BLOB)']);
+  assert.equal(created.code, 0, created.stderr);
+  const inserted = await cli(['execute', '--repo', 'acme/web', 'INSERT INTO todos(title, big, data) VALUES (?, ?, ?) RETURNING id', '--params', '["write docs", {"$bigint": "9007199254740993"}, {"$blob": "AAEC"}]']);
+  assert.equal(inserted.code, 0, inserted.stderr);
+  assert.match(inserted.stdout, /1 row affected, last insert rowid 1/);
+  const named = await cli(['execute', '--org', 'acme', '--repo', 'web', 'INSERT INTO todos(title) VALUES (:t)', '--params', '{"t": "ship"}']);
+  assert.equal(named.code, 0, named.stderr);
+
+  const table = await cli(['query', 'acme/web', 'SELECT id, title, big, data FROM todos ORDER BY id']);
+  assert.equal(table.code, 0, table.stderr);
+  const lines = table.stdout.trimEnd().split('\n');
+  assert.match(lines[0]!, /^id\s+title\s+big\s+data$/);
+  assert.match(lines[1]!, /^-+\s+-+/);
+  assert.match(lines[2]!, /^ *1 {2}write docs {2}9007199254740993 {2}x'000102'$/);
+  assert.match(lines[3]!, /^ *2 {2}ship +NULL +NULL$/);
+  assert.equal(lines[0]!.indexOf('title'), lines[2]!.indexOf('write docs'), 'columns are aligned');
+  assert.match(table.stderr, /\(2 rows\)/);
+
+  const json = await cli(['query', 'acme/web', 'SELECT big, data FROM todos WHERE id = ?', '--params', '[1]', '--json']);
+  assert.deepEqual(JSON.parse(json.stdout), { columns: ['big', 'data'], rows: [[{ $bigint: '9007199254740993' }, { $blob: 'AAEC' }]], version: 3 });
+
+  const status = await cli(['status', 'acme/web']);
+  assert.equal(status.code, 0, status.stderr);
+  assert.match(status.stdout, /database main: version 3/);
+  assert.match(status.stdout, /todos\s+2/);
+  const statusJson = JSON.parse((await cli(['status', 'acme/web', '--json'])).stdout);
+  assert.equal(statusJson.version, 3);
+  assert.deepEqual(statusJson.tables, [{ name: 'todos', rows: 2 }]);
+  const other = JSON.parse((await cli(['status', 'acme/web', '--database', 'other', '--json'])).stdout);
+  assert.equal(other.exists, false);
+});
+
+test('the repo from an org host in --url (a *.localhost name the CLI resolves itself), its path, or the environment', async () => {
+  const viaHost = await cli(['query', '--url', `http://acme.localhost:${port}`, '--repo', 'web', 'SELECT 1 AS one', '--json']);
+  assert.equal(viaHost.code, 0, viaHost.stderr);
+  assert.deepEqual(JSON.parse(viaHost.stdout).rows, [[1]]);
+  const viaPath = await cli(['query', '--url', `http://acme.localhost:${port}/web`, 'SELECT 2 AS two', '--json']);
+  assert.deepEqual(JSON.parse(viaPath.stdout).rows, [[2]], viaPath.stderr);
+  const viaEnv = await cli(['query', 'SELECT 3 AS three', '--json'], { SCOPEBASE_URL: p.url, SCOPEBASE_REPO: 'acme/web' });
+  assert.deepEqual(JSON.parse(viaEnv.stdout).rows, [[3]], viaEnv.stderr);
+  const explicitSecret = await cli(['status', 'acme/web', '--json'], { RUNTIME_ROOT_KEY: '', SCOPEBASE_SECRET: p.secret('acme', 'web') });
+  assert.equal(explicitSecret.code, 0, explicitSecret.stderr);
+});
+
+test('execute --file runs every statement of the file as one transaction', async () => {
+  const file = join(work, 'seed.sql');
+  writeFileSync(file, "CREATE TABLE tags(name TEXT UNIQUE);\n-- a comment; with a semicolon\nINSERT INTO tags VALUES ('a;b');\nINSERT INTO tags VALUES ('c')\n");
+  const ok = await cli(['execute', 'acme/web', '--file', file]);
+  assert.equal(ok.code, 0, ok.stderr);
+  writeFileSync(file, "INSERT INTO tags VALUES ('d');\nINSERT INTO tags VALUES ('a;b');\n");
+  const failed = await cli(['execute', 'acme/web', '--file', file]);
+  assert.equal(failed.code, 1);
+  oneLine(failed, /409 constraint_violation/);
+  const rows = JSON.parse((await cli(['query', 'acme/web', 'SELECT name FROM tags ORDER BY name', '--json'])).stdout).rows;
+  assert.deepEqual(rows, [['a;b'], ['c']], 'nothing of the failed file remains');
+  const piped = await cli(['execute', 'acme/web', '--file', '-', '--json'], {}, "INSERT INTO tags VALUES ('e');");
+  assert.equal(JSON.parse(piped.stdout).results[0].rowsAffected, 1, '--file - reads standard input');
+});
+
+test('migrate names the files it will not use, --dry-run shows the SQL, a folder without migrations is an error', async () => {
+  const dir = join(work, 'migrations');
+  mkdirSync(join(dir, 'meta'), { recursive: true });
+  writeFileSync(join(dir, 'notes.md'), 'not a migration');
+  writeFileSync(join(dir, 'init.sql'), 'CREATE TABLE nope(x);');
+  const empty = await cli(['migrate', dir, 'acme/web']);
+  assert.equal(empty.code, 2);
+  assert.match(empty.stderr, /skipped init\.sql: the name does not start with digits and an underscore/);
+  assert.match(empty.stderr, /skipped meta: not a file/);
+  assert.match(empty.stderr, /skipped notes\.md: not a \.sql file/);
+  assert.match(empty.stderr, /no migration files in .*: name them NNNN_name\.sql/);
+
+  writeFileSync(join(dir, '0001_projects.sql'), 'CREATE TABLE projects(id INTEGER PRIMARY KEY, name TEXT);');
+  const dry = await cli(['migrate', dir, '--repo', 'acme/web', '--dry-run']);
+  assert.equal(dry.code, 0, dry.stderr);
+  assert.match(dry.stdout, /-- 0001_projects\.sql\nCREATE TABLE projects/);
+  assert.match(dry.stdout, /would apply 1: 0001_projects; already applied 0/);
+  const before = JSON.parse((await cli(['status', 'acme/web', '--json'])).stdout);
+  assert.equal(before.migrations.applied, 0, 'a dry run changes nothing');
+
+  const real = await cli(['migrate', 'acme/web', dir, '--json']); // either order of folder and repo
+  assert.equal(real.code, 0, real.stderr);
+  const r = JSON.parse(real.stdout);
+  assert.deepEqual(r.applied, ['0001_projects']);
+  assert.deepEqual(r.skipped.map((s: { file: string }) => s.file), ['init.sql', 'meta', 'notes.md']);
+
+  const missing = await cli(['migrate', join(work, 'no-such-folder'), 'acme/web']);
+  assert.equal(missing.code, 2);
+  oneLine(missing, /no folder .*no-such-folder/);
+});
+
+test('shell: multi-line statements until ;, dot commands, reads and writes; a piped script fails when a statement does', async () => {
+  const script = "CREATE TABLE notes(id INTEGER PRIMARY KEY,\n  body TEXT);\nINSERT INTO notes(body)\n VALUES ('hi');\nSELECT body\nFROM notes;\n.tables\n.schema notes\n.quit\nSELECT 'after quit';\n";
+  const r = await cli(['shell', 'acme/web'], {}, script);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /1 row affected/);
+  assert.match(r.stdout, /body\n----\nhi\n/);
+  assert.match(r.stdout, /notes\s+1/);
+  assert.match(r.stdout, /CREATE TABLE notes\(id INTEGER PRIMARY KEY,\n {2}body TEXT\);/);
+  assert.doesNotMatch(r.stdout, /after quit/);
+  const failing = await cli(['shell', 'acme/web'], {}, 'SELECT * FROM missing;\nSELECT 1 AS still_runs;\n');
+  assert.equal(failing.code, 1);
+  assert.match(failing.stderr, /sql_error: no such table: missing/);
+  assert.match(failing.stdout, /still_runs/);
+});
+
+test('secret prints the repo secret; usage mistakes exit 2 with one line', async () => {
+  const s = await cli(['secret', 'ACME/Web']);
+  assert.equal(s.code, 0);
+  assert.equal(s.stdout.trim(), p.secret('acme', 'web'));
+  const cases: [string[], RegExp][] = [
+    [['secret', 'acme'], /is not org\/repo/],
+    [['query', 'SELECT 1'], /name the repo/],
+    [['query', 'acme/web'], /give the SQL/],
+    [['query', 'acme/web', 'SELECT 1', '--params', '{oops'], /--params is not JSON/],
+    [['execute', 'acme/web'], /give the SQL as an argument or --file/],
+    [['execute', 'acme/web', '--file', join(work, 'missing.sql')], /cannot read --file .*ENOENT/],
+    [['status', 'acme/web', '--database', 'Main'], /--database "Main" must match/],
+    [['status', 'acme/web', '--url', 'ftp://x'], /is not an http\(s\) URL/],
+    [['status', 'acme/web', '--org', 'other'], /--org other disagrees with acme\/web/],
+  ];
+  for (const [args, message] of cases) {
+    const r = await cli(args);
+    assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+    oneLine(r, message);
+  }
+  for (const args of [['bogus'], ['query', '--bogus'], ['serve', 'nothing']]) {
+    const r = await cli(args);
+    assert.equal(r.code, 2, args.join(' '));
+    assert.doesNotMatch(r.stderr, /\n\s+at /);
+  }
+});
+
+test('exit 1 when the server says no, 3 when it cannot be reached, 78 for configuration; each one line saying what to do', async () => {
+  const sql = await cli(['query', 'acme/web', 'SELECT * FROM nowhere']);
+  assert.equal(sql.code, 1);
+  oneLine(sql, /acme\/web at http:\/\/127\.0\.0\.1:\d+: 400 sql_error: no such table: nowhere \(request [\w-]+\)/);
+  const write = await cli(['query', 'acme/web', 'DELETE FROM todos']);
+  assert.equal(write.code, 1);
+  oneLine(write, /read_only/);
+  const wrongSecret = await cli(['status', 'acme/web', '--secret', 'wrong']);
+  assert.equal(wrongSecret.code, 1);
+  oneLine(wrongSecret, /refused the secret for acme\/web: pass --secret/);
+  assert.doesNotMatch(wrongSecret.stderr, /wrong/);
+
+  const closed = createServer();
+  await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+  const deadPort = String((closed.address() as { port: number }).port);
+  await new Promise((r) => closed.close(r));
+  const down = await cli(['status', 'acme/web', '--url', `http://127.0.0.1:${deadPort}`]);
+  assert.equal(down.code, 3);
+  oneLine(down, /cannot reach http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\): is scopebase running\? Start it with `npx scopebase start`, or pass --url/);
+  const downViaPort = await cli(['query', 'acme/web', 'SELECT 1'], { PORT: deadPort });
+  assert.equal(downViaPort.code, 3);
+  const silent = createServer((socket) => socket.on('data', () => {})); // accepts, never answers
+  await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+  try {
+    const slow = await cli(['status', 'acme/web', '--url', `http://127.0.0.1:${(silent.address() as { port: number }).port}`, '--timeout', '300']);
+    assert.equal(slow.code, 3);
+    oneLine(slow, /did not answer in time/);
+  } finally {
+    await new Promise((r) => silent.close(r));
+  }
+
+  const noKey = await cli(['status', 'acme/web'], { RUNTIME_ROOT_KEY: '', DATA_DIR: join(work, 'empty') });
+  assert.equal(noKey.code, 78);
+  oneLine(noKey, /no secret for acme\/web: pass --secret/);
+  const badPort = await cli(['status', 'acme/web'], { PORT: 'http' });
+  assert.equal(badPort.code, 78);
+  oneLine(badPort, /PORT: must be a port number/);
+  const devKey = join(work, 'dev-data');
+  mkdirSync(devKey, { recursive: true });
+  writeFileSync(join(devKey, 'runtime-root.key'), ROOT_KEY + '\n');
+  const fromDataDir = await cli(['status', 'acme/web'], { RUNTIME_ROOT_KEY: '', DATA_DIR: devKey });
+  assert.equal(fromDataDir.code, 0, `the development key in DATA_DIR gives the secret: ${fromDataDir.stderr}`);
+  assert.equal(readFileSync(join(devKey, 'runtime-root.key'), 'utf8').trim(), ROOT_KEY);
+});
+
+test('start on a port in use names PORT or ADMIN_PORT in one line and exits 78', async () => {
+  const busy = createServer();
+  await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r));
+  const busyPort = String((busy.address() as { port: number }).port);
+  try {
+    for (const [name, env] of [['PORT', { PORT: busyPort }], ['ADMIN_PORT', { PORT: '0', ADMIN_PORT: busyPort }]] as const) {
+      const dataDir = tempDir();
+      const r = await cli(['start'], { ...testEnv(dataDir), LOG_LEVEL: 'silent', ...env });
+      rmSync(dataDir, { recursive: true, force: true });
+      assert.equal(r.code, 78, r.stderr);
+      oneLine(r, new RegExp(`^scopebase: configuration error: ${name}: port ${busyPort} on 127\\.0\\.0\\.1 is already in use.*start with ${name}=<another port>`));
+    }
+  } finally {
+    busy.close();
+  }
+});
