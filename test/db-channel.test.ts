@@ -55,6 +55,16 @@ describe('the proxy ↔ serve db channel', () => {
     rmSync(dataDir, { recursive: true, force: true });
   });
 
+  test('the libSQL protocol (SPEC 4.10) works through the proxy as its own process too', async () => {
+    const res = await call(proxy.url, 'localhost', '/web/_db/analytics/v2/pipeline', {
+      body: { baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE e(x)' } }, { type: 'execute', stmt: { sql: 'SELECT 1 AS one' } }, { type: 'close' }] }, headers: auth,
+    });
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(res.json.results.map((r: { type: string }) => r.type), ['ok', 'ok', 'ok']);
+    assert.deepEqual(res.json.results[1].response.result.rows, [[{ type: 'integer', value: '1' }]]);
+    assert.equal((await call(proxy.url, 'localhost', '/web/_db/v2', { headers: auth })).status, 200);
+  });
+
   test('300 concurrent requests each get their own reply', async () => {
     const ids = Array.from({ length: 300 }, (_, i) => i);
     const replies = await Promise.all(ids.map((i) => call(proxy.url, 'localhost', '/web/_db/query', { body: { sql: 'SELECT ? AS n, ? AS label', params: [i, `row ${i}`] }, headers: auth })));

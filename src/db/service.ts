@@ -14,6 +14,7 @@ import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorR
 import { ExecutorPool, type ExecReply } from './executor/pool.ts';
 import { Layout } from './layout.ts';
 import { databaseOf, MAX_CHANGES_PAGE, OPS, parseBody, validate, type Op } from './request.ts';
+import { Hrana, type HranaBackend, pipelineDatabase } from './hrana/index.ts';
 
 export interface DbServiceOptions {
   config: Config;
@@ -46,6 +47,7 @@ export class DbService implements DbHandler, ChangeFeed {
   /** SPEC 3's 429: requests per repo, after authentication (a stranger cannot spend a repo's allowance). */
   private readonly limiter: RateLimiter | null;
   private readonly unwatchLoop = watchLoopDelay();
+  private readonly hrana: Hrana;
 
   private readonly config: Config;
   private readonly logger: Logger;
@@ -90,6 +92,7 @@ export class DbService implements DbHandler, ChangeFeed {
       ? new RateLimiter({ burst: db.rateLimitBurst, perMinute: db.rateLimitPerRepo * 60, refusal: `this repo sent more than ${db.rateLimitPerRepo} requests per second (DB_RATE_LIMIT_PER_REPO)`, maxClients: 100_000 })
       : null;
     pools.add(this.pool);
+    this.hrana = new Hrana(db.streamIdleMs);
   }
 
   attachMirrors(report: MirrorReport): void {
@@ -129,7 +132,7 @@ export class DbService implements DbHandler, ChangeFeed {
 
   async handle(req: DbRequest): Promise<DbResponse> {
     // Every answer is counted, refusals too; an unknown op is one label value, so a client cannot grow the series.
-    const op = OPS.has(req.op) ? req.op : 'unknown';
+    const op = OPS.has(req.op) ? req.op : pipelineDatabase(req.op) !== null ? 'pipeline' : 'unknown';
     try {
       const res = await this.answer(op, req);
       requests.inc({ op, status: res.status });
@@ -142,17 +145,43 @@ export class DbService implements DbHandler, ChangeFeed {
 
   private async answer(name: string, req: DbRequest): Promise<DbResponse> {
     if (loopDelayMs() > this.config.db.maxLoopDelayMs) throw saturated(this.config.db.maxLoopDelayMs);
+    if (name === 'pipeline') return this.pipeline(req);
     if (name === 'unknown') throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, changes or snapshot`);
     const op = name as Op;
     const body = parseBody(op, req.body);
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
+    this.authorize(req);
+    validate(op, body, this.config.db.maxStatements);
+    return this.run(op, scope, body, req.body);
+  }
+
+  /** SPEC 4.1 and the per-repo rate limit. */
+  private authorize(req: DbRequest): void {
     const token = bearerToken(req.authorization);
     if (token === null || !verifyRepoSecret(this.config.rootKeys, req.org, req.repo, token)) {
       throw new ApiError('unauthorized', token === null ? 'missing Authorization: Bearer <repo secret>' : 'wrong secret for this repo', undefined, { 'www-authenticate': 'Bearer' });
     }
     this.limiter?.take(`${req.org}/${req.repo}`);
-    validate(op, body, this.config.db.maxStatements);
-    return this.run(op, scope, body, req.body);
+  }
+
+  /** SPEC 4.10: a Hrana pipeline, its statements run as the reads and writes of 4.3 and 4.4. */
+  private async pipeline(req: DbRequest): Promise<DbResponse> {
+    const scope: Scope = { org: req.org, repo: req.repo, database: pipelineDatabase(req.op)! };
+    this.authorize(req);
+    const path = this.layout.path(scope);
+    const backend: HranaBackend = {
+      run: async (kind, statements) => {
+        const body = { database: scope.database, statements };
+        validate(kind === 'read' ? 'query' : 'execute', body, this.config.db.maxStatements);
+        const raw = Buffer.from(JSON.stringify(body));
+        if (kind === 'read' && !this.exists(scope)) throw notFound(scope);
+        const res = kind === 'read' ? await this.pool.read({ op: 'query', path }, raw) : await this.pool.write(scope, path, 'execute', raw);
+        const parsed = JSON.parse(res.body.toString('utf8'));
+        if (res.status !== 200) throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
+        return parsed;
+      },
+    };
+    return { status: 200, headers: { 'content-type': JSON_TYPE }, body: await this.hrana.pipeline(`${scope.org}/${scope.repo}/${scope.database}`, backend, req.body) };
   }
 
   private async run(op: Op, scope: Scope, body: Record<string, unknown>, raw: Buffer): Promise<DbResponse> {
@@ -228,6 +257,7 @@ export class DbService implements DbHandler, ChangeFeed {
   async close(): Promise<void> {
     pools.delete(this.pool);
     this.unwatchLoop();
+    this.hrana.close();
     await this.pool.close();
   }
 }

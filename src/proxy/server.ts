@@ -7,6 +7,7 @@ import type { RawHandler } from '../shared/raw-route.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { DbHandler } from '../db/contract.ts';
+import { pipelineDatabase, VERSION_PROBE } from '../db/hrana/index.ts';
 import { orgFromHost } from './host.ts';
 import { stripSpoofableHeaders } from './headers.ts';
 import { sessionView, trustedPeers } from './forward.ts';
@@ -66,11 +67,13 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     req.org = orgFromHost(req.headers.host, opts.baseDomain);
   });
 
-  const dbRoute = async (req: FastifyRequest<{ Params: { repo: string; op: string } }>, reply: FastifyReply) => {
+  const dbRoute = async (req: FastifyRequest<{ Params: { repo: string; op: string } }>, reply: FastifyReply, op = req.params.op) => {
     const repo = checkRepo(req.params.repo);
-    if (req.method !== 'POST') throw new ApiError('not_found', `/_db/${req.params.op.slice(0, 40)} takes POST`);
+    // SPEC 4.10's version probe (GET …/_db/v2): libSQL clients ask it before they speak.
+    if (req.method === 'GET' && VERSION_PROBE.test(op)) return reply.type('application/json; charset=utf-8').send('{}');
+    if (req.method !== 'POST') throw new ApiError('not_found', `/_db/${op.slice(0, 40)} takes POST`);
     const res = await opts.db.handle({
-      op: req.params.op, org: req.org, repo, authorization: req.headers.authorization,
+      op, org: req.org, repo, authorization: req.headers.authorization,
       body: Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), requestId: req.id,
     });
     reply.code(res.status);
@@ -79,6 +82,15 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     return reply.type('application/json; charset=utf-8').send(res.body);
   };
   app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/:repo/_db/:op', handler: dbRoute });
+  // SPEC 4.10: the libSQL protocol's deeper paths. Version probes are answered here; pipelines go to the service.
+  app.route({
+    method: ['GET', 'POST'], url: '/:repo/_db/*',
+    handler: async (req: FastifyRequest<{ Params: { repo: string; '*': string } }>, reply: FastifyReply) => {
+      const rest = req.params['*'];
+      if (VERSION_PROBE.test(rest) || pipelineDatabase(rest) !== null) return dbRoute(req as unknown as FastifyRequest<{ Params: { repo: string; op: string } }>, reply, rest);
+      throw new ApiError('not_found', `no route /_db/${rest.slice(0, 60)}: the libSQL protocol is at /_db/v2/pipeline (or /_db/{database}/v2/pipeline)`);
+    },
+  });
 
   if (opts.account) await app.register(opts.account, { prefix: '/:repo/_account' });
   if (opts.apps) await app.register(opts.apps);

@@ -1,0 +1,182 @@
+// POST …/_db/[{database}/]v2|v3/pipeline (SPEC 4.10; libSQL's HTTP_V2_SPEC and HRANA_3_SPEC): a stream's requests
+// in order, each answered ok or error. Every statement runs as a scopebase read or write request (SPEC 4.3, 4.4):
+// same versions, change log, sandbox and limits. A batch that opens a transaction (BEGIN … COMMIT, what
+// @libsql/client's batch() and migrate() send) runs as ONE write request: one transaction, one version.
+import { ApiError } from '../../shared/errors.ts';
+import { splitStatements } from '../statement-end.ts';
+import { type BatchStep, evaluate, interactiveUnsupported, transactionBlock } from './batch.ts';
+import type { StreamState } from './streams.ts';
+import { type HranaStmt, type StmtResult, toParams, toStmtResult } from './values.ts';
+
+export interface Statement { sql: string; params?: unknown[] | Record<string, unknown> }
+
+/** What a pipeline needs of the database service: one SPEC 4.3 read or 4.4 write of these statements. */
+export interface HranaBackend {
+  run(kind: 'read' | 'write', statements: Statement[]): Promise<{ results: Record<string, unknown>[] }>;
+}
+
+interface HranaError { message: string; code: string }
+type Result = { type: 'ok'; response: Record<string, unknown> } | { type: 'error'; error: HranaError };
+
+/** Statements that only read: tried as a read first (a write among them is refused as read_only, then run as one). */
+const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))/i;
+const TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
+/** `PRAGMA foreign_keys` around a migration (what @libsql/client's migrate() sends): foreign keys stay enforced. */
+const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+foreign_keys\s*=\s*(on|off|0|1|true|false)\s*;?\s*$/i;
+
+const CODES: Record<string, string> = {
+  not_allowed: 'SQLITE_AUTH', read_only: 'SQLITE_READONLY', sql_error: 'SQLITE_ERROR', constraint_violation: 'SQLITE_CONSTRAINT',
+  query_timeout: 'SQLITE_INTERRUPT', quota_exceeded: 'SQLITE_FULL', result_too_large: 'SQLITE_TOOBIG', database_not_found: 'SQLITE_CANTOPEN',
+};
+
+/** A scopebase error as a Hrana error: `code` is the SQLite code name where SQLite gave one. */
+export function hranaError(e: unknown): HranaError {
+  if (!(e instanceof ApiError)) return { message: 'internal error', code: 'SQLITE_INTERNAL' };
+  const sqlite = (e.details as { sqliteCode?: unknown } | undefined)?.sqliteCode;
+  return { message: e.message, code: typeof sqlite === 'string' ? sqlite : CODES[e.code] ?? e.code.toUpperCase() };
+}
+
+const EMPTY: StmtResult = { cols: [], rows: [], affected_row_count: 0, last_insert_rowid: null, rows_read: 0, rows_written: 0, query_duration_ms: 0 };
+
+export class Pipeline {
+  private readonly backend: HranaBackend;
+  private readonly stream: StreamState;
+
+  constructor(backend: HranaBackend, stream: StreamState) {
+    this.backend = backend;
+    this.stream = stream;
+  }
+
+  /** Runs every request in order (each one's failure is its own), and says whether the stream was closed. */
+  async run(requests: unknown[]): Promise<{ results: Result[]; closed: boolean }> {
+    const results: Result[] = [];
+    let closed = false;
+    for (const [i, r] of requests.entries()) {
+      if (closed) {
+        results.push({ type: 'error', error: { message: 'the stream is closed', code: 'STREAM_CLOSED' } });
+        continue;
+      }
+      try {
+        const response = await this.request(r, `requests[${i}]`);
+        if (response.type === 'close') closed = true;
+        results.push({ type: 'ok', response });
+      } catch (e) {
+        results.push({ type: 'error', error: hranaError(e) });
+      }
+    }
+    return { results, closed };
+  }
+
+  private async request(r: unknown, where: string): Promise<Record<string, unknown>> {
+    const req = (typeof r === 'object' && r !== null ? r : {}) as Record<string, unknown>;
+    switch (req.type) {
+      case 'close': return { type: 'close' };
+      case 'execute': return { type: 'execute', result: await this.execute(req.stmt as HranaStmt, `${where}.stmt`) };
+      case 'batch': return { type: 'batch', result: await this.batch(req.batch as { steps?: unknown }, `${where}.batch`) };
+      case 'sequence': {
+        const { statements, rest } = splitStatements(this.sqlOf(req as HranaStmt, where));
+        const all = rest.trim() ? [...statements, rest.trim()] : statements;
+        if (all.length > 0) await this.backend.run('write', all.map((sql) => ({ sql })));
+        return { type: 'sequence' };
+      }
+      case 'describe': {
+        const sql = this.sqlOf(req as HranaStmt, where);
+        return { type: 'describe', result: { params: [], cols: [], is_explain: /^\s*EXPLAIN\b/i.test(sql), is_readonly: READ_ONLY.test(sql) } };
+      }
+      case 'store_sql':
+        if (typeof req.sql_id !== 'number' || typeof req.sql !== 'string') throw new ApiError('invalid_request', `${where}: store_sql takes "sql_id" (a number) and "sql"`);
+        this.stream.storeSql(req.sql_id, req.sql);
+        return { type: 'store_sql' };
+      case 'close_sql':
+        this.stream.sqls.delete(req.sql_id as number);
+        return { type: 'close_sql' };
+      case 'get_autocommit': return { type: 'get_autocommit', is_autocommit: true };
+      default:
+        throw new ApiError('invalid_request', `${where}: unknown request type ${JSON.stringify(String(req.type).slice(0, 40))}; this server takes close, execute, batch, sequence, describe, store_sql, close_sql and get_autocommit`);
+    }
+  }
+
+  private sqlOf(stmt: HranaStmt, where: string): string {
+    if (typeof stmt?.sql === 'string') return stmt.sql;
+    if (typeof stmt?.sql_id === 'number') {
+      const sql = this.stream.sqls.get(stmt.sql_id);
+      if (sql === undefined) throw new ApiError('invalid_request', `${where}: no SQL is stored as sql_id ${stmt.sql_id}`);
+      return sql;
+    }
+    throw new ApiError('invalid_request', `${where}: a statement needs "sql" or "sql_id"`);
+  }
+
+  private statement(stmt: HranaStmt, where: string): Statement {
+    if (typeof stmt !== 'object' || stmt === null) throw new ApiError('invalid_request', `${where} must be a statement object`);
+    const params = toParams(stmt, where);
+    return params === undefined ? { sql: this.sqlOf(stmt, where) } : { sql: this.sqlOf(stmt, where), params };
+  }
+
+  /** One statement on its own (autocommit). */
+  private async execute(stmt: HranaStmt, where: string): Promise<StmtResult> {
+    const s = this.statement(stmt, where);
+    if (FOREIGN_KEYS_PRAGMA.test(s.sql)) return EMPTY;
+    if (TRANSACTION.test(s.sql)) throw interactiveUnsupported();
+    const t0 = performance.now();
+    const [result] = await this.runAs(READ_ONLY.test(s.sql) ? 'read' : 'write', [s]);
+    return toStmtResult(result!, stmt.want_rows !== false, performance.now() - t0);
+  }
+
+  /** Reads that turn out to write, or read a database that does not exist yet, run as a write (which creates it). */
+  private async runAs(kind: 'read' | 'write', statements: Statement[]): Promise<Record<string, unknown>[]> {
+    try {
+      return (await this.backend.run(kind, statements)).results;
+    } catch (e) {
+      if (kind === 'read' && e instanceof ApiError && (e.code === 'read_only' || e.code === 'database_not_found')) return (await this.backend.run('write', statements)).results;
+      throw e;
+    }
+  }
+
+  private async batch(batch: { steps?: unknown }, where: string): Promise<{ step_results: (StmtResult | null)[]; step_errors: (HranaError | null)[] }> {
+    if (!Array.isArray(batch?.steps)) throw new ApiError('invalid_request', `${where}.steps must be an array`);
+    const steps = batch.steps as BatchStep[];
+    const sqls = steps.map((s, i) => this.sqlOf(s?.stmt, `${where}.steps[${i}].stmt`));
+    const block = transactionBlock(sqls, steps, TRANSACTION);
+    const results: (StmtResult | null)[] = steps.map(() => null);
+    const errors: (HranaError | null)[] = steps.map(() => null);
+    // The statements between BEGIN and COMMIT, run as one request ahead of the evaluation that reports them.
+    const inBlock = new Map<number, { result?: StmtResult; error?: HranaError }>();
+    if (block) {
+      const indexes = Array.from({ length: block.commit - block.begin - 1 }, (_, k) => block.begin + 1 + k);
+      const t0 = performance.now();
+      try {
+        const statements = indexes.map((i) => this.statement(steps[i]!.stmt, `${where}.steps[${i}].stmt`));
+        const replies = statements.length ? await this.runAs(block.readOnly ? 'read' : 'write', statements) : [];
+        const ms = performance.now() - t0;
+        indexes.forEach((i, k) => inBlock.set(i, { result: toStmtResult(replies[k]!, steps[i]!.stmt.want_rows !== false, ms) }));
+      } catch (e) {
+        // The statements before the failing one ran (then rolled back with it): ok, without rows, as sqld reports them.
+        const failed = Math.min(e instanceof ApiError ? (e.details as { statement?: number } | undefined)?.statement ?? 0 : 0, indexes.length - 1);
+        indexes.forEach((i, k) => {
+          if (k < failed) inBlock.set(i, { result: EMPTY });
+          else if (k === failed) inBlock.set(i, { error: hranaError(e) });
+        });
+      }
+    }
+    await evaluate(steps, block, async (i) => {
+      if (block && i > block.begin && i < block.commit) {
+        const outcome = inBlock.get(i);
+        if (outcome?.error) errors[i] = outcome.error;
+        else if (outcome?.result) results[i] = outcome.result;
+        return outcome?.result ? 'ok' : outcome?.error ? 'error' : 'skipped';
+      }
+      if (block && (i === block.begin || i === block.commit || i === block.rollback)) {
+        results[i] = EMPTY; // the block ran as one request: its BEGIN, COMMIT or ROLLBACK is that request's
+        return 'ok';
+      }
+      try {
+        results[i] = await this.execute(steps[i]!.stmt, `${where}.steps[${i}].stmt`);
+        return 'ok';
+      } catch (e) {
+        errors[i] = hranaError(e);
+        return 'error';
+      }
+    });
+    return { step_results: results, step_errors: errors };
+  }
+}

@@ -1,0 +1,174 @@
+// SPEC 4.10: the libSQL remote protocol (Hrana over HTTP, JSON), with the real @libsql/client and Drizzle against
+// the real product through the proxy, and the protocol's request types and errors written from libSQL's spec.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createClient, type Client } from '@libsql/client';
+import { drizzle } from 'drizzle-orm/libsql';
+import { eq, sql } from 'drizzle-orm';
+import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { Agent, fetch as undiciFetch } from 'undici';
+import { startProduct, type Product } from './helpers/product.ts';
+
+// Node does not resolve *.localhost: connect every request to loopback, keeping the org's host in the URL.
+const loopback = new Agent({ connect: { lookup: (_host, _opts, cb) => cb(null, [{ address: '127.0.0.1', family: 4 }]) } });
+const viaLoopback = (async (input: string | URL | Request, init?: RequestInit) => {
+  const r = new Request(input, init);
+  const body = r.method === 'GET' ? undefined : Buffer.from(await r.arrayBuffer());
+  return undiciFetch(r.url, { method: r.method, headers: [...r.headers], body, dispatcher: loopback });
+}) as unknown as typeof fetch;
+
+let p: Product;
+let port: string;
+const client = (path = 'web/_db/', secret = p.secret('acme', 'web')): Client =>
+  createClient({ url: `http://acme.localhost:${port}/${path}`, authToken: secret, fetch: viaLoopback, intMode: 'bigint' });
+const pipeline = (body: unknown, path = '/web/_db/v2/pipeline', repo = 'web') =>
+  p.call(path, { body, headers: { authorization: `Bearer ${p.secret('acme', repo)}` } });
+const version = async (database = 'main') => (await p.db('web', 'status', { database })).json.version as number;
+
+before(async () => {
+  p = await startProduct();
+  port = new URL(p.url).port;
+});
+after(() => p.close());
+
+describe('@libsql/client', () => {
+  test('execute: every value type round-trips, positional and named arguments', async () => {
+    const c = client();
+    await c.execute('CREATE TABLE vals(id INTEGER PRIMARY KEY, i, big, f, t, b, n)');
+    const big = 9007199254740993n;
+    const w = await c.execute({ sql: 'INSERT INTO vals(i, big, f, t, b, n) VALUES (?, ?, ?, ?, ?, ?)', args: [42, big, 1.5, 'héllo', new Uint8Array([0, 1, 255]), null] });
+    assert.equal(w.rowsAffected, 1);
+    assert.equal(w.lastInsertRowid, 1n);
+    await c.execute({ sql: 'INSERT INTO vals(i, t) VALUES (:i, $t)', args: { i: -9223372036854775808n, t: 'named' } });
+    const r = await c.execute('SELECT i, big, f, t, b, n FROM vals ORDER BY id');
+    assert.deepEqual(r.columns, ['i', 'big', 'f', 't', 'b', 'n']);
+    const [a, b] = r.rows;
+    assert.equal(a!.i, 42n);
+    assert.equal(a!.big, big);
+    assert.equal(a!.f, 1.5);
+    assert.equal(a!.t, 'héllo');
+    assert.deepEqual([...new Uint8Array(a!.b as ArrayBuffer)], [0, 1, 255]);
+    assert.equal(a!.n, null);
+    assert.equal(b!.i, -9223372036854775808n);
+    assert.equal(b!.t, 'named');
+    c.close();
+  });
+
+  test('batch("write") is one transaction and one version; a failing statement rolls all of it back', async () => {
+    const c = client();
+    await c.execute('CREATE TABLE items(id INTEGER PRIMARY KEY, name TEXT UNIQUE)');
+    const v0 = await version();
+    const results = await c.batch([{ sql: 'INSERT INTO items(name) VALUES (?)', args: ['a'] }, "INSERT INTO items(name) VALUES ('b')", 'SELECT count(*) AS n FROM items'], 'write');
+    assert.equal(results.length, 3);
+    assert.equal(results[2]!.rows[0]!.n, 2n, 'statements of the batch see each other');
+    assert.equal(await version(), v0 + 1, 'one version for the whole batch');
+    await assert.rejects(c.batch(["INSERT INTO items(name) VALUES ('c')", "INSERT INTO items(name) VALUES ('a')"], 'write'), (e: { code?: string; statementIndex?: number }) => {
+      assert.equal(e.code, 'SQLITE_CONSTRAINT_UNIQUE');
+      assert.equal(e.statementIndex, 1);
+      return true;
+    });
+    assert.equal((await c.execute('SELECT count(*) AS n FROM items')).rows[0]!.n, 2n, 'nothing of the failed batch remains');
+    assert.equal(await version(), v0 + 1);
+    const read = await c.batch(['SELECT name FROM items ORDER BY id'], 'read');
+    assert.deepEqual(read[0]!.rows.map((row) => row.name), ['a', 'b']);
+    c.close();
+  });
+
+  test('executeMultiple, migrate, another database of the repo, errors with SQLite codes, and the sandbox', async () => {
+    const c = client();
+    await c.executeMultiple('CREATE TABLE m1(x); INSERT INTO m1 VALUES (1); INSERT INTO m1 VALUES (2);');
+    assert.equal((await c.execute('SELECT sum(x) AS s FROM m1')).rows[0]!.s, 3n);
+    await c.migrate(['CREATE TABLE m2(x)', 'INSERT INTO m2 VALUES (7)']);
+    assert.equal((await c.execute('SELECT x FROM m2')).rows[0]!.x, 7n);
+    const other = client('web/_db/analytics/');
+    await other.execute('CREATE TABLE events(kind)');
+    assert.equal((await p.db('web', 'status', { database: 'analytics' })).json.exists, true);
+    await assert.rejects(c.execute('SELECT * FROM nosuch'), /no such table/);
+    await assert.rejects(c.execute("ATTACH 'x.db' AS x"), (e: { code?: string }) => e.code === 'SQLITE_AUTH');
+    await assert.rejects(c.execute('INSERT INTO _scopebase_meta VALUES (1, 2)'), (e: { code?: string }) => e.code === 'SQLITE_AUTH');
+    await assert.rejects(c.transaction('write').then((tx) => tx.execute('SELECT 1')), /interactive transactions are not supported yet/);
+    await assert.rejects(client('web/_db/', 'wrong').execute('SELECT 1'), /401/);
+    other.close();
+    c.close();
+  });
+});
+
+describe('Drizzle ORM (drizzle-orm/libsql)', () => {
+  const todos = sqliteTable('todos', { id: integer('id').primaryKey(), title: text('title').notNull(), done: integer('done', { mode: 'boolean' }).notNull().default(false) });
+
+  test('CRUD and db.batch', async () => {
+    const db = drizzle(client('web/_db/drizzle/'));
+    await db.run(sql`CREATE TABLE todos (id INTEGER PRIMARY KEY, title TEXT NOT NULL, done INTEGER NOT NULL DEFAULT 0)`);
+    const [made] = await db.insert(todos).values({ title: 'write spec' }).returning();
+    assert.equal(made!.title, 'write spec');
+    await db.update(todos).set({ done: true }).where(eq(todos.id, made!.id));
+    assert.deepEqual(await db.select().from(todos), [{ id: made!.id, title: 'write spec', done: true }]);
+    await db.batch([db.insert(todos).values({ title: 'b' }), db.insert(todos).values({ title: 'c' })]);
+    assert.equal((await db.select().from(todos)).length, 3);
+    await db.delete(todos).where(eq(todos.title, 'b'));
+    assert.deepEqual((await db.select({ title: todos.title }).from(todos)).map((t) => t.title), ['write spec', 'c']);
+  });
+});
+
+describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
+  test('version probes; stored SQL; autocommit; describe; close; conditions of every kind', async () => {
+    assert.equal((await p.call('/web/_db/v2')).status, 200);
+    assert.equal((await p.call('/web/_db/main/v3')).status, 200);
+    const res = await pipeline({
+      baton: null,
+      requests: [
+        { type: 'store_sql', sql_id: 1, sql: 'SELECT ? + 1 AS n' },
+        { type: 'execute', stmt: { sql_id: 1, args: [{ type: 'integer', value: '41' }] } },
+        { type: 'get_autocommit' },
+        { type: 'describe', sql: 'SELECT 1' },
+        {
+          type: 'batch', batch: {
+            steps: [
+              { stmt: { sql: 'SELECT nosuchfunction()' } },
+              { condition: { type: 'error', step: 0 }, stmt: { sql: 'SELECT 1' } },
+              { condition: { type: 'and', conds: [{ type: 'ok', step: 1 }, { type: 'is_autocommit' }] }, stmt: { sql: 'SELECT 2' } },
+              { condition: { type: 'or', conds: [{ type: 'ok', step: 0 }, { type: 'not', cond: { type: 'ok', step: 2 } }] }, stmt: { sql: 'SELECT 3' } },
+            ],
+          },
+        },
+        { type: 'close_sql', sql_id: 1 },
+        { type: 'execute', stmt: { sql_id: 1 } },
+        { type: 'nosuch' },
+        { type: 'close' },
+      ],
+    });
+    assert.equal(res.status, 200, res.text);
+    const r = res.json.results;
+    assert.equal(res.json.baton, null, 'closed: no baton');
+    assert.deepEqual(r[1].response.result.rows, [[{ type: 'integer', value: '42' }]]);
+    assert.equal(r[2].response.is_autocommit, true);
+    assert.equal(r[3].response.result.is_readonly, true);
+    const batch = r[4].response.result;
+    assert.equal(batch.step_errors[0].code, 'SQLITE_ERROR');
+    assert.deepEqual(batch.step_results.map((x: unknown) => x !== null), [false, true, true, false]);
+    assert.equal(r[6].type, 'error', 'a closed sql_id is gone');
+    assert.equal(r[7].type, 'error');
+    assert.match(r[7].error.message, /unknown request type/);
+    assert.equal(r[8].type, 'ok');
+  });
+
+  test('batons: one use each, bound to their database and repo; malformed bodies get SPEC 3 errors', async () => {
+    const first = await pipeline({ baton: null, requests: [{ type: 'store_sql', sql_id: 5, sql: 'SELECT 5 AS v' }] });
+    const baton = first.json.baton as string;
+    assert.match(baton, /^[A-Za-z0-9_-]{20,}$/);
+    const second = await pipeline({ baton, requests: [{ type: 'execute', stmt: { sql_id: 5 } }] });
+    assert.deepEqual(second.json.results[0].response.result.rows, [[{ type: 'integer', value: '5' }]], 'the stream kept its stored SQL');
+    assert.notEqual(second.json.baton, baton);
+    const replay = await pipeline({ baton, requests: [] });
+    assert.equal(replay.status, 400);
+    assert.match(replay.json.error.message, /unknown baton/);
+    assert.equal((await pipeline({ baton: second.json.baton, requests: [] }, '/web/_db/other/v2/pipeline')).status, 400, 'another database');
+    assert.equal((await pipeline({ baton: second.json.baton, requests: [] }, '/site/_db/v2/pipeline', 'site')).status, 400, 'another repo');
+    const bad = await pipeline({ requests: 'x' });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.code, 'invalid_request');
+    assert.ok(bad.headers['x-request-id']);
+    assert.equal((await p.call('/web/_db/v2/pipeline', { body: { baton: null, requests: [] } })).status, 401, 'the repo secret is required');
+    assert.equal((await pipeline({ baton: null, requests: [] }, '/web/_db/Bad/v2/pipeline')).json.error.code, 'invalid_name');
+  });
+});
