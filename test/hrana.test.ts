@@ -86,10 +86,56 @@ describe('@libsql/client', () => {
     await assert.rejects(c.execute('SELECT * FROM nosuch'), /no such table/);
     await assert.rejects(c.execute("ATTACH 'x.db' AS x"), (e: { code?: string }) => e.code === 'SQLITE_AUTH');
     await assert.rejects(c.execute('INSERT INTO _scopebase_meta VALUES (1, 2)'), (e: { code?: string }) => e.code === 'SQLITE_AUTH');
-    await assert.rejects(c.transaction('write').then((tx) => tx.execute('SELECT 1')), /interactive transactions are not supported yet/);
     await assert.rejects(client('web/_db/', 'wrong').execute('SELECT 1'), /401/);
     other.close();
     c.close();
+  });
+});
+
+describe('interactive transactions', () => {
+  test('transaction(): its writes are seen inside, not outside, until COMMIT (one version); writes of others wait for it; rollback leaves nothing', async () => {
+    const c = client();
+    const other = client();
+    await c.execute('CREATE TABLE acct(id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)');
+    await c.execute('INSERT INTO acct VALUES (1, 100), (2, 0)');
+    const v0 = await version();
+    const tx = await c.transaction('write');
+    await tx.execute('UPDATE acct SET balance = balance - 30 WHERE id = 1');
+    await tx.execute('UPDATE acct SET balance = balance + 30 WHERE id = 2');
+    assert.deepEqual((await tx.execute('SELECT balance FROM acct ORDER BY id')).rows.map((r) => r.balance), [70n, 30n], 'seen inside');
+    assert.deepEqual((await other.execute('SELECT balance FROM acct ORDER BY id')).rows.map((r) => r.balance), [100n, 0n], 'not seen outside: reads do not wait');
+    let written = false;
+    const waiting = other.execute('INSERT INTO acct VALUES (3, 5)').then(() => (written = true));
+    await new Promise((r) => setTimeout(r, 150));
+    assert.equal(written, false, 'a write to the database waits for the transaction');
+    await tx.commit();
+    await waiting;
+    assert.equal(await version(), v0 + 2, 'the transaction is one version, the waiting write the next');
+    assert.deepEqual((await other.execute('SELECT balance FROM acct ORDER BY id')).rows.map((r) => r.balance), [70n, 30n, 5n]);
+
+    const undone = await c.transaction('write');
+    await assert.rejects(undone.execute('INSERT INTO acct VALUES (1, 1)'), (e: { code?: string }) => e.code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || e.code === 'SQLITE_CONSTRAINT', 'a failing statement fails alone');
+    await undone.execute('DELETE FROM acct');
+    assert.equal((await undone.execute('SELECT count(*) AS n FROM acct')).rows[0]!.n, 0n, 'the transaction goes on after a failed statement');
+    await undone.rollback();
+    assert.equal((await c.execute('SELECT count(*) AS n FROM acct')).rows[0]!.n, 3n, 'rolled back');
+    assert.equal(await version(), v0 + 2);
+    c.close();
+    other.close();
+  });
+
+  test('Drizzle db.transaction commits, and tx.rollback() undoes', async () => {
+    const db = drizzle(client('web/_db/drizzletx/'));
+    const notes = sqliteTable('notes', { id: integer('id').primaryKey(), body: text('body').notNull() });
+    await db.run(sql`CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)`);
+    await db.transaction(async (tx) => {
+      await tx.insert(notes).values({ body: 'kept' });
+    });
+    await assert.rejects(db.transaction(async (tx) => {
+      await tx.insert(notes).values({ body: 'undone' });
+      tx.rollback();
+    }));
+    assert.deepEqual((await db.select().from(notes)).map((n) => n.body), ['kept']);
   });
 });
 
@@ -107,6 +153,26 @@ describe('Drizzle ORM (drizzle-orm/libsql)', () => {
     assert.equal((await db.select().from(todos)).length, 3);
     await db.delete(todos).where(eq(todos.title, 'b'));
     assert.deepEqual((await db.select({ title: todos.title }).from(todos)).map((t) => t.title), ['write spec', 'c']);
+  });
+});
+
+describe('a transaction left open', () => {
+  test('an idle stream is rolled back after DB_STREAM_IDLE_MS and the database\'s writes go on', async () => {
+    const q = await startProduct({ DB_STREAM_IDLE_MS: '300' });
+    try {
+      const auth = { authorization: `Bearer ${q.secret('acme', 'web')}` };
+      const begin = await q.call('/web/_db/v2/pipeline', { body: { baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }, { type: 'execute', stmt: { sql: 'BEGIN' } }, { type: 'execute', stmt: { sql: 'INSERT INTO t VALUES (1)' } }] }, headers: auth });
+      assert.deepEqual(begin.json.results.map((r: { type: string }) => r.type), ['ok', 'ok', 'ok'], begin.text);
+      const t0 = performance.now();
+      const write = await q.db('web', 'execute', { sql: 'INSERT INTO t VALUES (2)' });
+      assert.equal(write.status, 200, write.text);
+      assert.ok(performance.now() - t0 >= 200, 'the write waited for the open transaction');
+      assert.deepEqual((await q.db('web', 'query', { sql: 'SELECT x FROM t' })).json.results[0].rows, [[2]], 'the abandoned transaction left nothing');
+      const late = await q.call('/web/_db/v2/pipeline', { body: { baton: begin.json.baton, requests: [{ type: 'execute', stmt: { sql: 'COMMIT' } }] }, headers: auth });
+      assert.equal(late.status, 400, 'its baton is gone');
+    } finally {
+      await q.close();
+    }
   });
 });
 

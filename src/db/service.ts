@@ -180,6 +180,8 @@ export class DbService implements DbHandler, ChangeFeed {
         if (res.status !== 200) throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
         return parsed;
       },
+      holdLane: () => this.pool.holdLane(scope, path),
+      transactionMaxMs: this.config.db.transactionMaxMs,
     };
     return { status: 200, headers: { 'content-type': JSON_TYPE }, body: await this.hrana.pipeline(`${scope.org}/${scope.repo}/${scope.database}`, backend, req.body) };
   }

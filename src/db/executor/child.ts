@@ -8,6 +8,7 @@ import { HandleCache, type DbHandle, type ExecutorLimits } from './handles.ts';
 import { changes, query, snapshot, status } from './read-ops.ts';
 import { executeGroup, migrate, type GroupContext } from './write-ops.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
+import { beginTx, commitTx, execTx, rollbackTx } from './tx-ops.ts';
 
 flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or lives as long as the server
 const limits = JSON.parse(process.argv[2] ?? '{}') as ExecutorLimits;
@@ -76,6 +77,13 @@ function handle(frame: Frame): Buffer {
       const row = db?.internal("SELECT value FROM _scopebase_meta WHERE key = 'group'").get() as { value: string } | undefined;
       return encodeFrame(frame.seq, { committed: row?.value === h.token, version: db?.version() ?? 0 });
     }
+    case 'tx.begin': case 'tx.exec': case 'tx.commit': case 'tx.rollback': {
+      const reply = h.op === 'tx.begin'
+        ? beginTx(h.tx, path, h.create === true, { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token }, limits)
+        : h.op === 'tx.exec' ? execTx(h.tx, JSON.parse(frame.body.toString('utf8')), limits.maxResultBytes)
+        : h.op === 'tx.commit' ? commitTx(h.tx) : rollbackTx(h.tx);
+      return encodeFrame(frame.seq, { s: reply.status, v: reply.version }, reply.body);
+    }
     case 'forget':
       handles.forget(path);
       return encodeFrame(frame.seq, { s: 200 });
@@ -92,7 +100,7 @@ channel.on('data', (chunk: Buffer) => {
   // chunk never holds back the reply of a committed write.
   channel.cork();
   for (const frame of decoder.push(chunk)) {
-    const write = frame.header.op === 'execute' || frame.header.op === 'migrate';
+    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit';
     if (write) channel.uncork();
     let out: Buffer;
     try {

@@ -159,6 +159,8 @@ export class ExecutorPool {
       return;
     }
     const tenant = tenantOfPath(path);
+    // What every message of the transaction carries: where, whose, and the token a lost commit is probed by.
+    const common = { path, scope: lane.scope, create: created !== null, floor: this.opts.floor(lane.scope), token: randomBytes(12).toString('base64url') };
     await new Promise<void>((ended) => {
       let released = false;
       item.held!({
@@ -166,11 +168,12 @@ export class ExecutorPool {
         run: async (header, body, budgetMs = this.opts.timeoutMs) => {
           if (released) throw new ApiError('invalid_request', 'this transaction has ended');
           try {
-            const frame = await this.scheduler.runOn(proc, tenant, header, body, budgetMs);
+            const frame = await this.scheduler.runOn(proc, tenant, { ...header, ...common }, body, budgetMs);
             const version = frame.header.v as number | undefined;
             if (version !== undefined) this.opts.onCommit(lane.scope, version);
             return { status: frame.header.s as number, body: frame.body, version };
           } catch (e) {
+            if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await this.lostCommit(path, common.token);
             throw lostToApiError(e, budgetMs);
           }
         },
@@ -183,6 +186,18 @@ export class ExecutorPool {
         },
       });
     });
+  }
+
+  /** The process died during a transaction's COMMIT: did it commit? (SQLite's journal makes it all or nothing.) */
+  private async lostCommit(path: string, token: string): Promise<ApiError> {
+    let committed: boolean | null;
+    try {
+      committed = (await this.scheduler.run(tenantOfPath(path), true, { op: 'probe', path, token }, undefined, this.opts.timeoutMs)).header.committed === true;
+    } catch {
+      committed = null;
+    }
+    const what = committed === null ? 'whether it committed is unknown: read the data back' : committed ? 'it committed' : 'nothing of it was applied';
+    return new ApiError('unavailable', `the executor stopped during this transaction's commit; ${what}`, { committed }, { 'retry-after': '1' });
   }
 
   private take(lane: Lane): WriteItem[] {

@@ -35,13 +35,13 @@ function eventId(): string {
   return `evt_${idPool.toString('base64url', idAt - 16, idAt)}`;
 }
 
-function totals(h: DbHandle): { changes: number; schema: number } {
+export function totals(h: DbHandle): { changes: number; schema: number } {
   const r = h.internal('SELECT total_changes() AS c, schema_version AS s FROM pragma_schema_version').get() as { c: number; s: number };
   return { changes: Number(r.c), schema: Number(r.s) };
 }
 
 /** Records a change: bumps the version (inside the session, so followers apply it too) and logs the event. */
-function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']>, version: number, event: Record<string, unknown>): void {
+export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']>, version: number, event: Record<string, unknown>): void {
   // A schema change travels as a fingerprint row, so a follower can tell DDL the changeset cannot carry.
   if (event.schemaChanged) h.internal('INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES (?, ?)').run(SCHEMA_FINGERPRINT_KEY, schemaFingerprint(h.db));
   h.internal("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
@@ -91,7 +91,7 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
 }
 
 /** Prunes change-log events that no mirror needs and that are past both retention bounds. */
-function prune(h: DbHandle, ctx: GroupContext, version: number): void {
+export function prune(h: DbHandle, ctx: GroupContext, version: number): void {
   if (version % 100 !== 0) return;
   const below = Math.min(version - KEEP_EVENTS, ctx.floor ?? Number.MAX_SAFE_INTEGER);
   if (below <= 0) return;

@@ -31,8 +31,8 @@ function holds(c: BatchCond | null | undefined, outcomes: Outcome[], autocommit:
 }
 
 /** A transaction opened by one request and continued by later ones (a stream holding a database's writes). */
-export function interactiveUnsupported(): ApiError {
-  return new ApiError('not_allowed', 'interactive transactions are not supported yet over the libSQL protocol: send the statements as one batch (client.batch(), db.batch()), which runs as one transaction');
+export function interactiveUnsupported(what = 'this use of transaction control'): ApiError {
+  return new ApiError('not_allowed', `${what} is not supported over the libSQL protocol: use BEGIN … COMMIT (or ROLLBACK) in a stream, or one batch (client.batch(), db.batch()), which runs as one transaction`);
 }
 
 /** Does `c` require step `prev` to have succeeded (alone, or with "not in autocommit")? */
@@ -44,34 +44,34 @@ function chained(c: BatchCond | null | undefined, prev: number): boolean {
 }
 
 /**
- * Finds the transaction a batch opens: BEGIN, statements each chained on the one before, COMMIT chained on the last,
- * and optionally a ROLLBACK. Such a block runs as one request; any other use of transaction control is refused.
+ * Finds the transaction a batch opens whole: BEGIN, statements each chained on the one before, COMMIT chained on
+ * the last, optionally a ROLLBACK (what @libsql/client's batch() sends). Such a block runs as one request; any other
+ * batch runs step by step (a BEGIN in it opens an interactive transaction).
  */
 export function transactionBlock(sqls: string[], steps: BatchStep[], control: RegExp): Block | null {
   const begin = sqls.findIndex((s) => control.test(s));
-  if (begin === -1) return null;
-  const unsupported = () => new ApiError('not_allowed', 'this batch uses transaction control in a shape this server does not run; send BEGIN, the statements (each on the success of the one before), COMMIT, as @libsql/client\'s batch() does');
-  if (!/^\s*BEGIN\b/i.test(sqls[begin]!)) throw unsupported();
+  if (begin === -1 || !/^\s*BEGIN\b/i.test(sqls[begin]!)) return null;
   let commit = begin + 1;
-  while (commit < sqls.length && !control.test(sqls[commit]!)) {
-    if (commit > begin + 1 && !chained(steps[commit]!.condition, commit - 1)) throw unsupported();
-    commit++;
-  }
-  if (commit >= sqls.length) throw interactiveUnsupported();
-  if (!/^\s*(COMMIT|END)\b/i.test(sqls[commit]!)) throw unsupported();
-  if (commit > begin + 1 && !chained(steps[begin + 1]!.condition, begin)) throw unsupported();
+  while (commit < sqls.length && !control.test(sqls[commit]!)) commit++;
+  if (commit >= sqls.length || !/^\s*(COMMIT|END)\b/i.test(sqls[commit]!)) return null;
+  for (let i = begin + 1; i <= commit; i++) if (i > begin + 1 && !chained(steps[i]!.condition, i - 1)) return null;
+  if (commit > begin + 1 && !chained(steps[begin + 1]!.condition, begin)) return null;
   const rollback = commit + 1 < sqls.length && /^\s*ROLLBACK\s*;?\s*$/i.test(sqls[commit + 1]!) ? commit + 1 : null;
-  for (let i = (rollback ?? commit) + 1; i < sqls.length; i++) if (control.test(sqls[i]!)) throw unsupported();
+  for (let i = (rollback ?? commit) + 1; i < sqls.length; i++) if (control.test(sqls[i]!)) return null;
   return { begin, commit, rollback, readOnly: /^\s*BEGIN\s+(TRANSACTION\s+)?READONLY\b/i.test(sqls[begin]!) };
 }
 
+/** Is step `i` of a batch with `block` run in autocommit (outside the block's transaction)? */
+export function blockAutocommit(block: Block): (i: number, outcomes: Outcome[]) => boolean {
+  return (i, outcomes) => i <= block.begin || (block.rollback !== null ? i > block.rollback : i > block.commit)
+    || (i === block.rollback && outcomes[block.commit] === 'ok');
+}
+
 /** Evaluates every step's condition in order, running those that hold with `run`. */
-export async function evaluate(steps: BatchStep[], block: Block | null, run: (i: number) => Promise<Outcome>): Promise<Outcome[]> {
+export async function evaluate(steps: BatchStep[], autocommit: (i: number, outcomes: Outcome[]) => boolean, run: (i: number) => Promise<Outcome>): Promise<Outcome[]> {
   const outcomes: Outcome[] = [];
   for (let i = 0; i < steps.length; i++) {
-    const autocommit = !block || i <= block.begin || (block.rollback !== null ? i > block.rollback : i > block.commit)
-      || (i === block.rollback && outcomes[block.commit] === 'ok');
-    outcomes.push(holds(steps[i]?.condition, outcomes, autocommit, `steps[${i}].condition`) ? await run(i) : 'skipped');
+    outcomes.push(holds(steps[i]?.condition, outcomes, autocommit(i, outcomes), `steps[${i}].condition`) ? await run(i) : 'skipped');
   }
   return outcomes;
 }

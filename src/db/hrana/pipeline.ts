@@ -4,15 +4,19 @@
 // @libsql/client's batch() and migrate() send) runs as ONE write request: one transaction, one version.
 import { ApiError } from '../../shared/errors.ts';
 import { splitStatements } from '../statement-end.ts';
-import { type BatchStep, evaluate, interactiveUnsupported, transactionBlock } from './batch.ts';
+import { type BatchStep, blockAutocommit, evaluate, interactiveUnsupported, transactionBlock } from './batch.ts';
+import type { LaneHold } from '../executor/pool.ts';
 import type { StreamState } from './streams.ts';
+import { StreamTx } from './transaction.ts';
 import { type HranaStmt, type StmtResult, toParams, toStmtResult } from './values.ts';
 
 export interface Statement { sql: string; params?: unknown[] | Record<string, unknown> }
 
-/** What a pipeline needs of the database service: one SPEC 4.3 read or 4.4 write of these statements. */
+/** What a pipeline needs of the database service: one SPEC 4.3 read or 4.4 write; a held write lane. */
 export interface HranaBackend {
   run(kind: 'read' | 'write', statements: Statement[]): Promise<{ results: Record<string, unknown>[] }>;
+  holdLane(): Promise<LaneHold>;
+  transactionMaxMs: number;
 }
 
 interface HranaError { message: string; code: string }
@@ -70,7 +74,10 @@ export class Pipeline {
   private async request(r: unknown, where: string): Promise<Record<string, unknown>> {
     const req = (typeof r === 'object' && r !== null ? r : {}) as Record<string, unknown>;
     switch (req.type) {
-      case 'close': return { type: 'close' };
+      case 'close':
+        this.stream.tx?.abandon('its stream was closed');
+        this.stream.tx = null;
+        return { type: 'close' };
       case 'execute': return { type: 'execute', result: await this.execute(req.stmt as HranaStmt, `${where}.stmt`) };
       case 'batch': return { type: 'batch', result: await this.batch(req.batch as { steps?: unknown }, `${where}.batch`) };
       case 'sequence': {
@@ -90,7 +97,7 @@ export class Pipeline {
       case 'close_sql':
         this.stream.sqls.delete(req.sql_id as number);
         return { type: 'close_sql' };
-      case 'get_autocommit': return { type: 'get_autocommit', is_autocommit: true };
+      case 'get_autocommit': return { type: 'get_autocommit', is_autocommit: this.stream.tx === null };
       default:
         throw new ApiError('invalid_request', `${where}: unknown request type ${JSON.stringify(String(req.type).slice(0, 40))}; this server takes close, execute, batch, sequence, describe, store_sql, close_sql and get_autocommit`);
     }
@@ -116,10 +123,29 @@ export class Pipeline {
   private async execute(stmt: HranaStmt, where: string): Promise<StmtResult> {
     const s = this.statement(stmt, where);
     if (FOREIGN_KEYS_PRAGMA.test(s.sql)) return EMPTY;
-    if (TRANSACTION.test(s.sql)) throw interactiveUnsupported();
+    if (TRANSACTION.test(s.sql)) return this.control(s.sql);
     const t0 = performance.now();
-    const [result] = await this.runAs(READ_ONLY.test(s.sql) ? 'read' : 'write', [s]);
-    return toStmtResult(result!, stmt.want_rows !== false, performance.now() - t0);
+    const tx = this.stream.tx;
+    const result = tx ? await tx.exec(s) : (await this.runAs(READ_ONLY.test(s.sql) ? 'read' : 'write', [s]))[0]!;
+    return toStmtResult(result, stmt.want_rows !== false, performance.now() - t0);
+  }
+
+  /** BEGIN, COMMIT and ROLLBACK of an interactive transaction (savepoints are not supported). */
+  private async control(sql: string): Promise<StmtResult> {
+    const tx = this.stream.tx;
+    if (/^\s*BEGIN\b/i.test(sql)) {
+      if (tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
+      this.stream.tx = await StreamTx.begin(await this.backend.holdLane(), this.backend.transactionMaxMs);
+    } else if (/^\s*(COMMIT|END)\b/i.test(sql)) {
+      if (!tx) throw new ApiError('sql_error', 'cannot commit - no transaction is active');
+      this.stream.tx = null;
+      await tx.commit();
+    } else if (/^\s*ROLLBACK\s*(TRANSACTION\s*)?;?\s*$/i.test(sql)) {
+      if (!tx) throw new ApiError('sql_error', 'cannot rollback - no transaction is active');
+      this.stream.tx = null;
+      await tx.rollback().catch(() => undefined); // an ended transaction has nothing left to undo
+    } else throw interactiveUnsupported('savepoints');
+    return EMPTY;
   }
 
   /** Reads that turn out to write, or read a database that does not exist yet, run as a write (which creates it). */
@@ -137,6 +163,7 @@ export class Pipeline {
     const steps = batch.steps as BatchStep[];
     const sqls = steps.map((s, i) => this.sqlOf(s?.stmt, `${where}.steps[${i}].stmt`));
     const block = transactionBlock(sqls, steps, TRANSACTION);
+    if (block && this.stream.tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
     const results: (StmtResult | null)[] = steps.map(() => null);
     const errors: (HranaError | null)[] = steps.map(() => null);
     // The statements between BEGIN and COMMIT, run as one request ahead of the evaluation that reports them.
@@ -158,7 +185,7 @@ export class Pipeline {
         });
       }
     }
-    await evaluate(steps, block, async (i) => {
+    await evaluate(steps, block ? blockAutocommit(block) : () => this.stream.tx === null, async (i) => {
       if (block && i > block.begin && i < block.commit) {
         const outcome = inBlock.get(i);
         if (outcome?.error) errors[i] = outcome.error;

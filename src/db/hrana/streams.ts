@@ -2,6 +2,7 @@
 // (org, repo, database), good for one request only (each reply names the next), dropped when idle.
 import { randomBytes } from 'node:crypto';
 import { ApiError } from '../../shared/errors.ts';
+import type { StreamTx } from './transaction.ts';
 
 /** SQL texts one stream may store (store_sql), and their total size. */
 const MAX_SQLS = 1000;
@@ -12,6 +13,8 @@ export class StreamState {
   readonly sqls = new Map<number, string>();
   private sqlBytes = 0;
   idleTimer: NodeJS.Timeout | null = null;
+  /** Its open interactive transaction, if any. */
+  tx: StreamTx | null = null;
 
   constructor(key: string) {
     this.key = key;
@@ -54,15 +57,22 @@ export class Streams {
       const [oldest, s] = this.open.entries().next().value!;
       this.open.delete(oldest);
       if (s.idleTimer) clearTimeout(s.idleTimer);
+      s.tx?.abandon(`${this.max} streams were open and it was the oldest`);
     }
     const baton = randomBytes(16).toString('base64url');
     this.open.set(baton, state);
-    state.idleTimer = setTimeout(() => this.open.delete(baton), this.idleMs).unref();
+    state.idleTimer = setTimeout(() => {
+      this.open.delete(baton);
+      state.tx?.abandon(`its stream was unused for ${this.idleMs} ms (DB_STREAM_IDLE_MS) and was closed`);
+    }, this.idleMs).unref();
     return baton;
   }
 
   close(): void {
-    for (const s of this.open.values()) if (s.idleTimer) clearTimeout(s.idleTimer);
+    for (const s of this.open.values()) {
+      if (s.idleTimer) clearTimeout(s.idleTimer);
+      s.tx?.abandon('the service is stopping');
+    }
     this.open.clear();
   }
 }

@@ -1,0 +1,95 @@
+// Executor-side interactive transactions (Hrana streams, SPEC 4.10): BEGIN in one message, statements in later
+// ones, COMMIT or ROLLBACK last. The pool holds the database's write lane and sends every message of a transaction
+// to this one process; the transaction has a connection of its own, so this process's other requests for the same
+// database never see it, or run inside it. On COMMIT it is recorded like an execute: one version, one event.
+import type { DbHandle, ExecutorLimits } from './handles.ts';
+import { DbHandle as Handle } from './handles.ts';
+import { errorReply, failure, type Reply } from './reply.ts';
+import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
+import { type GroupContext, prune, recordChange, totals } from './write-ops.ts';
+
+interface Tx {
+  h: DbHandle;
+  ctx: GroupContext;
+  session: ReturnType<DbHandle['db']['createSession']>;
+  before: { changes: number; schema: number };
+  tables: Set<string>;
+}
+
+const open = new Map<string, Tx>();
+
+const gone = (): Reply => errorReply({ code: 'invalid_request', message: 'this transaction is no longer open in its executor' });
+
+export function beginTx(id: string, path: string, create: boolean, ctx: GroupContext, limits: ExecutorLimits): Reply {
+  if (open.has(id)) return errorReply({ code: 'invalid_request', message: 'this transaction is already open' });
+  let h: DbHandle;
+  try {
+    h = new Handle(path, create, limits);
+  } catch (e) {
+    return failure(e, null);
+  }
+  try {
+    h.internal('BEGIN IMMEDIATE').run();
+    open.set(id, { h, ctx, session: h.db.createSession(), before: totals(h), tables: new Set() });
+    return { status: 200, body: '{}' };
+  } catch (e) {
+    h.close();
+    return failure(e, null);
+  }
+}
+
+/** One statement in the transaction; a failing one is undone alone (SQLite's statement journal), the rest stays. */
+export function execTx(id: string, statement: StatementSpec, maxResultBytes: number): Reply {
+  const tx = open.get(id);
+  if (!tx) return gone();
+  try {
+    const out = runWrite(tx.h, statement, 0, false, new ResultBudget(maxResultBytes));
+    for (const t of out.tables) tx.tables.add(t);
+    return { status: 200, body: `{"results":[${out.text}]}` };
+  } catch (e) {
+    return failure(e, tx.h.sandbox.denied, 0);
+  }
+}
+
+export function commitTx(id: string): Reply {
+  const tx = open.get(id);
+  if (!tx) return gone();
+  open.delete(id);
+  const { h, ctx } = tx;
+  try {
+    let version = h.version();
+    const after = totals(h);
+    if (after.changes !== tx.before.changes || after.schema !== tx.before.schema) {
+      version++;
+      recordChange(h, ctx, tx.session, version, {
+        type: 'database.changed', operation: 'execute',
+        changes: { rowsAffected: after.changes - tx.before.changes, tables: [...tx.tables].sort() }, schemaChanged: after.schema !== tx.before.schema,
+      });
+      prune(h, ctx, version);
+      h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
+      h.internal('COMMIT').run();
+      return { status: 200, body: `{"version":${version}}`, version };
+    }
+    tx.session.close();
+    h.internal('COMMIT').run();
+    return { status: 200, body: `{"version":${version}}` };
+  } catch (e) {
+    if (h.db.isTransaction) h.internal('ROLLBACK').run();
+    return failure(e, null);
+  } finally {
+    h.close();
+  }
+}
+
+export function rollbackTx(id: string): Reply {
+  const tx = open.get(id);
+  if (!tx) return gone();
+  open.delete(id);
+  try {
+    tx.session.close();
+    if (tx.h.db.isTransaction) tx.h.internal('ROLLBACK').run();
+  } finally {
+    tx.h.close();
+  }
+  return { status: 200, body: '{}' };
+}

@@ -1,0 +1,79 @@
+// An interactive transaction of a Hrana stream: BEGIN holds the database's write lane (later writes to it wait,
+// bounded by DB_QUEUE_TIMEOUT_MS) and opens a transaction on one executor process; COMMIT records it as one
+// version; ROLLBACK, an idle stream (DB_STREAM_IDLE_MS) or DB_TRANSACTION_MAX_MS ends it and lets the writes go.
+import { randomBytes } from 'node:crypto';
+import { ApiError, type ErrorCode } from '../../shared/errors.ts';
+import type { LaneHold } from '../executor/pool.ts';
+import type { Statement } from './pipeline.ts';
+
+export class StreamTx {
+  private readonly hold: LaneHold;
+  private readonly id = randomBytes(12).toString('base64url');
+  private readonly timer: NodeJS.Timeout;
+  private ended: string | null = null;
+
+  private constructor(hold: LaneHold, maxMs: number) {
+    this.hold = hold;
+    this.timer = setTimeout(() => this.abandon(`it was open longer than ${maxMs} ms (DB_TRANSACTION_MAX_MS) and was rolled back`), maxMs).unref();
+  }
+
+  static async begin(hold: LaneHold, maxMs: number): Promise<StreamTx> {
+    const tx = new StreamTx(hold, maxMs);
+    try {
+      await tx.send('tx.begin');
+    } catch (e) {
+      tx.finish('it could not begin');
+      throw e;
+    }
+    return tx;
+  }
+
+  /** Runs one statement in the transaction; resolves the SPEC 4.4 result of it. */
+  async exec(statement: Statement): Promise<Record<string, unknown>> {
+    const body = await this.send('tx.exec', Buffer.from(JSON.stringify(statement)));
+    return (body.results as Record<string, unknown>[])[0]!;
+  }
+
+  async commit(): Promise<void> {
+    try {
+      await this.send('tx.commit');
+    } finally {
+      this.finish('it was committed');
+    }
+  }
+
+  async rollback(): Promise<void> {
+    try {
+      await this.send('tx.rollback');
+    } finally {
+      this.finish('it was rolled back');
+    }
+  }
+
+  /** Ends it without waiting (a stream closed, expired or the service stopping): rolled back, the lane let go. */
+  abandon(why: string): void {
+    if (this.ended) return;
+    void this.hold.run({ op: 'tx.rollback', tx: this.id }).catch(() => undefined).finally(() => this.finish(why));
+    this.ended = why;
+  }
+
+  private finish(why: string): void {
+    clearTimeout(this.timer);
+    this.ended ??= why;
+    this.hold.release();
+  }
+
+  private async send(op: string, body?: Buffer): Promise<Record<string, unknown>> {
+    if (this.ended) throw new ApiError('invalid_request', `the transaction is over: ${this.ended}`);
+    let res;
+    try {
+      res = await this.hold.run({ op, tx: this.id }, body);
+    } catch (e) {
+      this.finish('its executor stopped'); // the connection holding it is gone: nothing of it remains
+      throw e;
+    }
+    const parsed = JSON.parse(res.body.toString('utf8')) as Record<string, unknown> & { error?: { code: string; message: string; details?: Record<string, unknown> } };
+    if (res.status !== 200) throw new ApiError(parsed.error!.code as ErrorCode, parsed.error!.message, parsed.error!.details);
+    return parsed;
+  }
+}
