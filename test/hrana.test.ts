@@ -7,6 +7,8 @@ import { drizzle } from 'drizzle-orm/libsql';
 import { eq, sql } from 'drizzle-orm';
 import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 import { Agent, fetch as undiciFetch } from 'undici';
+import { Kysely, Migrator, sql as ksql, type Generated, type Migration } from 'kysely';
+import { LibsqlDialect } from '@libsql/kysely-libsql';
 import { startProduct, type Product } from './helpers/product.ts';
 
 // Node does not resolve *.localhost: connect every request to loopback, keeping the org's host in the URL.
@@ -173,6 +175,32 @@ describe('a transaction left open', () => {
     } finally {
       await q.close();
     }
+  });
+});
+
+describe('Kysely (@libsql/kysely-libsql)', () => {
+  test('its Migrator, queries, and db.transaction() commit and rollback', async () => {
+    interface Db { pets: { id: Generated<number>; name: string } }
+    // `as never`: the dialect pins its own copy of @libsql/core's types; the object is the same client.
+    const db = new Kysely<Db>({ dialect: new LibsqlDialect({ client: client('web/_db/kysely/') as never }) });
+    const migrations: Record<string, Migration> = {
+      '0001_pets': { up: async (k) => { await k.schema.createTable('pets').addColumn('id', 'integer', (c) => c.primaryKey()).addColumn('name', 'text', (c) => c.notNull()).execute(); } },
+    };
+    const { error, results } = await new Migrator({ db, provider: { getMigrations: async () => migrations } }).migrateToLatest();
+    assert.equal(error, undefined);
+    assert.deepEqual(results?.map((r) => r.status), ['Success']);
+    await db.insertInto('pets').values({ name: 'rex' }).execute();
+    await db.transaction().execute(async (tx) => {
+      await tx.insertInto('pets').values({ name: 'tom' }).execute();
+    });
+    await assert.rejects(db.transaction().execute(async (tx) => {
+      await tx.insertInto('pets').values({ name: 'gone' }).execute();
+      throw new Error('undo');
+    }), /undo/);
+    const names = (await db.selectFrom('pets').select('name').orderBy('id').execute()).map((r) => r.name);
+    assert.deepEqual(names, ['rex', 'tom']);
+    assert.equal((await ksql<{ n: bigint }>`SELECT count(*) AS n FROM pets`.execute(db)).rows[0]!.n, 2n);
+    await db.destroy();
   });
 });
 
