@@ -52,10 +52,15 @@ type Target = 'proxy' | 'direct';
 const pointRead = () => ({ sql: POINT_READ, params: [randomId(ROWS)] });
 const rangeRead = () => ({ sql: RANGE_READ, params: [randomId(ROWS - 9)] });
 const oneInsert = (i: number) => ({ sql: INSERT, params: [`bench todo ${i}`] });
+/** What @libsql/client sends for one `execute`: a stream opened, the statement, the stream closed (SPEC 4.10). */
+const hrana = (spec: { sql: string; params: unknown[] }) => ({
+  baton: null,
+  requests: [{ type: 'execute', stmt: { sql: spec.sql, args: spec.params.map((v) => (typeof v === 'number' ? { type: 'integer', value: String(v) } : { type: 'text', value: v })) } }, { type: 'close' }],
+});
 const batchInsert = (i: number) => ({ statements: Array.from({ length: 100 }, (_, j) => ({ sql: INSERT, params: [`bench batch ${i}.${j}`] })) });
 
 /** A scopebase /_db load through the proxy, or straight to the database control service (split mode). */
-function db(op: 'query' | 'execute', target: Target, body: (i: number) => unknown, n = N): (r: Running) => Promise<Load> {
+function db(op: 'query' | 'execute' | 'v2/pipeline', target: Target, body: (i: number) => unknown, n = N): (r: Running) => Promise<Load> {
   return async (r) => {
     const inst = r.instance!;
     let url = r.url;
@@ -174,6 +179,8 @@ export const WORKLOADS: Workload[] = [
   { name: 'd1-read', setup: 'd1', kind: 'read', smoke: true, what: 'D1 local (miniflare/workerd), point read', load: simple('/read', () => ({ id: randomId(ROWS) })) },
   { name: 'd1-insert', setup: 'd1', kind: 'write', what: 'D1 local (miniflare/workerd), insert', load: simple('/insert', (i) => ({ title: `bench todo ${i}` })) },
   ...sbGroup('sb', 'sb-one', 'proxy', true),
+  { name: 'sb-libsql-read', setup: 'sb-one', kind: 'read', what: 'point read as @libsql/client sends it (Hrana v2 pipeline), through the proxy, one process', load: db('v2/pipeline', 'proxy', () => hrana(pointRead())) },
+  { name: 'sb-libsql-insert', setup: 'sb-one', kind: 'write', what: 'single-row insert as @libsql/client sends it (Hrana v2 pipeline), through the proxy, one process', load: db('v2/pipeline', 'proxy', (i) => hrana(oneInsert(i))) },
   { name: 'sb-read-wide', setup: 'sb-one', kind: 'read', what: `point read spread over ${WIDE} small databases, through the proxy, one process`, load: wideReads },
   {
     name: 'sb-verify', setup: 'sb-one', kind: 'read', what: 'GET /_account/verify with a session',

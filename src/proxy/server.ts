@@ -35,7 +35,7 @@ export interface ProxyOptions {
 }
 
 /** The shapes the raw routes take: a plain repo segment, no query string or escapes (the rest goes to Fastify). */
-const DB_PATH = /^\/([^/?%#]+)\/_db\/([^/?%#]+)$/;
+const DB_PATH = /^\/([^/?%#]+)\/_db\/([^/?%#]+|(?:[^/?%#]+\/)?v[23]\/pipeline)$/;
 const VERIFY_PATH = /^\/([^/?%#]+)\/_account\/verify$/;
 
 export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> {
