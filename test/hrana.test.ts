@@ -10,6 +10,7 @@ import { Agent, fetch as undiciFetch } from 'undici';
 import { Kysely, Migrator, sql as ksql, type Generated, type Migration } from 'kysely';
 import { LibsqlDialect } from '@libsql/kysely-libsql';
 import { startProduct, type Product } from './helpers/product.ts';
+import { MAX_STREAMS_PER_REPO } from '../src/db/hrana/streams.ts';
 
 // Node does not resolve *.localhost: connect every request to loopback, keeping the org's host in the URL.
 const loopback = new Agent({ connect: { lookup: (_host, _opts, cb) => cb(null, [{ address: '127.0.0.1', family: 4 }]) } });
@@ -264,5 +265,14 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.ok(bad.headers['x-request-id']);
     assert.equal((await p.call('/web/_db/v2/pipeline', { body: { baton: null, requests: [] } })).status, 401, 'the repo secret is required');
     assert.equal((await pipeline({ baton: null, requests: [] }, '/web/_db/Bad/v2/pipeline')).json.error.code, 'invalid_name');
+  });
+
+  test(`a repo keeps at most ${MAX_STREAMS_PER_REPO} streams open: past that its own oldest is closed, another repo's are not`, async () => {
+    const theirs = (await pipeline({ baton: null, requests: [] }, '/site/_db/v2/pipeline', 'site')).json.baton;
+    const batons: string[] = [];
+    for (let i = 0; i <= MAX_STREAMS_PER_REPO; i++) batons.push((await pipeline({ baton: null, requests: [] })).json.baton);
+    assert.equal((await pipeline({ baton: batons[0], requests: [] })).status, 400, 'the oldest is gone');
+    assert.equal((await pipeline({ baton: batons[1], requests: [{ type: 'close' }] })).status, 200, 'the next one lives');
+    assert.equal((await pipeline({ baton: theirs, requests: [{ type: 'close' }] }, '/site/_db/v2/pipeline', 'site')).status, 200, 'another repo\'s stream lives');
   });
 });

@@ -9,7 +9,10 @@ const MAX_SQLS = 1000;
 const MAX_SQL_BYTES = 4 * 1024 * 1024;
 
 export class StreamState {
+  /** `org/repo/database`: a baton works for this database only. */
   readonly key: string;
+  /** `org/repo`: the tenant its stream counts against. */
+  readonly repo: string;
   readonly sqls = new Map<number, string>();
   private sqlBytes = 0;
   idleTimer: NodeJS.Timeout | null = null;
@@ -18,6 +21,7 @@ export class StreamState {
 
   constructor(key: string) {
     this.key = key;
+    this.repo = key.slice(0, key.lastIndexOf('/'));
   }
 
   storeSql(id: number, sql: string): void {
@@ -29,42 +33,57 @@ export class StreamState {
   }
 }
 
+/** Open streams per repo (past it, the repo's own oldest stream is closed) and in all (past it, refused). */
+export const MAX_STREAMS_PER_REPO = 256;
+export const MAX_STREAMS = 10_000;
+
 export class Streams {
   private readonly open = new Map<string, StreamState>();
+  private readonly perRepo = new Map<string, number>();
   private readonly idleMs: number;
-  private readonly max: number;
 
-  constructor(idleMs: number, max = 10_000) {
+  constructor(idleMs: number) {
     this.idleMs = idleMs;
-    this.max = max;
+  }
+
+  private drop(baton: string, state: StreamState, why: string | null): void {
+    if (!this.open.delete(baton)) return;
+    const n = (this.perRepo.get(state.repo) ?? 1) - 1;
+    if (n <= 0) this.perRepo.delete(state.repo);
+    else this.perRepo.set(state.repo, n);
+    if (state.idleTimer) clearTimeout(state.idleTimer);
+    if (why) state.tx?.abandon(why);
   }
 
   /** The stream a request names (its baton is spent now), or a new one for a null baton. */
   take(baton: unknown, key: string): StreamState {
-    if (baton === null || baton === undefined) return new StreamState(key);
+    if (baton === null || baton === undefined) {
+      // Refused before anything runs: a stream opened now might not be kept.
+      if (this.open.size >= MAX_STREAMS) throw new ApiError('unavailable', `the server has ${MAX_STREAMS} libSQL streams open; nothing of this request ran, retry`, { committed: false }, { 'retry-after': '1' });
+      return new StreamState(key);
+    }
     const state = typeof baton === 'string' ? this.open.get(baton) : undefined;
     if (!state || state.key !== key) {
       throw new ApiError('invalid_request', 'unknown baton: the stream was closed, expired after DB_STREAM_IDLE_MS, belongs to another database, or this baton was already used');
     }
-    this.open.delete(baton as string);
-    if (state.idleTimer) clearTimeout(state.idleTimer);
+    this.drop(baton as string, state, null);
     return state;
   }
 
   /** Keeps the stream for its next request, under a fresh baton. */
   keep(state: StreamState): string {
-    if (this.open.size >= this.max) {
-      const [oldest, s] = this.open.entries().next().value!;
-      this.open.delete(oldest);
-      if (s.idleTimer) clearTimeout(s.idleTimer);
-      s.tx?.abandon(`${this.max} streams were open and it was the oldest`);
+    if ((this.perRepo.get(state.repo) ?? 0) >= MAX_STREAMS_PER_REPO) {
+      for (const [baton, s] of this.open) {
+        if (s.repo === state.repo) {
+          this.drop(baton, s, `its repo opened more than ${MAX_STREAMS_PER_REPO} streams and it was the oldest`);
+          break;
+        }
+      }
     }
     const baton = randomBytes(16).toString('base64url');
     this.open.set(baton, state);
-    state.idleTimer = setTimeout(() => {
-      this.open.delete(baton);
-      state.tx?.abandon(`its stream was unused for ${this.idleMs} ms (DB_STREAM_IDLE_MS) and was closed`);
-    }, this.idleMs).unref();
+    this.perRepo.set(state.repo, (this.perRepo.get(state.repo) ?? 0) + 1);
+    state.idleTimer = setTimeout(() => this.drop(baton, state, `its stream was unused for ${this.idleMs} ms (DB_STREAM_IDLE_MS) and was closed`), this.idleMs).unref();
     return baton;
   }
 
@@ -74,5 +93,6 @@ export class Streams {
       s.tx?.abandon('the service is stopping');
     }
     this.open.clear();
+    this.perRepo.clear();
   }
 }
