@@ -149,3 +149,49 @@ describe('query timeout', () => {
     assert.deepEqual(afterS.json.tables, before.json.tables);
   });
 });
+
+describe('the temp schema and the reserved prefix, by every path (issue 11)', () => {
+  const batch = (database: string, ...sqls: string[]) => p.db('web', 'execute', { database, statements: sqls.map((sql) => ({ sql })) });
+
+  test('schema-qualified temp objects, renames into the prefix and unlisted virtual-table modules are refused; nothing happens', async () => {
+    const cases: string[][] = [
+      ['CREATE TABLE temp.x(key, value)'],
+      ['CREATE TABLE "TEMP".x(key, value)'],
+      ['CREATE VIEW temp.v AS SELECT 1'],
+      ['CREATE TRIGGER temp.tr AFTER INSERT ON t BEGIN SELECT 1; END'],
+      ['CREATE VIRTUAL TABLE temp.s USING dbstat'],
+      ['CREATE VIRTUAL TABLE s USING dbstat'],
+      ['CREATE VIRTUAL TABLE tok USING fts3tokenize'],
+      ['CREATE VIRTUAL TABLE voc USING fts5vocab(t, row)'],
+      ['ALTER TABLE t RENAME TO _scopebase_evil'],
+      ['ALTER TABLE t RENAME TO "_SCOPEBASE_meta2"'],
+      ['CREATE TABLE z(a)', 'ALTER TABLE z RENAME TO _scopebase_z'],
+    ];
+    for (const sqls of cases) {
+      const r = await batch('main', ...sqls);
+      assert.equal(r.status, 400, `${sqls.join('; ')}: ${r.text}`);
+      assert.equal(r.json.error.code, 'not_allowed', sqls.join('; '));
+    }
+    const status = await p.db('web', 'status', {});
+    assert.ok(status.json.tables.some((t: { name: string }) => t.name === 't'), 't was not renamed away');
+    assert.ok(!status.json.tables.some((t: { name: string }) => t.name === 'z'), 'a refused batch leaves nothing');
+  });
+
+  test('the reproduction: a temp table renamed over _scopebase_meta cannot shadow the version', async () => {
+    const r = await batch('shadow', 'CREATE TABLE temp.x(key, value)', 'ALTER TABLE temp.x RENAME TO _scopebase_meta');
+    assert.equal(r.status, 400, r.text);
+    const w1 = await p.db('web', 'execute', { database: 'shadow', sql: 'CREATE TABLE k(v)' });
+    const w2 = await p.db('web', 'execute', { database: 'shadow', sql: 'INSERT INTO k VALUES (1)' });
+    assert.equal(w1.status, 200, w1.text);
+    assert.equal(w2.status, 200, w2.text);
+    assert.equal(w2.json.version, w1.json.version + 1, 'versions go on from the real _scopebase_meta');
+    assert.equal((await p.db('web', 'query', { database: 'shadow', sql: 'SELECT count(*) FROM temp.sqlite_schema' })).json.results[0].rows[0][0], 0, 'the temp schema is empty');
+  });
+
+  test('full-text search and R*Tree virtual tables are allowed', async () => {
+    const r = await batch('fts', 'CREATE VIRTUAL TABLE docs USING fts5(body)', "INSERT INTO docs VALUES ('hello world')", 'CREATE VIRTUAL TABLE box USING rtree(id, x0, x1)');
+    assert.equal(r.status, 200, r.text);
+    const q = await p.db('web', 'query', { database: 'fts', sql: "SELECT body FROM docs WHERE docs MATCH 'hello'" });
+    assert.deepEqual(q.json.results[0].rows, [['hello world']]);
+  });
+});

@@ -26,6 +26,10 @@ const OK = C.SQLITE_OK ?? 0;
 const DENY = C.SQLITE_DENY ?? 1;
 
 const isInternal = (name: string | null) => name !== null && name.toLowerCase().startsWith(INTERNAL_PREFIX);
+/** The internal tables (executor/schema.ts): the only objects that may carry the prefix. */
+const INTERNAL_TABLES = ['_scopebase_meta', '_scopebase_migrations', '_scopebase_changes'];
+/** Virtual-table modules a table may be created with: full-text search and R*Trees. Others (dbstat, fts5vocab, fts3tokenize, …) expose internals or shadow tables. */
+export const VTABLE_MODULES = new Set(['fts3', 'fts4', 'fts5', 'rtree', 'rtree_i32', 'geopoly']);
 
 /** The per-connection sandbox: set `mode` before preparing or running; read `denied` after a SQLITE_AUTH error. */
 export class Sandbox {
@@ -35,11 +39,14 @@ export class Sandbox {
   written = new Set<string>();
   /** Whether the statement being prepared inserts into a user table (lastInsertRowid is meaningful). */
   inserts = false;
-  /** Whether it creates a trigger: trigger bodies are only authorized when they fire, so they are checked after. */
-  createsTrigger = false;
+  /**
+   * Whether the schema must be checked after it runs: a trigger's body is only authorized when it fires, and
+   * ALTER TABLE … RENAME TO names no new name to the authorizer (assertSchemaClean).
+   */
+  checksSchema = false;
 
   install(db: DatabaseSync): void {
-    db.setAuthorizer((action, a1, a2) => this.check(action, a1, a2));
+    db.setAuthorizer((action, a1, a2, dbName) => this.check(action, a1, a2, dbName));
   }
 
   private deny(code: 'not_allowed' | 'read_only', message: string): number {
@@ -47,8 +54,13 @@ export class Sandbox {
     return DENY;
   }
 
-  check(action: number, a1: string | null, a2: string | null): number {
+  check(action: number, a1: string | null, a2: string | null, dbName: string | null = null): number {
     if (this.mode === 'internal') return OK;
+    // Nothing may be created, changed or renamed in the temp schema: it would outlive the request on a shared
+    // connection, and a temp object shadows a main one of the same name, internal tables included.
+    if (dbName === 'temp' && action !== A.SELECT && action !== A.READ && action !== A.FUNCTION && action !== A.RECURSIVE) {
+      return this.mode === 'read' ? this.readOnly() : this.deny('not_allowed', 'the temp schema is not allowed: objects there would outlive the request on a shared connection');
+    }
     switch (action) {
       case A.SELECT: case A.RECURSIVE: return OK;
       case A.READ:
@@ -75,19 +87,24 @@ export class Sandbox {
         if (a1 !== null && !a1.startsWith('sqlite_')) this.written.add(a1);
         if (action === A.INSERT) this.inserts = true;
         return OK;
-      case A.CREATE_TABLE: case A.DROP_TABLE: case A.CREATE_VTABLE: case A.DROP_VTABLE:
+      case A.CREATE_VTABLE:
+        if (!VTABLE_MODULES.has((a2 ?? '').toLowerCase())) return this.deny('not_allowed', `virtual tables of module ${a2} are not allowed; the modules allowed are ${[...VTABLE_MODULES].join(', ')}`);
+        this.checksSchema = true;
+      // falls through
+      case A.CREATE_TABLE: case A.DROP_TABLE: case A.DROP_VTABLE:
         if (isInternal(a1)) return this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`);
         if (a1 !== null) this.written.add(a1);
         return OK;
       case A.CREATE_VIEW: case A.DROP_VIEW:
         return isInternal(a1) ? this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`) : OK;
       case A.CREATE_TRIGGER:
-        this.createsTrigger = true;
+        this.checksSchema = true;
         return isInternal(a1) || isInternal(a2) ? this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`) : OK;
       case A.CREATE_INDEX: case A.DROP_INDEX: case A.DROP_TRIGGER:
         return isInternal(a1) || isInternal(a2) ? this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`) : OK;
       case A.ALTER_TABLE:
         if (isInternal(a2)) return this.deny('not_allowed', `${a2} is an internal table and cannot be altered`);
+        this.checksSchema = true;
         if (a2 !== null) this.written.add(a2);
         return OK;
       case A.REINDEX: case A.ANALYZE: return OK;
@@ -105,8 +122,14 @@ export class Sandbox {
   }
 }
 
-/** Refuses triggers whose body names an internal table (checked on the text, so a mention in a literal counts too). */
-export function assertNoInternalTriggers(db: DatabaseSync): void {
-  const row = db.prepare(`SELECT name FROM sqlite_schema WHERE type = 'trigger' AND sql LIKE '%\\${INTERNAL_PREFIX.slice(0, -1)}\\_%' ESCAPE '\\' LIMIT 1`).get() as { name: string } | undefined;
-  if (row) throw new ApiError('not_allowed', `trigger ${row.name} refers to an internal table (${INTERNAL_PREFIX}*)`);
+/**
+ * After a statement that changed the schema in ways the authorizer cannot judge: refuses triggers whose body names
+ * an internal table (on the text, so a mention in a literal counts too), and any object other than the internal
+ * tables under the reserved prefix (a table renamed into it, a virtual table's shadow tables).
+ */
+export function assertSchemaClean(db: DatabaseSync): void {
+  const trigger = db.prepare(`SELECT name FROM main.sqlite_schema WHERE type = 'trigger' AND sql LIKE '%\\${INTERNAL_PREFIX.slice(0, -1)}\\_%' ESCAPE '\\' LIMIT 1`).get() as { name: string } | undefined;
+  if (trigger) throw new ApiError('not_allowed', `trigger ${trigger.name} refers to an internal table (${INTERNAL_PREFIX}*)`);
+  const reserved = db.prepare(`SELECT name FROM main.sqlite_schema WHERE lower(name) LIKE '\\${INTERNAL_PREFIX.slice(0, -1)}\\_%' ESCAPE '\\' AND name NOT IN (${INTERNAL_TABLES.map((t) => `'${t}'`).join(', ')}) LIMIT 1`).get() as { name: string } | undefined;
+  if (reserved) throw new ApiError('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved (${reserved.name})`);
 }

@@ -20,7 +20,7 @@ export interface Prepared {
   /** User tables the statement (and its triggers) writes. */
   written: string[];
   inserts: boolean;
-  createsTrigger: boolean;
+  checksSchema: boolean;
 }
 
 const STATEMENTS_PER_DB = 128;
@@ -62,9 +62,9 @@ export class DbHandle {
     if (hit) return hit;
     sb.written = new Set();
     sb.inserts = false;
-    sb.createsTrigger = false;
+    sb.checksSchema = false;
     const stmt = this.db.prepare(sql);
-    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, createsTrigger: sb.createsTrigger };
+    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, checksSchema: sb.checksSchema };
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
     return prepared;

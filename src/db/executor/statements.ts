@@ -3,7 +3,7 @@ import type { StatementSync } from 'node:sqlite';
 import { ApiError } from '../../shared/errors.ts';
 import { decodeParams, encodeRow, encodeValue, type Params } from '../values.ts';
 import type { DbHandle, Prepared } from './handles.ts';
-import { assertNoInternalTriggers } from '../sandbox.ts';
+import { assertSchemaClean } from '../sandbox.ts';
 
 export interface StatementSpec {
   sql: string;
@@ -104,9 +104,9 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, object
   }
   p.stmt.setReadBigInts(true);
   const r = p.stmt.run(...(args as []));
-  if (p.createsTrigger) {
+  if (p.checksSchema) {
     h.sandbox.mode = 'internal';
-    assertNoInternalTriggers(h.db);
+    assertSchemaClean(h.db);
   }
   const changes = Number(r.changes);
   const last = p.inserts && changes > 0 ? JSON.stringify(encodeValue(r.lastInsertRowid)) : 'null';

@@ -3,7 +3,7 @@
 // reply only after COMMIT. Each changing request gets its own version, changeset and change-log event.
 import { createHash, randomBytes } from 'node:crypto';
 import type { DbHandle } from './handles.ts';
-import { assertNoInternalTriggers } from '../sandbox.ts';
+import { assertSchemaClean } from '../sandbox.ts';
 import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { KEEP_EVENTS, KEEP_MS } from './schema.ts';
@@ -161,7 +161,7 @@ export function migrate(h: DbHandle, body: MigrateBody, ctx: GroupContext): Repl
         h.sandbox.written = tables;
         h.db.exec(m.sql);
         h.sandbox.mode = 'internal';
-        assertNoInternalTriggers(h.db);
+        assertSchemaClean(h.db);
       } catch (e) {
         session.close();
         h.internal('ROLLBACK').run();
