@@ -106,6 +106,18 @@ describe('forwarding', () => {
     assert.equal(r.json.headers['x-scopebase-org'], undefined);
   });
 
+  test('the same headers spelled with underscores or mixed case never reach the app either (servers fold _ into -)', async () => {
+    const forged = { x_auth_user_id: 'usr_admin', 'x-auth-user_email': 'root@example.com', X_Scopebase_Org: 'globex', x_forwarded_for: '10.9.9.9', 'X_Real_IP': '10.9.9.9', 'x-real-ip': '10.9.9.9', x_forwarded_proto: 'https' };
+    const r = await p.call('/web/', { headers: forged });
+    assert.equal(r.status, 200);
+    for (const name of Object.keys(r.json.headers)) {
+      const folded = name.toLowerCase().replaceAll('_', '-');
+      assert.ok(!folded.startsWith('x-auth-user-') && !folded.startsWith('x-scopebase-') && folded !== 'x-real-ip', `${name} reached the app`);
+      if (folded.startsWith('x-forwarded-')) assert.ok(!name.includes('_'), `${name} reached the app`);
+    }
+    assert.ok(!String(r.json.headers['x-forwarded-for']).includes('10.9.9.9'), 'an untrusted client cannot add to x-forwarded-for');
+  });
+
   test('no app configured is 404 not_found; reserved paths never reach an app', async () => {
     for (const path of ['/docs/', '/docs', '/web/_db/query/extra', '/web/_account/nope']) {
       const r = await p.call(path, { method: 'GET' });
@@ -144,7 +156,7 @@ describe('sessions and apps', () => {
     const { browser, location } = await signIn(p, { repo: 'private', returnTo: '/private/dash?tab=2', email: 'lin@example.com' });
     assert.equal(location, `http://acme.localhost:${p.port}/private/dash?tab=2`);
     browser.cookies(`acme.localhost:${p.port}`).set('theme', 'dark');
-    const r = await browser.fetch(location!, { connectTo: p.url, headers: { 'x-auth-user-id': 'usr_forged' } });
+    const r = await browser.fetch(location!, { connectTo: p.url, headers: { 'x-auth-user-id': 'usr_forged', x_auth_user_id: 'usr_forged', 'x-auth-user_email': 'root@example.com' } });
     assert.equal(r.status, 200);
     const v = await browser.fetch(`http://acme.localhost:${p.port}/private/_account/verify`, { connectTo: p.url });
     assert.equal(r.json.headers['x-auth-user-id'], v.json.user.id);
@@ -152,6 +164,8 @@ describe('sessions and apps', () => {
     assert.equal(r.json.headers['x-auth-user-name'], 'Dev User');
     assert.equal(r.json.headers['x-auth-user-login'], 'lin');
     assert.equal(r.json.headers.cookie, 'theme=dark', 'the session token stays with the proxy');
+    assert.equal(r.json.headers.x_auth_user_id, undefined, 'a forged underscore spelling never sits beside the real header');
+    assert.equal(r.json.headers['x-auth-user_email'], undefined);
   });
 
   test('x-forwarded-* from a trusted proxy is kept and extended', async () => {

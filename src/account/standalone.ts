@@ -8,8 +8,8 @@ import { createHttpApp } from '../shared/http.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkOrg, checkRepo } from '../shared/names.ts';
 import { deriveKey } from '../shared/secrets.ts';
-import { stripSpoofableHeaders } from '../proxy/headers.ts';
-import { orgFromHost } from '../proxy/host.ts';
+import { stripSpoofableHeaders } from '../shared/headers.ts';
+import { orgFromHost } from '../shared/host.ts';
 import { setForwardedInfo } from './request-info.ts';
 import type { AccountService } from './service.ts';
 

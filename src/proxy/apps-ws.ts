@@ -10,8 +10,8 @@ import type { SessionResolver } from '../account/contract.ts';
 import { withoutCookies } from '../account/cookies.ts';
 import { identityHeaders } from '../account/identity-headers.ts';
 import { endToEndHeaders, forwardedHeaders, sessionView } from './forward.ts';
-import { stripSpoofableHeaders } from './headers.ts';
-import { orgFromHost } from './host.ts';
+import { stripSpoofableHeaders } from '../shared/headers.ts';
+import { orgFromHost } from '../shared/host.ts';
 import { appTarget, upstreamUrl } from './apps.ts';
 
 export interface WsOptions {

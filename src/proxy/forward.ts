@@ -4,7 +4,7 @@ import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError } from '../shared/errors.ts';
-import { INTERNAL_PREFIX } from './headers.ts';
+import { isForwarding, isProxyOnly } from '../shared/headers.ts';
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
 
@@ -61,7 +61,7 @@ export function endToEndHeaders(headers: IncomingHttpHeaders, dropCookie?: (cook
   const listed = new Set(String(headers.connection ?? '').toLowerCase().split(',').map((s) => s.trim()));
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name)) continue;
-    if (name.startsWith(INTERNAL_PREFIX) || name.startsWith('x-auth-user-') || name.startsWith('x-forwarded-') || name === 'forwarded') continue;
+    if (isProxyOnly(name) || isForwarding(name)) continue;
     out[name] = value;
   }
   if (dropCookie) {

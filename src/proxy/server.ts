@@ -8,8 +8,8 @@ import type { Logger } from '../shared/log.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { DbHandler } from '../db/contract.ts';
 import { pipelineDatabase, VERSION_PROBE } from '../db/hrana/index.ts';
-import { orgFromHost } from './host.ts';
-import { stripSpoofableHeaders } from './headers.ts';
+import { orgFromHost } from '../shared/host.ts';
+import { stripSpoofableHeaders } from '../shared/headers.ts';
 import { sessionView, trustedPeers } from './forward.ts';
 import type { AccountForProxy } from '../account/wiring.ts';
 

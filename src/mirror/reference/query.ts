@@ -5,7 +5,7 @@ import { databaseOf, parseBody, validate } from '../../db/request.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { checkRepo } from '../../shared/names.ts';
 import { bearerToken, verifyRepoSecret } from '../../shared/secrets.ts';
-import { orgFromHost } from '../../proxy/host.ts';
+import { orgFromHost } from '../../shared/host.ts';
 import type { ReplicaSet } from './replicas.ts';
 
 /** How long a read with minVersion waits for the replica to catch up before 503. */

@@ -1,6 +1,6 @@
 // SPEC 2: the org is the label directly below BASE_DOMAIN in Host; anything else is unknown_host.
-import { ApiError } from '../shared/errors.ts';
-import { checkOrg, quote } from '../shared/names.ts';
+import { ApiError } from './errors.ts';
+import { checkOrg, quote } from './names.ts';
 
 export function orgFromHost(host: string | undefined, baseDomain: string): string {
   if (!host) throw new ApiError('unknown_host', 'the request has no Host header');

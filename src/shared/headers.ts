@@ -1,0 +1,28 @@
+// SPEC 8 header hygiene: headers the services trust can only come from the proxy, never from a client — in any
+// spelling a server may fold into them: case, and `_` for `-` (CGI, WSGI, PHP and many frameworks read
+// `x_auth_user_id` as `x-auth-user-id`; oauth2-proxy's CVE-2025-64484 was this).
+import type { IncomingHttpHeaders } from 'node:http';
+
+/** Internal headers the proxy sets for standalone services; a client's copy is always dropped. */
+export const INTERNAL_PREFIX = 'x-scopebase-';
+
+const folded = (name: string) => (name.includes('_') ? name.toLowerCase().replaceAll('_', '-') : name.toLowerCase());
+
+/** Identity and internal headers: only the proxy sets them, whoever the client is. */
+export function isProxyOnly(name: string): boolean {
+  const n = folded(name);
+  return n.startsWith(INTERNAL_PREFIX) || n.startsWith('x-auth-user-');
+}
+
+/** Forwarding headers: the proxy sets them, keeping a trusted load balancer's own copies (forwardedHeaders). */
+export function isForwarding(name: string): boolean {
+  const n = folded(name);
+  return n.startsWith('x-forwarded-') || n === 'forwarded' || n === 'x-real-ip';
+}
+
+/** Drops a client's proxy-only headers in any spelling, and forwarding headers spelled with `_` (never a real proxy's). */
+export function stripSpoofableHeaders(headers: IncomingHttpHeaders): void {
+  for (const name of Object.keys(headers)) {
+    if (isProxyOnly(name) || (name.includes('_') && isForwarding(name))) delete headers[name];
+  }
+}
