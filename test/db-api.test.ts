@@ -251,3 +251,62 @@ describe('one statement per sql (4.2)', () => {
     assert.equal((await p.db('web', 'status', {})).json.version, before.json.version);
   });
 });
+
+describe('rowsAffected, lastInsertRowid and creation (SPEC 4.4, issue 10)', () => {
+  let q: Product;
+  before(async () => {
+    q = await startProduct();
+  });
+  after(() => q.close());
+
+  test('rowsAffected counts only what the statement itself changed; lastInsertRowid only for inserts into user tables', async () => {
+    const r = await q.db('web', 'execute', {
+      database: 'counts',
+      statements: [
+        { sql: 'CREATE TABLE t(a)' },
+        { sql: 'INSERT INTO t VALUES (1), (2), (3)' },
+        { sql: 'CREATE INDEX ti ON t(a)' },
+        { sql: 'CREATE TABLE log(n)' },
+        { sql: 'CREATE TRIGGER tr AFTER UPDATE ON t BEGIN INSERT INTO log VALUES (new.a); END' },
+        { sql: 'UPDATE t SET a = a + 10 WHERE a < 3' },
+        { sql: 'SELECT count(*) FROM log' },
+        { sql: 'INSERT INTO t VALUES (99) RETURNING a' },
+        { sql: 'CREATE TABLE u(id INTEGER PRIMARY KEY)' },
+        { sql: 'INSERT INTO u VALUES (5)' },
+        { sql: 'INSERT OR IGNORE INTO u VALUES (5)' },
+        { sql: 'DELETE FROM t WHERE a > 10' },
+      ],
+    });
+    assert.equal(r.status, 200, r.text);
+    const got = r.json.results.map((x: { rowsAffected: number; lastInsertRowid: unknown }) => [x.rowsAffected, x.lastInsertRowid]);
+    assert.deepEqual(got, [
+      [0, null], // CREATE TABLE, first statement of a new database
+      [3, 3],
+      [0, null], // CREATE INDEX right after an insert of 3 rows
+      [0, null],
+      [0, null],
+      [2, null], // the UPDATE's own rows, not the trigger's
+      [0, null], // SELECT
+      [1, 4],
+      [0, null],
+      [1, 5],
+      [0, null], // ignored
+      [3, null], // 11, 12 and 99
+    ]);
+  });
+
+  test('an execute that changes nothing still creates its database (version 0); a failed first write leaves none', async () => {
+    const ok = await q.db('web', 'execute', { database: 'zero', sql: 'SELECT 1' });
+    assert.equal(ok.status, 200);
+    assert.equal(ok.json.version, 0);
+    const s = await q.db('web', 'status', { database: 'zero' });
+    assert.equal(s.json.exists, true);
+    assert.equal(s.json.version, 0);
+    const bad = await q.db('web', 'execute', { database: 'never', sql: 'INSERT INTO nosuch VALUES (1)' });
+    assert.equal(bad.status, 400);
+    assert.equal((await q.db('web', 'status', { database: 'never' })).json.exists, false);
+    const dry = await q.db('web', 'migrate', { database: 'dry', dryRun: true, migrations: [{ id: '1', sql: 'CREATE TABLE t(x)' }] });
+    assert.equal(dry.status, 200);
+    assert.equal((await q.db('web', 'status', { database: 'dry' })).json.exists, false, 'a dry run creates nothing');
+  });
+});

@@ -37,8 +37,10 @@ export class Sandbox {
   denied: ExecError | null = null;
   /** User tables a statement writes (collected at prepare time, for the change notification). */
   written = new Set<string>();
-  /** Whether the statement being prepared inserts into a user table (lastInsertRowid is meaningful). */
+  /** Whether the statement being prepared inserts into a user table (lastInsertRowid is meaningful)… */
   inserts = false;
+  /** …or inserts, updates or deletes rows of one (rowsAffected is meaningful; else it is 0). */
+  dml = false;
   /**
    * Whether the schema must be checked after it runs: a trigger's body is only authorized when it fires, and
    * ALTER TABLE … RENAME TO names no new name to the authorizer (assertSchemaClean).
@@ -46,7 +48,7 @@ export class Sandbox {
   checksSchema = false;
 
   install(db: DatabaseSync): void {
-    db.setAuthorizer((action, a1, a2, dbName) => this.check(action, a1, a2, dbName));
+    db.setAuthorizer((action, a1, a2, dbName, inner) => this.check(action, a1, a2, dbName, inner));
   }
 
   private deny(code: 'not_allowed' | 'read_only', message: string): number {
@@ -54,7 +56,8 @@ export class Sandbox {
     return DENY;
   }
 
-  check(action: number, a1: string | null, a2: string | null, dbName: string | null = null): number {
+  /** `inner`: the trigger or view the action is coded from (null for the statement itself). */
+  check(action: number, a1: string | null, a2: string | null, dbName: string | null = null, inner: string | null = null): number {
     if (this.mode === 'internal') return OK;
     // Nothing may be created, changed or renamed in the temp schema: it would outlive the request on a shared
     // connection, and a temp object shadows a main one of the same name, internal tables included.
@@ -84,8 +87,15 @@ export class Sandbox {
     switch (action) {
       case A.INSERT: case A.UPDATE: case A.DELETE:
         if (isInternal(a1)) return this.deny('not_allowed', `${a1} is an internal table and cannot be written`);
-        if (a1 !== null && !a1.startsWith('sqlite_')) this.written.add(a1);
-        if (action === A.INSERT) this.inserts = true;
+        // DDL writes sqlite_schema too: only rows of user tables make a statement DML.
+        if (a1 !== null && !a1.startsWith('sqlite_')) {
+          this.written.add(a1);
+          // What a trigger does is not the statement's own: rowsAffected and lastInsertRowid speak of the statement.
+          if (inner === null) {
+            this.dml = true;
+            if (action === A.INSERT) this.inserts = true;
+          }
+        }
         return OK;
       case A.CREATE_VTABLE:
         if (!VTABLE_MODULES.has((a2 ?? '').toLowerCase())) return this.deny('not_allowed', `virtual tables of module ${a2} are not allowed; the modules allowed are ${[...VTABLE_MODULES].join(', ')}`);

@@ -66,8 +66,11 @@ function handle(frame: Frame): Buffer {
         }
         replies = executeGroup(db, bodies, ctx);
       }
-      // A database this request created but nothing committed to leaves no file behind.
-      if (h.create === true && replies.every((r) => r.version === undefined)) unlinkDatabase(path);
+      // A database whose first write failed leaves no file behind; one that succeeded without changing anything
+      // (an execute of SELECT 1) exists, at version 0 (SPEC 4.4: execute creates its database).
+      // A migrate that applied nothing (a dry run) leaves no database either.
+      const made = h.op === 'execute' ? replies.some((r) => r.status === 200) : replies.some((r) => r.version !== undefined);
+      if (h.create === true && !made) unlinkDatabase(path);
       const texts = replies.map((r) => Buffer.from(r.body));
       return encodeFrame(frame.seq, { items: replies.map((r, i) => ({ s: r.status, v: r.version, n: texts[i]!.length })) }, Buffer.concat(texts));
     }

@@ -20,6 +20,8 @@ export interface Prepared {
   /** User tables the statement (and its triggers) writes. */
   written: string[];
   inserts: boolean;
+  /** Changes rows of user tables: SQLite's changes() counts it (after DDL it still holds an earlier statement's count). */
+  dml: boolean;
   checksSchema: boolean;
 }
 
@@ -62,9 +64,10 @@ export class DbHandle {
     if (hit) return hit;
     sb.written = new Set();
     sb.inserts = false;
+    sb.dml = false;
     sb.checksSchema = false;
     const stmt = this.db.prepare(sql);
-    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, checksSchema: sb.checksSchema };
+    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml, checksSchema: sb.checksSchema };
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
     return prepared;

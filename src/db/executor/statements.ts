@@ -98,7 +98,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, object
   const p: Prepared = h.prepare(spec.sql, 'write');
   if (p.returnsRows) {
     const rows = rowsOf(p.stmt, args, objects, budget, true);
-    const count = p.written.length > 0 ? rows.count : 0;
+    const count = p.dml ? rows.count : 0;
     const last = p.inserts && count > 0 ? JSON.stringify(encodeValue(h.internal('SELECT last_insert_rowid() AS id').get()!.id)) : 'null';
     return { text: `{"rowsAffected":${count},"lastInsertRowid":${last},"columns":${columnsOf(p.stmt)},"rows":${rows.json}}`, rowsAffected: count, tables: p.written };
   }
@@ -108,7 +108,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, object
     h.sandbox.mode = 'internal';
     assertSchemaClean(h.db);
   }
-  const changes = Number(r.changes);
+  const changes = p.dml ? Number(r.changes) : 0;
   const last = p.inserts && changes > 0 ? JSON.stringify(encodeValue(r.lastInsertRowid)) : 'null';
   return { text: `{"rowsAffected":${changes},"lastInsertRowid":${last}}`, rowsAffected: changes, tables: p.written };
 }
