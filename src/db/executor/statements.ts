@@ -33,7 +33,16 @@ interface Rendered {
   count: number;
 }
 
-function renderRows(stmt: StatementSync, args: unknown[], objects: boolean, budget: ResultBudget): Rendered {
+/** Thrown when a number read without BigInts may be an integer past ±(2^53−1): the rows are read again as BigInt. */
+const UNSAFE = new Error('an integer past 2^53 was read as a number');
+
+/** node:sqlite reads an integer exactly representable as a double (INT64_MIN, 2^60) as a number without complaint. */
+function checkSafe(v: unknown): void {
+  if (typeof v === 'number' && (v > Number.MAX_SAFE_INTEGER || v < Number.MIN_SAFE_INTEGER) && Number.isInteger(v)) throw UNSAFE;
+}
+
+/** `bigints`: integers arrive as BigInt, so a number is a REAL and needs no check. */
+function renderRows(stmt: StatementSync, args: unknown[], objects: boolean, budget: ResultBudget, bigints: boolean): Rendered {
   const parts: string[] = [];
   for (const row of stmt.iterate(...(args as []))) {
     let text: string;
@@ -42,10 +51,13 @@ function renderRows(stmt: StatementSync, args: unknown[], objects: boolean, budg
       for (const k in o) {
         const v = o[k];
         if ((v !== null && typeof v === 'object') || typeof v === 'bigint') o[k] = encodeValue(v);
+        else if (!bigints) checkSafe(v);
       }
       text = JSON.stringify(o);
     } else {
-      text = JSON.stringify(encodeRow(row as unknown as unknown[]));
+      const values = row as unknown as unknown[];
+      if (!bigints) for (let i = 0; i < values.length; i++) checkSafe(values[i]);
+      text = JSON.stringify(encodeRow(values));
     }
     budget.charge(text);
     parts.push(text);
@@ -53,20 +65,20 @@ function renderRows(stmt: StatementSync, args: unknown[], objects: boolean, budg
   return { json: `[${parts.join(',')}]`, count: parts.length };
 }
 
-/** Renders rows; integers past ±2^53 make node:sqlite throw, so such a statement is read again as BigInt. */
+/** Renders rows; an integer past ±(2^53−1) makes the statement be read again as BigInt (a REAL stays a number). */
 function rowsOf(stmt: StatementSync, args: unknown[], objects: boolean, budget: ResultBudget, bigints: boolean): Rendered {
   stmt.setReturnArrays(!objects);
   if (bigints) {
     stmt.setReadBigInts(true);
-    return renderRows(stmt, args, objects, budget);
+    return renderRows(stmt, args, objects, budget, true);
   }
   stmt.setReadBigInts(false);
   try {
-    return renderRows(stmt, args, objects, budget);
+    return renderRows(stmt, args, objects, budget, false);
   } catch (e) {
-    if ((e as { code?: string }).code !== 'ERR_OUT_OF_RANGE') throw e;
+    if (e !== UNSAFE && (e as { code?: string }).code !== 'ERR_OUT_OF_RANGE') throw e;
     stmt.setReadBigInts(true);
-    return renderRows(stmt, args, objects, budget);
+    return renderRows(stmt, args, objects, budget, true);
   }
 }
 
