@@ -89,6 +89,17 @@ describe('limits (quota_exceeded, result_too_large, payload_too_large)', () => {
     assert.equal(r.json.error.code, 'quota_exceeded');
   });
 
+  test('DB_MAX_RESULT_BYTES counts bytes of the reply as sent, not characters', async () => {
+    // 5,000 '€' = 5,000 characters but 15,000 UTF-8 bytes; five of them are 75,000 bytes, over the 64 KiB limit.
+    const euros = (n: number) => Array.from({ length: n }, () => "replace(hex(zeroblob(5000)), '00', '€')").join(', ');
+    const under = await p.db('web', 'query', { sql: `SELECT ${euros(4)}` });
+    assert.equal(under.status, 200, 'four are under the limit');
+    assert.ok(Buffer.byteLength(under.text) < 64 * 1024);
+    const over = await p.db('web', 'query', { sql: `SELECT ${euros(5)}` });
+    assert.equal(over.status, 413, 'five are over it in bytes, though not in characters');
+    assert.equal(over.json.error.code, 'result_too_large');
+  });
+
   test('a result over DB_MAX_RESULT_BYTES is result_too_large, even an endless one', async () => {
     await refused('query', 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x, printf(\'%100d\', x) FROM c', 'result_too_large', 413);
   });

@@ -17,8 +17,9 @@ export class ResultBudget {
   constructor(limit: number) {
     this.remaining = limit;
   }
+  /** Counts the text's UTF-8 bytes, as the reply is sent (a '€' is 3 bytes, not 1 UTF-16 unit). */
   charge(text: string): void {
-    this.remaining -= text.length;
+    this.remaining -= Buffer.byteLength(text, 'utf8');
     if (this.remaining < 0) throw new ApiError('result_too_large', 'the result is over DB_MAX_RESULT_BYTES; select fewer rows or columns, or page with LIMIT');
   }
 }
