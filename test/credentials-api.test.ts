@@ -134,6 +134,22 @@ describe('the user with a session', () => {
 });
 
 describe('the runtime with the repo secret', () => {
+  test('a deeply nested value is 400 with the nesting limit, for the runtime and the cookie alike (never a 500)', async () => {
+    const deep = `{"value":${'{"a":'.repeat(5000)}1${'}'.repeat(5001)}`;
+    const headers = { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/json' };
+    let r = await p.call(`/web/_account/credentials/p/deep?user=${alice.userId}`, { method: 'PUT', rawBody: deep, headers });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.code, 'invalid_request');
+    assert.match(r.json.error.message, /nests deeper than 64 levels/);
+    r = await asUser(alice, 'PUT', '/credentials/p/deep', undefined, { rawBody: deep, headers: { 'content-type': 'application/json' } });
+    assert.equal(r.status, 400, r.text);
+    const shallow = `{"value":${'{"a":'.repeat(60)}1${'}'.repeat(61)}`;
+    r = await p.call(`/web/_account/credentials/p/ok?user=${alice.userId}`, { method: 'PUT', rawBody: shallow, headers });
+    assert.equal(r.status, 201, r.text);
+    const db = await p.call('/web/_db/execute', { method: 'POST', rawBody: `{"sql":"SELECT ?","params":[${'['.repeat(5000)}${']'.repeat(5000)}]}`, headers });
+    assert.equal(db.status, 400, 'the database API too');
+  });
+
   test('reads, writes and deletes on the user\'s behalf', async () => {
     let r = await asRuntime('PUT', '/credentials/slack/bot', alice.userId, { value: { token: 'xoxb-1', team: 'T1' } });
     assert.equal(r.status, 201, r.text);

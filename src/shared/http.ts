@@ -94,7 +94,24 @@ export function parseJsonObject(body: unknown): Record<string, unknown> {
     throw malformedJson();
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new ApiError('invalid_request', 'the request body must be a JSON object');
+  if (tooDeep(value)) throw new ApiError('invalid_request', `the JSON body nests deeper than ${MAX_JSON_DEPTH} levels`);
   return value as Record<string, unknown>;
+}
+
+/** How deep a request's JSON may nest: deeper values would overflow the stack of whatever walks them later. */
+export const MAX_JSON_DEPTH = 64;
+
+/** Walks containers only (strings and numbers cost nothing), with its own stack: a deep value cannot overflow it. */
+function tooDeep(root: object): boolean {
+  const stack: [unknown, number][] = [[root, 1]];
+  while (stack.length > 0) {
+    const [value, depth] = stack.pop()!;
+    if (depth > MAX_JSON_DEPTH) return true;
+    for (const child of Array.isArray(value) ? value : Object.values(value as object)) {
+      if (typeof child === 'object' && child !== null) stack.push([child, depth + 1]);
+    }
+  }
+  return false;
 }
 
 
