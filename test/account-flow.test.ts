@@ -138,6 +138,18 @@ describe('sessions', () => {
     assert.equal(out.location, `${origin()}/web/`);
   });
 
+  test('a return_to with non-ASCII characters completes sign-in, and every Location is percent-encoded', async () => {
+    for (const [returnTo, encoded] of [['/ā', '/%C4%81'], ['/web/\u2028x', '/web/%E2%80%A8x'], ['/web/🦀?q=é', '/web/%F0%9F%A6%80?q=%C3%A9']]) {
+      const { browser, location, callback } = await signIn(p, { returnTo });
+      assert.equal(callback.status, 302, `${returnTo}: ${callback.text.slice(0, 200)}`);
+      assert.equal(location, `${origin()}${encoded}`);
+      assert.ok(browser.cookies(`acme.localhost:${p.port}`).get('session'), 'the session cookie was delivered');
+      const out = await browser.fetch(`${origin()}/web/_account/logout`, { method: 'POST', connectTo: p.url, body: `return_to=${encodeURIComponent(returnTo)}`, headers: { 'content-type': 'application/x-www-form-urlencoded', origin: origin() } });
+      assert.equal(out.status, 303);
+      assert.equal(out.location, `${origin()}${encoded}`);
+    }
+  });
+
   test('cross-site POST /logout is 403 forbidden and the session survives', async () => {
     const { browser } = await signIn(p);
     for (const headers of [{ origin: 'https://evil.example' }, { 'sec-fetch-site': 'cross-site' }, { origin: origin('globex') }] as Record<string, string>[]) {

@@ -1,6 +1,9 @@
 // SPEC 7: return_to must be a path on the same host; anything else falls back to /{repo}/.
 
-/** Returns `raw` when it is a plain same-host path, else `/{repo}/`. */
+/**
+ * Returns `raw` when it is a plain same-host path, else `/{repo}/`; percent-encoded as a URL is, so it is always
+ * a valid Location header (a raw `ā`, U+2028 or emoji would make Node refuse to send the redirect at all).
+ */
 export function safeReturnTo(raw: unknown, repo: string): string {
   const fallback = `/${repo}/`;
   if (typeof raw !== 'string' || raw.length === 0 || raw.length > 2048) return fallback;
@@ -10,8 +13,8 @@ export function safeReturnTo(raw: unknown, repo: string): string {
     // Resolving against a dummy origin must keep that origin: no scheme or authority slipped through.
     const u = new URL(raw, 'http://same.invalid');
     if (u.origin !== 'http://same.invalid') return fallback;
+    return u.pathname + u.search + u.hash;
   } catch {
     return fallback;
   }
-  return raw;
 }
