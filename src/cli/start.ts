@@ -1,5 +1,6 @@
 // `scopebase start` (every part in one process) and `scopebase serve <part>` (one part alone).
 import type { FastifyInstance } from 'fastify';
+import { chmodSync, mkdirSync } from 'node:fs';
 import { ConfigError, loadConfig, type Config } from '../shared/config.ts';
 import { createLogger, type Logger } from '../shared/log.ts';
 import { createAdminServer } from '../shared/admin.ts';
@@ -104,8 +105,18 @@ function portInUse(e: unknown, config: Config): ConfigError | null {
   return new ConfigError(`${name}: port ${err.port} on ${err.address ?? config.host} ${why}: stop that process or start with ${name}=<another port>`);
 }
 
+/** DATA_DIR itself (created, or made by an operator with a looser mode): 0700. */
+function ownerOnly(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
+}
+
 export async function startCommand(part: Part): Promise<number> {
+  // Everything the product creates under DATA_DIR holds data or keys: owner-only, whatever the operator's umask.
+  // Executors inherit it; SQLite gives -wal and -shm files the database file's mode.
+  process.umask(0o077);
   const config = loadConfig();
+  ownerOnly(config.dataDir);
   const logger = createLogger(config.logLevel);
   let running: Running;
   try {
