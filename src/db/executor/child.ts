@@ -11,6 +11,9 @@ import { errorReply, failure, type Reply } from './reply.ts';
 import { beginTx, commitTx, execTx, rollbackTx } from './tx-ops.ts';
 
 flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or lives as long as the server
+// `systemctl stop`, Ctrl-C and many supervisors signal the whole process group: the parent drains, finishes the
+// requests in flight (on this process) and then closes it; a stop signal here would fail them instead.
+for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => {});
 const limits = JSON.parse(process.argv[2] ?? '{}') as ExecutorLimits;
 const handles = new HandleCache(limits);
 const channel = new Socket({ fd: 3, readable: true, writable: true });
