@@ -310,3 +310,55 @@ describe('rowsAffected, lastInsertRowid and creation (SPEC 4.4, issue 10)', () =
     assert.equal((await q.db('web', 'status', { database: 'dry' })).json.exists, false, 'a dry run creates nothing');
   });
 });
+
+describe('parameters must match the statement (SPEC 4.2, issue 10)', () => {
+  let q: Product;
+  before(async () => {
+    q = await startProduct();
+    await q.db('web', 'execute', { sql: 'CREATE TABLE todos(id INTEGER PRIMARY KEY, title TEXT NOT NULL, note TEXT)' });
+  });
+  after(() => q.close());
+
+  test('missing or extra, positional or named: 400 invalid_request naming the statement and the parameter; nothing binds NULL', async () => {
+    const cases: [string, unknown, RegExp, unknown][] = [
+      ['INSERT INTO todos(title) VALUES (?)', [], /\?1 is missing/, 1],
+      ['INSERT INTO todos(title, note) VALUES (?, ?)', ['a'], /\?2 is missing/, 2],
+      ['INSERT INTO todos(title) VALUES (?)', ['a', 'b'], /params\[1\] is extra/, 2],
+      ['INSERT INTO todos(title) VALUES (?)', undefined, /none were sent/, undefined],
+      ['INSERT INTO todos(title, note) VALUES (:title, :note)', { title: 'a' }, /:note is missing/, 'note'],
+      ['INSERT INTO todos(title) VALUES (:title)', { title: 'a', typo: 'b' }, /"typo", which the statement does not use/, 'typo'],
+      ['INSERT INTO todos(title) VALUES ($title)', ['a', 'b'], /params\[1\] is extra/, 2],
+      ['INSERT INTO todos(title) VALUES (?3)', ['a'], /\?2 is missing/, 2],
+    ];
+    for (const [sql, params, message, parameter] of cases) {
+      const r = await q.db('web', 'execute', { statements: [{ sql: 'SELECT 1' }, { sql, ...(params === undefined ? {} : { params }) }] });
+      assert.equal(r.status, 400, `${sql} ${JSON.stringify(params)}: ${r.text}`);
+      assert.equal(r.json.error.code, 'invalid_request');
+      assert.match(r.json.error.message, message);
+      assert.match(r.json.error.message, /statements\[1\]/);
+      assert.equal(r.json.error.details.statement, 1);
+      assert.equal(r.json.error.details.parameter, parameter);
+    }
+    assert.deepEqual((await q.db('web', 'query', { sql: 'SELECT count(*) FROM todos' })).json.results[0].rows, [[0]], 'nothing was written');
+  });
+
+  test('what matches still works: strings, comments and quoted names that look like parameters are not parameters', async () => {
+    const r = await q.db('web', 'execute', {
+      statements: [
+        { sql: "INSERT INTO todos(title, note) VALUES (?, '?:x @y $z') -- a ? in a comment", params: ['a'] },
+        { sql: 'INSERT INTO todos(title, note) VALUES (:t, :t || ?3)', params: { t: 'b' } },
+        { sql: "SELECT '?' AS \"q?\", ?1, ?1 + 1", params: [5] },
+      ],
+    });
+    assert.equal(r.status, 400, 'a named and a numbered parameter together: send an array');
+    const ok = await q.db('web', 'execute', {
+      statements: [
+        { sql: "INSERT INTO todos(title, note) VALUES (?, '?:x @y $z') /* ? */", params: ['a'] },
+        { sql: 'INSERT INTO todos(title, note) VALUES (:t, :t)', params: { t: 'b' } },
+        { sql: "SELECT '?' AS \"q?\", ?1, ?1 + 1", params: [5] },
+      ],
+    });
+    assert.equal(ok.status, 200, ok.text);
+    assert.deepEqual(ok.json.results[2].rows, [['?', 5, 6]]);
+  });
+});

@@ -2,6 +2,7 @@
 import { DatabaseSync, type StatementSync } from 'node:sqlite';
 import { pathToFileURL } from 'node:url';
 import { Sandbox, type Mode } from '../sandbox.ts';
+import { paramSlots, type ParamSlots } from '../params.ts';
 import { INTERNAL_SCHEMA } from './schema.ts';
 
 export interface ExecutorLimits {
@@ -23,6 +24,8 @@ export interface Prepared {
   /** Changes rows of user tables: SQLite's changes() counts it (after DDL it still holds an earlier statement's count). */
   dml: boolean;
   checksSchema: boolean;
+  /** The parameters the statement takes (read once, with the statement). */
+  params: ParamSlots;
 }
 
 const STATEMENTS_PER_DB = 128;
@@ -67,7 +70,7 @@ export class DbHandle {
     sb.dml = false;
     sb.checksSchema = false;
     const stmt = this.db.prepare(sql);
-    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml, checksSchema: sb.checksSchema };
+    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml, checksSchema: sb.checksSchema, params: paramSlots(sql) };
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
     return prepared;

@@ -3,6 +3,7 @@ import type { StatementSync } from 'node:sqlite';
 import { ApiError } from '../../shared/errors.ts';
 import { decodeParams, encodeRow, encodeValue, type Params } from '../values.ts';
 import type { DbHandle, Prepared } from './handles.ts';
+import { checkParams } from '../params.ts';
 import { assertSchemaClean } from '../sandbox.ts';
 
 export interface StatementSpec {
@@ -91,6 +92,7 @@ function columnsOf(stmt: StatementSync): string {
 export function runRead(h: DbHandle, spec: StatementSpec, index: number, objects: boolean, budget: ResultBudget): string {
   const args = bind(decodeParams(spec.params, `statements[${index}]`));
   const p = h.prepare(spec.sql, 'read');
+  checkParams(p.params, spec.params, index);
   if (!p.returnsRows) {
     // A read-only statement without a result (e.g. an empty PRAGMA) still runs, for its errors.
     p.stmt.run(...(args as []));
@@ -109,6 +111,7 @@ export interface WriteOutcome {
 export function runWrite(h: DbHandle, spec: StatementSpec, index: number, objects: boolean, budget: ResultBudget): WriteOutcome {
   const args = bind(decodeParams(spec.params, `statements[${index}]`));
   const p: Prepared = h.prepare(spec.sql, 'write');
+  checkParams(p.params, spec.params, index);
   if (p.returnsRows) {
     const rows = rowsOf(p.stmt, args, objects, budget, true);
     const count = p.dml ? rows.count : 0;

@@ -1,0 +1,79 @@
+// SPEC 4.2: parameters must match the statement. SQLite binds NULL to any parameter left unbound, and node:sqlite
+// says only "column index out of range" for an extra one, so the parameters a statement takes are read from its
+// text (skipping strings, quoted names and comments) and compared with what the request sent.
+import { ApiError } from '../shared/errors.ts';
+
+/** The parameters of one statement: how many slots (SQLite numbers them 1…count), and the named ones by bare name. */
+export interface ParamSlots {
+  count: number;
+  /** Bare name (without `:`, `@` or `$`) → its slot. */
+  named: Map<string, number>;
+  /** Slots of `?` and `?NNN`. */
+  positional: number[];
+}
+
+const NAME = /[A-Za-z0-9_]/;
+
+export function paramSlots(sql: string): ParamSlots {
+  const named = new Map<string, number>();
+  const positional: number[] = [];
+  let count = 0;
+  const n = sql.length;
+  for (let i = 0; i < n;) {
+    const c = sql[i]!;
+    if (c === '-' && sql[i + 1] === '-') {
+      const nl = sql.indexOf('\n', i);
+      i = nl === -1 ? n : nl + 1;
+    } else if (c === '/' && sql[i + 1] === '*') {
+      const end = sql.indexOf('*/', i + 2);
+      i = end === -1 ? n : end + 2;
+    } else if (c === "'" || c === '"' || c === '`' || c === '[') {
+      const close = c === '[' ? ']' : c;
+      let j = i + 1;
+      while (j < n && !(sql[j] === close && sql[j + 1] !== close)) j += sql[j] === close ? 2 : 1;
+      i = j + 1;
+    } else if (c === '?') {
+      let j = i + 1;
+      while (j < n && sql[j]! >= '0' && sql[j]! <= '9') j++;
+      const slot = j > i + 1 ? Number(sql.slice(i + 1, j)) : count + 1;
+      positional.push(slot);
+      count = Math.max(count, slot);
+      i = j;
+    } else if ((c === ':' || c === '@' || c === '$') && i + 1 < n && NAME.test(sql[i + 1]!)) {
+      let j = i + 1;
+      while (j < n && NAME.test(sql[j]!)) j++;
+      const name = sql.slice(i + 1, j);
+      if (!named.has(name)) named.set(name, ++count);
+      i = j;
+    } else if (NAME.test(c)) {
+      let j = i + 1;
+      while (j < n && NAME.test(sql[j]!)) j++; // a word: a `$` inside one (x$y) is no parameter
+      i = j;
+    } else {
+      i++;
+    }
+  }
+  return { count, named, positional };
+}
+
+/** Throws 400 invalid_request naming the statement and the parameter when `given` does not fit `slots`. */
+export function checkParams(slots: ParamSlots, given: unknown, statement: number): void {
+  const where = `statements[${statement}]`;
+  if (given === undefined || given === null) {
+    if (slots.count > 0) throw new ApiError('invalid_request', `${where} takes ${slots.count} parameter${slots.count === 1 ? '' : 's'} and none were sent`, { statement });
+    return;
+  }
+  if (Array.isArray(given)) {
+    if (given.length < slots.count) throw new ApiError('invalid_request', `${where} takes ${slots.count} parameters: ?${given.length + 1} is missing`, { statement, parameter: given.length + 1 });
+    if (given.length > slots.count) throw new ApiError('invalid_request', `${where} takes ${slots.count} parameter${slots.count === 1 ? '' : 's'}; params[${slots.count}] is extra`, { statement, parameter: slots.count + 1 });
+    return;
+  }
+  const keys = Object.keys(given as object);
+  if (slots.positional.length > 0) throw new ApiError('invalid_request', `${where} has positional parameters (?); send "params" as an array`, { statement });
+  for (const name of slots.named.keys()) {
+    if (!keys.includes(name)) throw new ApiError('invalid_request', `${where}: the named parameter :${name} is missing from "params"`, { statement, parameter: name });
+  }
+  for (const k of keys) {
+    if (!slots.named.has(k)) throw new ApiError('invalid_request', `${where}: "params" has ${JSON.stringify(k)}, which the statement does not use`, { statement, parameter: k });
+  }
+}
