@@ -362,3 +362,67 @@ describe('parameters must match the statement (SPEC 4.2, issue 10)', () => {
     assert.deepEqual(ok.json.results[2].rows, [['?', 5, 6]]);
   });
 });
+
+describe('migrations as drizzle-kit and wrangler write them (SPEC 4.6, issue 10)', () => {
+  let q: Product;
+  before(async () => {
+    q = await startProduct();
+  });
+  after(() => q.close());
+
+  const init = { id: '0000_init', sql: 'CREATE TABLE `authors` (`id` integer PRIMARY KEY NOT NULL, `name` text NOT NULL);\n--> statement-breakpoint\nCREATE TABLE `books` (`id` integer PRIMARY KEY NOT NULL, `author_id` integer NOT NULL REFERENCES `authors`(`id`), `title` text);' };
+  // drizzle-kit's rebuild of a referenced table: a column changes type.
+  const rebuild = {
+    id: '0001_rebuild',
+    sql: [
+      'PRAGMA foreign_keys=OFF;',
+      'CREATE TABLE `__new_authors` (`id` integer PRIMARY KEY NOT NULL, `name` text NOT NULL, `born` integer);',
+      'INSERT INTO `__new_authors`("id", "name") SELECT "id", "name" FROM `authors`;',
+      'DROP TABLE `authors`;',
+      'ALTER TABLE `__new_authors` RENAME TO `authors`;',
+      'PRAGMA foreign_keys=ON;',
+    ].join('\n--> statement-breakpoint\n'),
+  };
+
+  test('a table rebuild inside PRAGMA foreign_keys=OFF … ON applies as it is; foreign keys are still checked at the end', async () => {
+    assert.equal((await q.db('web', 'migrate', { migrations: [init] })).status, 200);
+    await q.db('web', 'execute', { statements: [{ sql: "INSERT INTO authors VALUES (1, 'Le Guin')" }, { sql: "INSERT INTO books VALUES (1, 1, 'Earthsea')" }] });
+    const dry = await q.db('web', 'migrate', { dryRun: true, migrations: [init, rebuild] });
+    assert.equal(dry.status, 200, dry.text);
+    assert.deepEqual(dry.json.applied, ['0001_rebuild']);
+    const r = await q.db('web', 'migrate', { migrations: [init, rebuild] });
+    assert.equal(r.status, 200, r.text);
+    const rows = await q.db('web', 'query', { sql: 'SELECT a.name, a.born, b.title FROM books b JOIN authors a ON a.id = b.author_id' });
+    assert.deepEqual(rows.json.results[0].rows, [['Le Guin', null, 'Earthsea']]);
+    const orphan = await q.db('web', 'execute', { sql: "INSERT INTO books VALUES (2, 99, 'nobody')" });
+    assert.equal(orphan.status, 409, 'foreign keys are still on');
+  });
+
+  test('a migration that leaves a broken foreign key fails at its end, and a dry run fails exactly where the real run would', async () => {
+    const breaking = { id: '0002_break', sql: 'PRAGMA foreign_keys=OFF;\nDELETE FROM authors;\nPRAGMA foreign_keys=ON;' };
+    const all = [init, rebuild, breaking];
+    for (const dryRun of [true, false]) {
+      const r = await q.db('web', 'migrate', { dryRun, migrations: all });
+      assert.equal(r.status, 409, `dryRun ${dryRun}: ${r.text}`);
+      assert.equal(r.json.error.code, 'constraint_violation');
+      assert.equal(r.json.error.details.migration, '0002_break');
+    }
+    assert.equal((await q.db('web', 'query', { sql: 'SELECT count(*) FROM authors' })).json.results[0].rows[0][0], 1, 'nothing of it stayed');
+  });
+
+  test('through execute: write rows of a table, then drop or rename it, in one request; defer_foreign_keys is accepted', async () => {
+    await q.db('web', 'execute', { statements: [{ sql: 'CREATE TABLE t3(x)' }, { sql: 'INSERT INTO t3 VALUES (1)' }] });
+    const drop = await q.db('web', 'execute', { statements: [{ sql: 'DELETE FROM t3' }, { sql: 'DROP TABLE t3' }] });
+    assert.equal(drop.status, 200, drop.text);
+    assert.equal(drop.json.results[1].rowsAffected, 0, 'DROP TABLE is DDL');
+    const rename = await q.db('web', 'execute', { statements: [{ sql: 'CREATE TABLE a1(x)' }, { sql: 'INSERT INTO a1 VALUES (1)' }, { sql: 'ALTER TABLE a1 RENAME TO a2' }] });
+    assert.equal(rename.status, 200, rename.text);
+    const deferred = await q.db('web', 'execute', { statements: [{ sql: 'PRAGMA defer_foreign_keys = ON' }, { sql: "INSERT INTO books VALUES (3, 7, 'later')" }, { sql: "INSERT INTO authors(id, name) VALUES (7, 'Later')" }] });
+    assert.equal(deferred.status, 200, deferred.text);
+    const broken = await q.db('web', 'execute', { statements: [{ sql: 'PRAGMA foreign_keys = OFF' }, { sql: "INSERT INTO books VALUES (4, 8, 'never')" }] });
+    assert.equal(broken.status, 409, 'checked at the end of the request');
+    assert.equal(broken.json.error.details.sqliteCode, 'SQLITE_CONSTRAINT_FOREIGNKEY');
+    const after = await q.db('web', 'execute', { sql: "INSERT INTO books VALUES (5, 99, 'x')" });
+    assert.equal(after.status, 409, 'the next request checks immediately again');
+  });
+});

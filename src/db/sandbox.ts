@@ -39,8 +39,12 @@ export class Sandbox {
   written = new Set<string>();
   /** Whether the statement being prepared inserts into a user table (lastInsertRowid is meaningful)… */
   inserts = false;
-  /** …or inserts, updates or deletes rows of one (rowsAffected is meaningful; else it is 0). */
+  /** …or inserts, updates or deletes rows of one (rowsAffected is meaningful; else it is 0)… */
   dml = false;
+  /** …unless it is DDL (DROP TABLE deletes the table's rows, yet reports none). */
+  ddl = false;
+  /** `PRAGMA foreign_keys = OFF` or `defer_foreign_keys = ON`: foreign keys are checked at the request's end instead. */
+  defersForeignKeys = false;
   /**
    * Whether the schema must be checked after it runs: a trigger's body is only authorized when it fires, and
    * ALTER TABLE … RENAME TO names no new name to the authorizer (assertSchemaClean).
@@ -61,7 +65,8 @@ export class Sandbox {
     if (this.mode === 'internal') return OK;
     // Nothing may be created, changed or renamed in the temp schema: it would outlive the request on a shared
     // connection, and a temp object shadows a main one of the same name, internal tables included.
-    if (dbName === 'temp' && action !== A.SELECT && action !== A.READ && action !== A.FUNCTION && action !== A.RECURSIVE) {
+    // (SQLite's own statements on sqlite_temp_master, as ALTER TABLE … RENAME runs them, are not the user's objects.)
+    if (dbName === 'temp' && !(a1 ?? '').startsWith('sqlite_') && action !== A.SELECT && action !== A.READ && action !== A.FUNCTION && action !== A.RECURSIVE) {
       return this.mode === 'read' ? this.readOnly() : this.deny('not_allowed', 'the temp schema is not allowed: objects there would outlive the request on a shared connection');
     }
     switch (action) {
@@ -73,6 +78,11 @@ export class Sandbox {
         if (a2 !== null && a2.toLowerCase() === 'load_extension') return this.deny('not_allowed', 'load_extension is not allowed');
         return OK;
       case A.PRAGMA:
+        if (this.mode === 'write' && a2 !== null && deferringPragma(a1 ?? '', a2)) {
+          this.defersForeignKeys = true; // run as a no-op; the executor defers foreign keys to the request's end
+          return OK;
+        }
+        if (this.mode === 'write' && a2 !== null && /^(foreign_keys|defer_foreign_keys)$/i.test(a1 ?? '')) return OK; // turning them back on: a no-op
         return this.pragmaAllowed(a1 ?? '', a2) ? OK : this.deny('not_allowed', `PRAGMA ${a1}${a2 === null ? '' : ' = …'} is not allowed (see the read-only allow-list in docs/database.md)`);
       case A.ATTACH: return this.deny('not_allowed', 'ATTACH is not allowed');
       case A.DETACH: return this.deny('not_allowed', 'DETACH is not allowed');
@@ -84,6 +94,7 @@ export class Sandbox {
     }
     if (this.mode === 'read') return this.readOnly();
     // Write mode: everything that changes the database, except the project's internal tables.
+    if (action !== A.INSERT && action !== A.UPDATE && action !== A.DELETE && inner === null) this.ddl = true;
     switch (action) {
       case A.INSERT: case A.UPDATE: case A.DELETE:
         if (isInternal(a1)) return this.deny('not_allowed', `${a1} is an internal table and cannot be written`);
@@ -130,6 +141,14 @@ export class Sandbox {
     const n = name.toLowerCase();
     return INTROSPECTION.has(n) || (arg === null && READ_ONLY.has(n));
   }
+}
+
+/** `foreign_keys = OFF` (inside a transaction SQLite ignores it) or `defer_foreign_keys = ON`. */
+function deferringPragma(name: string, value: string): boolean {
+  const v = value.toLowerCase().replace(/^['"]|['"]$/g, '');
+  const on = v === 'on' || v === '1' || v === 'true' || v === 'yes';
+  const off = v === 'off' || v === '0' || v === 'false' || v === 'no';
+  return (name.toLowerCase() === 'foreign_keys' && off) || (name.toLowerCase() === 'defer_foreign_keys' && on);
 }
 
 /**

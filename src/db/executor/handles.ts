@@ -24,6 +24,8 @@ export interface Prepared {
   /** Changes rows of user tables: SQLite's changes() counts it (after DDL it still holds an earlier statement's count). */
   dml: boolean;
   checksSchema: boolean;
+  /** Asks for foreign keys to be checked at the request's end (see foreign-keys.ts). */
+  defersForeignKeys: boolean;
   /** The parameters the statement takes (read once, with the statement). */
   params: ParamSlots;
 }
@@ -36,6 +38,10 @@ export class DbHandle {
   private readonly cache = new Map<string, Prepared>();
 
   readonly path: string;
+  /** Which tables have a declared primary key (a changeset can carry them), as of a schema version (write-ops.ts). */
+  keyedTables: { schema: number; known: Map<string, boolean> } = { schema: -1, known: new Map() };
+  /** Foreign-key checks are deferred to the end of the running request (foreign-keys.ts). */
+  deferringForeignKeys = false;
   /** When an operation last took this handle (performance.now()), for closing idle connections. */
   usedAt = performance.now();
 
@@ -68,9 +74,11 @@ export class DbHandle {
     sb.written = new Set();
     sb.inserts = false;
     sb.dml = false;
+    sb.ddl = false;
+    sb.defersForeignKeys = false;
     sb.checksSchema = false;
     const stmt = this.db.prepare(sql);
-    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml, checksSchema: sb.checksSchema, params: paramSlots(sql) };
+    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, params: paramSlots(sql) };
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
     return prepared;

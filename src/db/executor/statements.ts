@@ -4,6 +4,7 @@ import { ApiError } from '../../shared/errors.ts';
 import { decodeParams, encodeRow, encodeValue, type Params } from '../values.ts';
 import type { DbHandle, Prepared } from './handles.ts';
 import { checkParams } from '../params.ts';
+import { deferForeignKeys } from './foreign-keys.ts';
 import { assertSchemaClean } from '../sandbox.ts';
 
 export interface StatementSpec {
@@ -112,6 +113,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, object
   const args = bind(decodeParams(spec.params, `statements[${index}]`));
   const p: Prepared = h.prepare(spec.sql, 'write');
   checkParams(p.params, spec.params, index);
+  if (p.defersForeignKeys) deferForeignKeys(h);
   if (p.returnsRows) {
     const rows = rowsOf(p.stmt, args, objects, budget, true);
     const count = p.dml ? rows.count : 0;

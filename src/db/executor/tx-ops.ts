@@ -7,6 +7,7 @@ import { DbHandle as Handle } from './handles.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
 import { type GroupContext, prune, recordChange, totals } from './write-ops.ts';
+import { endDeferral } from './foreign-keys.ts';
 
 interface Tx {
   h: DbHandle;
@@ -57,6 +58,7 @@ export function commitTx(id: string): Reply {
   open.delete(id);
   const { h, ctx } = tx;
   try {
+    endDeferral(h, true);
     let version = h.version();
     const after = totals(h);
     if (after.changes !== tx.before.changes || after.schema !== tx.before.schema) {

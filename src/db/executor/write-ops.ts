@@ -8,6 +8,7 @@ import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { KEEP_EVENTS, KEEP_MS } from './schema.ts';
 import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from '../schema-fingerprint.ts';
+import { deferForeignKeys, endDeferral } from './foreign-keys.ts';
 
 export interface Scope { org: string; repo: string; database: string }
 
@@ -40,17 +41,50 @@ export function totals(h: DbHandle): { changes: number; schema: number } {
   return { changes: Number(r.c), schema: Number(r.s) };
 }
 
+/**
+ * Can a changeset carry the changes of these tables? SQLite's session extension records nothing for a rowid table
+ * without a declared PRIMARY KEY (nor for a virtual table): its rows would silently be missing, so such a write's
+ * event carries no changeset and followers take a snapshot instead. Known per table until the schema changes.
+ */
+function capturable(h: DbHandle, tables: string[]): boolean {
+  if (tables.length === 0) return true;
+  const schema = Number((h.internal('PRAGMA main.schema_version').get() as { schema_version: number }).schema_version);
+  if (h.keyedTables.schema !== schema) h.keyedTables = { schema, known: new Map() };
+  const known = h.keyedTables.known;
+  return tables.every((t) => {
+    let keyed = known.get(t);
+    if (keyed === undefined) {
+      keyed = h.internal('SELECT 1 FROM main.sqlite_schema s, pragma_table_info(s.name) p WHERE s.name = ? AND s.type = \'table\' AND s.sql NOT LIKE \'CREATE VIRTUAL%\' AND p.pk > 0 LIMIT 1').get(t) !== undefined;
+      known.set(t, keyed);
+    }
+    return keyed;
+  });
+}
+
+/**
+ * The session's changeset, or null when SQLite cannot write one: a table it recorded changes of was dropped or
+ * renamed in the same transaction (a table rebuild). The event then says so, and followers take a snapshot.
+ */
+function changesetOf(session: ReturnType<DbHandle['db']['createSession']>): Uint8Array | null {
+  try {
+    return session.changeset();
+  } catch {
+    return null;
+  }
+}
+
 /** Records a change: bumps the version (inside the session, so followers apply it too) and logs the event. */
 export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']>, version: number, event: Record<string, unknown>): void {
   // A schema change travels as a fingerprint row, so a follower can tell DDL the changeset cannot carry.
   if (event.schemaChanged) h.internal('INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES (?, ?)').run(SCHEMA_FINGERPRINT_KEY, schemaFingerprint(h.db));
   h.internal("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
-  const changeset = session.changeset();
+  const tables = (event.changes as { tables: string[] }).tables;
+  const changeset = capturable(h, tables) ? changesetOf(session) : null;
   session.close();
   const full = {
     id: eventId(), type: event.type, org: ctx.scope.org, repo: ctx.scope.repo, database: ctx.scope.database,
     version, previousVersion: version - 1, operation: event.operation, committedAt: new Date().toISOString(),
-    changes: event.changes, changeset: changeset.length ? Buffer.from(changeset.buffer, changeset.byteOffset, changeset.length).toString('base64') : null,
+    changes: event.changes, changeset: changeset?.length ? Buffer.from(changeset.buffer, changeset.byteOffset, changeset.length).toString('base64') : null,
     ...(event.migrations ? { migrations: event.migrations } : {}),
   };
   h.internal('INSERT INTO _scopebase_changes (version, committed_at, event) VALUES (?, ?, ?)').run(version, Date.now(), JSON.stringify(full));
@@ -71,6 +105,7 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
       results.push(out.text);
       for (const t of out.tables) tables.add(t);
     }
+    endDeferral(h, true);
     const after = totals(h);
     const rowsAffected = after.changes - before.changes;
     if (rowsAffected === 0 && after.schema === before.schema) {
@@ -82,7 +117,8 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
     h.internal('RELEASE request').run();
     return { status: 200, body: `{"results":[${results.join(',')}],"version":${version + 1}}`, version: version + 1 };
   } catch (e) {
-    const reply = failure(e, h.sandbox.denied, i);
+    const reply = failure(e, h.sandbox.denied, i < statements.length ? i : undefined);
+    endDeferral(h, false);
     try { session.close(); } catch { /* closed by recordChange */ }
     h.internal('ROLLBACK TO request').run();
     h.internal('RELEASE request').run();
@@ -147,27 +183,39 @@ export function migrate(h: DbHandle, body: MigrateBody, ctx: GroupContext): Repl
     const version = h.version();
     const alreadyApplied = applied.map((a) => a.id);
     const done = (ids: string[], v: number) => JSON.stringify({ applied: ids, alreadyApplied, version: v, dryRun: body.dryRun === true });
-    if (body.dryRun || pending.length === 0) {
+    if (pending.length === 0) {
       h.internal('ROLLBACK').run();
-      return { status: 200, body: done(body.dryRun ? pending.map((m) => m.id) : [], version) };
+      return { status: 200, body: done([], version) };
     }
     const before = totals(h);
     const session = h.db.createSession();
     const tables = new Set<string>();
-    for (const m of pending) {
-      try {
+    // Table rebuilds (create new, copy, drop old, rename) break foreign keys midway: they are checked at the end.
+    deferForeignKeys(h);
+    let current = pending[0]!;
+    try {
+      for (const m of pending) {
+        current = m;
         h.sandbox.mode = 'write';
         h.sandbox.denied = null;
         h.sandbox.written = tables;
         h.db.exec(m.sql);
         h.sandbox.mode = 'internal';
         assertSchemaClean(h.db);
-      } catch (e) {
-        session.close();
-        h.internal('ROLLBACK').run();
-        return failure(e, h.sandbox.denied, undefined, { migration: m.id });
+        h.internal('INSERT INTO _scopebase_migrations (id, checksum, applied_at) VALUES (?, ?, ?)').run(m.id, checksum(m.sql), new Date().toISOString());
       }
-      h.internal('INSERT INTO _scopebase_migrations (id, checksum, applied_at) VALUES (?, ?, ?)').run(m.id, checksum(m.sql), new Date().toISOString());
+      endDeferral(h, true);
+    } catch (e) {
+      session.close();
+      endDeferral(h, false);
+      h.internal('ROLLBACK').run();
+      return failure(e, h.sandbox.denied, undefined, { migration: current.id });
+    }
+    // A dry run ran every migration, so it fails exactly where the real run would; then nothing of it stays.
+    if (body.dryRun) {
+      session.close();
+      h.internal('ROLLBACK').run();
+      return { status: 200, body: done(pending.map((m) => m.id), version) };
     }
     const rowsAffected = totals(h).changes - before.changes - pending.length; // less our own bookkeeping rows
     recordChange(h, ctx, session, version + 1, {
