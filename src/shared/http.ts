@@ -4,6 +4,7 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply, type F
 import { ApiError } from './errors.ts';
 import type { Logger } from './log.ts';
 import { logAccess, requestIdOf, serveRaw, type RawRouter } from './raw-route.ts';
+import { answerClientError, limitSlowClients } from './client-errors.ts';
 
 export interface HttpOptions {
   logger: Logger;
@@ -36,14 +37,22 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
     genReqId: requestIdOf,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 500 },
     return503OnClosing: true,
+    clientErrorHandler: answerClientError,
+    // Errors Fastify meets before any route (an undecodable URL such as /web%FF/…): SPEC 3's shape too.
+    frameworkErrors: (err, req, reply) => {
+      reply.header('x-request-id', req.id);
+      sendError(reply, new ApiError('invalid_request', err.code === 'FST_ERR_BAD_URL' ? 'the URL is not valid percent-encoded UTF-8' : err.message.slice(0, 200)));
+    },
     forceCloseConnections: 'idle',
     rewriteUrl: opts.rewriteUrl as never, // typed loosely: its `this` type would otherwise pin the logger generic
     serverFactory: (fastifyHandler) => {
       const serving = { logger: opts.logger, bodyLimit: opts.bodyLimit, closing: () => closing, toApiError: rawApiError };
-      const server = createServer((req, res) => {
+      // A missing Host is the routes' to answer (unknown_host), in SPEC 3's shape, not Node's empty 400.
+      const server = createServer({ requireHostHeader: false }, (req, res) => {
         if (!serveRaw(opts.rawRoutes, serving, req, res)) fastifyHandler(req, res);
       });
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+      limitSlowClients(server);
       return server;
     },
   }) as unknown as FastifyInstance;

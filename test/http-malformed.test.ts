@@ -1,0 +1,66 @@
+// Issue 11 item 6: malformed HTTP gets SPEC 3's error shape and an x-request-id on every listener (the proxy, the
+// reference mirror, the admin port; `serve db` and `serve account` build their listener the same way).
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { startProduct, type Product } from './helpers/product.ts';
+import { newSecret } from './helpers/mirror.ts';
+
+/** Writes raw bytes to a listener and reads everything it answers until it closes. */
+function raw(url: string, bytes: string | Buffer): Promise<{ status: number; headers: Record<string, string>; body: string }> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => socket.end(bytes));
+    let text = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (d) => (text += d));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const [head, ...rest] = text.split('\r\n\r\n');
+      const lines = (head ?? '').split('\r\n');
+      const headers: Record<string, string> = {};
+      for (const l of lines.slice(1)) headers[l.slice(0, l.indexOf(':')).toLowerCase()] = l.slice(l.indexOf(':') + 1).trim();
+      resolve({ status: Number(lines[0]?.split(' ')[1]), headers, body: rest.join('\r\n\r\n') });
+    });
+  });
+}
+
+let p: Product;
+before(async () => {
+  const secret = newSecret();
+  p = await startProduct({ MIRROR_PORT: '0', MIRROR_SECRET: secret });
+});
+after(() => p.close());
+
+const host = 'Host: acme.localhost\r\n';
+const cases: [string, string | Buffer, number, RegExp][] = [
+  ['a garbage request line', 'HELLO\r\n\r\n', 400, /request line is malformed|not valid HTTP/],
+  ['raw bytes >= 0x80 in the target', Buffer.concat([Buffer.from('GET /web/\xff\xfe HTTP/1.1\r\n', 'latin1'), Buffer.from(host + '\r\n')]), 400, /./],
+  ['a space in a header name', `GET / HTTP/1.1\r\n${host}Bad Header: x\r\n\r\n`, 400, /header is malformed/],
+  ['Content-Length and Transfer-Encoding together', `POST /web/_db/status HTTP/1.1\r\n${host}Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, 400, /sent with Content-Length/],
+  ['two different Content-Lengths', `POST /web/_db/status HTTP/1.1\r\n${host}Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}`, 400, /Content-Length/],
+  ['a negative Content-Length', `POST /web/_db/status HTTP/1.1\r\n${host}Content-Length: -1\r\n\r\n`, 400, /Content-Length/],
+  ['a 20 KiB header', `GET / HTTP/1.1\r\n${host}X-Big: ${'a'.repeat(20 * 1024)}\r\n\r\n`, 431, /over 16 KiB/],
+  ['a 78 KB URL', `GET /${'a'.repeat(78 * 1000)} HTTP/1.1\r\n${host}\r\n`, 431, /over 16 KiB/],
+  ['an undecodable URL', `POST /web%FF/_db/status HTTP/1.1\r\n${host}Content-Length: 0\r\n\r\n`, 400, /percent-encoded|invalid/],
+  ['HTTP/1.1 without Host', 'GET /web/_db/status HTTP/1.1\r\nConnection: close\r\n\r\n', 404, /host/i],
+];
+
+for (const listener of ['the proxy', 'the reference mirror', 'the admin port'] as const) {
+  describe(`malformed requests to ${listener}`, () => {
+    for (const [what, bytes, status, message] of cases) {
+      if (listener === 'the admin port' && status === 404) continue; // admin has no hosts: its routes answer it
+      test(what, async () => {
+        const url = listener === 'the proxy' ? p.url : listener === 'the reference mirror' ? p.running.mirrorUrl! : p.running.adminUrl;
+        const r = await raw(url, bytes);
+        if (listener !== 'the proxy' && status === 404) {
+          assert.ok(r.status >= 400 && r.status < 500, `${r.status} ${r.body}`);
+        } else assert.equal(r.status, status, r.body);
+        const json = JSON.parse(r.body);
+        assert.equal(typeof json.error.code, 'string', r.body);
+        if (listener === 'the proxy') assert.match(json.error.message, message);
+        assert.match(r.headers['x-request-id'] ?? '', /^[A-Za-z0-9._:@-]{8,}$/, 'x-request-id');
+      });
+    }
+  });
+}
