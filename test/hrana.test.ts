@@ -55,6 +55,10 @@ describe('@libsql/client', () => {
     assert.equal(b!.i, -9223372036854775808n);
     assert.equal(b!.t, 'named');
     c.close();
+    // The libsql:// form Turso users have, with ?tls=0 for plain HTTP.
+    const turso = createClient({ url: `libsql://acme.localhost:${port}/web/_db/?tls=0`, authToken: p.secret('acme', 'web'), fetch: viaLoopback });
+    assert.equal((await turso.execute('SELECT count(*) AS n FROM vals')).rows[0]!.n, 2);
+    turso.close();
   });
 
   test('batch("write") is one transaction and one version; a failing statement rolls all of it back', async () => {
