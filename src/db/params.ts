@@ -2,6 +2,7 @@
 // says only "column index out of range" for an extra one, so the parameters a statement takes are read from its
 // text (skipping strings, quoted names and comments) and compared with what the request sent.
 import { ApiError } from '../shared/errors.ts';
+import { skipQuotedOrComment } from './statement-end.ts';
 
 /** The parameters of one statement: how many slots (SQLite numbers them 1…count), and the named ones by bare name. */
 export interface ParamSlots {
@@ -21,17 +22,9 @@ export function paramSlots(sql: string): ParamSlots {
   const n = sql.length;
   for (let i = 0; i < n;) {
     const c = sql[i]!;
-    if (c === '-' && sql[i + 1] === '-') {
-      const nl = sql.indexOf('\n', i);
-      i = nl === -1 ? n : nl + 1;
-    } else if (c === '/' && sql[i + 1] === '*') {
-      const end = sql.indexOf('*/', i + 2);
-      i = end === -1 ? n : end + 2;
-    } else if (c === "'" || c === '"' || c === '`' || c === '[') {
-      const close = c === '[' ? ']' : c;
-      let j = i + 1;
-      while (j < n && !(sql[j] === close && sql[j + 1] !== close)) j += sql[j] === close ? 2 : 1;
-      i = j + 1;
+    const skipped = skipQuotedOrComment(sql, i);
+    if (skipped !== null) {
+      i = skipped;
     } else if (c === '?') {
       let j = i + 1;
       while (j < n && sql[j]! >= '0' && sql[j]! <= '9') j++;

@@ -6,6 +6,27 @@ function firstStatementEnd(sql: string): number {
   return terminatedEnd(sql) ?? sql.length;
 }
 
+/** Past a comment, string literal or quoted name starting at `i`, or null when none starts there (shared by params.ts). */
+export function skipQuotedOrComment(sql: string, i: number): number | null {
+  const c = sql[i]!;
+  const n = sql.length;
+  if (c === '-' && sql[i + 1] === '-') {
+    const nl = sql.indexOf('\n', i);
+    return nl === -1 ? n : nl + 1;
+  }
+  if (c === '/' && sql[i + 1] === '*') {
+    const end = sql.indexOf('*/', i + 2);
+    return end === -1 ? n : end + 2;
+  }
+  if (c === "'" || c === '"' || c === '`' || c === '[') {
+    const close = c === '[' ? ']' : c;
+    let j = i + 1;
+    while (j < n && !(sql[j] === close && sql[j + 1] !== close)) j += sql[j] === close ? 2 : 1;
+    return j + 1;
+  }
+  return null;
+}
+
 /** Index just past the first statement's terminating `;`, or null when the text has none yet. */
 function terminatedEnd(sql: string): number | null {
   let i = 0;
@@ -15,18 +36,10 @@ function terminatedEnd(sql: string): number | null {
   const n = sql.length;
   while (i < n) {
     const c = sql[i]!;
-    if (c === '-' && sql[i + 1] === '-') {
-      const nl = sql.indexOf('\n', i);
-      i = nl === -1 ? n : nl + 1;
-    } else if (c === '/' && sql[i + 1] === '*') {
-      const end = sql.indexOf('*/', i + 2);
-      i = end === -1 ? n : end + 2;
-    } else if (c === "'" || c === '"' || c === '`' || c === '[') {
-      const close = c === '[' ? ']' : c;
-      let j = i + 1;
-      while (j < n && !(sql[j] === close && sql[j + 1] !== close)) j += sql[j] === close ? 2 : 1;
-      i = j + 1;
-      lastWord = '';
+    const skipped = skipQuotedOrComment(sql, i);
+    if (skipped !== null) {
+      if (c !== '-' && c !== '/') lastWord = '';
+      i = skipped;
     } else if (c === ';') {
       // Inside CREATE TRIGGER ... BEGIN ... END the body's own `;` do not end the statement.
       if (!trigger || lastWord === 'END') return i + 1;
