@@ -60,7 +60,11 @@ export class StreamTx {
   private finish(why: string): void {
     clearTimeout(this.timer);
     this.ended ??= why;
-    this.hold.release();
+    try {
+      this.hold.release();
+    } catch {
+      // releasing runs the quota's bookkeeping; it is called from timers too, where a throw would stop the server
+    }
   }
 
   private async send(op: string, body?: Buffer): Promise<Record<string, unknown>> {
