@@ -3,7 +3,7 @@
 // when idle).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readlinkSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, readdirSync, readlinkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { ExecutorPool } from '../src/db/executor/pool.ts';
@@ -232,6 +232,34 @@ describe('a held write lane (interactive transactions)', () => {
       await assert.rejects(hold.run({ op: 'query', path }, body({ sql: 'SELECT 1' })), /ended/);
     } finally {
       await pool.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a slow-starting executor', () => {
+  test('the time a process takes to load is not charged to the statement it was sent', async () => {
+    // A loaded machine can take longer to start a process than a short DB_QUERY_TIMEOUT_MS: here each start takes 700 ms.
+    const dir = tempDir('scopebase-slow-start-');
+    const slow = join(dir, 'slow.mjs');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(slow, 'const end = Date.now() + 700; while (Date.now() < end);\n');
+    const saved = process.env.SCOPEBASE_EXECUTOR_NODE_ARGS;
+    process.env.SCOPEBASE_EXECUTOR_NODE_ARGS = `--import ${slow}`;
+    const p = await startProduct({ DB_QUERY_TIMEOUT_MS: '200', DB_EXECUTORS: '1' });
+    try {
+      const made = await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+      assert.equal(made.status, 200, made.text);
+      const runaway = await p.db('web', 'query', { sql: RUNAWAY });
+      assert.equal(runaway.json.error.code, 'query_timeout');
+      // The runaway's process was killed; the next statement waits for a fresh (slow) one and still runs.
+      const after = await p.db('web', 'query', { sql: 'SELECT count(*) AS n FROM t' });
+      assert.equal(after.status, 200, after.text);
+      assert.deepEqual(after.json.results[0].rows, [[0]], after.text);
+    } finally {
+      if (saved === undefined) delete process.env.SCOPEBASE_EXECUTOR_NODE_ARGS;
+      else process.env.SCOPEBASE_EXECUTOR_NODE_ARGS = saved;
+      await p.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });

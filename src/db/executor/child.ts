@@ -129,3 +129,5 @@ channel.on('end', () => {
 // The parent went away abruptly (ECONNRESET, EPIPE): nothing is left to answer, and an unhandled 'error' event would
 // print a stack for every executor. SQLite's journal makes an exit at any point safe.
 channel.on('error', () => process.exit(0));
+// Ready: the parent starts a statement's clock from here, so a slow start (a loaded machine) is not its running time.
+channel.write(encodeFrame(0, { ready: true }));

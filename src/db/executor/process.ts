@@ -14,7 +14,7 @@ const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
  * and no background compiler or GC threads; after 10,000 databases ~9 MiB less RSS each, no throughput difference
  * measured (docs/performance.md, "Memory (session 3)"). SCOPEBASE_EXECUTOR_NODE_ARGS adds options, e.g. `--cpu-prof`.
  */
-const NODE_ARGS = ['--optimize-for-size', '--single-threaded', ...(process.env.SCOPEBASE_EXECUTOR_NODE_ARGS ?? '').split(' ').filter(Boolean)];
+const nodeArgs = () => ['--optimize-for-size', '--single-threaded', ...(process.env.SCOPEBASE_EXECUTOR_NODE_ARGS ?? '').split(' ').filter(Boolean)];
 
 let env: NodeJS.ProcessEnv | undefined;
 
@@ -31,6 +31,8 @@ function childEnv(): NodeJS.ProcessEnv {
 
 /** The nice value of a process running a slow statement. */
 const NICE_SLOW = 10;
+/** How long a child may take to load before it is judged stuck (a loaded machine can take seconds). */
+const STARTUP_MS = 30_000;
 
 /** Why a message got no reply: it was running when the process was stopped or died, or it never started. */
 export type LostReason = 'timeout' | 'crash' | 'unstarted';
@@ -67,6 +69,8 @@ export class ExecutorProcess {
   /** close() has begun: it takes no new work (a message sent now might never be answered). */
   closing = false;
   private dead = false;
+  /** The child has loaded and said so: until then nothing it was sent is running, so no budget is spent. */
+  private ready = false;
   readonly spawnedAt = performance.now();
   /** Interactive transactions held open on this process (it is not retired while any are). */
   pins = 0;
@@ -84,7 +88,7 @@ export class ExecutorProcess {
   constructor(limits: ExecutorLimits, onDeath: (p: ExecutorProcess) => void, onReply: () => void) {
     this.onDeath = onDeath;
     this.onReply = onReply;
-    this.child = spawn(process.execPath, [...NODE_ARGS, CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'], env: childEnv() });
+    this.child = spawn(process.execPath, [...nodeArgs(), CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'], env: childEnv() });
     this.channel = this.child.stdio[3] as Socket;
     this.channel.on('data', (chunk: Buffer) => {
       const frames = this.decoder.push(chunk);
@@ -115,13 +119,16 @@ export class ExecutorProcess {
 
   /** How long the running message has been running, in ms (0 when idle). */
   runningFor(now: number): number {
-    return this.inflight === 0 ? 0 : now - this.headStartedAt;
+    return this.inflight === 0 || !this.ready ? 0 : now - this.headStartedAt;
   }
 
   /** True when the running message is past its budget: the caller stops the process. */
   overBudget(now: number): boolean {
     const p = this.queue[this.head];
-    return p !== undefined && now - this.headStartedAt > p.budgetMs;
+    if (p === undefined) return false;
+    // A child that never finishes loading is stuck: stopped like a runaway, but only after a generous while.
+    if (!this.ready) return now - this.spawnedAt > Math.max(p.budgetMs, STARTUP_MS);
+    return now - this.headStartedAt > p.budgetMs;
   }
 
   cork(): void {
@@ -143,7 +150,7 @@ export class ExecutorProcess {
   }
 
   private post(header: object, body: Buffer | string | undefined, budgetMs: number, tag?: unknown): Promise<Frame> {
-    const seq = (this.seq = (this.seq + 1) >>> 0);
+    const seq = (this.seq = (this.seq % 0xffffffff) + 1); // 0 is the child's ready frame
     return new Promise<Frame>((resolve, reject) => {
       if (this.inflight === 0) this.headStartedAt = performance.now();
       this.queue.push({ seq, budgetMs, tag, resolve, reject });
@@ -152,6 +159,11 @@ export class ExecutorProcess {
   }
 
   private settle(frame: Frame): void {
+    if (frame.seq === 0) {
+      this.ready = true;
+      this.headStartedAt = performance.now();
+      return;
+    }
     const p = this.queue[this.head];
     if (!p || p.seq !== frame.seq) return; // cannot happen: replies come in order
     this.queue[this.head++] = undefined as unknown as Pending;
