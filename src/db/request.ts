@@ -4,8 +4,8 @@ import { parseJsonObject } from '../shared/http.ts';
 import { checkDatabase } from '../shared/names.ts';
 import { hasSecondStatement } from './statement-end.ts';
 
-export type Op = 'query' | 'execute' | 'migrate' | 'status' | 'changes' | 'snapshot';
-export const OPS: ReadonlySet<string> = new Set<Op>(['query', 'execute', 'migrate', 'status', 'changes', 'snapshot']);
+export type Op = 'query' | 'execute' | 'migrate' | 'status' | 'changes' | 'snapshot' | 'restore';
+export const OPS: ReadonlySet<string> = new Set<Op>(['query', 'execute', 'migrate', 'status', 'changes', 'snapshot', 'restore']);
 
 const FIELDS: Record<Op, ReadonlySet<string>> = {
   query: new Set(['database', 'sql', 'params', 'statements', 'rows']),
@@ -14,7 +14,10 @@ const FIELDS: Record<Op, ReadonlySet<string>> = {
   status: new Set(['database']),
   changes: new Set(['database', 'since', 'limit']),
   snapshot: new Set(['database']),
+  restore: new Set(['database', 'toVersion', 'toTime', 'dryRun']),
 };
+
+const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/;
 
 const MIGRATION_ID = /^[A-Za-z0-9._-]{1,128}$/;
 const MAX_MIGRATIONS = 10_000;
@@ -73,6 +76,13 @@ export function validate(op: Op, req: Record<string, unknown>, maxStatements: nu
       if (seen.has(o.id)) throw new ApiError('invalid_request', `migration id ${o.id} appears twice`);
       seen.add(o.id);
     });
+    if (req.dryRun !== undefined && typeof req.dryRun !== 'boolean') throw new ApiError('invalid_request', '"dryRun" must be true or false');
+  } else if (op === 'restore') {
+    if ((req.toVersion === undefined) === (req.toTime === undefined)) throw new ApiError('invalid_request', 'send one of "toVersion" (a version number) or "toTime" (an ISO 8601 time such as 2026-11-22T10:00:00Z)');
+    if (req.toVersion !== undefined && (typeof req.toVersion !== 'number' || !Number.isSafeInteger(req.toVersion) || req.toVersion < 0)) throw new ApiError('invalid_request', '"toVersion" must be a whole number ≥ 0');
+    if (req.toTime !== undefined && (typeof req.toTime !== 'string' || !ISO_TIME.test(req.toTime) || Number.isNaN(Date.parse(req.toTime)))) {
+      throw new ApiError('invalid_request', '"toTime" must be an ISO 8601 time with a zone, such as 2026-11-22T10:00:00Z');
+    }
     if (req.dryRun !== undefined && typeof req.dryRun !== 'boolean') throw new ApiError('invalid_request', '"dryRun" must be true or false');
   } else if (op === 'changes') {
     if (typeof req.since !== 'number' || !Number.isSafeInteger(req.since) || req.since < 0) throw new ApiError('invalid_request', '"since" must be a whole number ≥ 0');

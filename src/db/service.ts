@@ -63,7 +63,11 @@ export class DbService implements DbHandler, ChangeFeed {
     const db = config.db;
     this.pool = new ExecutorPool({
       processes: db.executors,
-      limits: { sync: db.sync, maxValueBytes: db.maxValueBytes, maxSizeBytes: db.maxSizeBytes, maxResultBytes: db.maxResultBytes, maxOpen: db.maxOpenDatabases, idleCloseMs: db.idleCloseMs },
+      limits: {
+        sync: db.sync, maxValueBytes: db.maxValueBytes, maxSizeBytes: db.maxSizeBytes, maxResultBytes: db.maxResultBytes, maxOpen: db.maxOpenDatabases, idleCloseMs: db.idleCloseMs,
+        tmpDir: join(config.dataDir, 'tmp'),
+        history: db.historyDays > 0 ? { root: join(config.dataDir, 'history'), dbRoot: join(config.dataDir, 'db'), days: db.historyDays, maxBytes: db.historyMaxBytes } : undefined,
+      },
       timeoutMs: db.queryTimeoutMs,
       perTenant: db.executorsPerRepo,
       queueTimeoutMs: db.queueTimeoutMs,
@@ -146,7 +150,7 @@ export class DbService implements DbHandler, ChangeFeed {
   private async answer(name: string, req: DbRequest): Promise<DbResponse> {
     if (loopDelayMs() > this.config.db.maxLoopDelayMs) throw saturated(this.config.db.maxLoopDelayMs);
     if (name === 'pipeline') return this.pipeline(req);
-    if (name === 'unknown') throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, changes or snapshot`);
+    if (name === 'unknown') throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, restore, import, changes or snapshot`);
     const op = name as Op;
     const body = parseBody(op, req.body);
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
@@ -191,6 +195,9 @@ export class DbService implements DbHandler, ChangeFeed {
     switch (op) {
       case 'execute': case 'migrate':
         return json(await this.pool.write(scope, path, op, raw));
+      case 'restore':
+        if (!this.exists(scope)) throw notFound(scope);
+        return json(await this.pool.write(scope, path, 'restore', raw));
       case 'query':
         if (!this.exists(scope)) throw notFound(scope);
         return json(await this.pool.read({ op: 'query', path }, raw));
@@ -210,9 +217,9 @@ export class DbService implements DbHandler, ChangeFeed {
     if (!this.exists(scope)) return { status: 200, body: JSON.stringify({ database: scope.database, exists: false, databases }) };
     const res = await this.pool.read({ op: 'status', path });
     if (res.status !== 200) return json(res);
-    const s = JSON.parse(res.body.toString('utf8')) as { version: number; sizeBytes: number; tables: unknown; migrations: unknown };
+    const s = JSON.parse(res.body.toString('utf8')) as { version: number; sizeBytes: number; tables: unknown; migrations: unknown; history: unknown };
     const mirrors = this.mirrors?.states(scope, s.version) ?? [];
-    return { status: 200, body: JSON.stringify({ database: scope.database, exists: true, version: s.version, sizeBytes: s.sizeBytes, tables: s.tables, migrations: s.migrations, mirrors, databases }) };
+    return { status: 200, body: JSON.stringify({ database: scope.database, exists: true, version: s.version, sizeBytes: s.sizeBytes, tables: s.tables, migrations: s.migrations, history: s.history, mirrors, databases }) };
   }
 
   private async snapshot(scope: Scope, path: string): Promise<DbResponse> {

@@ -45,6 +45,9 @@ export interface Config {
     maxOpenDatabases: number;
     /** A database connection unused this long is closed (0: never). */
     idleCloseMs: number;
+    /** Time travel (SPEC 4.11): days of versions kept restorable (0: no history), and the bytes a database's history may take. */
+    historyDays: number;
+    historyMaxBytes: number;
     mirrors: MirrorConfig[];
     /** Delivery tuning (SPEC 5): per-attempt timeout, backoff cap, stall threshold, concurrent deliveries per mirror. */
     mirrorDelivery: { timeoutMs: number; maxBackoffMs: number; stallAfterMs: number; concurrency: number };
@@ -249,6 +252,8 @@ export function loadConfig(env: Env = process.env): Config {
       transactionMaxMs: int(env, 'DB_TRANSACTION_MAX_MS', 30_000, 100, 3_600_000),
       maxOpenDatabases: int(env, 'DB_MAX_OPEN', 64, 4, 100_000),
       idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', 60_000, 0, 86_400_000),
+      historyDays: int(env, 'DB_HISTORY_DAYS', 7, 0, 3650),
+      historyMaxBytes: int(env, 'DB_HISTORY_MAX_BYTES', 8 * 1024 ** 3, 1 << 20, Number.MAX_SAFE_INTEGER),
       mirrors: parseMirrors(str(env, 'DB_MIRRORS')),
       mirrorDelivery: {
         timeoutMs: int(env, 'DB_MIRROR_TIMEOUT_MS', 10_000, 50, 600_000),

@@ -9,6 +9,9 @@ import { changes, query, snapshot, status } from './read-ops.ts';
 import { executeGroup, migrate, type GroupContext } from './write-ops.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { beginTx, commitTx, execTx, rollbackTx } from './tx-ops.ts';
+import { historyOf, importDatabase, restore } from './history-ops.ts';
+import { dropHistory } from '../history/archive.ts';
+import { dirname } from 'node:path';
 
 flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or lives as long as the server
 // `systemctl stop`, Ctrl-C and many supervisors signal the whole process group: the parent drains, finishes the
@@ -37,6 +40,7 @@ function open(path: string, create: boolean): DbHandle | null {
 function unlinkDatabase(path: string): void {
   handles.forget(path);
   for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(path + suffix, { force: true });
+  if (limits.history) dropHistory(limits.history, path);
 }
 
 function handle(frame: Frame): Buffer {
@@ -48,7 +52,7 @@ function handle(frame: Frame): Buffer {
       if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
       const body = h.op === 'query' ? JSON.parse(frame.body.toString('utf8')) : null;
       const reply = h.op === 'query' ? query(db, body, limits.maxResultBytes)
-        : h.op === 'status' ? status(db)
+        : h.op === 'status' ? status(db, historyOf(db))
         : h.op === 'changes' ? changes(db, h.since, h.limit)
         : snapshot(db, h.target);
       return encodeFrame(frame.seq, { s: reply.status }, reply.body);
@@ -76,6 +80,17 @@ function handle(frame: Frame): Buffer {
       if (h.create === true && !made) unlinkDatabase(path);
       const texts = replies.map((r) => Buffer.from(r.body));
       return encodeFrame(frame.seq, { items: replies.map((r, i) => ({ s: r.status, v: r.version, n: texts[i]!.length })) }, Buffer.concat(texts));
+    }
+    case 'restore': case 'import': {
+      const db = open(path, h.create === true);
+      if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
+      const ctx: GroupContext = { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token };
+      const tmp = limits.tmpDir ?? dirname(path);
+      const reply = h.op === 'restore'
+        ? restore(db, JSON.parse(frame.body.toString('utf8')), ctx, tmp)
+        : importDatabase(db, { ...JSON.parse(frame.body.toString('utf8')), created: h.create === true, database: h.scope.database }, ctx, limits, tmp);
+      if (h.create === true && reply.version === undefined) unlinkDatabase(path);
+      return encodeFrame(frame.seq, { items: [{ s: reply.status, v: reply.version, n: Buffer.byteLength(reply.body) }] }, reply.body);
     }
     case 'probe': {
       // After a lost reply: did the group with this token commit?
@@ -106,7 +121,7 @@ channel.on('data', (chunk: Buffer) => {
   // chunk never holds back the reply of a committed write.
   channel.cork();
   for (const frame of decoder.push(chunk)) {
-    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit';
+    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit' || frame.header.op === 'restore' || frame.header.op === 'import';
     if (write) channel.uncork();
     let out: Buffer;
     try {

@@ -4,6 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { Sandbox, type Mode } from '../sandbox.ts';
 import { paramSlots, type ParamSlots } from '../params.ts';
 import { INTERNAL_SCHEMA } from './schema.ts';
+import type { Cursor, HistoryOptions } from '../history/archive.ts';
 
 export interface ExecutorLimits {
   sync: 'full' | 'normal';
@@ -13,6 +14,10 @@ export interface ExecutorLimits {
   maxOpen: number;
   /** A connection unused this long (ms) is closed; 0 never (DB_IDLE_CLOSE_MS). */
   idleCloseMs: number;
+  /** Time-travel history (SPEC 4.11); absent where none is kept (a replica, or DB_HISTORY_DAYS=0). */
+  history?: HistoryOptions;
+  /** Where restores and imports build their files (DATA_DIR/tmp). */
+  tmpDir?: string;
 }
 
 export interface Prepared {
@@ -44,9 +49,13 @@ export class DbHandle {
   deferringForeignKeys = false;
   /** When an operation last took this handle (performance.now()), for closing idle connections. */
   usedAt = performance.now();
+  readonly history: HistoryOptions | null;
+  /** Where this database's history left off (history/archive.ts); null until known. */
+  historyCursor: Cursor | null = null;
 
   constructor(path: string, create: boolean, limits: ExecutorLimits) {
     this.path = path;
+    this.history = limits.history ?? null;
     const url = pathToFileURL(path);
     url.searchParams.set('mode', create ? 'rwc' : 'rw');
     this.db = new DatabaseSync(url, {

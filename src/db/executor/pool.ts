@@ -35,8 +35,11 @@ export interface PoolOptions {
   onError?(e: unknown): void;
 }
 
+/** Writes that go through a database's lane; only executes are grouped. */
+export type WriteOp = 'execute' | 'migrate' | 'restore' | 'import';
+
 interface WriteItem {
-  op: 'execute' | 'migrate' | 'hold';
+  op: WriteOp | 'hold';
   body: Buffer;
   /** When it reached the lane: its wait for an executor counts from here. */
   at: number;
@@ -122,7 +125,7 @@ export class ExecutorPool {
   }
 
   /** A write (execute or migrate) to one database, serialized with the other writes to it. */
-  write(scope: Scope, path: string, op: 'execute' | 'migrate', body: Buffer): Promise<ExecReply> {
+  write(scope: Scope, path: string, op: WriteOp, body: Buffer): Promise<ExecReply> {
     return new Promise((resolve, reject) => this.enqueue(scope, path, { op, body, at: performance.now(), resolve, reject }));
   }
 
@@ -202,7 +205,7 @@ export class ExecutorPool {
 
   private take(lane: Lane): WriteItem[] {
     const first = lane.queue[0]!;
-    if (first.op === 'migrate' || first.op === 'hold') return lane.queue.splice(0, 1);
+    if (first.op !== 'execute') return lane.queue.splice(0, 1);
     let n = 0;
     let bytes = 0;
     while (n < lane.queue.length && n < MAX_GROUP && lane.queue[n]!.op === 'execute' && (n === 0 || bytes + lane.queue[n]!.body.length <= MAX_GROUP_BYTES)) {
@@ -248,7 +251,8 @@ export class ExecutorPool {
       op: items[0]!.op, path, create: release !== null, scope: lane.scope, floor: this.opts.floor(lane.scope), token,
       lens: items.map((it) => it.body.length),
     };
-    const budget = this.opts.timeoutMs;
+    // A restore or an import rebuilds or copies a whole database: given the time a snapshot is.
+    const budget = items[0]!.op === 'restore' || items[0]!.op === 'import' ? Math.max(this.opts.timeoutMs, 600_000) : this.opts.timeoutMs;
     try {
       const body = items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body));
       const frame = await this.scheduler.run(tenantOfPath(path), true, header, body, budget, items[0]!.at);
@@ -260,6 +264,8 @@ export class ExecutorPool {
         if (r.v !== undefined) this.opts.onCommit(lane.scope, r.v);
         items[i]!.resolve({ status: r.s, body, version: r.v });
       });
+      // A change no changeset can carry ended the group early: the rest go first in the next one.
+      if (replies.length < items.length) lane.queue.unshift(...items.slice(replies.length));
     } catch (e) {
       await this.recover(path, lane, items, splittable, token, e);
     } finally {

@@ -36,7 +36,7 @@ export function query(h: DbHandle, body: QueryBody, maxResultBytes: number): Rep
 
 const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
-export function status(h: DbHandle): Reply {
+export function status(h: DbHandle, history: { oldestVersion: number | null; oldestTime: string | null }): Reply {
   h.internal('BEGIN').run();
   try {
     const version = h.version();
@@ -44,7 +44,7 @@ export function status(h: DbHandle): Reply {
     const names = h.internal("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name").all() as { name: string }[];
     const tables = names.map(({ name }) => ({ name, rows: Number((h.db.prepare(`SELECT count(*) AS n FROM ${quoteIdent(name)}`).get() as { n: number }).n) }));
     const applied = h.internal('SELECT count(*) AS n, (SELECT id FROM _scopebase_migrations ORDER BY seq DESC LIMIT 1) AS latest FROM _scopebase_migrations').get() as { n: number; latest: string | null };
-    return { status: 200, body: JSON.stringify({ version, sizeBytes: Number(pages.size), tables, migrations: { applied: Number(applied.n), latest: applied.latest } }) };
+    return { status: 200, body: JSON.stringify({ version, sizeBytes: Number(pages.size), tables, migrations: { applied: Number(applied.n), latest: applied.latest }, history }) };
   } finally {
     h.internal('COMMIT').run();
   }

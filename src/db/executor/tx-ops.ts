@@ -7,6 +7,7 @@ import { DbHandle as Handle } from './handles.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
 import { type GroupContext, prune, recordChange, totals } from './write-ops.ts';
+import { keepHistory } from './history-ops.ts';
 import { endDeferral } from './foreign-keys.ts';
 
 interface Tx {
@@ -70,6 +71,7 @@ export function commitTx(id: string): Reply {
       prune(h, ctx, version);
       h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
       h.internal('COMMIT').run();
+      keepHistory(h, version - 1, version);
       return { status: 200, body: `{"version":${version}}`, version };
     }
     tx.session.close();

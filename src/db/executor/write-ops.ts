@@ -9,6 +9,7 @@ import { errorReply, failure, type Reply } from './reply.ts';
 import { KEEP_EVENTS, KEEP_MS } from './schema.ts';
 import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from '../schema-fingerprint.ts';
 import { deferForeignKeys, endDeferral } from './foreign-keys.ts';
+import { keepHistory } from './history-ops.ts';
 
 export interface Scope { org: string; repo: string; database: string }
 
@@ -73,24 +74,32 @@ function changesetOf(session: ReturnType<DbHandle['db']['createSession']>): Uint
   }
 }
 
-/** Records a change: bumps the version (inside the session, so followers apply it too) and logs the event. */
-export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']>, version: number, event: Record<string, unknown>): void {
+/**
+ * Records a change: bumps the version (inside the session, so followers apply it too) and logs the event. Returns
+ * whether the changeset carries the whole change (never with DDL, nor without a session, as for a restore).
+ */
+export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']> | null, version: number, event: Record<string, unknown>): boolean {
   // A schema change travels as a fingerprint row, so a follower can tell DDL the changeset cannot carry.
   if (event.schemaChanged) h.internal('INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES (?, ?)').run(SCHEMA_FINGERPRINT_KEY, schemaFingerprint(h.db));
   h.internal("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
   const tables = (event.changes as { tables: string[] }).tables;
-  const changeset = capturable(h, tables) ? changesetOf(session) : null;
-  session.close();
+  const changeset = session && capturable(h, tables) ? changesetOf(session) : null;
+  session?.close();
   const full = {
     id: eventId(), type: event.type, org: ctx.scope.org, repo: ctx.scope.repo, database: ctx.scope.database,
     version, previousVersion: version - 1, operation: event.operation, committedAt: new Date().toISOString(),
     changes: event.changes, changeset: changeset?.length ? Buffer.from(changeset.buffer, changeset.byteOffset, changeset.length).toString('base64') : null,
     ...(event.migrations ? { migrations: event.migrations } : {}),
+    ...(event.extra as Record<string, unknown> | undefined),
   };
   h.internal('INSERT INTO _scopebase_changes (version, committed_at, event) VALUES (?, ?, ?)').run(version, Date.now(), JSON.stringify(full));
+  return changeset !== null && !event.schemaChanged; // a changeset never carries DDL
 }
 
-function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: number): Reply {
+/** A request's reply; `carried: false` when its change could not travel as a changeset. */
+type OneReply = Reply & { carried?: boolean };
+
+function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: number): OneReply {
   const statements = body.statements ?? [{ sql: body.sql!, params: body.params }];
   const budget = new ResultBudget(ctx.maxResultBytes);
   const before = totals(h);
@@ -113,9 +122,9 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
       h.internal('RELEASE request').run();
       return { status: 200, body: `{"results":[${results.join(',')}],"version":${version}}` };
     }
-    recordChange(h, ctx, session, version + 1, { type: 'database.changed', operation: 'execute', changes: { rowsAffected, tables: [...tables].sort() }, schemaChanged: after.schema !== before.schema });
+    const carried = recordChange(h, ctx, session, version + 1, { type: 'database.changed', operation: 'execute', changes: { rowsAffected, tables: [...tables].sort() }, schemaChanged: after.schema !== before.schema });
     h.internal('RELEASE request').run();
-    return { status: 200, body: `{"results":[${results.join(',')}],"version":${version + 1}}`, version: version + 1 };
+    return { status: 200, body: `{"results":[${results.join(',')}],"version":${version + 1}}`, version: version + 1, carried };
   } catch (e) {
     const reply = failure(e, h.sandbox.denied, i < statements.length ? i : undefined);
     endDeferral(h, false);
@@ -137,22 +146,29 @@ export function prune(h: DbHandle, ctx: GroupContext, version: number): void {
   if (oldest && Number(oldest.at) < cutoff) h.internal('DELETE FROM _scopebase_changes WHERE version <= ? AND committed_at < ?').run(below, cutoff);
 }
 
-/** Runs a group of execute requests in one transaction. Returns one reply per request, in order. */
+/**
+ * Runs a group of execute requests in one transaction. Returns one reply per request run, in order: a change no
+ * changeset can carry ends the group (the rest are not run, and the pool sends them again), so history can rebuild
+ * every version inside a group from the commit before it (history/rebuild.ts).
+ */
 export function executeGroup(h: DbHandle, bodies: ExecuteBody[], ctx: GroupContext): Reply[] {
   h.internal('BEGIN IMMEDIATE').run();
   const replies: Reply[] = [];
   try {
-    let version = h.version();
+    const start = h.version();
+    let version = start;
     for (const body of bodies) {
-      const reply = executeOne(h, body, ctx, version);
+      const { carried, ...reply } = executeOne(h, body, ctx, version);
       if (reply.version !== undefined) {
         version = reply.version;
         prune(h, ctx, version);
       }
       replies.push(reply);
+      if (carried === false) break;
     }
     h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
     h.internal('COMMIT').run();
+    keepHistory(h, start, version);
     return replies;
   } catch (e) {
     // COMMIT itself failed (disk full, I/O): nothing of the group is on disk, so no request may report success.
@@ -224,6 +240,7 @@ export function migrate(h: DbHandle, body: MigrateBody, ctx: GroupContext): Repl
     });
     h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
     h.internal('COMMIT').run();
+    keepHistory(h, version, version + 1);
     return { status: 200, body: done(pending.map((m) => m.id), version + 1), version: version + 1 };
   } catch (e) {
     if (h.db.isTransaction) h.internal('ROLLBACK').run();

@@ -1,0 +1,176 @@
+// Executor-side time travel and import (SPEC 4.11, 4.12): keeping history after each commit, restoring a version,
+// importing a file. Both restore and import end as one ordinary write (install.ts), recorded in the change log
+// with no changeset: followers take a snapshot.
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { ApiError } from '../../shared/errors.ts';
+import { archiveCommit, historyDirOf, type HistoryOptions } from '../history/archive.ts';
+import { index, oldest, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
+import { INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
+import { splitStatements } from '../statement-end.ts';
+import { DbHandle, type ExecutorLimits } from './handles.ts';
+import { replaceContent, withSource } from './install.ts';
+import { failure, type Reply } from './reply.ts';
+import { recordChange, type GroupContext } from './write-ops.ts';
+
+/** After a commit that moved the version: its page images go to the history. Never fails the write itself. */
+export function keepHistory(h: DbHandle, prevVersion: number, version: number): void {
+  if (!h.history || version === prevVersion) return;
+  try {
+    h.historyCursor = archiveCommit(h.history, h.path, h.historyCursor, prevVersion, version);
+  } catch (e) {
+    h.historyCursor = null; // the next commit starts a new segment: history stays exact, with a gap
+    process.stderr.write(`${JSON.stringify({ level: 50, msg: 'history: a commit could not be recorded', error: String((e as Error).message).slice(0, 200) })}\n`);
+  }
+}
+
+/** SPEC 4.11 status field: the oldest version history can rebuild. */
+export function historyOf(h: DbHandle): { oldestVersion: number | null; oldestTime: string | null } {
+  const o = h.history ? oldest(index(historyDirOf(h.history, h.path))) : null;
+  return { oldestVersion: o?.version ?? null, oldestTime: o ? new Date(o.time).toISOString() : null };
+}
+
+interface RestoreBody { toVersion?: number; toTime?: string; dryRun?: boolean }
+
+export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext, tmpDir: string): Reply {
+  try {
+    if (!h.history) throw new ApiError('invalid_request', 'history is off (DB_HISTORY_DAYS=0): there is nothing to restore from');
+    const idx = index(historyDirOf(h.history, h.path));
+    const current = h.version();
+    const first = oldest(idx);
+    const gone = () => new ApiError('gone', first
+      ? `that is older than the history kept: the oldest restorable version is ${first.version} (${new Date(first.time).toISOString()})`
+      : 'no history is kept for this database yet: it begins with the next write', { oldestVersion: first?.version ?? null, oldestTime: first ? new Date(first.time).toISOString() : null });
+    let target: number;
+    if (body.toVersion !== undefined) {
+      target = body.toVersion;
+      if (target > current) throw new ApiError('invalid_request', `version ${target} is not reached yet: the database is at version ${current}`, { version: current });
+    } else {
+      const at = versionAt(idx, Date.parse(body.toTime!));
+      if (!at) throw gone();
+      target = at.version;
+    }
+    if (!first || target < first.version) throw gone();
+    const copy = join(tmpDir, `restore-${randomBytes(8).toString('hex')}.sqlite`);
+    try {
+      const built = rebuild(idx, target, copy);
+      if (!built) throw gone();
+      const restoredTo = { version: target, committedAt: built.committedAt === null ? null : new Date(built.committedAt).toISOString() };
+      if (body.dryRun) return { status: 200, body: JSON.stringify({ restoredTo, version: current, dryRun: true }) };
+      const version = install(h, copy, ctx, { type: 'database.restored', operation: 'restore', restoredVersion: target });
+      return { status: 200, body: JSON.stringify({ restoredTo, version, dryRun: false }), version };
+    } finally {
+      removeCopy(copy);
+    }
+  } catch (e) {
+    return failure(e, null);
+  }
+}
+
+/** Replaces the content in one transaction, logs the event, keeps history. Returns the new version. */
+function install(h: DbHandle, source: string, ctx: GroupContext, event: { type: string; operation: string; restoredVersion?: number }): number {
+  h.internal('PRAGMA foreign_keys = OFF').run(); // tables are dropped and refilled in any order; checked before COMMIT
+  try {
+    return withSource(h, source, () => {
+      h.internal('BEGIN IMMEDIATE').run();
+      try {
+        const prev = h.version();
+        const { tables } = replaceContent(h);
+        const broken = h.db.prepare('PRAGMA main.foreign_key_check').all() as { table: string }[];
+        if (broken.length) throw new ApiError('constraint_violation', `FOREIGN KEY constraint failed: ${broken.length} row(s) of ${broken[0]!.table} refer to missing rows`);
+        recordChange(h, ctx, null, prev + 1, {
+          type: event.type, operation: event.operation, changes: { rowsAffected: 0, tables: tables.sort() }, schemaChanged: true,
+          ...(event.restoredVersion !== undefined ? { extra: { restoredVersion: event.restoredVersion } } : {}),
+        });
+        h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
+        h.internal('COMMIT').run();
+        keepHistory(h, prev, prev + 1);
+        return prev + 1;
+      } catch (e) {
+        if (h.db.isTransaction) h.internal('ROLLBACK').run();
+        throw e;
+      }
+    });
+  } finally {
+    h.internal('PRAGMA foreign_keys = ON').run();
+  }
+}
+
+/** A file to import obeys the sandbox (SPEC 4.8): a sound SQLite file, no internal objects, no unsafe virtual tables. */
+function checkImport(source: string): void {
+  let db: DatabaseSync;
+  try {
+    db = new DatabaseSync(source, { readOnly: true });
+    db.prepare('SELECT count(*) FROM sqlite_schema').get();
+  } catch (e) {
+    throw new ApiError('invalid_request', `the body is not a usable SQLite database file (${String((e as Error).message).slice(0, 120)})`);
+  }
+  try {
+    const check = db.prepare('PRAGMA integrity_check(20)').all() as { integrity_check: string }[];
+    if (check.length !== 1 || check[0]!.integrity_check !== 'ok') {
+      throw new ApiError('invalid_request', `the file fails SQLite's integrity check: ${check.map((r) => r.integrity_check).join('; ').slice(0, 300)}`);
+    }
+    for (const o of db.prepare('SELECT type, name, sql FROM sqlite_schema').all() as { type: string; name: string; sql: string | null }[]) {
+      if (o.name.toLowerCase().startsWith(INTERNAL_PREFIX)) throw new ApiError('not_allowed', `the file holds ${o.type} ${o.name}: the ${INTERNAL_PREFIX}* names are reserved`);
+      if ((o.type === 'trigger' || o.type === 'view') && (o.sql ?? '').toLowerCase().includes(INTERNAL_PREFIX)) {
+        throw new ApiError('not_allowed', `${o.type} ${o.name} refers to an internal table (${INTERNAL_PREFIX}*)`);
+      }
+      const module = /^CREATE\s+VIRTUAL\s+TABLE\s+.+?\s+USING\s+([A-Za-z0-9_]+)/is.exec(o.sql ?? '')?.[1]?.toLowerCase();
+      if (module !== undefined && !VTABLE_MODULES.has(module)) throw new ApiError('not_allowed', `virtual table ${o.name} uses module ${module}; allowed: ${[...VTABLE_MODULES].join(', ')}`);
+    }
+  } finally {
+    db.close();
+  }
+}
+
+/** Runs a SQL text (a dump) into a new database under the sandbox; the dump's own BEGIN/COMMIT are the import's. */
+function loadSql(sqlPath: string, target: string, limits: ExecutorLimits): void {
+  const h = new DbHandle(target, true, { ...limits, history: undefined });
+  try {
+    const { statements, rest } = splitStatements(readFileSync(sqlPath, 'utf8'));
+    if (rest) statements.push(rest);
+    h.internal('BEGIN IMMEDIATE').run();
+    statements.forEach((sql, i) => {
+      if (/^(BEGIN|COMMIT|END)(\s+TRANSACTION)?\s*;?$/i.test(sql) || /^PRAGMA\s+foreign_keys\s*=\s*(OFF|ON|0|1)\s*;?$/i.test(sql)) return;
+      h.sandbox.mode = 'write';
+      h.sandbox.denied = null;
+      try {
+        h.db.exec(sql);
+      } catch (e) {
+        const reply = failure(e, h.sandbox.denied, i);
+        const err = JSON.parse(reply.body).error as { code: string; message: string; details?: Record<string, unknown> };
+        throw new ApiError(err.code === 'not_allowed' ? 'not_allowed' : 'invalid_request', `statement ${i} of the SQL text: ${err.message}`, { statement: i });
+      }
+    });
+    h.sandbox.mode = 'internal';
+    h.internal('COMMIT').run();
+  } finally {
+    h.close();
+  }
+}
+
+interface ImportHeader { source: string; format: 'sqlite' | 'sql'; mode: 'create' | 'replace'; created: boolean; database: string }
+
+export function importDatabase(h: DbHandle, head: ImportHeader, ctx: GroupContext, limits: ExecutorLimits, tmpDir: string): Reply {
+  const loaded = join(tmpDir, `import-${randomBytes(8).toString('hex')}.sqlite`);
+  try {
+    if (head.mode === 'create' && !head.created) throw new ApiError('invalid_request', `database ${head.database} exists: import with mode=replace to overwrite it`);
+    let source = head.source;
+    if (head.format === 'sql') {
+      loadSql(head.source, loaded, limits);
+      source = loaded;
+    } else {
+      checkImport(source);
+    }
+    const version = install(h, source, ctx, { type: 'database.imported', operation: 'import' });
+    const tables = (h.internal("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name").all() as { name: string }[])
+      .map(({ name }) => ({ name, rows: Number((h.db.prepare(`SELECT count(*) AS n FROM "${name.replaceAll('"', '""')}"`).get() as { n: number }).n) }));
+    return { status: 200, body: JSON.stringify({ database: head.database, version, tables }), version };
+  } catch (e) {
+    return failure(e, null);
+  } finally {
+    removeCopy(loaded);
+  }
+}

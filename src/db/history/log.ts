@@ -1,0 +1,142 @@
+// The history of one database on disk: segments, each a base file and an append-only log of commit records.
+//   {historyDir}/{segment}/base   the database file as it was when the segment began (a raw copy)
+//   {historyDir}/{segment}/log    records: [header 56 B][deflated frames][total length u32], one per commit
+// A record holds the page images one commit wrote (wal.ts), so base + records 0..k is the database after record k.
+import { closeSync, existsSync, fstatSync, ftruncateSync, openSync, readdirSync, readSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { deflateRawSync, inflateRawSync } from 'node:zlib';
+
+const MAGIC = 0x53424831; // "SBH1"
+const HEADER = 56;
+
+export interface RecordMeta {
+  /** Where the record starts in the log, and its deflated payload's length. */
+  offset: number;
+  payload: number;
+  version: number;
+  /** The version before this commit: a group commit covers versions (prevVersion, version]. */
+  prevVersion: number;
+  committedAt: number;
+  pageSize: number;
+  dbPages: number;
+  salt1: number;
+  salt2: number;
+  /** Where the commit ended in the write-ahead log: the next commit's frames start here (same salts). */
+  walEnd: number;
+}
+
+export type Frame = { pgno: number; page: Buffer };
+
+/** Segment names sort in creation order. */
+export function segments(historyDir: string): string[] {
+  try {
+    return readdirSync(historyDir).filter((n) => /^\d{10}$/.test(n)).sort();
+  } catch {
+    return [];
+  }
+}
+
+export const segmentName = (n: number) => String(n).padStart(10, '0');
+
+export function appendRecord(segmentDir: string, meta: Omit<RecordMeta, 'offset' | 'payload'>, frames: Frame[]): number {
+  const raw = Buffer.allocUnsafe(frames.reduce((n, f) => n + 4 + f.page.length, 0));
+  let at = 0;
+  for (const f of frames) {
+    raw.writeUInt32BE(f.pgno, at);
+    f.page.copy(raw, at + 4);
+    at += 4 + f.page.length;
+  }
+  const payload = deflateRawSync(raw, { level: 1 });
+  const rec = Buffer.allocUnsafe(HEADER + payload.length + 4);
+  rec.writeUInt32BE(MAGIC, 0);
+  rec.writeUInt32BE(payload.length, 4);
+  rec.writeDoubleBE(meta.version, 8);
+  rec.writeDoubleBE(meta.prevVersion, 16);
+  rec.writeDoubleBE(meta.committedAt, 24);
+  rec.writeUInt32BE(meta.pageSize, 32);
+  rec.writeUInt32BE(meta.dbPages, 36);
+  rec.writeUInt32BE(meta.salt1, 40);
+  rec.writeUInt32BE(meta.salt2, 44);
+  rec.writeDoubleBE(meta.walEnd, 48);
+  payload.copy(rec, HEADER);
+  rec.writeUInt32BE(rec.length, rec.length - 4);
+  const fd = openSync(join(segmentDir, 'log'), 'a');
+  try {
+    writeSync(fd, rec);
+  } finally {
+    closeSync(fd);
+  }
+  return rec.length;
+}
+
+function decode(h: Buffer, offset: number): RecordMeta | null {
+  if (h.readUInt32BE(0) !== MAGIC) return null;
+  return {
+    offset, payload: h.readUInt32BE(4), version: h.readDoubleBE(8), prevVersion: h.readDoubleBE(16), committedAt: h.readDoubleBE(24),
+    pageSize: h.readUInt32BE(32), dbPages: h.readUInt32BE(36), salt1: h.readUInt32BE(40), salt2: h.readUInt32BE(44), walEnd: h.readDoubleBE(48),
+  };
+}
+
+function readAt(fd: number, length: number, position: number): Buffer | null {
+  const buf = Buffer.allocUnsafe(length);
+  return readSync(fd, buf, 0, length, position) === length ? buf : null;
+}
+
+/** Every whole record of a segment's log, oldest first. A torn tail (a crash mid-append) is cut off. */
+export function readRecords(segmentDir: string): RecordMeta[] {
+  const path = join(segmentDir, 'log');
+  if (!existsSync(path)) return [];
+  const fd = openSync(path, 'r+');
+  try {
+    const size = fstatSync(fd).size;
+    const out: RecordMeta[] = [];
+    let at = 0;
+    while (at + HEADER + 4 <= size) {
+      const h = readAt(fd, HEADER, at);
+      const meta = h && decode(h, at);
+      if (!meta || at + HEADER + meta.payload + 4 > size) break;
+      const trailer = readAt(fd, 4, at + HEADER + meta.payload)!;
+      if (trailer.readUInt32BE(0) !== HEADER + meta.payload + 4) break;
+      out.push(meta);
+      at += HEADER + meta.payload + 4;
+    }
+    if (at < size) ftruncateSync(fd, at);
+    return out;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The last record of a segment, read from its trailer (no scan); falls back to a scan when the tail is torn. */
+export function lastRecord(segmentDir: string): { meta: RecordMeta; logBytes: number } | null {
+  const path = join(segmentDir, 'log');
+  if (!existsSync(path)) return null;
+  const fd = openSync(path, 'r');
+  let size: number;
+  try {
+    size = fstatSync(fd).size;
+    const t = size >= HEADER + 4 ? readAt(fd, 4, size - 4) : null;
+    const len = t?.readUInt32BE(0) ?? 0;
+    const h = len >= HEADER + 4 && len <= size ? readAt(fd, HEADER, size - len) : null;
+    const meta = h && decode(h, size - len);
+    if (meta && HEADER + meta.payload + 4 === len) return { meta, logBytes: size };
+  } finally {
+    closeSync(fd);
+  }
+  const all = readRecords(segmentDir);
+  const last = all.at(-1);
+  return last ? { meta: last, logBytes: last.offset + HEADER + last.payload + 4 } : null;
+}
+
+export function readFrames(segmentDir: string, meta: RecordMeta): Frame[] {
+  const fd = openSync(join(segmentDir, 'log'), 'r');
+  let raw: Buffer;
+  try {
+    raw = inflateRawSync(readAt(fd, meta.payload, meta.offset + HEADER)!);
+  } finally {
+    closeSync(fd);
+  }
+  const frames: Frame[] = [];
+  for (let at = 0; at < raw.length; at += 4 + meta.pageSize) frames.push({ pgno: raw.readUInt32BE(at), page: raw.subarray(at + 4, at + 4 + meta.pageSize) });
+  return frames;
+}

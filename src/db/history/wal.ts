@@ -1,0 +1,71 @@
+// Reading SQLite's write-ahead log (https://sqlite.org/fileformat2.html#walformat): the page images a commit wrote.
+// History keeps exactly these bytes, so any committed state can be rebuilt page for page, DDL and all.
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+
+const HEADER = 32;
+const FRAME_HEADER = 24;
+
+export interface WalHeader { pageSize: number; salt1: number; salt2: number }
+
+export interface WalCommit {
+  /** Byte offset just past the last commit frame read. */
+  end: number;
+  /** The database's size in pages after that commit. */
+  dbPages: number;
+  /** The frames [from, end): page number and page image, in log order. */
+  frames: { pgno: number; page: Buffer }[];
+}
+
+function readAt(fd: number, length: number, position: number): Buffer | null {
+  const buf = Buffer.allocUnsafe(length);
+  const n = readSync(fd, buf, 0, length, position);
+  return n === length ? buf : null;
+}
+
+/** The log's header, or null when there is no log (never written, or checkpointed and truncated). */
+export function readWalHeader(walPath: string): WalHeader | null {
+  let fd: number;
+  try {
+    fd = openSync(walPath, 'r');
+  } catch {
+    return null;
+  }
+  try {
+    const h = readAt(fd, HEADER, 0);
+    if (!h || (h.readUInt32BE(0) & 0xfffffffe) !== 0x377f0682) return null;
+    return { pageSize: h.readUInt32BE(8) || 65536, salt1: h.readUInt32BE(16), salt2: h.readUInt32BE(20) };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * The committed frames of this log generation from `from` on, up to the last commit frame. Frames of the generation
+ * carry its salts (older ones left in a reused file do not); frames past the last commit belong to no transaction.
+ */
+export function readCommitted(walPath: string, header: WalHeader, from: number): WalCommit {
+  const fd = openSync(walPath, 'r');
+  try {
+    const stride = FRAME_HEADER + header.pageSize;
+    const size = fstatSync(fd).size;
+    const frames: { pgno: number; page: Buffer }[] = [];
+    let committed = 0;
+    let end = from;
+    let dbPages = 0;
+    for (let at = Math.max(from, HEADER); at + stride <= size; at += stride) {
+      const fh = readAt(fd, FRAME_HEADER, at);
+      if (!fh || fh.readUInt32BE(8) !== header.salt1 || fh.readUInt32BE(12) !== header.salt2) break;
+      frames.push({ pgno: fh.readUInt32BE(0), page: readAt(fd, header.pageSize, at + FRAME_HEADER)! });
+      const commitSize = fh.readUInt32BE(4);
+      if (commitSize !== 0) {
+        committed = frames.length;
+        end = at + stride;
+        dbPages = commitSize;
+      }
+    }
+    frames.length = committed;
+    return { end, dbPages, frames };
+  } finally {
+    closeSync(fd);
+  }
+}

@@ -1,0 +1,220 @@
+// Time travel (SPEC 4.11) through the proxy: random workloads over every table shape, with concurrent requests
+// that commit together, are replayed on a local SQLite database in version order, so the content of every version
+// is known; restoring any of them (and then forward again) must give exactly that content.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { DatabaseSync } from 'node:sqlite';
+import fc from 'fast-check';
+import { startProduct, tempDir, type Product } from './helpers/product.ts';
+
+type Value = null | number | string | bigint | Uint8Array;
+interface Stmt { sql: string; params?: Value[] }
+
+const SHAPES = [
+  'CREATE TABLE rowid(id INTEGER PRIMARY KEY, v)',
+  'CREATE TABLE nokey(a, b)',
+  'CREATE TABLE composite(a INTEGER, b TEXT, v, PRIMARY KEY (a, b))',
+  'CREATE TABLE norowid(k TEXT PRIMARY KEY, v) WITHOUT ROWID',
+  'CREATE TABLE audit(n)',
+  'CREATE TRIGGER log AFTER INSERT ON rowid BEGIN INSERT INTO audit VALUES (new.id); END',
+];
+
+const toWire = (v: Value): unknown => {
+  if (typeof v === 'bigint') return Number.isSafeInteger(Number(v)) && BigInt(Number(v)) === v ? Number(v) : { $bigint: String(v) };
+  if (v instanceof Uint8Array) return { $blob: Buffer.from(v).toString('base64') };
+  return v;
+};
+
+/** Every user object and every row, in a form both the API's JSON and a local node:sqlite read map to. */
+function contentOf(tables: { name: string; sql: string }[], rowsOf: (name: string) => unknown[][]): string {
+  const out = tables.map((t) => ({ ...t, rows: rowsOf(t.name).map((r) => JSON.stringify(r)).sort() }));
+  return JSON.stringify(out);
+}
+
+function localContent(db: DatabaseSync): string {
+  const tables = db.prepare("SELECT name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%' ORDER BY name").all() as { name: string; sql: string }[];
+  return contentOf(tables, (name) => {
+    if (!(tables.find((t) => t.name === name)!.sql ?? '').startsWith('CREATE TABLE')) return [];
+    const stmt = db.prepare(`SELECT * FROM "${name}"`);
+    stmt.setReadBigInts(true);
+    stmt.setReturnArrays(true);
+    return (stmt.all() as unknown as Value[][]).map((r) => r.map(toWire));
+  });
+}
+
+async function remoteContent(p: Product, repo: string): Promise<string> {
+  const database = 'main';
+  const schema = await p.db(repo, 'query', { database, sql: "SELECT name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' ORDER BY name" });
+  assert.equal(schema.status, 200, schema.text);
+  const tables = (schema.json.results[0].rows as [string, string][]).map(([name, sql]) => ({ name, sql }));
+  const rows = new Map<string, unknown[][]>();
+  for (const t of tables) {
+    if (!(t.sql ?? '').startsWith('CREATE TABLE')) continue;
+    const r = await p.db(repo, 'query', { database, sql: `SELECT * FROM "${t.name}"` });
+    assert.equal(r.status, 200, r.text);
+    rows.set(t.name, r.json.results[0].rows);
+  }
+  return contentOf(tables, (name) => rows.get(name) ?? []);
+}
+
+const value = fc.oneof(
+  fc.integer({ min: -5, max: 5 }),
+  fc.constantFrom(-(2n ** 63n), 2n ** 63n - 1n, 2n ** 53n + 1n),
+  fc.string({ maxLength: 6 }),
+  fc.uint8Array({ maxLength: 8 }),
+  fc.constant(null),
+  fc.double({ noNaN: true, noDefaultInfinity: true, min: -1e6, max: 1e6 }).filter((d) => !Number.isInteger(d)),
+);
+const statement: fc.Arbitrary<Stmt> = fc.oneof(
+  { weight: 4, arbitrary: value.map((v) => ({ sql: 'INSERT INTO rowid(v) VALUES (?)', params: [v] })) },
+  { weight: 3, arbitrary: fc.tuple(fc.integer({ min: 0, max: 4 }), value).map(([a, b]) => ({ sql: 'INSERT INTO nokey VALUES (?, ?)', params: [a, b] })) },
+  { weight: 2, arbitrary: fc.integer({ min: 0, max: 4 }).map((a) => ({ sql: 'UPDATE nokey SET b = 1 WHERE a = ?', params: [a] })) },
+  { weight: 2, arbitrary: fc.integer({ min: 0, max: 4 }).map((a) => ({ sql: 'DELETE FROM nokey WHERE a = ?', params: [a] })) },
+  { weight: 3, arbitrary: fc.tuple(fc.integer({ min: 0, max: 3 }), fc.constantFrom('x', 'y'), value).map(([a, b, v]) => ({ sql: 'INSERT OR REPLACE INTO composite VALUES (?, ?, ?)', params: [a, b, v] })) },
+  { weight: 3, arbitrary: fc.tuple(fc.constantFrom('k1', 'k2', 'k3'), value).map(([k, v]) => ({ sql: 'INSERT OR REPLACE INTO norowid VALUES (?, ?)', params: [k, v] })) },
+  { weight: 1, arbitrary: fc.constantFrom('k1', 'k2').map((k) => ({ sql: 'DELETE FROM norowid WHERE k = ?', params: [k] })) },
+  { weight: 1, arbitrary: fc.stringMatching(/^[a-z]{1,5}$/).map((n) => ({ sql: `ALTER TABLE rowid ADD COLUMN c_${n}` })) },
+  { weight: 1, arbitrary: fc.stringMatching(/^[a-z]{1,5}$/).map((n) => ({ sql: `CREATE INDEX IF NOT EXISTS i_${n} ON nokey(b)` })) },
+  { weight: 1, arbitrary: fc.constantFrom({ sql: 'DROP TABLE IF EXISTS extra' }, { sql: 'CREATE TABLE IF NOT EXISTS extra(x PRIMARY KEY, y)' }) },
+);
+/** A round: requests sent at once (they may commit as one group), each a batch of statements. */
+const round = fc.array(fc.array(statement, { minLength: 1, maxLength: 3 }), { minLength: 1, maxLength: 6 });
+
+describe('time travel', () => {
+  let p: Product;
+  before(async () => {
+    p = await startProduct({});
+  });
+  after(() => p.close());
+
+  test('every version of a random workload restores exactly, and so does going forward again', async () => {
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(round, { minLength: 3, maxLength: 8 }), fc.array(fc.nat(), { minLength: 5, maxLength: 5 }), async (rounds, picks) => {
+        const repo = `tt${run++}`;
+        const local = new DatabaseSync(':memory:');
+        const expected = new Map<number, string>();
+        const committed: { version: number; statements: Stmt[] }[] = [];
+        const exec = async (statements: Stmt[]) => {
+          const r = await p.db(repo, 'execute', { statements: statements.map((s) => ({ sql: s.sql, params: s.params?.map(toWire) })) });
+          if (r.status === 200 && typeof r.json.version === 'number') committed.push({ version: r.json.version, statements });
+          return r;
+        };
+        const setup = await exec(SHAPES.map((sql) => ({ sql })));
+        assert.equal(setup.status, 200, setup.text);
+        expected.set(0, localContent(local));
+        for (const requests of rounds) await Promise.all(requests.map(exec));
+        // Replay in version order: one request, one version (a request that changed nothing has none of its own).
+        const seen = new Set<number>();
+        for (const c of committed.sort((a, b) => a.version - b.version)) {
+          local.exec('BEGIN');
+          for (const s of c.statements) local.prepare(s.sql).run(...(s.params ?? []) as never[]);
+          local.exec('COMMIT');
+          if (!seen.has(c.version)) expected.set(c.version, localContent(local));
+          seen.add(c.version);
+        }
+        const status = await p.db(repo, 'status', {});
+        let current = status.json.version as number;
+        assert.equal(status.json.history.oldestVersion, 0, status.text);
+        assert.equal(await remoteContent(p, repo), expected.get(current), 'the replay matches the database');
+        const versions = [...expected.keys()];
+        for (const pick of picks) {
+          const target = versions[pick % versions.length]!;
+          const r = await p.db(repo, 'restore', { toVersion: target });
+          assert.equal(r.status, 200, r.text);
+          assert.equal(r.json.restoredTo.version, target);
+          assert.equal(r.json.version, current + 1, 'a restore is one new version');
+          current = r.json.version;
+          expected.set(current, expected.get(target)!);
+          versions.push(current);
+          assert.equal(await remoteContent(p, repo), expected.get(target), `restored to version ${target}`);
+        }
+        // Forward again: to the version just before the first restore.
+        const back = await p.db(repo, 'restore', { toVersion: committed.at(-1)!.version });
+        assert.equal(back.status, 200, back.text);
+        assert.equal(await remoteContent(p, repo), expected.get(committed.at(-1)!.version));
+        local.close();
+      }),
+      { numRuns: 10 },
+    );
+  });
+
+  test('toTime, dryRun, status, and the refusals: a future version, bad shapes', async () => {
+    const database = 'main';
+    const w1 = await p.db('timed', 'execute', { database, statements: [{ sql: 'CREATE TABLE t(x)' }, { sql: 'INSERT INTO t VALUES (1)' }] });
+    assert.equal(w1.status, 200, w1.text);
+    await new Promise((r) => setTimeout(r, 30));
+    const between = new Date().toISOString();
+    await new Promise((r) => setTimeout(r, 30));
+    const w2 = await p.db('timed', 'execute', { database, sql: 'INSERT INTO t VALUES (2)' });
+    assert.equal(w2.status, 200, w2.text);
+
+    const dry = await p.db('timed', 'restore', { database, toTime: between, dryRun: true });
+    assert.equal(dry.status, 200, dry.text);
+    assert.deepEqual({ version: dry.json.restoredTo.version, now: dry.json.version, dryRun: dry.json.dryRun }, { version: w1.json.version, now: w2.json.version, dryRun: true });
+    assert.ok(Date.parse(dry.json.restoredTo.committedAt) <= Date.parse(between));
+    assert.deepEqual((await p.db('timed', 'query', { database, sql: 'SELECT x FROM t ORDER BY x' })).json.results[0].rows, [[1], [2]], 'a dry run changes nothing');
+
+    const real = await p.db('timed', 'restore', { database, toTime: between });
+    assert.equal(real.status, 200, real.text);
+    assert.equal(real.json.version, w2.json.version + 1);
+    assert.deepEqual((await p.db('timed', 'query', { database, sql: 'SELECT x FROM t' })).json.results[0].rows, [[1]]);
+
+    const future = await p.db('timed', 'restore', { database, toVersion: 999 });
+    assert.equal(future.status, 400);
+    assert.equal(future.json.error.code, 'invalid_request');
+    assert.match(future.json.error.message, /not reached yet/);
+    const early = await p.db('timed', 'restore', { database, toTime: '2001-01-01T00:00:00Z' });
+    assert.equal(early.status, 410, early.text);
+    assert.equal(early.json.error.code, 'gone');
+    assert.equal(early.json.error.details.oldestVersion, 0);
+    for (const [body, message] of [
+      [{ database }, /one of "toVersion"/],
+      [{ database, toVersion: 1, toTime: between }, /one of "toVersion"/],
+      [{ database, toVersion: -1 }, /toVersion/],
+      [{ database, toVersion: '1' }, /toVersion/],
+      [{ database, toTime: 'yesterday' }, /toTime/],
+      [{ database, toTime: '2026-11-22T10:00:00' }, /toTime/],
+      [{ database, toVersion: 1, dryRun: 'yes' }, /dryRun/],
+      [{ database, toVersion: 1, extra: 1 }, /unknown field/],
+    ] as const) {
+      const r = await p.db('timed', 'restore', body);
+      assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
+      assert.match(r.json.error.message, message);
+    }
+    const missing = await p.db('timed', 'restore', { database: 'nothere', toVersion: 0 });
+    assert.equal(missing.status, 404);
+    const wrong = await p.db('timed', 'restore', { database, toVersion: 1 }, { secret: 'nope' });
+    assert.equal(wrong.status, 401);
+  });
+
+  test('history that begins later: older versions are gone (410), naming the oldest restorable one', async () => {
+    const dataDir = tempDir('scopebase-history-late-');
+    const off = await startProduct({ DATA_DIR: dataDir, DB_HISTORY_DAYS: '0' });
+    await off.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+    await off.db('web', 'execute', { sql: 'INSERT INTO t VALUES (1)' });
+    const refused = await off.db('web', 'restore', { toVersion: 1 });
+    assert.equal(refused.status, 400);
+    assert.match(refused.json.error.message, /DB_HISTORY_DAYS=0/);
+    await off.close();
+    const on = await startProduct({ DATA_DIR: dataDir });
+    try {
+      assert.equal((await on.db('web', 'status', {})).json.history.oldestVersion, null);
+      const w = await on.db('web', 'execute', { sql: 'INSERT INTO t VALUES (2)' });
+      assert.equal(w.json.version, 3);
+      const w4 = await on.db('web', 'execute', { sql: 'INSERT INTO t VALUES (3)' });
+      const status = await on.db('web', 'status', {});
+      assert.equal(status.json.history.oldestVersion, 3, status.text);
+      const gone = await on.db('web', 'restore', { toVersion: 2 });
+      assert.equal(gone.status, 410, gone.text);
+      assert.equal(gone.json.error.details.oldestVersion, 3);
+      assert.match(gone.json.error.message, /oldest restorable version is 3/);
+      const ok = await on.db('web', 'restore', { toVersion: 3 });
+      assert.equal(ok.status, 200, ok.text);
+      assert.equal(ok.json.version, w4.json.version + 1);
+      assert.deepEqual((await on.db('web', 'query', { sql: 'SELECT x FROM t ORDER BY x' })).json.results[0].rows, [[1], [2]]);
+    } finally {
+      await on.close();
+    }
+  });
+});
