@@ -8,6 +8,8 @@ export interface DbRequest {
   authorization: string | undefined;
   body: Buffer;
   requestId: string;
+  /** /_db/import (SPEC 4.12): the body as it arrives, with the query string and content type. */
+  upload?: { stream: Readable; query: string; contentType: string | undefined };
 }
 
 export interface DbResponse {

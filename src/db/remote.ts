@@ -6,6 +6,7 @@ import type { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { Pool, type Dispatcher } from 'undici';
 import type { Config } from '../shared/config.ts';
+import { registerImportRoute } from './import.ts';
 import { ApiError } from '../shared/errors.ts';
 import { createHttpApp } from '../shared/http.ts';
 import type { RawHandler } from '../shared/raw-route.ts';
@@ -54,7 +55,12 @@ export function createDbServer({ config, logger, db }: { config: Config; logger:
     const org = checkOrg(String(req.headers['x-scopebase-org'] ?? ''));
     return db.handle({ op: decodeOp(op!), org, repo: checkRepo(repo!), authorization: req.headers.authorization, body, requestId });
   };
-  const app = createHttpApp({ logger, bodyLimit: config.db.maxBodyBytes, rawRoutes: (req) => (req.method === 'POST' && DB_PATH.test(req.url!) ? dbRoute : null) });
+  const app = createHttpApp({ logger, bodyLimit: config.db.maxBodyBytes, rawRoutes: (req) => (req.method === 'POST' && DB_PATH.test(req.url!) && !req.url!.endsWith('/_db/import') ? dbRoute : null) });
+  void registerImportRoute(app, async (req, upload) => {
+    if (!fromProxy(req.headers[PROXY_TOKEN_HEADER])) throw new ApiError('forbidden', 'the database control service only answers the proxy');
+    const org = checkOrg(String(req.headers['x-scopebase-org'] ?? ''));
+    return db.handle({ op: 'import', org, repo: checkRepo((req.params as { repo: string }).repo), authorization: req.headers.authorization, body: Buffer.alloc(0), requestId: req.id, upload });
+  });
   const channel = new ChannelServer({ db, logger, maxBodyBytes: config.db.maxBodyBytes, fromProxy, tokenHeader: PROXY_TOKEN_HEADER });
   app.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => channel.accept(req, socket, head));
   app.addHook('preClose', async () => channel.close());
@@ -79,6 +85,7 @@ export function createRemoteDb({ url, rootKey }: { url: string; rootKey: Buffer 
   const channel = new ChannelClient({ url, token, tokenHeader: PROXY_TOKEN_HEADER });
   return {
     async handle(req: DbRequest): Promise<DbResponse> {
+      if (req.upload) return forwardUpload(pool, token, req);
       const viaChannel = req.op === 'snapshot' ? null : channel.trySend(req);
       if (viaChannel) return viaChannel;
       const headers: Record<string, string> = { 'x-scopebase-org': req.org, [PROXY_TOKEN_HEADER]: token, 'x-request-id': req.requestId, 'content-type': 'application/json' };
@@ -98,6 +105,20 @@ export function createRemoteDb({ url, rootKey }: { url: string; rootKey: Buffer 
       await pool.close();
     },
   };
+}
+
+/** An import's body goes on to `serve db` as it arrives. */
+async function forwardUpload(pool: Pool, token: string, req: DbRequest): Promise<DbResponse> {
+  const { stream, query, contentType } = req.upload!;
+  const headers: Record<string, string> = { 'x-scopebase-org': req.org, [PROXY_TOKEN_HEADER]: token, 'x-request-id': req.requestId };
+  if (contentType !== undefined) headers['content-type'] = contentType;
+  if (req.authorization !== undefined) headers.authorization = req.authorization;
+  try {
+    const res = await pool.request({ method: 'POST', path: `/${req.repo}/_db/import${query ? `?${query}` : ''}`, headers, body: stream });
+    return { status: res.statusCode, headers: passedOn(res.headers), body: await res.body.text() };
+  } catch (e) {
+    throw remoteFailure(e);
+  }
 }
 
 function passedOn(headers: Record<string, string | string[] | undefined>): Record<string, string> {

@@ -13,6 +13,7 @@ import { bearerToken, verifyRepoSecret } from '../shared/secrets.ts';
 import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Scope } from './contract.ts';
 import { ExecutorPool, type ExecReply } from './executor/pool.ts';
 import { Layout } from './layout.ts';
+import { importParams, receiveBody } from './import.ts';
 import { databaseOf, MAX_CHANGES_PAGE, OPS, parseBody, validate, type Op } from './request.ts';
 import { Hrana, type HranaBackend, pipelineDatabase } from './hrana/index.ts';
 
@@ -136,7 +137,7 @@ export class DbService implements DbHandler, ChangeFeed {
 
   async handle(req: DbRequest): Promise<DbResponse> {
     // Every answer is counted, refusals too; an unknown op is one label value, so a client cannot grow the series.
-    const op = OPS.has(req.op) ? req.op : pipelineDatabase(req.op) !== null ? 'pipeline' : 'unknown';
+    const op = OPS.has(req.op) || (req.op === 'import' && req.upload) ? req.op : pipelineDatabase(req.op) !== null ? 'pipeline' : 'unknown';
     try {
       const res = await this.answer(op, req);
       requests.inc({ op, status: res.status });
@@ -150,6 +151,7 @@ export class DbService implements DbHandler, ChangeFeed {
   private async answer(name: string, req: DbRequest): Promise<DbResponse> {
     if (loopDelayMs() > this.config.db.maxLoopDelayMs) throw saturated(this.config.db.maxLoopDelayMs);
     if (name === 'pipeline') return this.pipeline(req);
+    if (name === 'import') return this.importUpload(req);
     if (name === 'unknown') throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, restore, import, changes or snapshot`);
     const op = name as Op;
     const body = parseBody(op, req.body);
@@ -209,6 +211,22 @@ export class DbService implements DbHandler, ChangeFeed {
       }
       case 'snapshot':
         return this.snapshot(scope, path);
+    }
+  }
+
+  /** SPEC 4.12: checked before the body is read, received into a file, then installed by the executor as one write. */
+  private async importUpload(req: DbRequest): Promise<DbResponse> {
+    const upload = req.upload!;
+    const params = importParams(upload.query, upload.contentType);
+    this.authorize(req);
+    const scope: Scope = { org: req.org, repo: req.repo, database: params.database };
+    if (params.mode === 'create' && this.exists(scope)) throw new ApiError('invalid_request', `database ${params.database} exists: import with mode=replace to overwrite it`);
+    const source = await receiveBody(upload.stream, this.tmpDir, this.config.db.maxSizeBytes);
+    try {
+      const body = Buffer.from(JSON.stringify({ source, format: params.format, mode: params.mode }));
+      return json(await this.pool.write(scope, this.layout.path(scope), 'import', body));
+    } finally {
+      rmSync(source, { force: true });
     }
   }
 

@@ -1,6 +1,7 @@
 // The runtime proxy: resolves the org from Host, checks names, and routes /{repo}/_db, /{repo}/_account and apps.
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { Readable } from 'node:stream';
+import { registerImportRoute } from '../db/import.ts';
 import { ApiError } from '../shared/errors.ts';
 import { createHttpApp } from '../shared/http.ts';
 import type { RawHandler } from '../shared/raw-route.ts';
@@ -57,7 +58,7 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
   const app = createHttpApp({
     logger: opts.logger, bodyLimit: opts.bodyLimit, trustProxy: opts.trustedProxies.length ? opts.trustedProxies : false,
     rawRoutes: (req) => {
-      if (req.method === 'POST') return DB_PATH.test(req.url!) ? rawDbRoute : null;
+      if (req.method === 'POST') return DB_PATH.test(req.url!) && !req.url!.endsWith('/_db/import') ? rawDbRoute : null;
       return verify && req.method === 'GET' && VERIFY_PATH.test(req.url!) ? rawVerifyRoute : null;
     },
   });
@@ -82,6 +83,10 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     return reply.type('application/json; charset=utf-8').send(res.body);
   };
   app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/:repo/_db/:op', handler: dbRoute });
+  // SPEC 4.12: an import's body is a database file, streamed to the service as it arrives.
+  await registerImportRoute(app, (req, upload) => opts.db.handle({
+    op: 'import', org: req.org, repo: checkRepo((req.params as { repo: string }).repo), authorization: req.headers.authorization, body: Buffer.alloc(0), requestId: req.id, upload,
+  }));
   // SPEC 4.10: the libSQL protocol's deeper paths. Version probes are answered here; pipelines go to the service.
   app.route({
     method: ['GET', 'POST'], url: '/:repo/_db/*',

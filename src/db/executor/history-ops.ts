@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
-import { ApiError } from '../../shared/errors.ts';
+import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import { archiveCommit, historyDirOf, type HistoryOptions } from '../history/archive.ts';
 import { index, oldest, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
 import { INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
@@ -140,8 +140,8 @@ function loadSql(sqlPath: string, target: string, limits: ExecutorLimits): void 
         h.db.exec(sql);
       } catch (e) {
         const reply = failure(e, h.sandbox.denied, i);
-        const err = JSON.parse(reply.body).error as { code: string; message: string; details?: Record<string, unknown> };
-        throw new ApiError(err.code === 'not_allowed' ? 'not_allowed' : 'invalid_request', `statement ${i} of the SQL text: ${err.message}`, { statement: i });
+        const err = JSON.parse(reply.body).error as { code: ErrorCode; message: string };
+        throw new ApiError(err.code, `statement ${i} of the SQL text: ${err.message}`, { statement: i });
       }
     });
     h.sandbox.mode = 'internal';

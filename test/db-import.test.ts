@@ -1,0 +1,179 @@
+// Import (SPEC 4.12) through the proxy: a SQLite file or SQL text becomes the database's content as one new
+// version, all or nothing; every malformed, unsafe, oversized or interrupted upload changes nothing.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { startProduct, tempDir, type Product } from './helpers/product.ts';
+
+const SQLITE = 'application/vnd.sqlite3';
+
+function upload(p: Product, repo: string, query: string, body: Buffer | string, type = SQLITE, secret?: string) {
+  return p.call(`/${repo}/_db/import?${query}`, {
+    method: 'POST', rawBody: typeof body === 'string' ? Buffer.from(body) : body,
+    headers: { authorization: `Bearer ${secret ?? p.secret('acme', repo)}`, 'content-type': type },
+  });
+}
+
+/** A database file made locally: every table shape, an index, a view, a trigger, full-text search, exact values. */
+function sampleFile(dir: string, extra = ''): { path: string; bytes: Buffer } {
+  const path = join(dir, `sample-${Math.random().toString(36).slice(2)}.sqlite`);
+  const db = new DatabaseSync(path);
+  db.exec(`
+    CREATE TABLE todo(id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, big INTEGER, data BLOB, ratio REAL);
+    CREATE TABLE nokey(a, b);
+    CREATE TABLE pair(a INTEGER, b TEXT, v, PRIMARY KEY (a, b));
+    CREATE TABLE kv(k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+    CREATE INDEX todo_title ON todo(title);
+    CREATE VIEW titles AS SELECT title FROM todo;
+    CREATE TRIGGER stamp AFTER INSERT ON todo BEGIN INSERT INTO nokey VALUES ('trigger', new.id); END;
+    CREATE VIRTUAL TABLE docs USING fts5(body);
+    INSERT INTO todo(title, big, data, ratio) VALUES ('one', -9223372036854775808, x'00ff0a', 0.1), ('it''s "two"', 9223372036854775807, NULL, 1e300);
+    DELETE FROM nokey WHERE b = 1;
+    INSERT INTO nokey VALUES (NULL, 'x'), (3.5, x'01');
+    INSERT INTO pair VALUES (1, 'a', 'ä'), (1, 'b', NULL);
+    INSERT INTO kv VALUES ('k', 'v');
+    INSERT INTO docs VALUES ('the quick brown fox'), ('lazy dogs');
+    ${extra}
+  `);
+  db.close();
+  return { path, bytes: readFileSync(path) };
+}
+
+async function rowsOf(p: Product, repo: string, sql: string, database = 'main') {
+  const r = await p.db(repo, 'query', { database, sql });
+  assert.equal(r.status, 200, r.text);
+  return r.json.results[0].rows;
+}
+
+describe('import', () => {
+  let p: Product;
+  let dir: string;
+  before(async () => {
+    p = await startProduct({ DB_MAX_SIZE_BYTES: String(1024 * 1024) });
+    dir = tempDir('scopebase-import-');
+  });
+  after(async () => {
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('a SQLite file becomes a new database at version 1 holding exactly its content; replace makes one new version', async () => {
+    const file = sampleFile(dir);
+    const r = await upload(p, 'imp', 'database=copy&mode=create', file.bytes);
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.database, 'copy');
+    assert.equal(r.json.version, 1);
+    assert.deepEqual(r.json.tables.find((t: { name: string }) => t.name === 'todo'), { name: 'todo', rows: 2 });
+    assert.deepEqual(await rowsOf(p, 'imp', 'SELECT id, title, big, data, ratio FROM todo ORDER BY id', 'copy'), [
+      [1, 'one', { $bigint: '-9223372036854775808' }, { $blob: 'AP8K' }, 0.1],
+      [2, 'it\'s "two"', { $bigint: '9223372036854775807' }, null, 1e300],
+    ]);
+    assert.deepEqual(await rowsOf(p, 'imp', 'SELECT rowid, a, b FROM nokey ORDER BY rowid', 'copy'), [[2, 'trigger', 2], [3, null, 'x'], [4, 3.5, { $blob: 'AQ==' }]], 'rowids are kept');
+    assert.deepEqual(await rowsOf(p, 'imp', 'SELECT * FROM pair ORDER BY a, b', 'copy'), [[1, 'a', 'ä'], [1, 'b', null]]);
+    assert.deepEqual(await rowsOf(p, 'imp', "SELECT rowid FROM docs WHERE docs MATCH 'fox'", 'copy'), [[1]], 'the full-text index came along');
+    assert.deepEqual(await rowsOf(p, 'imp', 'SELECT title FROM titles ORDER BY 1', 'copy'), [['it\'s "two"'], ['one']]);
+    // AUTOINCREMENT's counter and the trigger came along: the next id is 3 and the trigger fires.
+    const w = await p.db('imp', 'execute', { database: 'copy', sql: "INSERT INTO todo(title) VALUES ('three') RETURNING id" });
+    assert.deepEqual(w.json.results[0].rows, [[3]]);
+    assert.equal(w.json.version, 2);
+    assert.deepEqual(await rowsOf(p, 'imp', "SELECT count(*) FROM nokey WHERE a = 'trigger'", 'copy'), [[2]]);
+
+    const again = await upload(p, 'imp', 'database=copy&mode=create', file.bytes);
+    assert.equal(again.status, 400);
+    assert.match(again.json.error.message, /exists: import with mode=replace/);
+
+    const other = new DatabaseSync(join(dir, 'other.sqlite'));
+    other.exec("CREATE TABLE only(x); INSERT INTO only VALUES ('replaced')");
+    other.close();
+    const replaced = await upload(p, 'imp', 'database=copy&mode=replace', readFileSync(join(dir, 'other.sqlite')));
+    assert.equal(replaced.status, 200, replaced.text);
+    assert.equal(replaced.json.version, 3);
+    assert.deepEqual(replaced.json.tables, [{ name: 'only', rows: 1 }]);
+    const names = await rowsOf(p, 'imp', "SELECT name FROM sqlite_schema WHERE name NOT LIKE 'sqlite%' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' ORDER BY name", 'copy');
+    assert.deepEqual(names, [['only']], 'nothing of the old content remains');
+    const changes = await p.db('imp', 'changes', { database: 'copy', since: 2 });
+    assert.equal(changes.json.events.length, 1);
+    assert.deepEqual({ type: changes.json.events[0].type, operation: changes.json.events[0].operation, changeset: changes.json.events[0].changeset, version: changes.json.events[0].version },
+      { type: 'database.imported', operation: 'import', changeset: null, version: 3 });
+  });
+
+  test('SQL text, as sqlite3 .dump writes it, imports the same content', async () => {
+    const dump = `PRAGMA foreign_keys=OFF;
+BEGIN TRANSACTION;
+CREATE TABLE parent(id INTEGER PRIMARY KEY, name TEXT);
+INSERT INTO parent VALUES(1,'a; not the end');
+INSERT INTO parent VALUES(2,replace('b\\nc','\\n',char(10)));
+CREATE TABLE child(id INTEGER PRIMARY KEY AUTOINCREMENT, parent INTEGER REFERENCES parent(id), data BLOB);
+INSERT INTO child VALUES(5,1,X'cafe');
+DELETE FROM sqlite_sequence;
+INSERT INTO sqlite_sequence VALUES('child',5);
+CREATE INDEX child_parent ON child(parent);
+CREATE TRIGGER t AFTER DELETE ON parent BEGIN DELETE FROM child WHERE parent = old.id; END;
+COMMIT;
+`;
+    const r = await upload(p, 'imp', 'database=fromsql', dump, 'application/sql');
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.version, 1);
+    assert.deepEqual(await rowsOf(p, 'imp', 'SELECT * FROM parent ORDER BY id', 'fromsql'), [[1, 'a; not the end'], [2, 'b\nc']]);
+    assert.deepEqual(await rowsOf(p, 'imp', 'SELECT * FROM child', 'fromsql'), [[5, 1, { $blob: 'yv4=' }]]);
+    const next = await p.db('imp', 'execute', { database: 'fromsql', sql: 'INSERT INTO child(parent) VALUES (2) RETURNING id' });
+    assert.deepEqual(next.json.results[0].rows, [[6]]);
+  });
+
+  test('refused, and nothing changes: bad files, unsafe schemas and SQL, size, request shapes', async () => {
+    const base = await upload(p, 'bad', 'database=keep', sampleFile(dir).bytes);
+    assert.equal(base.status, 200, base.text);
+    const before = JSON.stringify(await rowsOf(p, 'bad', 'SELECT * FROM todo ORDER BY id', 'keep'));
+    const good = sampleFile(dir).bytes;
+    const cases: [string, string, Buffer | string, string, number, RegExp][] = [
+      ['garbage', 'database=keep&mode=replace', Buffer.from('this is not a database file at all, just text'.repeat(100)), SQLITE, 400, /not a usable SQLite database/],
+      ['truncated', 'database=keep&mode=replace', good.subarray(0, Math.floor(good.length / 2)), SQLITE, 400, /SQLite|integrity/],
+      ['internal table', 'database=keep&mode=replace', sampleFile(dir, 'CREATE TABLE _scopebase_meta(key, value);').bytes, SQLITE, 400, /reserved/],
+      ['trigger on internals', 'database=keep&mode=replace', sampleFile(dir, "CREATE TRIGGER sneaky AFTER INSERT ON kv BEGIN DELETE FROM _scopebase_changes; END;").bytes, SQLITE, 400, /internal table/],
+      ['unsafe virtual table', 'database=keep&mode=replace', sampleFile(dir, "CREATE VIRTUAL TABLE vocab USING fts5vocab('docs', 'row');").bytes, SQLITE, 400, /fts5vocab/],
+      ['sql ATTACH', 'database=keep&mode=replace', "CREATE TABLE a(x);\nATTACH DATABASE '/tmp/x.db' AS x;", 'application/sql', 400, /statement 1/],
+      ['sql internal write', 'database=keep&mode=replace', "INSERT INTO _scopebase_meta VALUES ('version', 99);", 'application/sql', 400, /internal/],
+      ['sql error', 'database=keep&mode=replace', 'CREATE TABLE a(x);\nINSERT INTO nowhere VALUES (1);', 'application/sql', 400, /statement 1.*no such table/],
+      ['too big', 'database=keep&mode=replace', Buffer.alloc(2 * 1024 * 1024, 1), SQLITE, 507, /DB_MAX_SIZE_BYTES/],
+      ['sql too big once loaded', 'database=keep&mode=replace', `CREATE TABLE big(x);\n${"INSERT INTO big VALUES (randomblob(200000));\n".repeat(8)}`, 'application/sql', 507, /.+/],
+      ['content type', 'database=keep&mode=replace', good, 'application/octet-stream', 400, /Content-Type/],
+      ['mode', 'database=keep&mode=merge', good, SQLITE, 400, /mode must be/],
+      ['parameter', 'database=keep&mode=replace&force=1', good, SQLITE, 400, /unknown query parameter/],
+      ['name', 'database=..%2Fx&mode=replace', good, SQLITE, 400, /database name/],
+      ['empty', 'database=keep&mode=replace', Buffer.alloc(0), SQLITE, 400, /empty/],
+    ];
+    for (const [what, query, body, type, status, message] of cases) {
+      const r = await upload(p, 'bad', query, body, type);
+      assert.equal(r.status, status, `${what}: ${r.text}`);
+      assert.match(r.json.error.message, message, what);
+    }
+    const wrong = await upload(p, 'bad', 'database=keep&mode=replace', good, SQLITE, 'not-the-secret');
+    assert.equal(wrong.status, 401);
+    assert.equal(JSON.stringify(await rowsOf(p, 'bad', 'SELECT * FROM todo ORDER BY id', 'keep')), before);
+    assert.equal((await p.db('bad', 'status', { database: 'keep' })).json.version, 1, 'no refused import made a version');
+    const created = await upload(p, 'bad', 'database=fresh', Buffer.from('garbage'.repeat(200)));
+    assert.equal(created.status, 400);
+    assert.equal((await p.db('bad', 'status', { database: 'fresh' })).json.exists, false, 'a refused create leaves no database');
+    assert.deepEqual(readdirSync(join(p.dataDir, 'tmp')), [], 'no upload is left behind');
+  });
+
+  test('an upload cut off midway changes nothing and leaves no file', async () => {
+    const file = sampleFile(dir).bytes;
+    const { port } = new URL(p.url);
+    await new Promise<void>((resolve) => {
+      const s = connect(Number(port), '127.0.0.1', () => {
+        s.write(`POST /web/_db/import?database=cut HTTP/1.1\r\nHost: acme.${p.config.baseDomain}\r\nAuthorization: Bearer ${p.secret('acme', 'web')}\r\nContent-Type: ${SQLITE}\r\nContent-Length: ${file.length}\r\n\r\n`);
+        s.write(file.subarray(0, 1000), () => setTimeout(() => s.destroy(), 100));
+      });
+      s.on('close', () => resolve());
+      s.on('error', () => {});
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal((await p.db('web', 'status', { database: 'cut' })).json.exists, false);
+    assert.deepEqual(readdirSync(join(p.dataDir, 'tmp')), []);
+    writeFileSync(join(dir, 'unused'), '');
+  });
+});
