@@ -55,6 +55,19 @@ describe('the proxy ↔ serve db channel', () => {
     rmSync(dataDir, { recursive: true, force: true });
   });
 
+  test('import (SPEC 4.12) and restore (4.11) work through the proxy as its own process too', async () => {
+    const dump = "CREATE TABLE imported(x);\nINSERT INTO imported VALUES ('through the channel');\n";
+    const r = await call(proxy.url, 'localhost', '/web/_db/import?database=split', { rawBody: dump, headers: { ...auth, 'content-type': 'application/sql' } });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.version, 1);
+    const w = await call(proxy.url, 'localhost', '/web/_db/execute', { body: { database: 'split', sql: "INSERT INTO imported VALUES ('later')" }, headers: auth });
+    assert.equal(w.json.version, 2);
+    const back = await call(proxy.url, 'localhost', '/web/_db/restore', { body: { database: 'split', toVersion: 1 }, headers: auth });
+    assert.equal(back.status, 200, back.text);
+    const q = await call(proxy.url, 'localhost', '/web/_db/query', { body: { database: 'split', sql: 'SELECT x FROM imported' }, headers: auth });
+    assert.deepEqual(q.json.results[0].rows, [['through the channel']]);
+  });
+
   test('the libSQL protocol (SPEC 4.10) works through the proxy as its own process too', async () => {
     const res = await call(proxy.url, 'localhost', '/web/_db/analytics/v2/pipeline', {
       body: { baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE e(x)' } }, { type: 'execute', stmt: { sql: 'SELECT 1 AS one' } }, { type: 'close' }] }, headers: auth,

@@ -309,3 +309,28 @@ test('reference mirror: random writes over every table shape reach the replica e
     { numRuns: 25 },
   );
 });
+
+test('reference mirror: a restore and an import reach the replica (it takes a snapshot); the events say what happened', async (t) => {
+  const { p, mirrorUrl } = await withReferenceMirror(t);
+  await p.db('web', 'execute', { sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' });
+  const one = await p.db('web', 'execute', { sql: "INSERT INTO t(v) VALUES ('one')" });
+  await p.db('web', 'execute', { sql: "INSERT INTO t(v) VALUES ('two')" });
+  const restored = await p.db('web', 'restore', { toVersion: one.json.version });
+  assert.equal(restored.status, 200, restored.text);
+  const read = await mirrorQuery(p, mirrorUrl, { sql: 'SELECT v FROM t', minVersion: restored.json.version });
+  assert.equal(read.status, 200, read.text);
+  assert.deepEqual(read.json.results[0].rows, [['one']]);
+  const events = (await p.db('web', 'changes', { since: restored.json.version - 1 })).json.events;
+  assert.deepEqual({ type: events[0].type, operation: events[0].operation, restoredVersion: events[0].restoredVersion, changeset: events[0].changeset },
+    { type: 'database.restored', operation: 'restore', restoredVersion: one.json.version, changeset: null });
+
+  const imported = await call(p.url, p.config.baseDomain, '/web/_db/import?mode=replace', {
+    rawBody: "CREATE TABLE other(x);\nINSERT INTO other VALUES ('imported');\n", headers: { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/sql' },
+  });
+  assert.equal(imported.status, 200, imported.text);
+  const after = await mirrorQuery(p, mirrorUrl, { sql: 'SELECT x FROM other', minVersion: imported.json.version });
+  assert.equal(after.status, 200, after.text);
+  assert.deepEqual(after.json.results[0].rows, [['imported']]);
+  const gone = await mirrorQuery(p, mirrorUrl, { sql: 'SELECT v FROM t', minVersion: imported.json.version });
+  assert.match(gone.json.error.message, /no such table/);
+});

@@ -33,17 +33,19 @@ export interface Scope {
 /** A SPEC 5 notification, exactly as stored in the database's change log and sent to mirrors. */
 export interface ChangeEvent {
   id: string;
-  type: 'database.changed' | 'database.migrated';
+  type: 'database.changed' | 'database.migrated' | 'database.restored' | 'database.imported';
   org: string;
   repo: string;
   database: string;
   version: number;
   previousVersion: number;
-  operation: 'execute' | 'migrate';
+  operation: 'execute' | 'migrate' | 'restore' | 'import';
   committedAt: string;
   changes: { rowsAffected: number; tables: string[] };
   changeset: string | null;
   migrations?: { id: string; sql: string }[];
+  /** A restore's target version (SPEC 4.11). */
+  restoredVersion?: number;
 }
 
 export interface MirrorState {

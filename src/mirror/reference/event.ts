@@ -4,12 +4,16 @@ import { ApiError } from '../../shared/errors.ts';
 import { isDatabaseName, isOrgName, isRepoName } from '../../shared/names.ts';
 
 const bad = (why: string) => new ApiError('invalid_request', `not a scopebase change event: ${why}`);
+/** SPEC 5, 4.11 and 4.12. */
+const TYPES: ReadonlySet<string> = new Set(['database.changed', 'database.migrated', 'database.restored', 'database.imported']);
 const isVersion = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
 export function parseEvent(value: unknown): ChangeEvent {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw bad('the body must be a JSON object');
   const e = value as Record<string, unknown>;
-  if (e.type !== 'database.changed' && e.type !== 'database.migrated') throw bad('"type" must be database.changed or database.migrated');
+  if (!TYPES.has(e.type as string)) throw bad(`"type" must be one of ${[...TYPES].join(', ')}`);
+  // A restore or an import replaces the whole content: it never travels as a changeset (SPEC 4.11, 4.12).
+  if ((e.type === 'database.restored' || e.type === 'database.imported') && e.changeset !== null) throw bad(`a ${e.type as string} event carries no changeset`);
   if (typeof e.id !== 'string' || e.id.length === 0 || e.id.length > 200) throw bad('"id" must be a string');
   if (typeof e.org !== 'string' || !isOrgName(e.org)) throw bad('"org" is not a valid org name');
   if (typeof e.repo !== 'string' || !isRepoName(e.repo)) throw bad('"repo" is not a valid repo name');
