@@ -6,25 +6,11 @@ import assert from 'node:assert/strict';
 import { mkdirSync, readdirSync, readlinkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
+import { executorPids } from './helpers/processes.ts';
 import { ExecutorPool } from '../src/db/executor/pool.ts';
 
 const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
 
-/** Descendant pids of this test process (the executor processes). */
-function executorPids(): number[] {
-  const out: number[] = [];
-  const walk = (pid: number) => {
-    for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      const kids = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
-      for (const k of kids ? kids.split(' ').map(Number) : []) {
-        out.push(k);
-        walk(k);
-      }
-    }
-  };
-  walk(process.pid);
-  return out;
-}
 
 /** Paths of the database files (.sqlite, -wal, -shm) a process holds open. */
 function openSqlitePaths(pid: number): string[] {

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { DatabaseSync } from 'node:sqlite';
 import fc from 'fast-check';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
+import { executorPids } from './helpers/processes.ts';
 
 type Value = null | number | string | bigint | Uint8Array;
 interface Stmt { sql: string; params?: Value[] }
@@ -186,6 +187,43 @@ describe('time travel', () => {
     assert.equal(missing.status, 404);
     const wrong = await p.db('timed', 'restore', { database, toVersion: 1 }, { secret: 'nope' });
     assert.equal(wrong.status, 401);
+  });
+
+  test('kill -9 of every executor during a restore: the database is as before or as restored, never in between', async () => {
+    const repo = 'killed';
+    const made = await p.db(repo, 'execute', { statements: [
+      { sql: 'CREATE TABLE big(id INTEGER PRIMARY KEY, pad)' },
+      { sql: 'WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 200000) INSERT INTO big SELECT n, randomblob(64) FROM c' },
+    ] });
+    assert.equal(made.status, 200, made.text);
+    const event = (await p.db(repo, 'changes', { since: made.json.version - 1 })).json.events[0];
+    assert.equal(event.changeset, null, 'a bulk write: its changeset (past 1 MiB) is not in the event, followers take a snapshot');
+    const outcomes = new Set<string>();
+    for (const delay of [5, 40, 150, 400]) {
+      const cut = await p.db(repo, 'execute', { sql: 'DELETE FROM big WHERE id > 100' });
+      assert.equal(cut.status, 200, cut.text);
+      const pending = p.db(repo, 'restore', { toVersion: made.json.version });
+      await new Promise((r) => setTimeout(r, delay));
+      for (const pid of executorPids()) {
+        try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
+      }
+      const r = await pending;
+      const count = await p.db(repo, 'query', { sql: 'SELECT count(*) FROM big' });
+      assert.equal(count.status, 200, count.text);
+      const rows = count.json.results[0].rows[0][0];
+      if (rows === 200_000) {
+        assert.equal(count.json.version, cut.json.version + 1, 'restored: one new version');
+        outcomes.add('restored');
+      } else {
+        assert.equal(rows, 100, `in between: ${rows} rows after ${r.status} ${r.text}`);
+        assert.equal(count.json.version, cut.json.version, 'not restored: no new version');
+        assert.ok(r.status >= 500 && /nothing of it was applied|unknown/.test(r.json.error.message), r.text);
+        outcomes.add('not restored');
+      }
+      const check = await p.db(repo, 'query', { sql: 'PRAGMA integrity_check' });
+      assert.deepEqual(check.json.results[0].rows, [['ok']]);
+    }
+    assert.ok(outcomes.has('not restored'), `a kill landed during a restore: ${[...outcomes]}`);
   });
 
   test('history that begins later: older versions are gone (410), naming the oldest restorable one', async () => {

@@ -25,6 +25,9 @@ export interface GroupContext {
 interface ExecuteBody { sql?: string; params?: unknown; statements?: StatementSpec[]; rows?: 'arrays' | 'objects' }
 interface MigrateBody { migrations: { id: string; sql: string }[]; dryRun?: boolean }
 
+/** Past this, an event carries no changeset and followers take a snapshot (docs/mirrors.md). */
+export const MAX_CHANGESET_BYTES = 1024 * 1024;
+
 // Event ids take 16 random bytes each from a pool: one getrandom call per 256 events instead of one per event.
 let idPool = Buffer.alloc(0);
 let idAt = 0;
@@ -83,7 +86,9 @@ export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType
   if (event.schemaChanged) h.internal('INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES (?, ?)').run(SCHEMA_FINGERPRINT_KEY, schemaFingerprint(h.db));
   h.internal("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
   const tables = (event.changes as { tables: string[] }).tables;
-  const changeset = session && capturable(h, tables) ? changesetOf(session) : null;
+  const captured = session && capturable(h, tables) ? changesetOf(session) : null;
+  // A bulk write's changeset would make an event too big to store (DB_MAX_VALUE_BYTES) or send: a snapshot is cheaper.
+  const changeset = captured && captured.length <= MAX_CHANGESET_BYTES ? captured : null;
   session?.close();
   const full = {
     id: eventId(), type: event.type, org: ctx.scope.org, repo: ctx.scope.repo, database: ctx.scope.database,
