@@ -4,7 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { Sandbox, type Mode } from '../sandbox.ts';
 import { paramSlots, type ParamSlots } from '../params.ts';
 import { INTERNAL_SCHEMA } from './schema.ts';
-import type { Cursor, HistoryOptions } from '../history/archive.ts';
+import { Archiver, type HistoryOptions } from '../history/archive.ts';
 
 export interface ExecutorLimits {
   sync: 'full' | 'normal';
@@ -50,8 +50,8 @@ export class DbHandle {
   /** When an operation last took this handle (performance.now()), for closing idle connections. */
   usedAt = performance.now();
   readonly history: HistoryOptions | null;
-  /** Where this database's history left off (history/archive.ts); null until known. */
-  historyCursor: Cursor | null = null;
+  /** Records each commit into the database's history (history/archive.ts); made at the first commit. */
+  archiver: Archiver | null = null;
 
   constructor(path: string, create: boolean, limits: ExecutorLimits) {
     this.path = path;
@@ -104,6 +104,7 @@ export class DbHandle {
   }
 
   close(): void {
+    this.archiver?.close();
     this.cache.clear();
     try {
       this.db.close();

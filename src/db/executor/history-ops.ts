@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
-import { archiveCommit, historyDirOf, type HistoryOptions } from '../history/archive.ts';
+import { Archiver, historyDirOf } from '../history/archive.ts';
 import { index, oldest, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
 import { INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
 import { splitStatements } from '../statement-end.ts';
@@ -19,9 +19,10 @@ import { recordChange, type GroupContext } from './write-ops.ts';
 export function keepHistory(h: DbHandle, prevVersion: number, version: number): void {
   if (!h.history || version === prevVersion) return;
   try {
-    h.historyCursor = archiveCommit(h.history, h.path, h.historyCursor, prevVersion, version);
+    h.archiver ??= new Archiver(h.history, h.path);
+    h.archiver.record(prevVersion, version);
   } catch (e) {
-    h.historyCursor = null; // the next commit starts a new segment: history stays exact, with a gap
+    h.archiver?.reset(); // the next commit starts a new segment: history stays exact, with a gap
     process.stderr.write(`${JSON.stringify({ level: 50, msg: 'history: a commit could not be recorded', error: String((e as Error).message).slice(0, 200) })}\n`);
   }
 }

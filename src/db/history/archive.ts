@@ -2,7 +2,7 @@
 // wrote to the log of the current segment (log.ts). Runs inside the writer, synchronously after COMMIT, while no
 // other connection can write or checkpoint (writes are serialized per database; only a committing connection
 // checkpoints), so the log file it reads holds exactly what the commit wrote.
-import { copyFileSync, mkdirSync, rmSync, statSync } from 'node:fs';
+import { closeSync, copyFileSync, mkdirSync, openSync, rmSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { appendRecord, lastRecord, readRecords, segmentName, segments } from './log.ts';
 import { readCommitted, readWalHeader } from './wal.ts';
@@ -35,40 +35,77 @@ function loadCursor(dir: string): Cursor | null {
   return { segment, version: m.version, salt1: m.salt1, salt2: m.salt2, walEnd: m.walEnd, logBytes: last.logBytes };
 }
 
+const closeQuietly = (fd: number | null) => {
+  if (fd !== null) try { closeSync(fd); } catch { /* already closed */ }
+};
+
 /**
- * Records the commit that took the database from `prevVersion` to `version`. When the record would not follow on
- * from the last one (no history yet, or a commit went unrecorded: a process killed right after COMMIT), a new
- * segment starts from a copy of the database file plus this log generation's frames: exact all the same.
+ * One database's archiver, owned by its open connection: it keeps the log and the history file open between
+ * commits (a commit costs two reads and one write). The log file outlives no connection of the database, so an
+ * open descriptor never points at a deleted log.
  */
-export function archiveCommit(opts: HistoryOptions, dbPath: string, cursor: Cursor | null, prevVersion: number, version: number): Cursor | null {
-  const dir = historyDirOf(opts, dbPath);
-  const walPath = `${dbPath}-wal`;
-  const header = readWalHeader(walPath);
-  if (!header) return cursor; // a commit always leaves its log: nothing to read means nothing can be kept exactly
-  // Another connection (another process, an interactive transaction) may have recorded commits since.
-  const last = cursor?.version === prevVersion ? cursor : loadCursor(dir);
-  const dbBytes = statSync(dbPath).size;
-  const follows = last !== null && last.version === prevVersion;
-  const fresh = !follows || last.logBytes > Math.max(MIN_SEGMENT_LOG, dbBytes);
-  const sameLog = follows && last.salt1 === header.salt1 && last.salt2 === header.salt2;
-  const from = !fresh && sameLog ? last.walEnd : 32;
-  const commit = readCommitted(walPath, header, from);
-  let segment = last?.segment;
-  let logBytes = last?.logBytes ?? 0;
-  if (fresh || !segment) {
-    const all = segments(dir);
-    segment = segmentName(all.length ? Number(all.at(-1)) + 1 : 1);
-    mkdirSync(join(dir, segment), { recursive: true, mode: 0o700 });
-    // The file plus every frame of this log generation is the database now: nothing checkpoints it meanwhile.
-    copyFileSync(dbPath, join(dir, segment, 'base'));
-    logBytes = 0;
+export class Archiver {
+  private readonly opts: HistoryOptions;
+  private readonly dbPath: string;
+  private readonly dir: string;
+  private cursor: Cursor | null = null;
+  private walFd: number | null = null;
+  private log: { segment: string; fd: number } | null = null;
+
+  constructor(opts: HistoryOptions, dbPath: string) {
+    this.opts = opts;
+    this.dbPath = dbPath;
+    this.dir = historyDirOf(opts, dbPath);
   }
-  logBytes += appendRecord(join(dir, segment), {
-    version, prevVersion, committedAt: Date.now(), pageSize: header.pageSize, dbPages: commit.dbPages || Math.ceil(dbBytes / header.pageSize),
-    salt1: header.salt1, salt2: header.salt2, walEnd: commit.end,
-  }, commit.frames);
-  if (fresh) prune(opts, dir);
-  return { segment, version, salt1: header.salt1, salt2: header.salt2, walEnd: commit.end, logBytes };
+
+  /**
+   * Records the commit that took the database from `prevVersion` to `version`. When the record would not follow on
+   * from the last one (no history yet, or a commit went unrecorded: a process killed right after COMMIT), a new
+   * segment starts from a copy of the database file plus this log generation's frames: exact all the same.
+   */
+  record(prevVersion: number, version: number): void {
+    this.walFd ??= openSync(`${this.dbPath}-wal`, 'r');
+    const header = readWalHeader(this.walFd);
+    if (!header) return; // a commit always leaves its log: nothing to read means nothing can be kept exactly
+    // Another connection (another process, an interactive transaction) may have recorded commits since.
+    const last = this.cursor?.version === prevVersion ? this.cursor : loadCursor(this.dir);
+    const follows = last !== null && last.version === prevVersion;
+    const fresh = !follows || (last.logBytes > MIN_SEGMENT_LOG && last.logBytes > statSync(this.dbPath).size);
+    const sameLog = follows && last.salt1 === header.salt1 && last.salt2 === header.salt2;
+    const commit = readCommitted(this.walFd, header, !fresh && sameLog ? last.walEnd : 32);
+    let segment = last?.segment;
+    let logBytes = last?.logBytes ?? 0;
+    if (fresh || !segment) {
+      const all = segments(this.dir);
+      segment = segmentName(all.length ? Number(all.at(-1)) + 1 : 1);
+      mkdirSync(join(this.dir, segment), { recursive: true, mode: 0o700 });
+      // The file plus every frame of this log generation is the database now: nothing checkpoints it meanwhile.
+      copyFileSync(this.dbPath, join(this.dir, segment, 'base'));
+      logBytes = 0;
+    }
+    if (this.log?.segment !== segment) {
+      closeQuietly(this.log?.fd ?? null);
+      this.log = { segment, fd: openSync(join(this.dir, segment, 'log'), 'a', 0o600) };
+    }
+    logBytes += appendRecord(this.log.fd, {
+      version, prevVersion, committedAt: Date.now(), pageSize: header.pageSize, dbPages: commit.dbPages || Math.ceil(statSync(this.dbPath).size / header.pageSize),
+      salt1: header.salt1, salt2: header.salt2, walEnd: commit.end,
+    }, commit.frames);
+    this.cursor = { segment, version, salt1: header.salt1, salt2: header.salt2, walEnd: commit.end, logBytes };
+    if (fresh) prune(this.opts, this.dir);
+  }
+
+  /** Forgets where it was: the next commit finds its place from the files (after a failure). */
+  reset(): void {
+    this.cursor = null;
+  }
+
+  close(): void {
+    closeQuietly(this.walFd);
+    closeQuietly(this.log?.fd ?? null);
+    this.walFd = null;
+    this.log = null;
+  }
 }
 
 function segmentBytes(dir: string): number {
