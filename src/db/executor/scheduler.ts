@@ -239,7 +239,9 @@ export class Scheduler {
     }, (e: unknown) => {
       done();
       if (job.settled) return;
-      if (e instanceof LostError && e.reason === 'unstarted' && !this.closing) {
+      const rerun = e instanceof LostError && !this.closing && (e.reason === 'unstarted' || (e.reason === 'crash' && !job.write && !job.retried));
+      if (rerun) {
+        if ((e as LostError).reason === 'crash') job.retried = true;
         this.enqueue(t, job, true);
         this.schedulePump();
         return;

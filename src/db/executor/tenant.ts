@@ -18,6 +18,8 @@ export interface Job {
   hedged: boolean;
   started: boolean;
   sentTo?: ExecutorProcess;
+  /** A read whose process died under it runs once more; a second death is reported (it may be the read's doing). */
+  retried?: boolean;
 }
 
 /** A FIFO with O(1) shift that compacts itself. */
