@@ -121,6 +121,37 @@ test('execute --file runs every statement of the file as one transaction', async
   assert.equal(JSON.parse(piped.stdout).results[0].rowsAffected, 1, '--file - reads standard input');
 });
 
+test('restore-db brings a version back (--dry-run changes nothing); import loads a dump or a SQLite file', async () => {
+  const v1 = JSON.parse((await cli(['execute', 'acme/history', 'CREATE TABLE notes(body TEXT)', '--json'])).stdout).version;
+  await cli(['execute', 'acme/history', "INSERT INTO notes VALUES ('kept')"]);
+  const v2 = JSON.parse((await cli(['status', 'acme/history', '--json'])).stdout).version;
+  await cli(['execute', 'acme/history', 'DELETE FROM notes']);
+  const status = await cli(['status', 'acme/history']);
+  assert.match(status.stdout, new RegExp(`history: restorable from version 0 `));
+  const dry = await cli(['restore-db', 'acme/history', '--to-version', String(v2), '--dry-run']);
+  assert.equal(dry.code, 0, dry.stderr);
+  assert.match(dry.stdout, new RegExp(`would restore acme/history/main to version ${v2} .*dry run: nothing changed`));
+  const real = await cli(['restore-db', 'acme/history', '--to-version', String(v2)]);
+  assert.equal(real.code, 0, real.stderr);
+  assert.match(real.stdout, new RegExp(`restored acme/history/main to version ${v2} \\(committed .*\\), as version ${v2 + 2}`));
+  assert.deepEqual(JSON.parse((await cli(['query', 'acme/history', 'SELECT body FROM notes', '--json'])).stdout).rows, [['kept']]);
+  const future = await cli(['restore-db', 'acme/history', '--to-version', '999']);
+  assert.equal(future.code, 1);
+  oneLine(future, /not reached yet/);
+  oneLine(await cli(['restore-db', 'acme/history']), /one of --to-version/);
+  assert.ok(v1 >= 1);
+
+  const dump = join(work, 'dump.sql');
+  writeFileSync(dump, "CREATE TABLE t(x);\nINSERT INTO t VALUES ('from a dump');\n");
+  const imported = await cli(['import', 'acme/history', dump, '--database', 'copy']);
+  assert.equal(imported.code, 0, imported.stderr);
+  assert.match(imported.stdout, /imported .*dump\.sql \(sql\) into acme\/history\/copy: 1 tables, 1 rows, version 1/);
+  const again = await cli(['import', 'acme/history', dump, '--database', 'copy']);
+  assert.equal(again.code, 1);
+  oneLine(again, /exists: import with mode=replace/);
+  oneLine(await cli(['import', 'acme/history', join(work, 'missing.sql')]), /cannot read/);
+});
+
 test('migrate names the files it will not use, --dry-run shows the SQL, a folder without migrations is an error', async () => {
   const dir = join(work, 'migrations');
   mkdirSync(join(dir, 'meta'), { recursive: true });

@@ -3,7 +3,7 @@
 // when idle).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, readdirSync, readlinkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { executorPids } from './helpers/processes.ts';

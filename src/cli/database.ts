@@ -76,6 +76,7 @@ function readSqlFile(file: string): string[] {
 function printStatus(s: Status): void {
   const lines = [`database ${s.database}: ${s.exists ? `version ${s.version}, ${s.sizeBytes} bytes` : 'does not exist yet (execute or migrate creates it)'}`];
   if (s.migrations) lines.push(`migrations: ${s.migrations.applied} applied${s.migrations.latest ? `, latest ${s.migrations.latest}` : ''}`);
+  if (s.history) lines.push(`history: ${s.history.oldestVersion === null ? 'none kept yet (it begins with the next write)' : `restorable from version ${s.history.oldestVersion} (${s.history.oldestTime})`}`);
   if (s.databases) lines.push(`databases: ${s.databases.join(', ') || '(none)'}`);
   process.stdout.write(lines.join('\n') + '\n');
   if (s.tables && s.tables.length > 0) process.stdout.write('\n' + table(['table', 'rows'], s.tables.map((t) => [t.name, t.rows])));

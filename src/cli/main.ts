@@ -10,6 +10,7 @@ import { addDatabaseCommands } from './database.ts';
 import { addMigrateCommand } from './migrate.ts';
 import { addShellCommand } from './shell.ts';
 import { addRotateKeysCommand } from './rotate-keys.ts';
+import { addHistoryCommands } from './history.ts';
 
 const FOOTER = `
 Exit codes: 0 success, 1 the server said no, 2 usage error, 3 cannot reach the server, 78 configuration error.
@@ -48,6 +49,7 @@ export function buildProgram(): Command {
   addDatabaseCommands(program);
   addShellCommand(program);
   addMigrateCommand(program);
+  addHistoryCommands(program);
   return program;
 }
 

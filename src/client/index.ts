@@ -49,6 +49,8 @@ export interface Status {
   database: string; exists: boolean; version?: number; sizeBytes?: number;
   tables?: { name: string; rows: number }[];
   migrations?: { applied: number; latest: string | null };
+  /** The oldest version restore can reach (SPEC 4.11); null while no history is kept. */
+  history?: { oldestVersion: number | null; oldestTime: string | null };
   mirrors?: { name: string; deliveredVersion: number; pendingEvents: number; lastError: string | null }[];
   databases: string[];
   [more: string]: unknown;
@@ -95,15 +97,16 @@ export function createClient(opts: ClientOptions) {
   const retries = opts.retries ?? 3;
   let sender: Promise<Send> | null = opts.fetch ? Promise.resolve(fetchSender(opts.fetch)) : null;
 
-  async function call<T>(op: string, body: Record<string, unknown>, co: CallOptions = {}): Promise<T> {
+  /** One operation: a JSON body (with the client's database), or `upload`, a raw body sent with its query string. */
+  async function call<T>(op: string, body: Record<string, unknown>, co: CallOptions = {}, upload?: { body: string | Uint8Array; contentType: string; query: string }): Promise<T> {
     sender ??= defaultSender();
     const send = await sender;
     const timeout = AbortSignal.timeout(co.timeoutMs ?? timeoutMs);
     const signal = co.signal ? AbortSignal.any([co.signal, timeout]) : timeout;
-    const url = new URL(`${base.pathname}/_db/${op}`, base);
-    const headers: Record<string, string> = { authorization: `Bearer ${opts.secret}`, 'content-type': 'application/json', accept: 'application/json' };
+    const url = new URL(`${base.pathname}/_db/${op}${upload ? `?${upload.query}` : ''}`, base);
+    const headers: Record<string, string> = { authorization: `Bearer ${opts.secret}`, 'content-type': upload?.contentType ?? 'application/json', accept: 'application/json' };
     if (host) headers.host = host;
-    const payload = JSON.stringify({ ...(opts.database ? { database: opts.database } : {}), ...body });
+    const payload = upload ? upload.body : JSON.stringify({ ...(opts.database ? { database: opts.database } : {}), ...body });
     const stopped = () => (co.signal?.aborted ? errorFor(0, 'aborted', 'the call was aborted', undefined) : errorFor(0, 'timeout', `no answer within ${co.timeoutMs ?? timeoutMs} ms`, undefined));
     for (let attempt = 0; ; attempt++) {
       let reply;
@@ -170,6 +173,17 @@ export function createClient(opts: ClientOptions) {
     status(co?: CallOptions): Promise<Status> {
       return call<Status>('status', {}, co);
     },
+    /** Time travel (SPEC 4.11): the database back to a version, or to the one in force at a time, as a new version. */
+    restore(to: { toVersion: number } | { toTime: string | Date }, ro: CallOptions & { dryRun?: boolean } = {}): Promise<RestoreResult> {
+      const target = 'toVersion' in to ? { toVersion: to.toVersion } : { toTime: to.toTime instanceof Date ? to.toTime.toISOString() : to.toTime };
+      return call<RestoreResult>('restore', { ...target, dryRun: ro.dryRun === true }, ro);
+    },
+    /** Import (SPEC 4.12): a SQLite file or SQL text becomes the database's content, as one new version. */
+    import(data: string | Uint8Array, io: CallOptions & { format?: 'sqlite' | 'sql'; mode?: 'create' | 'replace' } = {}): Promise<ImportResult> {
+      const format = io.format ?? (typeof data === 'string' ? 'sql' : 'sqlite');
+      const query = new URLSearchParams({ database: opts.database ?? 'main', mode: io.mode ?? 'create' }).toString();
+      return call<ImportResult>('import', {}, io, { body: data, contentType: format === 'sql' ? 'application/sql' : 'application/vnd.sqlite3', query });
+    },
     /** The same repo, another database. */
     database(name: string) {
       return createClient({ ...opts, database: name });
@@ -178,6 +192,9 @@ export function createClient(opts: ClientOptions) {
 }
 
 export type Client = ReturnType<typeof createClient>;
+
+export interface RestoreResult { restoredTo: { version: number; committedAt: string | null }; version: number; dryRun: boolean }
+export interface ImportResult { database: string; version: number; tables: { name: string; rows: number }[] }
 export { ScopebaseError };
 
 /** Seconds of Retry-After on a 429/503, in ms (capped at 60 s); null when the server did not invite a retry. */

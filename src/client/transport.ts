@@ -1,7 +1,7 @@
-// One POST with a JSON body. On Node: node:http(s), so Host can be set and `*.localhost` resolves to loopback
+// One POST (a JSON body, or a file for an import). On Node: node:http(s), so Host can be set and `*.localhost` resolves to loopback
 // (RFC 6761, as browsers and curl do; Node's resolver does not). Elsewhere, or when given one: fetch.
 
-export interface HttpRequest { url: URL; headers: Record<string, string>; body: string; signal: AbortSignal }
+export interface HttpRequest { url: URL; headers: Record<string, string>; body: string | Uint8Array; signal: AbortSignal }
 export interface HttpReply { status: number; headers: Record<string, string>; body: string }
 
 /** Raised when no reply came; `sent` is false when the connection never opened (the server saw nothing). */
@@ -29,7 +29,7 @@ export function fetchSender(doFetch: typeof fetch): Send {
   return async (req) => {
     let res: Response;
     try {
-      res = await doFetch(req.url.href, { method: 'POST', headers: req.headers, body: req.body, signal: req.signal });
+      res = await doFetch(req.url.href, { method: 'POST', headers: req.headers, body: req.body as BodyInit, signal: req.signal });
     } catch (e) {
       if (req.signal.aborted) throw e;
       const code = (e as { cause?: { code?: string } }).cause?.code;

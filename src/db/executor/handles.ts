@@ -4,7 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { Sandbox, type Mode } from '../sandbox.ts';
 import { paramSlots, type ParamSlots } from '../params.ts';
 import { INTERNAL_SCHEMA } from './schema.ts';
-import { Archiver, type HistoryOptions } from '../history/archive.ts';
+import type { Archiver, HistoryOptions } from '../history/archive.ts';
 
 export interface ExecutorLimits {
   sync: 'full' | 'normal';
