@@ -150,6 +150,17 @@ test('restore-db brings a version back (--dry-run changes nothing); import loads
   assert.equal(again.code, 1);
   oneLine(again, /exists: import with mode=replace/);
   oneLine(await cli(['import', 'acme/history', join(work, 'missing.sql')]), /cannot read/);
+
+  const exported = await cli(['export', 'acme/history', '--format', 'sql', '--output', join(work, 'out.sql')]);
+  assert.equal(exported.code, 0, exported.stderr);
+  assert.match(exported.stderr, new RegExp(`exported acme/history/main at version ${v2 + 2} \\(sql, [0-9.]+ KiB\\) to .*out\\.sql`));
+  assert.match(readFileSync(join(work, 'out.sql'), 'utf8'), /INSERT INTO "notes"\(rowid,"body"\) VALUES\(1,'kept'\);/);
+  const back = await cli(['import', 'acme/history', join(work, 'out.sql'), '--database', 'roundtrip']);
+  assert.equal(back.code, 0, back.stderr);
+  const binary = await cli(['export', 'acme/history', '--output', join(work, 'out.sqlite')]);
+  assert.equal(binary.code, 0, binary.stderr);
+  assert.equal(readFileSync(join(work, 'out.sqlite')).subarray(0, 15).toString(), 'SQLite format 3');
+  oneLine(await cli(['export', 'acme/history', '--format', 'csv']), /--format must be sqlite or sql/);
 });
 
 test('migrate names the files it will not use, --dry-run shows the SQL, a folder without migrations is an error', async () => {

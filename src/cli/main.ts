@@ -11,6 +11,7 @@ import { addMigrateCommand } from './migrate.ts';
 import { addShellCommand } from './shell.ts';
 import { addRotateKeysCommand } from './rotate-keys.ts';
 import { addHistoryCommands } from './history.ts';
+import { addTransferCommands } from './transfer.ts';
 
 const FOOTER = `
 Exit codes: 0 success, 1 the server said no, 2 usage error, 3 cannot reach the server, 78 configuration error.
@@ -50,6 +51,7 @@ export function buildProgram(): Command {
   addShellCommand(program);
   addMigrateCommand(program);
   addHistoryCommands(program);
+  addTransferCommands(program);
   return program;
 }
 

@@ -89,7 +89,7 @@ export function resolveTarget(opts: Pick<ClientOptions, 'url' | 'baseUrl' | 'org
   return { base, host };
 }
 
-const SAFE_TO_REPEAT = new Set(['query', 'status', 'migrate']); // migrate: a repeat of an applied list changes nothing (SPEC 4.6)
+const SAFE_TO_REPEAT = new Set(['query', 'status', 'migrate', 'export']); // migrate: a repeat of an applied list changes nothing (SPEC 4.6)
 
 export function createClient(opts: ClientOptions) {
   const { base, host } = resolveTarget(opts);
@@ -98,7 +98,7 @@ export function createClient(opts: ClientOptions) {
   let sender: Promise<Send> | null = opts.fetch ? Promise.resolve(fetchSender(opts.fetch)) : null;
 
   /** One operation: a JSON body (with the client's database), or `upload`, a raw body sent with its query string. */
-  async function call<T>(op: string, body: Record<string, unknown>, co: CallOptions = {}, upload?: { body: string | Uint8Array; contentType: string; query: string }): Promise<T> {
+  async function call<T>(op: string, body: Record<string, unknown>, co: CallOptions = {}, upload?: { body: string | Uint8Array; contentType: string; query: string }, binary = false): Promise<T> {
     sender ??= defaultSender();
     const send = await sender;
     const timeout = AbortSignal.timeout(co.timeoutMs ?? timeoutMs);
@@ -117,6 +117,7 @@ export function createClient(opts: ClientOptions) {
         if (e instanceof NoReply) throw errorFor(0, 'network', `cannot reach ${url.origin}: ${e.causeCode ?? e.message}`, { sent: e.sent, cause: e.causeCode });
         throw e;
       }
+      if (binary && reply.status === 200) return { bytes: reply.bytes, version: Number(reply.headers['x-db-version']) } as T;
       let json: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | null = null;
       try {
         json = JSON.parse(reply.body);
@@ -177,6 +178,10 @@ export function createClient(opts: ClientOptions) {
     restore(to: { toVersion: number } | { toTime: string | Date }, ro: CallOptions & { dryRun?: boolean } = {}): Promise<RestoreResult> {
       const target = 'toVersion' in to ? { toVersion: to.toVersion } : { toTime: to.toTime instanceof Date ? to.toTime.toISOString() : to.toTime };
       return call<RestoreResult>('restore', { ...target, dryRun: ro.dryRun === true }, ro);
+    },
+    /** Export (SPEC 4.12): a consistent copy as a clean SQLite file or a SQL dump, with the version it holds. */
+    export(eo: CallOptions & { format?: 'sqlite' | 'sql' } = {}): Promise<{ bytes: Uint8Array; version: number }> {
+      return call('export', { format: eo.format ?? 'sqlite' }, eo, undefined, true);
     },
     /** Import (SPEC 4.12): a SQLite file or SQL text becomes the database's content, as one new version. */
     import(data: string | Uint8Array, io: CallOptions & { format?: 'sqlite' | 'sql'; mode?: 'create' | 'replace' } = {}): Promise<ImportResult> {

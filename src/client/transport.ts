@@ -2,7 +2,7 @@
 // (RFC 6761, as browsers and curl do; Node's resolver does not). Elsewhere, or when given one: fetch.
 
 export interface HttpRequest { url: URL; headers: Record<string, string>; body: string | Uint8Array; signal: AbortSignal }
-export interface HttpReply { status: number; headers: Record<string, string>; body: string }
+export interface HttpReply { status: number; headers: Record<string, string>; body: string; bytes: Uint8Array }
 
 /** Raised when no reply came; `sent` is false when the connection never opened (the server saw nothing). */
 export class NoReply extends Error {
@@ -37,7 +37,8 @@ export function fetchSender(doFetch: typeof fetch): Send {
     }
     const headers: Record<string, string> = {};
     res.headers.forEach((v, k) => (headers[k] = v));
-    return { status: res.status, headers, body: await res.text() };
+    const bytes = new Uint8Array(await res.arrayBuffer());
+    return { status: res.status, headers, body: new TextDecoder().decode(bytes), bytes };
   };
 }
 
@@ -69,7 +70,8 @@ export async function nodeSender(): Promise<Send> {
       res.on('end', () => {
         const headers: Record<string, string> = {};
         for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
-        resolve({ status: res.statusCode ?? 0, headers, body: Buffer.concat(chunks).toString('utf8') });
+        const bytes = Buffer.concat(chunks);
+        resolve({ status: res.statusCode ?? 0, headers, body: bytes.toString('utf8'), bytes });
       });
     });
     r.on('error', (e: Error & { code?: string }) => {

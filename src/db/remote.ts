@@ -68,7 +68,7 @@ export function createDbServer({ config, logger, db }: { config: Config; logger:
 }
 
 /** The headers of the service's reply that the proxy passes on. */
-const PASSED_ON = ['content-type', 'x-db-version', 'www-authenticate', 'retry-after'];
+const PASSED_ON = ['content-type', 'content-disposition', 'x-db-version', 'www-authenticate', 'retry-after'];
 
 const NOT_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT']);
 
@@ -86,12 +86,13 @@ export function createRemoteDb({ url, rootKey }: { url: string; rootKey: Buffer 
   return {
     async handle(req: DbRequest): Promise<DbResponse> {
       if (req.upload) return forwardUpload(pool, token, req);
-      const viaChannel = req.op === 'snapshot' ? null : channel.trySend(req);
+      const streamed = req.op === 'snapshot' || req.op === 'export'; // files come over HTTP, as they are made
+      const viaChannel = streamed ? null : channel.trySend(req);
       if (viaChannel) return viaChannel;
       const headers: Record<string, string> = { 'x-scopebase-org': req.org, [PROXY_TOKEN_HEADER]: token, 'x-request-id': req.requestId, 'content-type': 'application/json' };
       if (req.authorization !== undefined) headers.authorization = req.authorization;
       const options = { method: 'POST' as const, path: `/${req.repo}/_db/${encodeURIComponent(req.op)}`, headers, body: req.body };
-      if (req.op !== 'snapshot') return dispatchBuffered(pool, options);
+      if (!streamed) return dispatchBuffered(pool, options);
       let res;
       try {
         res = await pool.request(options);

@@ -4,8 +4,8 @@ import { parseJsonObject } from '../shared/http.ts';
 import { checkDatabase } from '../shared/names.ts';
 import { hasSecondStatement } from './statement-end.ts';
 
-export type Op = 'query' | 'execute' | 'migrate' | 'status' | 'changes' | 'snapshot' | 'restore';
-export const OPS: ReadonlySet<string> = new Set<Op>(['query', 'execute', 'migrate', 'status', 'changes', 'snapshot', 'restore']);
+export type Op = 'query' | 'execute' | 'migrate' | 'status' | 'changes' | 'snapshot' | 'restore' | 'export';
+export const OPS: ReadonlySet<string> = new Set<Op>(['query', 'execute', 'migrate', 'status', 'changes', 'snapshot', 'restore', 'export']);
 
 const FIELDS: Record<Op, ReadonlySet<string>> = {
   query: new Set(['database', 'sql', 'params', 'statements', 'rows']),
@@ -15,6 +15,7 @@ const FIELDS: Record<Op, ReadonlySet<string>> = {
   changes: new Set(['database', 'since', 'limit']),
   snapshot: new Set(['database']),
   restore: new Set(['database', 'toVersion', 'toTime', 'dryRun']),
+  export: new Set(['database', 'format']),
 };
 
 const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/;
@@ -25,7 +26,7 @@ export const MAX_CHANGES_PAGE = 1000;
 
 /** Parses the body; an empty body is `{}` for operations whose fields are all optional. */
 export function parseBody(op: Op, body: Buffer): Record<string, unknown> {
-  if (body.length === 0 && (op === 'status' || op === 'snapshot')) return {};
+  if (body.length === 0 && (op === 'status' || op === 'snapshot' || op === 'export')) return {};
   return parseJsonObject(body);
 }
 
@@ -77,6 +78,8 @@ export function validate(op: Op, req: Record<string, unknown>, maxStatements: nu
       seen.add(o.id);
     });
     if (req.dryRun !== undefined && typeof req.dryRun !== 'boolean') throw new ApiError('invalid_request', '"dryRun" must be true or false');
+  } else if (op === 'export') {
+    if (req.format !== undefined && req.format !== 'sqlite' && req.format !== 'sql') throw new ApiError('invalid_request', '"format" must be "sqlite" (a SQLite file) or "sql" (a SQL dump)');
   } else if (op === 'restore') {
     if ((req.toVersion === undefined) === (req.toTime === undefined)) throw new ApiError('invalid_request', 'send one of "toVersion" (a version number) or "toTime" (an ISO 8601 time such as 2026-11-22T10:00:00Z)');
     if (req.toVersion !== undefined && (typeof req.toVersion !== 'number' || !Number.isSafeInteger(req.toVersion) || req.toVersion < 0)) throw new ApiError('invalid_request', '"toVersion" must be a whole number ≥ 0');

@@ -152,7 +152,7 @@ export class DbService implements DbHandler, ChangeFeed {
     if (loopDelayMs() > this.config.db.maxLoopDelayMs) throw saturated(this.config.db.maxLoopDelayMs);
     if (name === 'pipeline') return this.pipeline(req);
     if (name === 'import') return this.importUpload(req);
-    if (name === 'unknown') throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, restore, import, changes or snapshot`);
+    if (name === 'unknown') throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, restore, import, export, changes or snapshot`);
     const op = name as Op;
     const body = parseBody(op, req.body);
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
@@ -211,6 +211,8 @@ export class DbService implements DbHandler, ChangeFeed {
       }
       case 'snapshot':
         return this.snapshot(scope, path);
+      case 'export':
+        return this.exportFile(scope, path, (body.format as 'sqlite' | 'sql' | undefined) ?? 'sqlite');
     }
   }
 
@@ -252,6 +254,24 @@ export class DbService implements DbHandler, ChangeFeed {
     const stream = createReadStream(target);
     stream.on('close', () => rmSync(target, { force: true }));
     return { status: 200, headers: { 'content-type': 'application/vnd.sqlite3', 'x-db-version': String(version) }, body: stream };
+  }
+
+  /** SPEC 4.12: a consistent, clean copy (or SQL dump) made by an executor into a file, streamed, then removed. */
+  private async exportFile(scope: Scope, path: string, format: 'sqlite' | 'sql'): Promise<DbResponse> {
+    if (!this.exists(scope)) throw notFound(scope);
+    const target = join(this.tmpDir, `export-${randomBytes(8).toString('hex')}.${format}`);
+    const res = await this.pool.read({ op: 'export', path, target, format }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
+    if (res.status !== 200) {
+      rmSync(target, { force: true });
+      return json(res);
+    }
+    const { version } = JSON.parse(res.body.toString('utf8')) as { version: number };
+    const stream = createReadStream(target);
+    stream.on('close', () => rmSync(target, { force: true }));
+    const headers = format === 'sqlite'
+      ? { 'content-type': 'application/vnd.sqlite3', 'content-disposition': `attachment; filename="${scope.database}.sqlite"` }
+      : { 'content-type': 'application/sql; charset=utf-8', 'content-disposition': `attachment; filename="${scope.database}.sql"` };
+    return { status: 200, headers: { ...headers, 'x-db-version': String(version) }, body: stream };
   }
 
   // ChangeFeed: how mirror delivery reads the change log.

@@ -10,6 +10,7 @@ import { executeGroup, migrate, type GroupContext } from './write-ops.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { beginTx, commitTx, execTx, rollbackTx } from './tx-ops.ts';
 import { historyOf, importDatabase, restore } from './history-ops.ts';
+import { exportDatabase } from './export-ops.ts';
 import { dropHistory } from '../history/archive.ts';
 import { dirname } from 'node:path';
 
@@ -47,6 +48,12 @@ function handle(frame: Frame): Buffer {
   const h = frame.header as Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
   const path = h.path as string;
   switch (h.op) {
+    case 'export': {
+      const db = open(path, false);
+      if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
+      const reply = exportDatabase(db, h.target, h.format);
+      return encodeFrame(frame.seq, { s: reply.status }, reply.body);
+    }
     case 'query': case 'status': case 'changes': case 'snapshot': {
       const db = open(path, false);
       if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);

@@ -1,6 +1,7 @@
 // Replaces a database's content with another file's (a restore, an import) as one ordinary write: one transaction
 // through the writer's own connection, so it is atomic (a kill at any moment leaves the database as it was), goes
 // through the log that history keeps, and bumps the version once. Rows keep their rowids; the change log is kept.
+import type { DatabaseSync } from 'node:sqlite';
 import type { DbHandle } from './handles.ts';
 import { INTERNAL_PREFIX } from '../sandbox.ts';
 
@@ -31,10 +32,14 @@ export function withSource<T>(h: DbHandle, source: string, fn: () => T): T {
 
 /** Copies user content (and the applied-migrations list) of attached `src` over the database's, in the open transaction. */
 export function replaceContent(h: DbHandle): { tables: string[] } {
-  const db = h.db;
+  h.sandbox.mode = 'internal';
+  return copyContent(h.db, true);
+}
+
+/** Replaces main's user objects and rows with attached `src`'s (and, with `migrations`, the applied list). */
+export function copyContent(db: DatabaseSync, migrations: boolean): { tables: string[] } {
   const run = (sql: string, ...args: (string | number)[]) => db.prepare(sql).run(...args);
   const all = <T>(sql: string) => db.prepare(sql).all() as T[];
-  h.sandbox.mode = 'internal';
   {
     // Out with the old: views and triggers, then virtual tables (their shadow tables go with them), then tables.
     const old = all<SchemaRow>("SELECT type, name, tbl_name, sql FROM main.sqlite_schema WHERE type IN ('view', 'trigger', 'table')");
@@ -53,24 +58,26 @@ export function replaceContent(h: DbHandle): { tables: string[] } {
       const exists = all(`SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = '${o.name.replaceAll("'", "''")}'`).length > 0;
       if (!exists) db.exec(o.sql!);
       else run(`DELETE FROM main.${q(o.name)}`); // a shadow table its virtual table just made
-      copyRows(h, o.name);
+      copyRows(db, o.name);
       tables.push(o.name);
     }
     if (all("SELECT 1 FROM src.sqlite_schema WHERE name = 'sqlite_sequence'").length) run('INSERT INTO main.sqlite_sequence SELECT * FROM src.sqlite_sequence');
     for (const o of objs) if (o.type === 'index' || o.type === 'trigger' || o.type === 'view') db.exec(o.sql!);
-    run('DELETE FROM main._scopebase_migrations');
-    if (all("SELECT 1 FROM src.sqlite_schema WHERE name = '_scopebase_migrations'").length) run('INSERT INTO main._scopebase_migrations SELECT * FROM src._scopebase_migrations');
+    if (migrations) {
+      run('DELETE FROM main._scopebase_migrations');
+      if (all("SELECT 1 FROM src.sqlite_schema WHERE name = '_scopebase_migrations'").length) run('INSERT INTO main._scopebase_migrations SELECT * FROM src._scopebase_migrations');
+    }
     return { tables };
   }
 }
 
 /** Copies every row, rowids included, of a table with the same definition in `src` and `main`. */
-function copyRows(h: DbHandle, table: string): void {
-  const cols = h.db.prepare(`SELECT name, type, pk, hidden FROM pragma_table_xinfo(?, 'src')`).all(table) as { name: string; type: string; pk: number; hidden: number }[];
+function copyRows(db: DatabaseSync, table: string): void {
+  const cols = db.prepare(`SELECT name, type, pk, hidden FROM pragma_table_xinfo(?, 'src')`).all(table) as { name: string; type: string; pk: number; hidden: number }[];
   const stored = cols.filter((c) => c.hidden === 0).map((c) => q(c.name));
   let withoutRowid = false;
   try {
-    h.db.prepare(`SELECT rowid FROM src.${q(table)} LIMIT 0`);
+    db.prepare(`SELECT rowid FROM src.${q(table)} LIMIT 0`);
   } catch {
     withoutRowid = true;
   }
@@ -78,5 +85,5 @@ function copyRows(h: DbHandle, table: string): void {
   const rowidAlias = pks.length === 1 && pks[0]!.type.toUpperCase() === 'INTEGER';
   const rowid = !withoutRowid && !rowidAlias;
   const list = [...(rowid ? ['rowid'] : []), ...stored].join(', ');
-  h.db.exec(`INSERT INTO main.${q(table)} (${list}) SELECT ${list} FROM src.${q(table)}`);
+  db.exec(`INSERT INTO main.${q(table)} (${list}) SELECT ${list} FROM src.${q(table)}`);
 }

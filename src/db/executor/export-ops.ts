@@ -1,0 +1,104 @@
+// SPEC 4.12 export, executor side: a consistent copy (VACUUM INTO, one read transaction) made clean — no internal
+// table, rollback-journal mode so any sqlite3 opens it — or written out as SQL text in the style of `sqlite3 .dump`.
+import { closeSync, openSync, rmSync, writeSync } from 'node:fs';
+import { DatabaseSync } from 'node:sqlite';
+import { pathToFileURL } from 'node:url';
+import { INTERNAL_PREFIX } from '../sandbox.ts';
+import type { DbHandle } from './handles.ts';
+import type { Reply } from './reply.ts';
+import { copyContent } from './install.ts';
+
+const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
+const isUser = (name: string) => !name.toLowerCase().startsWith(INTERNAL_PREFIX) && !name.startsWith('sqlite_');
+
+/** A value as a SQL literal that reads back as the same value and type. */
+export function sqlLiteral(v: unknown): string {
+  if (v === null) return 'NULL';
+  if (typeof v === 'bigint') return v.toString();
+  if (typeof v === 'number') {
+    if (Number.isNaN(v)) return 'NULL';
+    if (!Number.isFinite(v)) return v > 0 ? '1e999' : '-1e999';
+    const s = Object.is(v, -0) ? '-0.0' : String(v);
+    return /[.eE]/.test(s) ? s : `${s}.0`; // stays REAL
+  }
+  if (typeof v === 'string') {
+    const text = `'${v.replaceAll("'", "''")}'`;
+    return v.includes('\0') ? `CAST(X'${Buffer.from(v, 'utf8').toString('hex')}' AS TEXT)` : text;
+  }
+  if (v instanceof Uint8Array) return `X'${Buffer.from(v).toString('hex')}'`;
+  throw new Error(`cannot write ${typeof v} as SQL`);
+}
+
+/** Writes the SQL text of a database file to `target`, in chunks (a dump is never held whole in memory). */
+function writeDump(copy: DatabaseSync, target: string): void {
+  const fd = openSync(target, 'w', 0o600);
+  let buf: string[] = [];
+  let size = 0;
+  const out = (line: string) => {
+    buf.push(line);
+    size += line.length;
+    if (size > 1 << 20) flush();
+  };
+  const flush = () => {
+    writeSync(fd, buf.join(''));
+    buf = [];
+    size = 0;
+  };
+  try {
+    const schema = copy.prepare('SELECT type, name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY rowid').all() as { type: string; name: string; sql: string }[];
+    const virtual = schema.filter((o) => o.type === 'table' && /^CREATE\s+VIRTUAL/i.test(o.sql)).map((o) => o.name);
+    const shadow = (name: string) => virtual.some((v) => name.startsWith(`${v}_`));
+    out('PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n');
+    for (const o of schema) {
+      if (o.type !== 'table' || !isUser(o.name) || shadow(o.name)) continue;
+      out(`${o.sql};\n`);
+      // A virtual table's rows go in through the table itself (its index is rebuilt); others keep their rowids.
+      const cols = (copy.prepare('SELECT name, hidden FROM pragma_table_xinfo(?)').all(o.name) as { name: string; hidden: number }[]).filter((c) => c.hidden === 0).map((c) => q(c.name));
+      let rowid = !virtual.includes(o.name);
+      if (rowid) try { copy.prepare(`SELECT rowid FROM ${q(o.name)} LIMIT 0`); } catch { rowid = false; }
+      const hasAlias = rowid && (copy.prepare("SELECT count(*) AS n FROM pragma_table_info(?) WHERE pk = 1 AND upper(type) = 'INTEGER'").get(o.name) as { n: number }).n === 1
+        && (copy.prepare('SELECT count(*) AS n FROM pragma_table_info(?) WHERE pk > 0').get(o.name) as { n: number }).n === 1;
+      const list = [...(rowid && !hasAlias ? ['rowid'] : []), ...cols];
+      const stmt = copy.prepare(`SELECT ${list.join(', ')} FROM ${q(o.name)}`);
+      stmt.setReadBigInts(true);
+      stmt.setReturnArrays(true);
+      const into = `INSERT INTO ${q(o.name)}(${list.join(',')}) VALUES(`;
+      for (const row of stmt.iterate() as Iterable<unknown[]>) out(`${into}${row.map(sqlLiteral).join(',')});\n`);
+    }
+    if (schema.some((o) => o.name === 'sqlite_sequence')) {
+      const seq = copy.prepare('SELECT name, seq FROM sqlite_sequence').all() as { name: string; seq: number }[];
+      if (seq.length) out(`DELETE FROM sqlite_sequence;\n${seq.map((r) => `INSERT INTO sqlite_sequence VALUES(${sqlLiteral(r.name)},${r.seq});\n`).join('')}`);
+    }
+    for (const o of schema) if ((o.type === 'index' || o.type === 'trigger' || o.type === 'view') && isUser(o.name)) out(`${o.sql};\n`);
+    out('COMMIT;\n');
+    flush();
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Exports the database into `target` (a clean SQLite file, or SQL text); the reply names the version it holds.
+ * The copy is made row by row in one read transaction of the live file (rowids kept: VACUUM INTO renumbers the rows
+ * of tables without an INTEGER PRIMARY KEY), into a new file that never held an internal table.
+ */
+export function exportDatabase(h: DbHandle, target: string, format: 'sqlite' | 'sql'): Reply {
+  const file = format === 'sqlite' ? target : `${target}.sqlite`;
+  const copy = new DatabaseSync(file, { enableForeignKeyConstraints: false });
+  try {
+    copy.enableDefensive(false); // full-text indexes are copied through their shadow tables
+    const live = pathToFileURL(h.path);
+    live.searchParams.set('mode', 'ro');
+    copy.prepare('ATTACH DATABASE ? AS src').run(live.href);
+    copy.exec('BEGIN');
+    const version = Number((copy.prepare("SELECT value FROM src._scopebase_meta WHERE key = 'version'").get() as { value: number }).value);
+    copyContent(copy, false);
+    copy.exec('COMMIT');
+    copy.exec('DETACH DATABASE src');
+    if (format === 'sql') writeDump(copy, target);
+    return { status: 200, body: JSON.stringify({ path: target, version }) };
+  } finally {
+    copy.close();
+    if (format === 'sql') for (const s of ['', '-wal', '-shm', '-journal']) rmSync(file + s, { force: true });
+  }
+}

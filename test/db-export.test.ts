@@ -1,0 +1,149 @@
+// Export (SPEC 4.12) through the proxy: a clean SQLite file and a SQL dump of one consistent snapshot, with exact
+// values, that open anywhere and import back to the same content.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { request } from 'undici';
+import { startProduct, tempDir, type Product } from './helpers/product.ts';
+
+const SETUP = [
+  'CREATE TABLE todo(id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, big INTEGER, data BLOB, ratio REAL)',
+  'CREATE TABLE nokey(a, b)',
+  'CREATE TABLE pair(a INTEGER, b TEXT, v, PRIMARY KEY (a, b))',
+  'CREATE TABLE "odd ""name"""(k TEXT PRIMARY KEY, "v w") WITHOUT ROWID',
+  'CREATE INDEX todo_title ON todo(title)',
+  'CREATE VIEW titles AS SELECT title FROM todo',
+  "CREATE TRIGGER stamp AFTER INSERT ON todo BEGIN INSERT INTO nokey VALUES ('trigger', new.id); END",
+  'CREATE VIRTUAL TABLE docs USING fts5(body)',
+];
+const ROWS = [
+  { sql: 'INSERT INTO todo(title, big, data, ratio) VALUES (?, ?, ?, ?)', params: ["it's \"one\"\nwith a newline", { $bigint: '-9223372036854775808' }, { $blob: 'AP8K' }, 0.1] },
+  { sql: 'INSERT INTO todo(title, big, data, ratio) VALUES (?, ?, ?, ?)', params: ['ünïcödé ✓', { $bigint: '9223372036854775807' }, null, 1e300] },
+  { sql: 'INSERT INTO todo(title, ratio) VALUES (?, ?)', params: ['whole', 2.0] },
+  { sql: 'DELETE FROM nokey WHERE b = 2' },
+  { sql: 'INSERT INTO pair VALUES (1, ?, ?)', params: ['a', 'x'] },
+  { sql: 'INSERT INTO "odd ""name"""("k", "v w") VALUES (?, ?)', params: ['k', 1.5] },
+  { sql: 'INSERT INTO docs VALUES (?)', params: ['the quick brown fox'] },
+];
+
+/** Every user object and every row (rowids included where they exist) of a local database file. */
+function content(db: DatabaseSync): unknown {
+  const objects = (db.prepare("SELECT type, name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite%' ORDER BY name").all() as { type: string; name: string; sql: string }[])
+    .filter((o) => !o.name.startsWith('_scopebase_') && !o.name.startsWith('docs_'));
+  return objects.map((o) => {
+    if (o.type !== 'table') return o;
+    let rowid = 'rowid, ';
+    try { db.prepare(`SELECT rowid FROM "${o.name.replaceAll('"', '""')}" LIMIT 0`); } catch { rowid = ''; }
+    const stmt = db.prepare(`SELECT ${rowid}* FROM "${o.name.replaceAll('"', '""')}" ORDER BY 1`);
+    stmt.setReadBigInts(true);
+    return { ...o, rows: JSON.stringify(stmt.all(), (_k, v) => (typeof v === 'bigint' ? `${v}n` : v instanceof Uint8Array ? Buffer.from(v).toString('hex') : v)) };
+  });
+}
+
+describe('export', () => {
+  let p: Product;
+  let dir: string;
+  const exportOf = async (body: Record<string, unknown>, secret?: string) => {
+    const res = await request(`${p.url}/web/_db/export`, {
+      method: 'POST', body: JSON.stringify(body),
+      headers: { host: `acme.${p.config.baseDomain}`, authorization: `Bearer ${secret ?? p.secret('acme', 'web')}`, 'content-type': 'application/json' },
+    });
+    return { status: res.statusCode, headers: res.headers, bytes: Buffer.from(await res.body.arrayBuffer()) };
+  };
+  before(async () => {
+    p = await startProduct();
+    dir = tempDir('scopebase-export-');
+    const made = await p.db('web', 'execute', { statements: [...SETUP.map((sql) => ({ sql })), ...ROWS] });
+    assert.equal(made.status, 200, made.text);
+  });
+  after(async () => {
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('sqlite: a clean file (no internal table) holding exactly the database, at the version it says', async () => {
+    const version = (await p.db('web', 'status', {})).json.version;
+    const r = await exportOf({ format: 'sqlite' });
+    assert.equal(r.status, 200, r.bytes.toString());
+    assert.equal(r.headers['content-type'], 'application/vnd.sqlite3');
+    assert.equal(r.headers['x-db-version'], String(version));
+    assert.match(String(r.headers['content-disposition']), /attachment; filename="main.sqlite"/);
+    writeFileSync(join(dir, 'export.sqlite'), r.bytes);
+    const copy = new DatabaseSync(join(dir, 'export.sqlite'), { readOnly: true });
+    assert.deepEqual(copy.prepare("SELECT name FROM sqlite_schema WHERE name LIKE '%scopebase%'").all(), [], 'no internal object');
+    assert.equal((copy.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode, 'delete', 'opens anywhere, no -wal needed');
+    assert.equal(r.bytes.includes(Buffer.from('database.changed')), false, 'no trace of the change log in free pages');
+    const live = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'main.sqlite'), { readOnly: true });
+    assert.deepEqual(content(copy), content(live));
+    copy.close();
+    live.close();
+  });
+
+  test('sql: a dump that sqlite3 and import both load back to the same content, with exact values', async () => {
+    const r = await exportOf({ format: 'sql' });
+    assert.equal(r.status, 200);
+    assert.equal(r.headers['content-type'], 'application/sql; charset=utf-8');
+    const text = r.bytes.toString('utf8');
+    assert.match(text, /^PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n/);
+    assert.match(text, /COMMIT;\n$/);
+    assert.doesNotMatch(text, /_scopebase_/);
+    assert.match(text, /-9223372036854775808/);
+    assert.match(text, /X'00ff0a'/);
+    const local = new DatabaseSync(':memory:');
+    local.exec(text);
+    const live = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'main.sqlite'), { readOnly: true });
+    assert.deepEqual(content(local), content(live), 'the dump rebuilds the same content');
+    assert.deepEqual(local.prepare("SELECT rowid FROM docs WHERE docs MATCH 'fox'").all().length, 1, 'full-text search works on the rebuilt table');
+    const imported = await p.call('/web/_db/import?database=again', { method: 'POST', rawBody: r.bytes, headers: { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/sql' } });
+    assert.equal(imported.status, 200, imported.text);
+    const again = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'again.sqlite'), { readOnly: true });
+    assert.deepEqual(content(again), content(live), 'export → import is the identity');
+    let sqlite3: string | null = null;
+    try { sqlite3 = execFileSync('which', ['sqlite3'], { encoding: 'utf8' }).trim(); } catch { /* not installed */ }
+    if (sqlite3) {
+      writeFileSync(join(dir, 'dump.sql'), text);
+      execFileSync(sqlite3, [join(dir, 'shell.sqlite'), `.read ${join(dir, 'dump.sql')}`]);
+      const shell = new DatabaseSync(join(dir, 'shell.sqlite'), { readOnly: true });
+      assert.deepEqual(content(shell), content(live), 'the sqlite3 shell loads it too');
+    }
+    for (const db of [local, live, again]) db.close();
+  });
+
+  test('consistent while writes go on: each write adds two rows, every export holds an even count', async () => {
+    await p.db('web', 'execute', { sql: 'CREATE TABLE pairs(n)' });
+    let stop = false;
+    const writer = (async () => {
+      while (!stop) await p.db('web', 'execute', { statements: [{ sql: 'INSERT INTO pairs VALUES (1)' }, { sql: 'INSERT INTO pairs VALUES (2)' }] });
+    })();
+    try {
+      for (let i = 0; i < 5; i++) {
+        const r = await exportOf({ format: i % 2 ? 'sql' : 'sqlite' });
+        assert.equal(r.status, 200);
+        const file = join(dir, `c${i}.${i % 2 ? 'sql' : 'sqlite'}`);
+        writeFileSync(file, r.bytes);
+        const db = i % 2 ? new DatabaseSync(':memory:') : new DatabaseSync(file, { readOnly: true });
+        if (i % 2) db.exec(r.bytes.toString('utf8'));
+        const n = Number((db.prepare('SELECT count(*) AS n FROM pairs').get() as { n: number }).n);
+        assert.equal(n % 2, 0, `export ${i}: ${n} rows`);
+        db.close();
+      }
+    } finally {
+      stop = true;
+      await writer;
+    }
+    assert.deepEqual(readdirSync(join(p.dataDir, 'tmp')), [], 'export files are removed once sent');
+  });
+
+  test('refusals: format, secret, missing database', async () => {
+    const bad = await exportOf({ format: 'csv' });
+    assert.equal(bad.status, 400);
+    assert.match(JSON.parse(bad.bytes.toString()).error.message, /"format" must be/);
+    assert.equal((await exportOf({}, 'wrong')).status, 401);
+    const missing = await exportOf({ database: 'nothere' });
+    assert.equal(missing.status, 404);
+    assert.equal(JSON.parse(missing.bytes.toString()).error.code, 'database_not_found');
+  });
+});
