@@ -12,6 +12,7 @@ import { addShellCommand } from './shell.ts';
 import { addRotateKeysCommand } from './rotate-keys.ts';
 import { addHistoryCommands } from './history.ts';
 import { addTransferCommands } from './transfer.ts';
+import { addBackupCommands } from './backup.ts';
 
 const FOOTER = `
 Exit codes: 0 success, 1 the server said no, 2 usage error, 3 cannot reach the server, 78 configuration error.
@@ -52,6 +53,7 @@ export function buildProgram(): Command {
   addMigrateCommand(program);
   addHistoryCommands(program);
   addTransferCommands(program);
+  addBackupCommands(program);
   return program;
 }
 
