@@ -7,6 +7,7 @@ import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
+import { executorPids } from './helpers/processes.ts';
 
 const SQLITE = 'application/vnd.sqlite3';
 
@@ -158,6 +159,39 @@ COMMIT;
     assert.equal(created.status, 400);
     assert.equal((await p.db('bad', 'status', { database: 'fresh' })).json.exists, false, 'a refused create leaves no database');
     assert.deepEqual(readdirSync(join(p.dataDir, 'tmp')), [], 'no upload is left behind');
+  });
+
+  test('kill -9 of every executor during an import: the database is as before or fully imported, never in between', async () => {
+    const path = join(dir, 'big.sqlite');
+    const big = new DatabaseSync(path);
+    big.exec('CREATE TABLE big(id INTEGER PRIMARY KEY, pad); WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 60000) INSERT INTO big SELECT n, randomblob(8) FROM c');
+    big.close();
+    const bytes = readFileSync(path);
+    const made = await p.db('kill', 'execute', { statements: [{ sql: 'CREATE TABLE big(id INTEGER PRIMARY KEY, pad)' }, { sql: 'INSERT INTO big VALUES (1, 0)' }] });
+    const outcomes = new Set<string>();
+    for (const delay of [30, 60, 120]) {
+      const before = (await p.db('kill', 'status', {})).json.version;
+      const pending = upload(p, 'kill', 'mode=replace', bytes);
+      await new Promise((r) => setTimeout(r, delay));
+      for (const pid of executorPids()) {
+        try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+      }
+      await pending;
+      const r = await p.db('kill', 'query', { sql: 'SELECT count(*) FROM big' });
+      assert.equal(r.status, 200, r.text);
+      const rows = r.json.results[0].rows[0][0];
+      if (rows === 60000) {
+        assert.equal(r.json.version, before + 1);
+        outcomes.add('imported');
+      } else {
+        assert.equal(rows, 1, `in between: ${rows} rows`);
+        assert.equal(r.json.version, before);
+        outcomes.add('not imported');
+      }
+      assert.deepEqual((await p.db('kill', 'query', { sql: 'PRAGMA integrity_check' })).json.results[0].rows, [['ok']]);
+      if (rows === 60000) await p.db('kill', 'execute', { statements: [{ sql: 'DELETE FROM big' }, { sql: 'INSERT INTO big VALUES (1, 0)' }] });
+    }
+    assert.ok(made.status === 200 && outcomes.size > 0);
   });
 
   test('an upload cut off midway changes nothing and leaves no file', async () => {

@@ -118,6 +118,7 @@ export async function startCommand(part: Part): Promise<number> {
   const config = loadConfig();
   ownerOnly(config.dataDir);
   const logger = createLogger(config.logLevel);
+  for (const warning of config.warnings) logger.warn(warning);
   let running: Running;
   try {
     running = await startParts(part, config, logger);
@@ -155,5 +156,6 @@ function printBanner(running: Running, config: Config): void {
     );
   }
   if (running.mirrorUrl) lines.push(`  reference mirror: ${running.mirrorUrl}`);
+  for (const warning of config.warnings) lines.push(`  warning: ${warning}`);
   process.stderr.write(lines.join('\n') + '\n');
 }

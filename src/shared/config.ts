@@ -68,7 +68,11 @@ export interface Config {
   /** When a part runs as its own process, where the proxy reaches it. */
   services: { dbUrl: string | null; accountUrl: string | null };
   logLevel: string;
+  /** Set variables that look like settings but are not (typos): said at start, never fatal. */
+  warnings: string[];
 }
+
+import { recordingReads, unknownVariables } from './config-names.ts';
 
 export class ConfigError extends Error {}
 
@@ -200,7 +204,13 @@ function parseTrustedProxies(raw: string | undefined): string[] {
   });
 }
 
-export function loadConfig(env: Env = process.env): Config {
+export function loadConfig(given: Env = process.env): Config {
+  const { env, read } = recordingReads(given);
+  const config = readConfig(env);
+  return { ...config, warnings: unknownVariables(given, read) };
+}
+
+function readConfig(env: Env): Omit<Config, 'warnings'> {
   const production = env.NODE_ENV === 'production';
   const dataDir = resolve(str(env, 'DATA_DIR') ?? './data');
   const baseDomain = (str(env, 'BASE_DOMAIN') ?? 'localhost').toLowerCase();
@@ -209,6 +219,7 @@ export function loadConfig(env: Env = process.env): Config {
   if (sync !== 'full' && sync !== 'normal') fail('DB_SYNC', `must be "full" or "normal", got ${JSON.stringify(sync.slice(0, 20))}`);
   const oidcIssuer = url(env, 'ACCOUNT_OIDC_ISSUER');
   const oidcClientId = str(env, 'ACCOUNT_OIDC_CLIENT_ID');
+  const oidcClientSecret = str(env, 'ACCOUNT_OIDC_CLIENT_SECRET'); // read always: an unread variable is taken for a typo
   if ((oidcIssuer === undefined) !== (oidcClientId === undefined)) fail(oidcIssuer ? 'ACCOUNT_OIDC_CLIENT_ID' : 'ACCOUNT_OIDC_ISSUER', 'ACCOUNT_OIDC_ISSUER and ACCOUNT_OIDC_CLIENT_ID go together');
   const ghId = str(env, 'ACCOUNT_GITHUB_CLIENT_ID');
   const ghSecret = str(env, 'ACCOUNT_GITHUB_CLIENT_SECRET');
@@ -263,7 +274,7 @@ export function loadConfig(env: Env = process.env): Config {
       },
     },
     account: {
-      oidc: oidcIssuer && oidcClientId ? { issuer: oidcIssuer, clientId: oidcClientId, clientSecret: str(env, 'ACCOUNT_OIDC_CLIENT_SECRET') } : null,
+      oidc: oidcIssuer && oidcClientId ? { issuer: oidcIssuer, clientId: oidcClientId, clientSecret: oidcClientSecret } : null,
       github: ghId && ghSecret ? { clientId: ghId, clientSecret: ghSecret } : null,
       encryptionKeys: keyList(env, 'ACCOUNT_ENCRYPTION_KEYS', dataDir, production, 'account-encryption.key', parseEncryptionKeys),
       sessionTtlMs: parseDuration('ACCOUNT_SESSION_TTL', str(env, 'ACCOUNT_SESSION_TTL') ?? '14d'),

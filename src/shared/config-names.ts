@@ -1,0 +1,31 @@
+// Variables with one of the product's prefixes that nothing reads are almost always typos (DB_SYNCC): each is named
+// with the closest variable the configuration does read, so a setting that silently did nothing is caught at start.
+const PREFIXES = /^(DB|ACCOUNT|MIRROR)_/;
+
+/** Edit distance (insertions, deletions, substitutions), for names of a few dozen characters. */
+function distance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) row.push(Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1)));
+    prev = row;
+  }
+  return prev[b.length]!;
+}
+
+/** An env whose reads are recorded: every name the configuration looks at, set or not. */
+export function recordingReads<T extends Record<string, string | undefined>>(env: T): { env: T; read: Set<string> } {
+  const read = new Set<string>();
+  const proxy = new Proxy(env, { get: (target, name) => (typeof name === 'string' && read.add(name), target[name as keyof T]) });
+  return { env: proxy, read };
+}
+
+/** One warning per set variable with a product prefix that was never read, naming the closest one that is. */
+export function unknownVariables(env: Record<string, string | undefined>, read: ReadonlySet<string>): string[] {
+  const known = [...read].filter((n) => PREFIXES.test(n));
+  return Object.keys(env).filter((n) => PREFIXES.test(n) && !read.has(n)).sort().map((name) => {
+    const best = known.map((k) => ({ k, d: distance(name, k) })).sort((a, b) => a.d - b.d)[0];
+    const hint = best && best.d <= Math.max(2, Math.floor(name.length / 4)) ? `; did you mean ${best.k}?` : '';
+    return `${name} is not a scopebase setting and does nothing${hint}`;
+  });
+}

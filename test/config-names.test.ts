@@ -1,0 +1,37 @@
+// A setting with a typo must not silently do nothing: unknown DB_/ACCOUNT_/MIRROR_ variables are named at start,
+// with the closest real one; every variable README documents is one the configuration reads.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { loadConfig } from '../src/shared/config.ts';
+import { spawnProduct, tempDir, testEnv } from './helpers/product.ts';
+
+test('a typo is named with the closest known variable; a far-off name gets no guess', () => {
+  const config = loadConfig(testEnv(tempDir(), { DB_SYNCC: 'normal', ACCOUNT_SESION_TTL: '1d', MIRROR_ZEBRA: '1', UNRELATED_THING: 'x' }));
+  assert.deepEqual(config.warnings, [
+    'ACCOUNT_SESION_TTL is not a scopebase setting and does nothing; did you mean ACCOUNT_SESSION_TTL?',
+    'DB_SYNCC is not a scopebase setting and does nothing; did you mean DB_SYNC?',
+    'MIRROR_ZEBRA is not a scopebase setting and does nothing',
+  ]);
+  assert.equal(config.db.sync, 'full', 'the typo did not set DB_SYNC');
+});
+
+test('every DB_, ACCOUNT_ and MIRROR_ variable in README is one the configuration reads', () => {
+  const readme = readFileSync('README.md', 'utf8');
+  const documented = new Set([...readme.matchAll(/`((?:DB|ACCOUNT|MIRROR)_[A-Z0-9_]+)`/g)].map((m) => m[1]!));
+  assert.ok(documented.size > 20, `found ${documented.size}`);
+  const env = testEnv(tempDir());
+  for (const name of documented) env[name] ??= ''; // empty is "unset": the defaults apply, nothing fails
+  assert.deepEqual(loadConfig(env).warnings, []);
+});
+
+test('start says it in its banner and its log', async () => {
+  const dir = tempDir();
+  const p = await spawnProduct(testEnv(dir, { PORT: '0', ADMIN_PORT: '0', LOG_LEVEL: 'warn', DB_QUERY_TIMEOUT: '100' }));
+  try {
+    assert.match(p.stderr(), /warning: DB_QUERY_TIMEOUT is not a scopebase setting and does nothing; did you mean DB_QUERY_TIMEOUT_MS\?/);
+    assert.match(p.stdout(), /"level":40.*DB_QUERY_TIMEOUT is not a scopebase setting/);
+  } finally {
+    p.killAll();
+  }
+});
