@@ -13,7 +13,7 @@ import {
 } from '../src/client/index.ts';
 
 test('query, read, execute, batch, migrate and status against the product, with typed rows and exact values', async () => {
-  const p = await startProduct({ DB_QUERY_TIMEOUT_MS: '200' });
+  const p = await startProduct({ DB_QUERY_TIMEOUT_MS: '1000' }); // the runaway below stops at 1 s; a first write's fsyncs fit
   const dir = tempDir('scopebase-client-');
   try {
     const port = new URL(p.url).port;

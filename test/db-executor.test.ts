@@ -225,14 +225,15 @@ describe('a held write lane (interactive transactions)', () => {
 
 describe('a slow-starting executor', () => {
   test('the time a process takes to load is not charged to the statement it was sent', async () => {
-    // A loaded machine can take longer to start a process than a short DB_QUERY_TIMEOUT_MS: here each start takes 700 ms.
+    // A loaded machine can take longer to start a process than a short DB_QUERY_TIMEOUT_MS: here each start takes 2.5 s,
+    // against a budget of 1 s (enough for the first write's fsyncs on a busy CI disk).
     const dir = tempDir('scopebase-slow-start-');
     const slow = join(dir, 'slow.mjs');
     mkdirSync(dir, { recursive: true });
-    writeFileSync(slow, 'const end = Date.now() + 700; while (Date.now() < end);\n');
+    writeFileSync(slow, 'const end = Date.now() + 2500; while (Date.now() < end);\n');
     const saved = process.env.SCOPEBASE_EXECUTOR_NODE_ARGS;
     process.env.SCOPEBASE_EXECUTOR_NODE_ARGS = `--import ${slow}`;
-    const p = await startProduct({ DB_QUERY_TIMEOUT_MS: '200', DB_EXECUTORS: '1' });
+    const p = await startProduct({ DB_QUERY_TIMEOUT_MS: '1000', DB_EXECUTORS: '1' });
     try {
       const made = await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
       assert.equal(made.status, 200, made.text);
