@@ -1,143 +1,263 @@
-// SPEC 9.2: `scopebase backup|restore|verify` as subprocesses against a live instance's DATA_DIR, writes going on.
-import { after, before, describe, test } from 'node:test';
+// SPEC 9.2: `scopebase backup|restore|verify` as a subprocess against the real product and real files: a backup
+// taken while writes go on restores to exactly what was committed, and a damaged backup is refused by name.
+import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
+import { describeIoError } from '../src/cli/backup-manifest.ts';
 
 interface Run { code: number; stdout: string; stderr: string }
 
-function cli(args: string[], dataDir: string): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, ['src/cli/main.ts', ...args], { env: { ...process.env, DATA_DIR: dataDir } }, (err, stdout, stderr) => {
-      resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
-  });
+let p: Product;
+const work = tempDir('scopebase-backup-');
+
+/** Runs the CLI asynchronously: the product under test runs in this process and must keep answering. */
+function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  const child = spawn(process.execPath, ['src/cli/main.ts', ...args], { env: { ...process.env, DATA_DIR: p.dataDir, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  return new Promise((resolve) => child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr })));
 }
 
-const rowsOf = (file: string, sql: string) => {
-  const db = new DatabaseSync(file, { readOnly: true });
+function oneLine(r: Run, pattern: RegExp): void {
+  assert.equal(r.code, 1, r.stderr);
+  assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+  assert.match(r.stderr, pattern);
+  assert.doesNotMatch(r.stderr, /\n\s+at |\.ts:\d+/);
+}
+
+/** The quiet databases: name → (repo, database, rows to write). */
+const QUIET = [
+  { repo: 'web', database: 'main', rows: 5 },
+  { repo: 'web', database: 'logs', rows: 3 },
+  { repo: 'api', database: 'main', rows: 7 },
+];
+const committed = new Map<string, { rows: number; version: number }>();
+const key = (repo: string, database: string) => `${repo}/${database}`;
+
+async function write(repo: string, database: string, sql: string, params: unknown[] = []): Promise<number> {
+  const r = await p.db(repo, 'execute', { database, sql, params });
+  assert.equal(r.status, 200, r.text);
+  return r.json.version as number;
+}
+
+before(async () => {
+  p = await startProduct({ DATA_DIR: join(work, 'data') });
+  for (const q of QUIET) {
+    await write(q.repo, q.database, 'CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)');
+    let version = 0;
+    for (let i = 0; i < q.rows; i++) version = await write(q.repo, q.database, 'INSERT INTO t(v) VALUES (?)', [`${q.repo}-${i}`]);
+    committed.set(key(q.repo, q.database), { rows: q.rows, version });
+  }
+  // A bigger database that keeps being written to while the backup runs.
+  await write('busy', 'main', 'CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)');
+  await write('busy', 'main', 'WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000) INSERT INTO t(v) SELECT randomblob(1000) FROM n');
+});
+after(async () => {
+  await p.close();
+  rmSync(work, { recursive: true, force: true });
+});
+
+async function readBack(q: Product, repo: string, database: string): Promise<{ rows: number; version: number }> {
+  const r = await q.db(repo, 'query', { database, sql: 'SELECT count(*) FROM t' });
+  assert.equal(r.status, 200, r.text);
+  return { rows: r.json.results[0].rows[0][0] as number, version: r.json.version as number };
+}
+
+test('a backup taken while writes go on restores into an empty DATA_DIR to exactly what was committed', async () => {
+  const busyBefore = await readBack(p, 'busy', 'main');
+  let stop = false;
+  let writes = 0;
+  const loop = (async () => {
+    while (!stop) {
+      await write('busy', 'main', 'INSERT INTO t(v) VALUES (randomblob(100))');
+      await write('web', 'main', 'UPDATE t SET v = v WHERE 0'); // changes nothing: the version stays
+      writes++;
+    }
+  })();
+  const b = await cli(['backup', join(work, 'b1')]);
+  const writesDuring = writes;
+  stop = true;
+  await loop;
+  assert.equal(b.code, 0, b.stderr);
+  assert.ok(writesDuring > 0, 'writes went on during the backup');
+  assert.equal(b.stdout.trim(), join(work, 'b1'));
+  assert.match(b.stderr, /^backup complete: 4 databases \(copied 4\), 2 stores and keys, /m);
+  const busyAfter = await readBack(p, 'busy', 'main');
+
+  const manifest = JSON.parse(readFileSync(join(work, 'b1', 'manifest.json'), 'utf8'));
+  assert.deepEqual(manifest.files.map((f: { path: string }) => f.path).sort(), [
+    'accounts.sqlite', 'credentials.sqlite', 'db/acme/api/main.sqlite', 'db/acme/busy/main.sqlite', 'db/acme/web/logs.sqlite', 'db/acme/web/main.sqlite',
+  ]);
+  const web = manifest.files.find((f: { path: string }) => f.path === 'db/acme/web/main.sqlite');
+  assert.deepEqual(web.scope, { org: 'acme', repo: 'web', database: 'main' });
+  assert.equal(web.version, committed.get('web/main')!.version);
+  assert.match(web.sha256, /^[0-9a-f]{64}$/);
+  assert.equal(web.size, statSync(join(work, 'b1', web.path)).size);
+
+  const restored = join(work, 'restored');
+  const r = await cli(['restore', join(work, 'b1')], { DATA_DIR: restored });
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /restored 6 files/);
+  assert.equal(statSync(restored).mode & 0o777, 0o700);
+  assert.equal(statSync(join(restored, 'db', 'acme')).mode & 0o777, 0o700);
+  assert.equal(statSync(join(restored, 'accounts.sqlite')).mode & 0o777, 0o600);
+  assert.equal(statSync(join(restored, 'db/acme/web/main.sqlite')).mode & 0o777, 0o600);
+  assert.deepEqual(readdirSync(work).filter((n) => n.includes('.restore-') || n.includes('.partial-')), [], 'no staging folder left');
+
+  const q = await startProduct({ DATA_DIR: restored });
   try {
-    return db.prepare(sql).all();
+    for (const { repo, database } of QUIET) assert.deepEqual(await readBack(q, repo, database), committed.get(key(repo, database)), `${repo}/${database}`);
+    // The busy database is one consistent snapshot: every insert is one version, and it lies between before and after.
+    const busy = await readBack(q, 'busy', 'main');
+    assert.ok(busy.version >= busyBefore.version && busy.version <= busyAfter.version, JSON.stringify({ busy, busyBefore, busyAfter }));
+    assert.equal(busy.rows - busyBefore.rows, busy.version - busyBefore.version);
   } finally {
+    await q.close();
+  }
+});
+
+test('verify says OK for a good backup, and verify and restore name a file that was altered or is missing', async () => {
+  const ok = await cli(['verify', join(work, 'b1')]);
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.match(ok.stdout, /^OK: 6 files match the manifest/);
+
+  const altered = join(work, 'altered');
+  cpSync(join(work, 'b1'), altered, { recursive: true });
+  const fd = openSync(join(altered, 'db/acme/api/main.sqlite'), 'r+');
+  writeSync(fd, Buffer.from('x'), 0, 1, 5000); // same size, other bytes
+  closeSync(fd);
+  const v = await cli(['verify', altered]);
+  assert.match(v.stdout, /^BAD db\/acme\/api\/main\.sqlite: altered/m);
+  oneLine(v, /1 bad file\(s\): db\/acme\/api\/main\.sqlite/);
+  const target = join(work, 'never');
+  const r = await cli(['restore', altered], { DATA_DIR: target });
+  oneLine(r, /refusing to restore, nothing was written: db\/acme\/api\/main\.sqlite is altered/);
+  assert.equal(existsSync(target), false);
+
+  const missing = join(work, 'missing');
+  cpSync(join(work, 'b1'), missing, { recursive: true });
+  unlinkSync(join(missing, 'accounts.sqlite'));
+  const vm = await cli(['verify', missing]);
+  assert.match(vm.stdout, /^BAD accounts\.sqlite: missing/m);
+  oneLine(vm, /accounts\.sqlite/);
+  oneLine(await cli(['restore', missing], { DATA_DIR: target }), /accounts\.sqlite is missing/);
+  assert.equal(existsSync(target), false);
+  assert.deepEqual(readdirSync(work).filter((n) => n.includes('.restore-')), []);
+
+  oneLine(await cli(['verify', join(work, 'data')]), /has no manifest\.json/);
+});
+
+test('restore refuses a non-empty DATA_DIR unless --force, which moves the old contents aside', async () => {
+  const dir = join(work, 'occupied');
+  mkdirSync(dir);
+  writeFileSync(join(dir, 'something'), 'x');
+  oneLine(await cli(['restore', join(work, 'b1')], { DATA_DIR: dir }), /DATA_DIR .*occupied is not empty: .*--force/);
+  assert.deepEqual(readdirSync(dir), ['something']);
+  const f = await cli(['restore', join(work, 'b1'), '--force'], { DATA_DIR: dir });
+  assert.equal(f.code, 0, f.stderr);
+  assert.ok(existsSync(join(dir, 'db/acme/web/main.sqlite')));
+  const aside = readdirSync(work).find((n) => n.startsWith('occupied.before-restore-'));
+  assert.ok(aside, f.stdout);
+  assert.deepEqual(readdirSync(join(work, aside)), ['something']);
+  assert.match(f.stdout, /previous contents are in /);
+});
+
+test('--incremental copies only the databases that changed, and its backup restores completely', async () => {
+  const base = await cli(['backup', join(work, 'base'), '--json']);
+  assert.equal(base.code, 0, base.stderr);
+  assert.equal(JSON.parse(base.stdout).copied, 4);
+  const version = await write('api', 'main', 'INSERT INTO t(v) VALUES (?)', ['after the base']);
+  const inc = await cli(['backup', join(work, 'inc'), '--incremental', join(work, 'base'), '--json']);
+  assert.equal(inc.code, 0, inc.stderr);
+  const summary = JSON.parse(inc.stdout);
+  assert.deepEqual([summary.databases, summary.copied, summary.reused], [4, 1, 3]);
+  const text = await cli(['backup', join(work, 'inc2'), '--incremental', join(work, 'inc')]);
+  assert.match(text.stderr, /4 databases \(copied 0, reused 4 unchanged from /);
+
+  const v = await cli(['verify', join(work, 'inc')]);
+  assert.equal(v.code, 0, v.stdout + v.stderr);
+  const restored = join(work, 'restored-inc');
+  const r = await cli(['restore', join(work, 'inc')], { DATA_DIR: restored });
+  assert.equal(r.code, 0, r.stderr);
+  for (const [name, want] of [['api/main', committed.get('api/main')!.rows + 1], ['web/main', 5], ['web/logs', 3]] as const) {
+    const db = new DatabaseSync(join(restored, 'db/acme', `${name}.sqlite`), { readOnly: true });
+    assert.equal((db.prepare('SELECT count(*) AS n FROM t').get() as { n: number }).n, want, name);
+    if (name === 'api/main') assert.equal((db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number }).value, version);
     db.close();
   }
-};
+  assert.ok(existsSync(join(restored, 'accounts.sqlite')));
 
-describe('backup, verify, restore', () => {
-  let p: Product;
-  const work = tempDir('scopebase-backup-');
-  const dataDir = join(work, 'data');
-  before(async () => {
-    p = await startProduct({ DATA_DIR: dataDir });
-    for (const [repo, database] of [['web', 'main'], ['web', 'analytics'], ['api', 'main']] as const) {
-      const r = await p.db(repo, 'execute', { database, statements: [{ sql: 'CREATE TABLE pairs(n, note)' }, { sql: 'INSERT INTO pairs VALUES (1, ?)', params: [`${repo}/${database}`] }, { sql: 'INSERT INTO pairs VALUES (2, ?)', params: [`${repo}/${database}`] }] });
-      assert.equal(r.status, 200, r.text);
+  // A previous backup's file that no longer matches its manifest is not reused.
+  cpSync(join(work, 'inc'), join(work, 'inc-copy'), { recursive: true });
+  const fd = openSync(join(work, 'inc-copy/db/acme/web/logs.sqlite'), 'r+');
+  writeSync(fd, Buffer.from('x'), 0, 1, 5000);
+  closeSync(fd);
+  const again = await cli(['backup', join(work, 'inc3'), '--incremental', join(work, 'inc-copy')]);
+  assert.equal(again.code, 0, again.stderr);
+  assert.match(again.stderr, /db\/acme\/web\/logs\.sqlite in the previous backup is altered.*: copied afresh/);
+  assert.match(again.stderr, /copied 1, reused 3/);
+});
+
+test('a backup that fails midway exits 1 with what happened and leaves no manifest.json', async () => {
+  const data = join(work, 'broken-data');
+  mkdirSync(join(data, 'db/acme/aaa'), { recursive: true });
+  mkdirSync(join(data, 'db/acme/zzz'), { recursive: true });
+  const good = new DatabaseSync(join(data, 'db/acme/aaa/main.sqlite'));
+  good.exec('CREATE TABLE t(x); INSERT INTO t VALUES (1)');
+  good.close();
+  writeFileSync(join(data, 'db/acme/zzz/main.sqlite'), Buffer.alloc(8192, 7)); // not a database: fails after aaa was copied
+  const target = join(work, 'half');
+  oneLine(await cli(['backup', target], { DATA_DIR: data }), /backup failed, nothing was kept: not a sound SQLite database: .*zzz\/main\.sqlite/);
+  assert.equal(existsSync(join(target, 'manifest.json')), false);
+  assert.deepEqual(readdirSync(work).filter((n) => n.startsWith('half')), [], 'no partial folder left');
+
+  oneLine(await cli(['backup', '/proc/self/nope/backup']), /backup failed, nothing was kept: /);
+  oneLine(await cli(['backup', join(work, 'b1')]), /already exists and is not empty/);
+  assert.equal(describeIoError(Object.assign(new Error('write'), { code: 'ENOSPC' }), '/backups/x'), 'the disk is full: /backups/x');
+  assert.match(describeIoError(Object.assign(new Error('database or disk is full'), { errcode: 13 }), 'f'), /^the disk is full/);
+});
+
+test('a backup stopped by SIGTERM removes its half-written folder', async () => {
+  const data = join(work, 'many-data');
+  for (let r = 0; r < 8; r++) {
+    mkdirSync(join(data, `db/acme/r${r}`), { recursive: true });
+    for (let d = 0; d < 15; d++) {
+      const db = new DatabaseSync(join(data, `db/acme/r${r}/d${d}.sqlite`));
+      db.exec('CREATE TABLE t(x); INSERT INTO t VALUES (randomblob(20000))');
+      db.close();
     }
-  });
-  after(async () => {
-    await p.close();
-    rmSync(work, { recursive: true, force: true });
-  });
+  }
+  const target = join(work, 'stopped');
+  const child = spawn(process.execPath, ['src/cli/main.ts', 'backup', target], { env: { ...process.env, DATA_DIR: data }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+  while (!readdirSync(work).some((n) => n.startsWith('stopped.partial-'))) await new Promise((r) => setTimeout(r, 10));
+  child.kill('SIGTERM');
+  assert.equal(await exited, 1, stderr);
+  assert.match(stderr, /backup interrupted by SIGTERM, nothing was kept/);
+  assert.deepEqual(readdirSync(work).filter((n) => n.startsWith('stopped')), []);
+});
 
-  test('a backup taken while writes go on is consistent; verify passes; restore fills an empty DATA_DIR that starts with everything', async () => {
-    let stop = false;
-    let writes = 0;
-    const writer = (async () => {
-      while (!stop) {
-        const r = await p.db('web', 'execute', { statements: [{ sql: "INSERT INTO pairs VALUES (1, 'w')" }, { sql: "INSERT INTO pairs VALUES (2, 'w')" }] });
-        assert.equal(r.status, 200);
-        writes++;
-      }
-    })();
-    await new Promise((r) => setTimeout(r, 50));
-    const b = await cli(['backup', join(work, 'b1')], dataDir);
-    stop = true;
-    await writer;
-    assert.equal(b.code, 0, b.stderr);
-    assert.match(b.stdout, /backed up .* into .*b1: 3 databases and \d+ other files, [0-9.]+ MiB; \d+ copied, in/);
-    assert.ok(writes > 0);
-    const manifest = JSON.parse(readFileSync(join(work, 'b1', 'manifest.json'), 'utf8'));
-    const main = manifest.files.find((f: { path: string }) => f.path === 'db/acme/web/main.sqlite');
-    assert.deepEqual(main.scope, { org: 'acme', repo: 'web', database: 'main' });
-    assert.match(main.sha256, /^[0-9a-f]{64}$/);
-    assert.ok(manifest.files.some((f: { path: string }) => f.path === 'accounts.sqlite'), 'the account store is in it');
-    // Consistent: each write adds a version and two rows, so the copy's row count matches its version exactly.
-    const [{ n }] = rowsOf(join(work, 'b1', main.path), 'SELECT count(*) AS n FROM pairs') as { n: number }[];
-    assert.equal(n, 2 + 2 * (main.version - 1), `copy at version ${main.version} holds ${n} rows`);
-
-    const v = await cli(['verify', join(work, 'b1')], dataDir);
-    assert.equal(v.code, 0, v.stderr);
-    assert.match(v.stdout, /OK — \d+ files match the manifest/);
-
-    const fresh = join(work, 'restored');
-    const r = await cli(['restore', join(work, 'b1')], fresh);
-    assert.equal(r.code, 0, r.stderr);
-    assert.match(r.stdout, /restored .*b1 .* into .*restored: 3 databases/);
-    const q = await startProduct({ DATA_DIR: fresh });
-    try {
-      const status = await q.db('web', 'status', {});
-      assert.equal(status.json.version, main.version);
-      assert.equal((await q.db('web', 'query', { sql: 'SELECT count(*) FROM pairs' })).json.results[0].rows[0][0], n);
-      assert.deepEqual((await q.db('api', 'query', { sql: 'SELECT note FROM pairs ORDER BY n' })).json.results[0].rows, [['api/main'], ['api/main']]);
-      const w = await q.db('web', 'execute', { sql: "INSERT INTO pairs VALUES (3, 'after restore')" });
-      assert.equal(w.json.version, main.version + 1, 'the restored instance writes on from the backup');
-    } finally {
-      await q.close();
-    }
-    const again = await cli(['restore', join(work, 'b1')], fresh);
-    assert.equal(again.code, 1);
-    assert.match(again.stderr, /is not empty: .*--force/);
-    assert.equal((await cli(['restore', join(work, 'b1'), '--force'], fresh)).code, 0);
-  });
-
-  test('--incremental copies only what changed and is complete on its own', async () => {
-    await cli(['backup', join(work, 'full')], dataDir);
-    await p.db('api', 'execute', { sql: "INSERT INTO pairs VALUES (9, 'changed')" });
-    const inc = await cli(['backup', join(work, 'inc'), '--incremental', join(work, 'full'), '--json'], dataDir);
-    assert.equal(inc.code, 0, inc.stderr);
-    const summary = JSON.parse(inc.stdout);
-    assert.equal(summary.databases, 3);
-    assert.equal(summary.reused, 2, 'the two unchanged databases are reused');
-    assert.equal((await cli(['verify', join(work, 'inc')], dataDir)).code, 0);
-    rmSync(join(work, 'full'), { recursive: true, force: true }); // complete on its own: hard links keep the data
-    assert.equal((await cli(['verify', join(work, 'inc')], dataDir)).code, 0);
-    const into = join(work, 'from-inc');
-    assert.equal((await cli(['restore', join(work, 'inc')], into)).code, 0);
-    assert.equal((rowsOf(join(into, 'db/acme/api/main.sqlite'), "SELECT count(*) AS n FROM pairs WHERE note = 'changed'")[0] as { n: number }).n, 1);
-  });
-
-  test('a missing or altered file is named, and restore writes nothing; an interrupted backup never looks finished', async () => {
-    await cli(['backup', join(work, 'b2')], dataDir);
-    appendFileSync(join(work, 'b2', 'db/acme/web/analytics.sqlite'), 'x');
-    const v = await cli(['verify', join(work, 'b2')], dataDir);
-    assert.equal(v.code, 1);
-    assert.match(v.stderr, /db\/acme\/web\/analytics\.sqlite: \d+ bytes, the manifest says \d+/);
-    unlinkSync(join(work, 'b2', 'accounts.sqlite'));
-    const into = join(work, 'never');
-    const r = await cli(['restore', join(work, 'b2')], into);
-    assert.equal(r.code, 1);
-    assert.match(r.stderr, /refusing to restore .*nothing was written: accounts\.sqlite: missing; db\/acme\/web\/analytics\.sqlite: \d+ bytes/);
-    assert.equal(existsSync(into), false);
-
-    // A file that is not a database stops the backup midway: exit 1, one line, and no manifest.
-    mkdirSync(join(dataDir, 'db', 'acme', 'zz'), { recursive: true });
-    writeFileSync(join(dataDir, 'db', 'acme', 'zz', 'broken.sqlite'), 'not a database');
-    try {
-      const b = await cli(['backup', join(work, 'b3')], dataDir);
-      assert.equal(b.code, 1);
-      assert.match(b.stderr, /backup into .*b3 failed: .*not a database/);
-      assert.equal(existsSync(join(work, 'b3', 'manifest.json')), false);
-      const half = await cli(['verify', join(work, 'b3')], dataDir);
-      assert.equal(half.code, 1);
-      assert.match(half.stderr, /no manifest\.json: it is not a finished backup/);
-    } finally {
-      rmSync(join(dataDir, 'db', 'acme', 'zz'), { recursive: true, force: true });
-    }
-    const nonEmpty = await cli(['backup', join(work, 'b2')], dataDir);
-    assert.equal(nonEmpty.code, 2);
-    assert.match(nonEmpty.stderr, /is not empty/);
-  });
+test('the development key files in DATA_DIR are backed up and restored byte for byte, owner-only', async () => {
+  const data = join(work, 'keys-data');
+  mkdirSync(join(data, 'db/acme/web'), { recursive: true });
+  writeFileSync(join(data, 'runtime-root.key'), `${'c'.repeat(64)}\n`, { mode: 0o600 });
+  writeFileSync(join(data, 'account-encryption.key'), `${'d'.repeat(64)}\n`, { mode: 0o600 });
+  new DatabaseSync(join(data, 'db/acme/web/main.sqlite')).close();
+  const b = await cli(['backup', join(work, 'keys'), '--json'], { DATA_DIR: data });
+  assert.equal(b.code, 0, b.stderr);
+  const files = JSON.parse(b.stdout).manifest as { path: string; kind: string }[];
+  assert.deepEqual(files.filter((f) => f.kind === 'key').map((f) => f.path), ['runtime-root.key', 'account-encryption.key']);
+  assert.doesNotMatch(b.stdout + b.stderr, /cccc|dddd/, 'no key in the output');
+  assert.equal(statSync(join(work, 'keys', 'runtime-root.key')).mode & 0o777, 0o600);
+  const restored = join(work, 'keys-restored');
+  assert.equal((await cli(['restore', join(work, 'keys')], { DATA_DIR: restored })).code, 0);
+  assert.equal(readFileSync(join(restored, 'account-encryption.key'), 'utf8'), `${'d'.repeat(64)}\n`);
 });

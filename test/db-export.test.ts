@@ -134,6 +134,8 @@ describe('export', () => {
       stop = true;
       await writer;
     }
+    // The file goes when its stream closes, a moment after the last byte reached the client.
+    for (let i = 0; i < 50 && readdirSync(join(p.dataDir, 'tmp')).length > 0; i++) await new Promise((r) => setTimeout(r, 20));
     assert.deepEqual(readdirSync(join(p.dataDir, 'tmp')), [], 'export files are removed once sent');
   });
 

@@ -215,7 +215,10 @@ test('events past retention are skipped to the oldest kept, and the gap is repor
   feed.prune(scopeOf(), 6); // retention dropped 1..6 (only possible if retention ignored the floor)
   receiver.behaviour = (_req, res) => void res.writeHead(200).end();
   await waitFor(() => w.states(scopeOf(), 10)[0]!.deliveredVersion === 10, 3000, 'delivered');
-  assert.deepEqual(receiver.versions(), range(7, 10));
+  // The attempt in flight when the log was cut (version 1, already read) may still land; nothing else before 7 does.
+  const got = receiver.versions();
+  assert.deepEqual(got.filter((v) => v >= 7), range(7, 10));
+  assert.ok(got.filter((v) => v < 7).length <= 1 && got.every((v) => v === 1 || v >= 7), `delivered ${got}`);
 });
 
 test('CPU pressure: delivery yields while serving is busy and the rest of the machine keeps its cores busy; resumes below lower marks', () => {

@@ -1,195 +1,343 @@
-// `scopebase backup|restore|verify` (SPEC 9.2): whole-instance backups of DATA_DIR, taken while the service serves.
-// Each SQLite file is copied with SQLite's online backup in one step (a consistent snapshot, never a raw copy of a
-// live file); the manifest is written last, so an interrupted backup never looks finished.
+// `scopebase backup|restore|verify` (SPEC 9.2): whole-instance copies taken with SQLite's online backup while the
+// service serves, a manifest with every file's SHA-256, and a restore that checks everything before writing anything.
+import { chmodSync, copyFileSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, closeSync, readdirSync, renameSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { copyFileSync, existsSync, linkSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import { backup as sqliteBackup, DatabaseSync } from 'node:sqlite';
 import type { Command } from 'commander';
-import { CliError, EXIT, printJson, usageError } from './output.ts';
-import { instanceFiles, MANIFEST, problems, readManifest, scopeOf, sha256File, versionOf, type Manifest, type ManifestFile } from './backup-files.ts';
+import { Layout } from '../db/layout.ts';
+import { CliError, EXIT, printJson } from './output.ts';
+import {
+  FORMAT, FORMAT_VERSION, MANIFEST, bytes, checkBackup, checkFile, describeIoError, readManifest, sha256File,
+  type FileKind, type Manifest, type ManifestFile,
+} from './backup-manifest.ts';
 
-const dataDirOf = () => resolve(process.env.DATA_DIR || './data');
-const mib = (n: number) => `${(n / 1048576).toFixed(1)} MiB`;
+type Env = Record<string, string | undefined>;
+type Out = NodeJS.WritableStream & { isTTY?: boolean };
 
-/** A line every second on a terminal ("copied 120/3400 files, 1.2 MiB"); nothing when output goes to a file. */
-function progress(what: string, total: number): { tick: (done: number, bytes?: number) => void; end: () => void } {
-  let last = 0;
-  const tty = process.stderr.isTTY === true;
-  return {
-    tick(done, bytes) {
-      if (!tty || Date.now() - last < 1000) return;
-      last = Date.now();
-      process.stderr.write(`\r${what} ${done}/${total} files${bytes === undefined ? '' : `, ${mib(bytes)}`}   `);
-    },
-    end() {
-      if (tty && last > 0) process.stderr.write('\n');
-    },
-  };
+/** The stores beside the databases, and the development keys generated into DATA_DIR (config.ts). */
+const STORES: { file: string; kind: FileKind }[] = [
+  { file: 'accounts.sqlite', kind: 'account' },
+  { file: 'credentials.sqlite', kind: 'credentials' },
+  { file: 'mirrors.sqlite', kind: 'mirror' },
+  { file: 'runtime-root.key', kind: 'key' },
+  { file: 'account-encryption.key', kind: 'key' },
+];
+
+/** One step copies the whole file, so the copy is one read transaction's snapshot (a multi-step copy restarts on every write). */
+const WHOLE_FILE = 2 ** 31 - 1;
+
+interface Source { abs: string; rel: string; kind: FileKind; scope?: ManifestFile['scope'] }
+
+/** DATA_DIR as the server reads it, without generating keys into it as loadConfig would. */
+export function dataDirOf(env: Env): string {
+  return resolve(env.DATA_DIR || './data');
 }
 
-function failed(e: unknown, doing: string): CliError {
-  const code = (e as NodeJS.ErrnoException).code;
-  if (code === 'ENOSPC') return new CliError(EXIT.refused, `${doing}: the disk is full; nothing was finished (no ${MANIFEST} was written)`);
-  if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') return new CliError(EXIT.refused, `${doing}: not allowed to write there (${code})`);
-  return new CliError(EXIT.refused, `${doing}: ${(e as Error).message}`);
-}
-
-/** Copies one SQLite file consistently, as a rollback-journal file any sqlite3 opens without its -wal. */
-async function copySqlite(from: string, to: string): Promise<void> {
-  const source = new DatabaseSync(from, { readOnly: true });
-  try {
-    await sqliteBackup(source, to, { rate: 2_147_483_647 }); // one step: a snapshot, never restarted by a write
-  } finally {
-    source.close();
+async function sources(dataDir: string): Promise<Source[]> {
+  const out: Source[] = [];
+  const dbRoot = join(dataDir, 'db');
+  const scopes = [];
+  for await (const s of new Layout(dbRoot).all()) scopes.push(s);
+  scopes.sort((a, b) => `${a.org}/${a.repo}/${a.database}`.localeCompare(`${b.org}/${b.repo}/${b.database}`));
+  for (const s of scopes) {
+    const rel = `db/${s.org}/${s.repo}/${s.database}.sqlite`;
+    out.push({ abs: join(dataDir, rel), rel, kind: 'database', scope: { org: s.org, repo: s.repo, database: s.database } });
   }
-  const copy = new DatabaseSync(to);
+  for (const { file, kind } of STORES) if (existsSync(join(dataDir, file))) out.push({ abs: join(dataDir, file), rel: file, kind });
+  return out;
+}
+
+/** "copied 120/3400 databases (1.2 GiB)" once a second on a terminal; nothing when stderr is not one. */
+class Progress {
+  private last = Date.now();
+  private readonly out: Out;
+  private readonly verb: string;
+  constructor(out: Out, verb: string) {
+    this.out = out;
+    this.verb = verb;
+  }
+  tick(done: number, total: number, size: number): void {
+    if (this.out.isTTY !== true || Date.now() - this.last < 1000) return;
+    this.last = Date.now();
+    this.out.write(`${this.verb} ${done}/${total} files (${bytes(size)})\n`);
+  }
+}
+
+function isEmptyDir(path: string): boolean {
+  return readdirSync(path).length === 0;
+}
+
+function syncFile(path: string): void {
+  const fd = openSync(path, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function versionOf(db: DatabaseSync): number | undefined {
+  try {
+    const row = db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number | bigint } | undefined;
+    return row === undefined ? undefined : Number(row.value);
+  } catch {
+    return undefined; // a database never written to has no meta table yet
+  }
+}
+
+function fileId(path: string): string {
+  const st = statSync(path);
+  return `${st.dev}:${st.ino}:${Math.round(st.birthtimeMs)}`;
+}
+
+/** The online copy: one read snapshot of the live file, then made a plain rollback-journal file so it reads without -wal/-shm. */
+async function copySqlite(src: DatabaseSync, dest: string): Promise<number | undefined> {
+  await sqliteBackup(src, dest, { rate: WHOLE_FILE });
+  const copy = new DatabaseSync(dest);
   try {
     copy.exec('PRAGMA journal_mode=DELETE');
+    return versionOf(copy);
   } finally {
     copy.close();
   }
 }
 
-async function runBackup(target: string, previous: string | undefined, json: boolean): Promise<void> {
-  const dataDir = dataDirOf();
-  if (!existsSync(dataDir)) throw new CliError(EXIT.config, `DATA_DIR ${dataDir} does not exist: nothing to back up`);
-  if (existsSync(target) && readdirSync(target).length > 0) throw usageError(`${target} is not empty: back up into a new directory`);
-  const prev = previous === undefined ? null : readManifest(previous);
-  const before = new Map((prev?.files ?? []).map((f) => [f.path, f]));
-  const files = instanceFiles(dataDir);
-  const started = Date.now();
-  const bar = progress('backed up', files.length);
-  const out: ManifestFile[] = [];
+/** mkdir -p by hand: Node's recursive mkdir never returns for some paths (e.g. under /proc). */
+function makeDirs(path: string): void {
+  const missing: string[] = [];
+  for (let d = path; !existsSync(d) && dirname(d) !== d; d = dirname(d)) missing.push(d);
+  for (const d of missing.reverse()) mkdirSync(d, { mode: 0o700 });
+}
+
+function place(path: string): void {
+  makeDirs(dirname(path));
+}
+
+/** copied and reused count databases; the stores and keys are always copied. */
+export interface BackupResult { dir: string; manifest: Manifest; copied: number; reused: number; bytes: number }
+
+export async function runBackup(dir: string, opts: { incremental?: string; env?: Env; progress?: Out } = {}): Promise<BackupResult> {
+  const dataDir = dataDirOf(opts.env ?? process.env);
+  if (!existsSync(dataDir)) throw new CliError(EXIT.config, `DATA_DIR ${dataDir} does not exist: set DATA_DIR to the folder the server uses`);
+  const target = resolve(dir);
+  if (target === dataDir || target.startsWith(dataDir + sep)) throw new CliError(EXIT.usage, `${target} is inside DATA_DIR: write the backup somewhere else`);
+  if (existsSync(target) && !isEmptyDir(target)) throw new CliError(EXIT.refused, `${target} already exists and is not empty: give a new folder for each backup`);
+  const previous = opts.incremental === undefined ? undefined : resolve(opts.incremental);
+  const prev = previous === undefined ? undefined : readManifest(previous);
+  const prevByPath = new Map((prev?.files ?? []).map((f) => [f.path, f]));
+
+  const list = await sources(dataDir);
+  const progress = new Progress(opts.progress ?? process.stderr, 'copied');
+  // Written under another name and renamed at the end: a half backup (disk full, killed) never looks complete.
+  const partial = `${target}.partial-${randomBytes(4).toString('hex')}`;
+  const files: ManifestFile[] = [];
   let copied = 0;
   let reused = 0;
-  let bytes = 0;
-  mkdirSync(target, { recursive: true, mode: 0o700 });
+  let total = 0;
+  let current = target;
+  // Ctrl-C or a stop: finish the file in flight (SQLite is writing it), then remove the half-written folder.
+  let stopBy: NodeJS.Signals | undefined;
+  const interrupted = (signal: NodeJS.Signals) => {
+    if (stopBy) process.exit(EXIT.refused); // asked twice: go now (the folder has no manifest)
+    stopBy = signal;
+    process.stderr.write(`scopebase: ${signal}: stopping after the current file\n`);
+  };
+  process.on('SIGINT', interrupted).on('SIGTERM', interrupted);
   try {
-    for (const [i, f] of files.entries()) {
-      bar.tick(i, bytes);
-      const from = join(dataDir, f.path);
-      const to = join(target, f.path);
-      mkdirSync(dirname(to), { recursive: true, mode: 0o700 });
-      let entry: ManifestFile | undefined;
-      const old = before.get(f.path);
-      if (f.kind === 'database' && old?.version !== undefined && old.version === versionOf(from)) {
-        // Unchanged since the previous backup (same version): its file is reused, after its checksum is checked.
-        const was = join(previous!, f.path);
-        if (existsSync(was) && statSync(was).size === old.size && sha256File(was) === old.sha256) {
-          try {
-            linkSync(was, to);
-          } catch {
-            copyFileSync(was, to);
+    makeDirs(dirname(partial));
+    mkdirSync(partial, { mode: 0o700 });
+    for (const s of list) {
+      if (stopBy) throw new CliError(EXIT.refused, `backup interrupted by ${stopBy}, nothing was kept`);
+      current = `copying ${s.abs} to ${join(target, s.rel)}`;
+      const dest = join(partial, s.rel);
+      place(dest);
+      let entry: ManifestFile;
+      if (s.kind === 'key') {
+        copyFileSync(s.abs, dest);
+        chmodSync(dest, 0o600);
+        syncFile(dest);
+        entry = { path: s.rel, kind: s.kind, size: statSync(dest).size, sha256: sha256File(dest) };
+      } else {
+        let src: DatabaseSync;
+        try {
+          src = new DatabaseSync(s.abs, { readOnly: true });
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code === 'ERR_SQLITE_ERROR' && !existsSync(s.abs)) continue; // deleted since listed
+          throw e;
+        }
+        try {
+          const source = s.kind === 'database' ? fileId(s.abs) : undefined;
+          const before = prevByPath.get(s.rel);
+          const live = s.kind === 'database' ? versionOf(src) : undefined;
+          const unchanged = previous !== undefined && before !== undefined && live !== undefined && before.version === live && before.source === source;
+          const bad = unchanged ? checkFile(previous, before) : null;
+          if (bad) (opts.progress ?? process.stderr).write(`${before!.path} in the previous backup is ${bad}: copied afresh\n`);
+          if (unchanged && bad === null) {
+            // Unchanged since the previous backup (same file, same version): linked, so each backup is complete on its own.
+            try {
+              linkSync(join(previous!, before!.path), dest);
+            } catch {
+              copyFileSync(join(previous!, before!.path), dest);
+            }
+            entry = { ...before! };
+            reused++;
+          } else {
+            const version = await copySqlite(src, dest);
+            chmodSync(dest, 0o600);
+            entry = { path: s.rel, kind: s.kind, ...(s.scope ? { scope: s.scope } : {}), ...(version !== undefined ? { version } : {}), ...(source ? { source } : {}), size: statSync(dest).size, sha256: sha256File(dest) };
+            if (s.kind === 'database') copied++;
           }
-          entry = old;
-          reused++;
+        } finally {
+          src.close();
         }
       }
-      if (!entry) {
-        if (f.kind === 'key') copyFileSync(from, to);
-        else await copySqlite(from, to);
-        entry = { path: f.path, kind: f.kind, size: statSync(to).size, sha256: sha256File(to) };
-        if (f.kind === 'database') Object.assign(entry, { scope: scopeOf(f.path), version: versionOf(to) });
-        copied++;
-      }
-      bytes += entry.size;
-      out.push(entry);
+      files.push(entry);
+      total += entry.size;
+      progress.tick(files.length, list.length, total);
     }
-    const manifest: Manifest = { format: 1, createdAt: new Date().toISOString(), files: out };
-    const tmp = join(target, `.${MANIFEST}.${randomBytes(4).toString('hex')}`);
-    writeFileSync(tmp, JSON.stringify(manifest, null, 1), { mode: 0o600 });
-    renameSync(tmp, join(target, MANIFEST));
+    current = join(target, MANIFEST);
+    const manifest: Manifest = { format: FORMAT, formatVersion: FORMAT_VERSION, createdAt: new Date().toISOString(), ...(previous ? { incrementalFrom: previous } : {}), files };
+    const mpath = join(partial, MANIFEST);
+    writeFileSync(mpath, JSON.stringify(manifest, null, 2) + '\n', { mode: 0o600 });
+    syncFile(mpath);
+    current = target;
+    if (existsSync(target)) rmdirSync(target); // an empty folder made for the backup
+    renameSync(partial, target);
+    return { dir: target, manifest, copied, reused, bytes: total };
   } catch (e) {
-    bar.end();
-    throw failed(e, `backup into ${target} failed`);
-  }
-  bar.end();
-  const databases = out.filter((f) => f.kind === 'database').length;
-  const summary = { directory: target, files: out.length, databases, copied, reused, bytes, seconds: (Date.now() - started) / 1000 };
-  if (json) return printJson(summary);
-  process.stdout.write(`backed up ${dataDir} into ${target}: ${databases} databases and ${out.length - databases} other files, ${mib(bytes)}; `
-    + `${copied} copied${prev ? `, ${reused} unchanged since ${previous} (reused)` : ''}, in ${summary.seconds.toFixed(1)} s\n`);
-}
-
-function runVerify(dir: string, json: boolean): void {
-  const m = readManifestOrFail(dir);
-  const bar = progress('verified', m.files.length);
-  const found = problems(dir, m, true, (i) => bar.tick(i));
-  bar.end();
-  if (json) printJson({ directory: dir, files: m.files.length, problems: found });
-  if (found.length) throw new CliError(EXIT.refused, `${dir} is not a sound backup: ${found.join('; ')}`);
-  if (!json) process.stdout.write(`${dir}: OK — ${m.files.length} files match the manifest of ${m.createdAt}, every SQLite file passes its integrity check\n`);
-}
-
-function readManifestOrFail(dir: string): Manifest {
-  try {
-    return readManifest(dir);
-  } catch (e) {
-    throw new CliError(EXIT.refused, (e as Error).message);
+    rmSync(partial, { recursive: true, force: true });
+    if (e instanceof CliError) throw e;
+    throw new CliError(EXIT.refused, `backup failed, nothing was kept: ${describeIoError(e, current)}`);
+  } finally {
+    process.off('SIGINT', interrupted).off('SIGTERM', interrupted);
   }
 }
 
-function runRestore(dir: string, force: boolean, json: boolean): void {
-  const dataDir = dataDirOf();
-  const m = readManifestOrFail(dir);
-  const found = problems(dir, m, false);
-  if (found.length) throw new CliError(EXIT.refused, `refusing to restore from ${dir}, nothing was written: ${found.join('; ')}`);
-  const occupied = existsSync(dataDir) && readdirSync(dataDir).length > 0;
-  if (occupied && !force) throw new CliError(EXIT.refused, `DATA_DIR ${dataDir} is not empty: restore into an empty one, or add --force to replace it (stop the instance first)`);
-  // Built beside DATA_DIR and renamed into place: a failed restore leaves nothing half made.
-  const staging = `${dataDir}.restoring-${randomBytes(4).toString('hex')}`;
+export interface RestoreResult { dataDir: string; files: number; bytes: number; movedAside?: string }
+
+export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {}): RestoreResult {
+  const from = resolve(dir);
+  const manifest = readManifest(from);
+  const problems = checkBackup(from, manifest, { integrity: false });
+  if (problems.length > 0) {
+    const named = problems.slice(0, 3).map((p) => `${p.path} is ${p.problem}`).join('; ');
+    const more = problems.length > 3 ? ` (and ${problems.length - 3} more: run scopebase verify ${dir})` : '';
+    throw new CliError(EXIT.refused, `refusing to restore, nothing was written: ${named}${more}`);
+  }
+  const dataDir = dataDirOf(opts.env ?? process.env);
+  const inside = (a: string, b: string) => a === b || a.startsWith(b + sep);
+  if (inside(from, dataDir) || inside(dataDir, from)) throw new CliError(EXIT.usage, `the backup ${from} and DATA_DIR ${dataDir} overlap: restore from a backup kept outside DATA_DIR`);
+  const exists = existsSync(dataDir);
+  if (exists && !isEmptyDir(dataDir) && opts.force !== true) {
+    throw new CliError(EXIT.refused, `DATA_DIR ${dataDir} is not empty: restore fills an empty one; stop the service and pass --force to replace it (the old contents are moved aside, not deleted)`);
+  }
+  // Filled beside DATA_DIR and renamed into place: a failed restore leaves nothing half-made.
+  const staging = `${dataDir}.restore-${randomBytes(4).toString('hex')}`;
+  let current = staging;
+  let size = 0;
   try {
-    mkdirSync(staging, { recursive: true, mode: 0o700 });
-    for (const f of m.files) {
-      mkdirSync(dirname(join(staging, f.path)), { recursive: true, mode: 0o700 });
-      copyFileSync(join(dir, f.path), join(staging, f.path));
+    makeDirs(dirname(staging));
+    mkdirSync(staging, { mode: 0o700 });
+    for (const f of manifest.files) {
+      const dest = join(staging, f.path);
+      current = `copying ${join(from, f.path)} to ${dest}`;
+      place(dest);
+      copyFileSync(join(from, f.path), dest);
+      chmodSync(dest, 0o600);
+      syncFile(dest);
+      if (sha256File(dest) !== f.sha256) throw new CliError(EXIT.refused, `${f.path} changed in the backup while it was being restored; nothing was written`);
+      size += f.size;
     }
-    if (existsSync(dataDir)) {
-      const aside = `${dataDir}.replaced-${randomBytes(4).toString('hex')}`;
-      renameSync(dataDir, aside);
-      renameSync(staging, dataDir);
-      rmSync(aside, { recursive: true, force: true });
-    } else {
-      renameSync(staging, dataDir);
+    let movedAside: string | undefined;
+    current = dataDir;
+    if (exists && isEmptyDir(dataDir)) rmdirSync(dataDir);
+    else if (exists) {
+      movedAside = `${dataDir}.before-restore-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+      renameSync(dataDir, movedAside);
     }
+    try {
+      renameSync(staging, dataDir);
+    } catch (e) {
+      if (movedAside) renameSync(movedAside, dataDir); // put the old contents back: DATA_DIR as it was
+      throw e;
+    }
+    chmodSync(dataDir, 0o700);
+    return { dataDir, files: manifest.files.length, bytes: size, ...(movedAside ? { movedAside } : {}) };
   } catch (e) {
     rmSync(staging, { recursive: true, force: true });
-    throw failed(e, `restore into ${dataDir} failed`);
+    if (e instanceof CliError) throw e;
+    throw new CliError(EXIT.refused, `restore failed, DATA_DIR was not changed: ${describeIoError(e, current)}`);
   }
-  const databases = m.files.filter((f) => f.kind === 'database').length;
-  if (json) return printJson({ directory: dir, dataDir, files: m.files.length, databases });
-  process.stdout.write(`restored ${dir} (${m.createdAt}) into ${dataDir}: ${databases} databases and ${m.files.length - databases} other files, every checksum checked\n`);
 }
+
+const BACKUP_HELP = `
+Copies every database (DATA_DIR/db), the account, credential and mirror-delivery stores and the development key
+files with SQLite's online backup while the service keeps serving; each copy is one consistent snapshot. The
+backup is written as <dir>.partial-* and renamed to <dir> at the end with manifest.json (per file: kind, scope,
+version, size, SHA-256), so a half-written backup never looks complete. DATA_DIR/history (time travel), tmp and
+the reference mirror's replicas are not included.
+--incremental copies only databases whose version changed since the previous backup; unchanged ones are
+hard-linked from it after their checksum is checked, so every backup folder is complete on its own.
+
+Examples:
+  scopebase backup /backups/2026-11-25
+  scopebase backup /backups/2026-11-26 --incremental /backups/2026-11-25`;
+
+const RESTORE_HELP = `
+Checks every file of the backup against its manifest first (a missing or altered file: nothing is written), then
+fills DATA_DIR through a folder beside it that is renamed into place. Files get mode 0600, folders 0700. Stop the
+service first. --force replaces a non-empty DATA_DIR; its old contents are moved to DATA_DIR.before-restore-*.
+
+Example:
+  DATA_DIR=/srv/scopebase/data scopebase restore /backups/2026-11-25`;
+
+const VERIFY_HELP = `
+Checks that every file the manifest lists is there with its size and SHA-256, and runs PRAGMA integrity_check on
+every SQLite copy. Prints OK, or each bad file with what is wrong (exit 1).`;
 
 export function addBackupCommands(program: Command): void {
   program.command('backup')
-    .description('copy every database, the account and credential stores, the mirror delivery state and generated keys of DATA_DIR into a new directory, while the instance serves')
-    .argument('<dir>', 'a new (or empty) directory')
-    .option('--incremental <previous>', 'reuse the files of databases unchanged since this earlier backup (the result is complete on its own)')
-    .option('--json', 'machine-readable output')
-    .addHelpText('after', `
-DATA_DIR (default ./data) says which instance. Time-travel history (DATA_DIR/history) is not included.
-
-Examples:
-  scopebase backup /backups/2026-11-24
-  scopebase backup /backups/2026-11-25 --incremental /backups/2026-11-24`)
-    .action(async (dir: string, opts: { incremental?: string; json?: boolean }) => runBackup(resolve(dir), opts.incremental && resolve(opts.incremental), opts.json === true));
+    .description('copy every database, the account, credential and delivery stores and the development keys into <dir>, online, with a checksummed manifest')
+    .argument('<dir>', 'a new (or empty) folder for this backup')
+    .option('--incremental <previous-dir>', 'reuse the unchanged databases of a previous backup instead of copying them again')
+    .option('--json', 'print the manifest summary as JSON')
+    .addHelpText('after', BACKUP_HELP)
+    .action(async (dir: string, opts: { incremental?: string; json?: boolean }) => {
+      const r = await runBackup(dir, { incremental: opts.incremental });
+      const dbs = r.manifest.files.filter((f) => f.kind === 'database').length;
+      if (opts.json) {
+        printJson({ dir: r.dir, createdAt: r.manifest.createdAt, files: r.manifest.files.length, databases: dbs, copied: r.copied, reused: r.reused, bytes: r.bytes, incrementalFrom: r.manifest.incrementalFrom ?? null, manifest: r.manifest.files });
+        return;
+      }
+      const others = r.manifest.files.length - dbs;
+      const how = opts.incremental ? `copied ${r.copied}, reused ${r.reused} unchanged from ${r.manifest.incrementalFrom}` : `copied ${r.copied}`;
+      process.stderr.write(`backup complete: ${dbs} databases (${how}), ${others} stores and keys, ${bytes(r.bytes)}\n`);
+      process.stdout.write(`${r.dir}\n`);
+    });
   program.command('restore')
-    .description('fill an empty DATA_DIR from a backup, after checking every file against its manifest')
-    .argument('<dir>', 'the backup directory')
-    .option('--force', 'replace a DATA_DIR that is not empty (stop the instance first)')
-    .option('--json', 'machine-readable output')
-    .addHelpText('after', `
-Example:
-  DATA_DIR=/srv/scopebase scopebase restore /backups/2026-11-24`)
-    .action((dir: string, opts: { force?: boolean; json?: boolean }) => runRestore(resolve(dir), opts.force === true, opts.json === true));
+    .description('fill an empty DATA_DIR from a backup after checking every checksum in its manifest')
+    .argument('<dir>', 'the backup folder (the one holding manifest.json)')
+    .option('--force', 'replace a non-empty DATA_DIR (its old contents are moved aside)')
+    .addHelpText('after', RESTORE_HELP)
+    .action((dir: string, opts: { force?: boolean }) => {
+      const r = runRestore(dir, { force: opts.force });
+      const aside = r.movedAside ? `; the previous contents are in ${r.movedAside}` : '';
+      process.stdout.write(`restored ${r.files} files (${bytes(r.bytes)}) into ${r.dataDir}${aside}\n`);
+    });
   program.command('verify')
-    .description("check a backup without restoring it: every file's size and SHA-256, and SQLite's integrity check")
-    .argument('<dir>', 'the backup directory')
-    .option('--json', 'machine-readable output')
-    .addHelpText('after', `
-Example:
-  scopebase verify /backups/2026-11-24`)
-    .action((dir: string, opts: { json?: boolean }) => runVerify(resolve(dir), opts.json === true));
+    .description('check a backup against its manifest (every file, size and SHA-256) and run integrity_check on each SQLite copy')
+    .argument('<dir>', 'the backup folder')
+    .option('--json', 'print the result as JSON')
+    .addHelpText('after', VERIFY_HELP)
+    .action((dir: string, opts: { json?: boolean }) => {
+      const from = resolve(dir);
+      const m = readManifest(from);
+      const progress = new Progress(process.stderr, 'checked');
+      const problems = checkBackup(from, m, { integrity: true, onFile: (n) => progress.tick(n, m.files.length, 0) });
+      if (opts.json) printJson({ ok: problems.length === 0, files: m.files.length, createdAt: m.createdAt, problems });
+      else if (problems.length === 0) process.stdout.write(`OK: ${m.files.length} files match the manifest of ${m.createdAt} and pass integrity_check\n`);
+      else for (const p of problems) process.stdout.write(`BAD ${p.path}: ${p.problem}\n`);
+      if (problems.length > 0) throw new CliError(EXIT.refused, `backup ${relative(process.cwd(), from) || '.'} has ${problems.length} bad file(s): ${problems.map((p) => p.path).join(', ')}`);
+    });
 }

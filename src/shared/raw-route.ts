@@ -19,7 +19,7 @@ export function requestIdOf(req: IncomingMessage): string {
 export interface RawReply {
   status: number;
   headers?: Record<string, string>;
-  /** A JSON text, or a stream (snapshots). */
+  /** A JSON text, or a stream (snapshots, exports). */
   body: string | Buffer | Readable;
 }
 
@@ -101,9 +101,12 @@ function readBody(req: IncomingMessage, limit: number, then: (body: Buffer | nul
 }
 
 function sendRaw(res: ServerResponse, requestId: string, reply: RawReply): void {
-  if (res.headersSent || res.destroyed) return;
-  const headers: Record<string, string | number> = { 'x-request-id': requestId, ...reply.headers };
   const { body } = reply;
+  if (res.headersSent || res.destroyed) {
+    if (body instanceof Readable) body.destroy(); // a client gone before the file was ready: its temp file goes too
+    return;
+  }
+  const headers: Record<string, string | number> = { 'x-request-id': requestId, ...reply.headers };
   if (body instanceof Readable) {
     res.writeHead(reply.status, headers);
     pipeline(body, res, (err) => {

@@ -1,0 +1,146 @@
+// A backup's manifest.json (SPEC 9.2): what each file is, its size and SHA-256; and the checks that `verify`
+// and `restore` run against it before trusting a single byte.
+import { closeSync, existsSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { join, normalize, isAbsolute, sep } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { CliError, EXIT } from './output.ts';
+
+export const MANIFEST = 'manifest.json';
+export const FORMAT = 'scopebase-backup';
+export const FORMAT_VERSION = 1;
+
+export type FileKind = 'database' | 'account' | 'credentials' | 'mirror' | 'key';
+
+export interface ManifestFile {
+  /** Relative to the backup dir and to DATA_DIR alike, with `/` separators. */
+  path: string;
+  kind: FileKind;
+  scope?: { org: string; repo: string; database: string };
+  /** The database's version (SPEC 4.5) as read from the copy. */
+  version?: number;
+  /** Which file the copy came from (dev:ino:birth): a database made again under the same name is another file. */
+  source?: string;
+  size: number;
+  sha256: string;
+}
+
+export interface Manifest {
+  format: typeof FORMAT;
+  formatVersion: number;
+  createdAt: string;
+  /** The backup the unchanged databases were reused from, when taken with --incremental. */
+  incrementalFrom?: string;
+  files: ManifestFile[];
+}
+
+export const isSqlite = (f: ManifestFile) => f.kind !== 'key';
+
+export function sha256File(path: string): string {
+  const hash = createHash('sha256');
+  const buf = Buffer.allocUnsafe(1 << 20);
+  const fd = openSync(path, 'r');
+  try {
+    for (;;) {
+      const n = readSync(fd, buf, 0, buf.length, null);
+      if (n === 0) break;
+      hash.update(buf.subarray(0, n));
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return hash.digest('hex');
+}
+
+/** A manifest path may not leave the backup (or DATA_DIR) it is joined to. */
+function safeRelative(p: unknown): p is string {
+  if (typeof p !== 'string' || p === '' || isAbsolute(p) || p.includes('\\')) return false;
+  const n = normalize(p);
+  return n === p.split('/').join(sep) && !n.split(sep).includes('..');
+}
+
+export function readManifest(dir: string): Manifest {
+  const path = join(dir, MANIFEST);
+  if (!existsSync(dir)) throw new CliError(EXIT.refused, `no backup at ${dir}: the folder does not exist`);
+  let m: Manifest;
+  try {
+    m = JSON.parse(readFileSync(path, 'utf8')) as Manifest;
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw new CliError(EXIT.refused, `${dir} has no ${MANIFEST}: it is not a backup, or a backup that never finished`);
+    throw new CliError(EXIT.refused, `${path} cannot be read: ${code ?? (e as Error).message}`);
+  }
+  if (m?.format !== FORMAT || !Array.isArray(m.files)) throw new CliError(EXIT.refused, `${path} is not a scopebase backup manifest`);
+  if (m.formatVersion !== FORMAT_VERSION) throw new CliError(EXIT.refused, `${path} has format version ${m.formatVersion}; this scopebase reads version ${FORMAT_VERSION}`);
+  for (const f of m.files) {
+    if (!safeRelative(f?.path) || typeof f.size !== 'number' || typeof f.sha256 !== 'string') {
+      throw new CliError(EXIT.refused, `${path} lists a malformed entry (${JSON.stringify(f?.path ?? f).slice(0, 80)})`);
+    }
+  }
+  return m;
+}
+
+export interface Problem { path: string; problem: string }
+
+/** Size and SHA-256 of one listed file; null when it matches. */
+export function checkFile(dir: string, f: ManifestFile): string | null {
+  const path = join(dir, f.path);
+  let size: number;
+  try {
+    size = statSync(path).size;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'missing' : `cannot be read (${(e as NodeJS.ErrnoException).code})`;
+  }
+  if (size !== f.size) return `size ${size} bytes, the manifest says ${f.size}`;
+  if (sha256File(path) !== f.sha256) return 'altered: its SHA-256 differs from the manifest';
+  return null;
+}
+
+/** SQLite's own check of a copy: `ok`, or the first problems it names. */
+export function integrity(path: string): string | null {
+  let db: DatabaseSync | undefined;
+  try {
+    db = new DatabaseSync(path, { readOnly: true });
+    const rows = db.prepare('PRAGMA integrity_check(5)').all() as { integrity_check: string }[];
+    const text = rows.map((r) => r.integrity_check).join('; ');
+    return text === 'ok' ? null : `integrity_check: ${text}`;
+  } catch (e) {
+    return `integrity_check: ${(e as Error).message}`;
+  } finally {
+    db?.close();
+  }
+}
+
+/** Every problem with a backup: listed files missing, resized or altered, and (optionally) SQLite copies damaged. */
+export function checkBackup(dir: string, m: Manifest, opts: { integrity: boolean; onFile?: (done: number) => void }): Problem[] {
+  const problems: Problem[] = [];
+  m.files.forEach((f, i) => {
+    const bad = checkFile(dir, f) ?? (opts.integrity && isSqlite(f) ? integrity(join(dir, f.path)) : null);
+    if (bad) problems.push({ path: f.path, problem: bad });
+    opts.onFile?.(i + 1);
+  });
+  return problems;
+}
+
+export function bytes(n: number): string {
+  const units = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return i === 0 ? `${n} bytes` : `${n.toFixed(1)} ${units[i]}`;
+}
+
+/** A file-system or SQLite failure as what happened, in words an operator acts on. */
+export function describeIoError(e: unknown, what: string): string {
+  const err = e as NodeJS.ErrnoException & { errcode?: number };
+  const code = err.code;
+  if (code === 'ENOSPC' || err.errcode === 13) return `the disk is full: ${what}`;
+  if (code === 'EDQUOT') return `the disk quota is exceeded: ${what}`;
+  if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') return `no permission to write: ${what} (${code})`;
+  if (code === 'ENOENT' || code === 'ENOTDIR') return `no such folder, and it cannot be made: ${what} (${code})`;
+  if (err.errcode === 14) return `cannot open the file: ${what} (${err.message})`;
+  if (err.errcode === 26 || err.errcode === 11) return `not a sound SQLite database: ${what} (${err.message})`;
+  return `${what}: ${code ?? err.message}`;
+}
