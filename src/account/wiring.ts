@@ -1,39 +1,11 @@
-// How start.ts assembles accounts and apps: in-process with the proxy, forwarded to `serve account`, or alone.
-import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify';
+// `scopebase serve account`: the account service alone. (With the proxy: proxy/account-wiring.ts.)
+import type { FastifyInstance } from 'fastify';
 import type { Config } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
-import { createAppsPlugin } from '../proxy/apps.ts';
-import { createRemoteAccount } from '../proxy/forward-account.ts';
 import { createAccountService, type AccountServiceOptions } from './service.ts';
-import { createAccountServer, proxyToken } from './standalone.ts';
-import { verify } from './routes/session.ts';
-import type { RawReply } from '../shared/raw-route.ts';
+import { createAccountServer } from './standalone.ts';
 
 export type AccountTuning = Omit<AccountServiceOptions, 'config' | 'logger'>;
-
-export interface AccountForProxy {
-  account: FastifyPluginAsync;
-  apps: FastifyPluginAsync;
-  /** In-process only: GET /verify for the proxy's raw route (forward auth is on every request of a protected app). */
-  verify?: (view: FastifyRequest) => Promise<RawReply>;
-  close(): Promise<void>;
-}
-
-/** For the proxy: the `account` and `apps` plugins, and what to close after the proxy stopped. */
-export async function accountForProxy(config: Config, logger: Logger, tuning: AccountTuning = {}): Promise<AccountForProxy> {
-  const base = { apps: config.apps, trustedProxies: config.trustedProxies, baseDomain: config.baseDomain, logger };
-  if (config.services.accountUrl) {
-    const remote = createRemoteAccount({ accountUrl: config.services.accountUrl, proxyToken: proxyToken(config.rootKeys[0]!), trustedProxies: config.trustedProxies });
-    const apps = createAppsPlugin({ ...base, resolveSession: remote.resolveSession, renewalCookie: remote.renewalCookie });
-    return { account: remote.plugin, apps: apps.plugin, close: async () => { await apps.close(); await remote.close(); } };
-  }
-  const service = await createAccountService({ config, logger, ...tuning });
-  const apps = createAppsPlugin({ ...base, resolveSession: service.resolveSession, renewalCookie: (req) => service.sessions.renewalCookie(req) });
-  return {
-    account: service.plugin, apps: apps.plugin, verify: (view) => verify(service.sessions, view),
-    close: async () => { await apps.close(); await service.close(); },
-  };
-}
 
 /** `scopebase serve account`: the account service on its own listener. */
 export async function accountAlone(config: Config, logger: Logger, tuning: AccountTuning = {}): Promise<{ server: FastifyInstance; close(): Promise<void> }> {

@@ -9,7 +9,8 @@ import { createDbService } from '../db/service.ts';
 import { createRemoteDb, createDbServer } from '../db/remote.ts';
 import type { DbHandler } from '../db/contract.ts';
 import { listenReferenceMirror, startMirrorDelivery } from '../mirror/wiring.ts';
-import { accountAlone, accountForProxy } from '../account/wiring.ts';
+import { accountAlone } from '../account/wiring.ts';
+import { accountForProxy } from '../proxy/account-wiring.ts';
 
 export type Part = 'all' | 'proxy' | 'db' | 'account' | 'mirror';
 

@@ -12,7 +12,7 @@ import { pipelineDatabase, VERSION_PROBE } from '../db/hrana/index.ts';
 import { orgFromHost } from '../shared/host.ts';
 import { stripSpoofableHeaders } from '../shared/headers.ts';
 import { sessionView, trustedPeers } from './forward.ts';
-import type { AccountForProxy } from '../account/wiring.ts';
+import type { AccountForProxy } from './account-wiring.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {

@@ -6,7 +6,8 @@ import type { FastifyInstance } from 'fastify';
 import { loadConfig, type Config } from '../../src/shared/config.ts';
 import { createLogger } from '../../src/shared/log.ts';
 import { createProxy } from '../../src/proxy/server.ts';
-import { accountForProxy, type AccountTuning } from '../../src/account/wiring.ts';
+import type { AccountTuning } from '../../src/account/wiring.ts';
+import { accountForProxy } from '../../src/proxy/account-wiring.ts';
 import type { DbHandler } from '../../src/db/contract.ts';
 import { call, tempDir, testEnv, type CallOptions, type HttpResult } from './product.ts';
 
