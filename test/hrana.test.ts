@@ -143,6 +143,34 @@ describe('interactive transactions', () => {
       tx.rollback();
     }));
     assert.deepEqual((await db.select().from(notes)).map((n) => n.body), ['kept']);
+    // Nested transactions are savepoints: an inner rollback undoes only the inner writes.
+    await db.transaction(async (tx) => {
+      await tx.insert(notes).values({ body: 'outer' });
+      await assert.rejects(tx.transaction(async (inner) => {
+        await inner.insert(notes).values({ body: 'inner, undone' });
+        inner.rollback();
+      }));
+      await tx.transaction(async (inner) => {
+        await inner.insert(notes).values({ body: 'inner, kept' });
+      });
+    });
+    assert.deepEqual((await db.select().from(notes)).map((n) => n.body), ['kept', 'outer', 'inner, kept']);
+  });
+
+  test('SAVEPOINT, RELEASE and ROLLBACK TO inside a transaction; outside one they are refused', async () => {
+    const c = client('web/_db/savepoints/');
+    await c.execute('CREATE TABLE s(x)');
+    const tx = await c.transaction('write');
+    await tx.execute('INSERT INTO s VALUES (1)');
+    await tx.execute('SAVEPOINT a');
+    await tx.execute('INSERT INTO s VALUES (2)');
+    await tx.execute('ROLLBACK TO a');
+    await tx.execute('RELEASE a');
+    await tx.execute('INSERT INTO s VALUES (3)');
+    await tx.commit();
+    assert.deepEqual((await c.execute('SELECT x FROM s ORDER BY x')).rows.map((r) => r.x), [1n, 3n]);
+    await assert.rejects(c.execute('SAVEPOINT b'), /only inside a transaction/);
+    c.close();
   });
 });
 

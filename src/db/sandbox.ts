@@ -35,6 +35,8 @@ export const VTABLE_MODULES = new Set(['fts3', 'fts4', 'fts5', 'rtree', 'rtree_i
 export class Sandbox {
   mode: Mode = 'internal';
   denied: ExecError | null = null;
+  /** An interactive transaction's connection (SPEC 4.10): SAVEPOINT, RELEASE and ROLLBACK TO nest inside it. */
+  allowSavepoints = false;
   /** User tables a statement writes (collected at prepare time, for the change notification). */
   written = new Set<string>();
   /** Whether the statement being prepared inserts into a user table (lastInsertRowid is meaningful)… */
@@ -88,7 +90,10 @@ export class Sandbox {
         return this.pragmaAllowed(a1 ?? '', a2) ? OK : this.deny('not_allowed', `PRAGMA ${a1}${a2 === null ? '' : ' = …'} is not allowed (see the read-only allow-list in docs/database.md)`);
       case A.ATTACH: return this.deny('not_allowed', 'ATTACH is not allowed');
       case A.DETACH: return this.deny('not_allowed', 'DETACH is not allowed');
-      case A.TRANSACTION: case A.SAVEPOINT:
+      case A.SAVEPOINT:
+        if (this.allowSavepoints) return OK;
+        // falls through
+      case A.TRANSACTION:
         return this.deny('not_allowed', 'transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE) is not allowed: a request is one transaction');
       case A.CREATE_TEMP_INDEX: case A.CREATE_TEMP_TABLE: case A.CREATE_TEMP_TRIGGER: case A.CREATE_TEMP_VIEW:
       case A.DROP_TEMP_INDEX: case A.DROP_TEMP_TABLE: case A.DROP_TEMP_TRIGGER: case A.DROP_TEMP_VIEW:

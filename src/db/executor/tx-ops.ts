@@ -32,6 +32,7 @@ export function beginTx(id: string, path: string, create: boolean, ctx: GroupCon
   }
   try {
     h.internal('BEGIN IMMEDIATE').run();
+    h.sandbox.allowSavepoints = true; // nested transactions of ORMs; COMMIT and ROLLBACK stay the stream's
     open.set(id, { h, ctx, session: h.db.createSession(), before: totals(h), tables: new Set() });
     return { status: 200, body: '{}' };
   } catch (e) {

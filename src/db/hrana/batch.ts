@@ -30,11 +30,6 @@ function holds(c: BatchCond | null | undefined, outcomes: Outcome[], autocommit:
   throw new ApiError('invalid_request', `${where}: unknown batch condition ${JSON.stringify(String((c as { type?: unknown })?.type).slice(0, 40))}`);
 }
 
-/** A transaction opened by one request and continued by later ones (a stream holding a database's writes). */
-export function interactiveUnsupported(what = 'this use of transaction control'): ApiError {
-  return new ApiError('not_allowed', `${what} is not supported over the libSQL protocol: use BEGIN … COMMIT (or ROLLBACK) in a stream, or one batch (client.batch(), db.batch()), which runs as one transaction`);
-}
-
 /** Does `c` require step `prev` to have succeeded (alone, or with "not in autocommit")? */
 function chained(c: BatchCond | null | undefined, prev: number): boolean {
   if (c?.type === 'ok') return c.step === prev;

@@ -4,7 +4,7 @@
 // @libsql/client's batch() and migrate() send) runs as ONE write request: one transaction, one version.
 import { ApiError } from '../../shared/errors.ts';
 import { splitStatements } from '../statement-end.ts';
-import { type BatchStep, blockAutocommit, evaluate, interactiveUnsupported, transactionBlock } from './batch.ts';
+import { type BatchStep, blockAutocommit, evaluate, transactionBlock } from './batch.ts';
 import type { LaneHold } from '../executor/pool.ts';
 import type { StreamState } from './streams.ts';
 import { StreamTx } from './transaction.ts';
@@ -123,15 +123,15 @@ export class Pipeline {
   private async execute(stmt: HranaStmt, where: string): Promise<StmtResult> {
     const s = this.statement(stmt, where);
     if (FOREIGN_KEYS_PRAGMA.test(s.sql)) return EMPTY;
-    if (TRANSACTION.test(s.sql)) return this.control(s.sql);
+    if (TRANSACTION.test(s.sql)) return this.control(s.sql, s);
     const t0 = performance.now();
     const tx = this.stream.tx;
     const result = tx ? await tx.exec(s) : (await this.runAs(READ_ONLY.test(s.sql) ? 'read' : 'write', [s]))[0]!;
     return toStmtResult(result, stmt.want_rows !== false, performance.now() - t0);
   }
 
-  /** BEGIN, COMMIT and ROLLBACK of an interactive transaction (savepoints are not supported). */
-  private async control(sql: string): Promise<StmtResult> {
+  /** BEGIN, COMMIT and ROLLBACK of an interactive transaction; savepoints inside one (nested ORM transactions). */
+  private async control(sql: string, s?: Statement): Promise<StmtResult> {
     const tx = this.stream.tx;
     if (/^\s*BEGIN\b/i.test(sql)) {
       if (tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
@@ -144,7 +144,11 @@ export class Pipeline {
       if (!tx) throw new ApiError('sql_error', 'cannot rollback - no transaction is active');
       this.stream.tx = null;
       await tx.rollback().catch(() => undefined); // an ended transaction has nothing left to undo
-    } else throw interactiveUnsupported('savepoints');
+    } else {
+      // SAVEPOINT, RELEASE, ROLLBACK TO: statements of the open transaction, run on its connection.
+      if (!tx || !s) throw new ApiError('sql_error', `${sql.trim().split(/\s+/)[0]!.toUpperCase()} only inside a transaction: BEGIN first (a request outside one is its own transaction)`);
+      await tx.exec(s);
+    }
     return EMPTY;
   }
 
