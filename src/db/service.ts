@@ -242,35 +242,31 @@ export class DbService implements DbHandler, ChangeFeed {
     return { status: 200, body: JSON.stringify({ database: scope.database, exists: true, version: s.version, sizeBytes: s.sizeBytes, tables: s.tables, migrations: s.migrations, history: s.history, mirrors, databases }) };
   }
 
-  private async snapshot(scope: Scope, path: string): Promise<DbResponse> {
-    if (!this.exists(scope)) throw notFound(scope);
-    const target = join(this.tmpDir, `snapshot-${randomBytes(8).toString('hex')}.sqlite`);
-    const res = await this.pool.read({ op: 'snapshot', path, target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
-    if (res.status !== 200) {
-      rmSync(target, { force: true });
-      return json(res);
-    }
-    const { version } = JSON.parse(res.body.toString('utf8')) as { version: number };
-    const stream = createReadStream(target);
-    stream.on('close', () => rmSync(target, { force: true }));
-    return { status: 200, headers: { 'content-type': 'application/vnd.sqlite3', 'x-db-version': String(version) }, body: stream };
+  /** For mirrors (SPEC 4.9): a consistent copy with its internal tables, as the executor made it. */
+  private snapshot(scope: Scope, path: string): Promise<DbResponse> {
+    return this.fileReply(scope, { op: 'snapshot', path }, 'sqlite', { 'content-type': 'application/vnd.sqlite3' });
   }
 
-  /** SPEC 4.12: a consistent, clean copy (or SQL dump) made by an executor into a file, streamed, then removed. */
-  private async exportFile(scope: Scope, path: string, format: 'sqlite' | 'sql'): Promise<DbResponse> {
-    if (!this.exists(scope)) throw notFound(scope);
-    const target = join(this.tmpDir, `export-${randomBytes(8).toString('hex')}.${format}`);
-    const res = await this.pool.read({ op: 'export', path, target, format }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
-    if (res.status !== 200) {
-      rmSync(target, { force: true });
-      return json(res);
-    }
-    const { version } = JSON.parse(res.body.toString('utf8')) as { version: number };
-    const stream = createReadStream(target);
-    stream.on('close', () => rmSync(target, { force: true }));
+  /** SPEC 4.12: a clean copy or a SQL dump. */
+  private exportFile(scope: Scope, path: string, format: 'sqlite' | 'sql'): Promise<DbResponse> {
     const headers = format === 'sqlite'
       ? { 'content-type': 'application/vnd.sqlite3', 'content-disposition': `attachment; filename="${scope.database}.sqlite"` }
       : { 'content-type': 'application/sql; charset=utf-8', 'content-disposition': `attachment; filename="${scope.database}.sql"` };
+    return this.fileReply(scope, { op: 'export', path, format }, format, headers);
+  }
+
+  /** An executor writes a file into DATA_DIR/tmp (a snapshot's time budget); it is streamed, then removed. */
+  private async fileReply(scope: Scope, header: Record<string, unknown>, suffix: string, headers: Record<string, string>): Promise<DbResponse> {
+    if (!this.exists(scope)) throw notFound(scope);
+    const target = join(this.tmpDir, `${header.op as string}-${randomBytes(8).toString('hex')}.${suffix}`);
+    const res = await this.pool.read({ ...header, target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
+    if (res.status !== 200) {
+      rmSync(target, { force: true });
+      return json(res);
+    }
+    const { version } = JSON.parse(res.body.toString('utf8')) as { version: number };
+    const stream = createReadStream(target);
+    stream.on('close', () => rmSync(target, { force: true }));
     return { status: 200, headers: { ...headers, 'x-db-version': String(version) }, body: stream };
   }
 
