@@ -14,7 +14,3 @@ export function setForwardedInfo(req: FastifyRequest, info: RequestInfo): void {
 export function requestInfo(req: FastifyRequest): RequestInfo {
   return forwarded.get(req.raw) ?? { https: req.protocol === 'https', ip: req.ip };
 }
-
-export function wantsHtml(req: FastifyRequest): boolean {
-  return /\btext\/html\b/.test(String(req.headers.accept ?? ''));
-}

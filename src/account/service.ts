@@ -2,7 +2,7 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { Config } from '../shared/config.ts';
 import { ApiError } from '../shared/errors.ts';
-import { sendError } from '../shared/http.ts';
+import { answerError } from '../shared/http.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { SessionResolver } from './contract.ts';
@@ -62,7 +62,7 @@ export async function createAccountService(opts: AccountServiceOptions): Promise
     });
     app.setNotFoundHandler((req: FastifyRequest<{ Params: { repo?: string } }>, reply) => {
       checkRepo(req.params.repo ?? '');
-      return sendError(reply, new ApiError('not_found', `no account endpoint ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`));
+      return answerError(req, reply, new ApiError('not_found', `no account endpoint ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`));
     });
     // A session renewed during this request gets its cookie's lifetime extended too.
     app.addHook('onSend', async (req, reply, payload) => {

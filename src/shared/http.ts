@@ -1,6 +1,7 @@
 // The Fastify foundation every listener shares: request ids, raw bodies, and SPEC 3's error shape for every failure.
 import { createServer, type IncomingMessage } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { sendErrorPage, wantsHtml } from './html-page.ts';
 import { ApiError } from './errors.ts';
 import type { Logger } from './log.ts';
 import { logAccess, requestIdOf, serveRaw, type RawRouter } from './raw-route.ts';
@@ -69,8 +70,8 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
   app.addHook('onResponse', async (req, reply) => {
     logAccess(opts.logger, req.id, req.method, req.url, reply.statusCode, reply.elapsedTime);
   });
-  app.setErrorHandler((err, req, reply) => sendError(reply, toApiError(err, req)));
-  app.setNotFoundHandler((req, reply) => sendError(reply, new ApiError('not_found', `no route for ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`)));
+  app.setErrorHandler((err, req, reply) => answerError(req, reply, toApiError(err, req)));
+  app.setNotFoundHandler((req, reply) => answerError(req, reply, new ApiError('not_found', `no route for ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`)));
   return app;
 }
 
@@ -86,6 +87,13 @@ export function toApiError(err: unknown, req?: FastifyRequest): ApiError {
   }
   req?.log.error({ err }, 'unhandled error');
   return new ApiError('internal', 'internal error');
+}
+
+/** A person's browser gets the error as a page; API clients keep SPEC 3's JSON. */
+export function answerError(req: FastifyRequest, reply: FastifyReply, err: ApiError): FastifyReply {
+  if (!wantsHtml(req)) return sendError(reply, err);
+  if (err.headers) reply.headers(err.headers);
+  return sendErrorPage(req, reply, err.status, err.code, err.message);
 }
 
 export function sendError(reply: FastifyReply, err: ApiError): FastifyReply {

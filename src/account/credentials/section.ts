@@ -1,6 +1,6 @@
 // The account page's credentials section: names, field names and dates; never a value. Works without JavaScript.
 import type { FastifyRequest } from 'fastify';
-import { escapeHtml } from '../pages/layout.ts';
+import { escapeHtml } from '../../shared/html-page.ts';
 import type { AuditEntry } from './audit.ts';
 import type { CredentialMeta } from './store.ts';
 import { isExpired } from './input.ts';

@@ -5,7 +5,7 @@ import { createHash, generateKeyPairSync, randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Ctx, Provider as OidcProvider } from 'oidc-provider';
 import type { Logger } from '../../shared/log.ts';
-import { escapeHtml, page, PAGE_CSP } from '../pages/layout.ts';
+import { escapeHtml, page, PAGE_CSP } from '../../shared/html-page.ts';
 import { MemoryAdapter } from './dev-idp-adapter.ts';
 
 export interface DevIdp { issuer: string; clientId: string; clientSecret: string; close(): Promise<void> }

@@ -2,7 +2,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { checkRepo } from '../../shared/names.ts';
 import { credentialsSection } from '../credentials/index.ts';
-import { escapeHtml, sendPage } from '../pages/layout.ts';
+import { escapeHtml, sendPage } from '../../shared/html-page.ts';
 import type { Sessions } from '../sessions.ts';
 
 type Req = FastifyRequest<{ Params: { repo: string } }>;

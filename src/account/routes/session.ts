@@ -4,7 +4,7 @@ import { ApiError } from '../../shared/errors.ts';
 import { checkRepo } from '../../shared/names.ts';
 import { errorReply, type RawReply } from '../../shared/raw-route.ts';
 import { assertSameSite } from '../same-site.ts';
-import { wantsHtml } from '../request-info.ts';
+import { wantsHtml } from '../../shared/html-page.ts';
 import { safeReturnTo } from '../return-to.ts';
 import type { Sessions } from '../sessions.ts';
 import { headerValue } from '../identity-headers.ts';

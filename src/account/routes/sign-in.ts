@@ -3,13 +3,14 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import * as oidc from 'openid-client';
 import { ApiError } from '../../shared/errors.ts';
-import { sendError, toApiError } from '../../shared/http.ts';
+import { answerError, sendError, toApiError } from '../../shared/http.ts';
 import { checkRepo } from '../../shared/names.ts';
 import { cookieName, LOGIN_COOKIE, readCookie, serializeCookie } from '../cookies.ts';
-import { escapeHtml, sendPage } from '../pages/layout.ts';
+import { escapeHtml, sendPage } from '../../shared/html-page.ts';
 import type { SignInProvider } from '../providers/index.ts';
 import type { RateLimiter } from '../../shared/rate-limit.ts';
-import { requestInfo, wantsHtml } from '../request-info.ts';
+import { requestInfo } from '../request-info.ts';
+import { wantsHtml } from '../../shared/html-page.ts';
 import { safeReturnTo } from '../return-to.ts';
 import type { Sessions } from '../sessions.ts';
 import type { AccountStore } from '../store.ts';
@@ -65,7 +66,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
     try {
       repo = checkRepo(req.params.repo);
     } catch {
-      return sendError(reply, e);
+      return answerError(req, reply, e);
     }
     return wantsHtml(req) ? failurePage(reply, repo, e) : sendError(reply, e);
   });

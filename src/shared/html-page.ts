@@ -1,5 +1,6 @@
-// The account pages' HTML shell: plain, accessible markup with a little inline CSS; no script, no build step.
-import type { FastifyReply } from 'fastify';
+// The HTML shell of every page a person sees (account pages, errors): plain, accessible markup with a little inline
+// CSS; no script, no build step.
+import type { FastifyReply, FastifyRequest } from 'fastify';
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
@@ -56,4 +57,21 @@ export function sendPage(reply: FastifyReply, status: number, title: string, bod
     .header('x-frame-options', 'DENY')
     .header('referrer-policy', 'same-origin')
     .send(page(title, body));
+}
+
+/** A person's browser (it asks for HTML) rather than an API client (JSON, or anything). */
+export function wantsHtml(req: FastifyRequest): boolean {
+  return /\btext\/html\b/.test(String(req.headers.accept ?? ''));
+}
+
+const REPO_SEGMENT = /^\/([a-z0-9][a-z0-9._-]{0,99})(\/|$)/;
+
+/** SPEC 3's error as a page: what went wrong, the code and request id to quote, and the way to the account page. */
+export function sendErrorPage(req: FastifyRequest, reply: FastifyReply, status: number, code: string, message: string): FastifyReply {
+  const repo = REPO_SEGMENT.exec(req.url)?.[1];
+  const account = repo && !repo.startsWith('_') ? `<p><a class="button" href="/${escapeHtml(repo)}/_account/">Your account</a></p>` : '';
+  const body = `<h1>${escapeHtml(status)} — ${escapeHtml(code.replaceAll('_', ' '))}</h1>
+<div class="card error"><p>${escapeHtml(message)}</p></div>
+${account}<p class="muted">Error <code>${escapeHtml(code)}</code> · request <code>${escapeHtml(req.id)}</code></p>`;
+  return sendPage(reply, status, `${status} ${code.replaceAll('_', ' ')}`, body);
 }

@@ -1,0 +1,47 @@
+// Issue 14: a person's browser never sees raw JSON. Errors of the proxy and the account service come as an HTML
+// page to a request that asks for HTML; API clients (JSON, */*, no Accept) keep SPEC 3's JSON shape.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startProduct, type Product } from './helpers/product.ts';
+
+const BROWSER = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
+let p: Product;
+before(async () => {
+  p = await startProduct();
+});
+after(() => p.close());
+
+test('a browser gets the error as a page: status, message, code, request id, and the way to the account page', async () => {
+  const r = await p.call('/web/', { headers: { accept: BROWSER } });
+  assert.equal(r.status, 404);
+  assert.match(String(r.headers['content-type']), /^text\/html/);
+  assert.match(String(r.headers['content-security-policy']), /default-src 'none'/);
+  assert.match(r.text, /<h1>404 — not found<\/h1>/);
+  assert.match(r.text, /no app is configured for acme\/web/);
+  assert.match(r.text, /<a class="button" href="\/web\/_account\/">Your account<\/a>/);
+  assert.match(r.text, new RegExp(`request <code>${r.headers['x-request-id']}</code>`));
+  const account = await p.call('/web/_account/nowhere', { headers: { accept: BROWSER } });
+  assert.equal(account.status, 404);
+  assert.match(account.text, /no (route|account endpoint).* \/web\/_account\/nowhere/);
+});
+
+test('API clients keep the JSON shape: application/json, */*, or no Accept at all', async () => {
+  for (const accept of ['application/json', '*/*', undefined]) {
+    const r = await p.call('/web/', { headers: accept ? { accept } : {} });
+    assert.equal(r.status, 404, String(accept));
+    assert.match(String(r.headers['content-type']), /^application\/json/);
+    assert.equal(r.json.error.code, 'not_found');
+  }
+  const db = await p.db('web', 'query', { sql: 'SELECT 1' }, { headers: { accept: BROWSER }, secret: 'wrong' });
+  assert.equal(db.status, 401);
+  assert.equal(db.json.error.code, 'unauthorized', 'the database API answers JSON on its hot path whatever the Accept');
+});
+
+test('what the request put in the message is escaped', async () => {
+  // The refusal quotes the name it was given; nothing of it becomes markup.
+  const r = await p.call('/x%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E%26%22/', { headers: { accept: BROWSER } });
+  assert.equal(r.status, 400);
+  assert.match(String(r.headers['content-type']), /^text\/html/);
+  assert.doesNotMatch(r.text, /<img src=x/);
+  assert.match(r.text, /repo name &quot;x%3Cimg%20src%3Dx%20onerror%3Dalert\(1\)%3E%26%22&quot; must match/);
+});
