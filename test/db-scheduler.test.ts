@@ -188,3 +188,28 @@ describe('rate limit per repo', () => {
     assert.equal(stranger.status, 401, 'authentication comes first: a stranger cannot spend a repo\'s allowance');
   });
 });
+
+describe('a request behind a killed runaway', () => {
+  test('is answered (run, or refused as not started), never dropped unanswered', async () => {
+    // One process, one repo's share: the quick read is pipelined (or hedged) behind the runaway; when the runaway is
+    // killed the read was never started, waits past DB_QUEUE_TIMEOUT_MS while a fresh process comes up, and must
+    // still get an answer.
+    const p = await startProduct({ DB_EXECUTORS: '1', DB_QUERY_TIMEOUT_MS: '300', DB_QUEUE_TIMEOUT_MS: '100' });
+    try {
+      await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+      for (let round = 0; round < 3; round++) {
+        // Sent together, so the read is pipelined to the runaway's process before it is known to be slow.
+        const runaway = p.db('web', 'query', { sql: RUNAWAY });
+        const quick = await Promise.race([
+          p.db('web', 'query', { sql: 'SELECT count(*) FROM t' }),
+          pause(10_000).then(() => null),
+        ]);
+        assert.ok(quick !== null, 'the read behind the runaway got no answer in 10 s');
+        assert.ok(quick.status === 200 || (quick.status === 503 && quick.json.error.details.committed === false), quick.text);
+        assert.equal((await runaway).json.error.code, 'query_timeout');
+      }
+    } finally {
+      await p.close();
+    }
+  });
+});

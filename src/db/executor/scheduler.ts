@@ -229,19 +229,24 @@ export class Scheduler {
     }
     job.started = true;
     job.sentTo = p;
+    job.copies = (job.copies ?? 0) + 1;
     const t = job.tenant;
     const done = this.occupy(t, p);
     p.send(job.header, job.body, job.budgetMs, job).then((frame) => {
+      job.copies!--;
       done();
       if (job.settled) return;
       job.settled = true;
       job.resolve(frame);
     }, (e: unknown) => {
+      job.copies!--;
       done();
       if (job.settled) return;
       const rerun = e instanceof LostError && !this.closing && (e.reason === 'unstarted' || (e.reason === 'crash' && !job.write && !job.retried));
       if (rerun) {
         if ((e as LostError).reason === 'crash') job.retried = true;
+        // No copy runs anywhere now: it waits as one that never started (expire would otherwise drop it unanswered).
+        if (job.copies === 0) job.started = false;
         this.enqueue(t, job, true);
         this.schedulePump();
         return;

@@ -18,6 +18,8 @@ export interface Job {
   hedged: boolean;
   started: boolean;
   sentTo?: ExecutorProcess;
+  /** Copies sent and not yet answered or lost (a hedged read can have two). */
+  copies?: number;
   /** A read whose process died under it runs once more; a second death is reported (it may be the read's doing). */
   retried?: boolean;
 }
