@@ -47,8 +47,6 @@ export function scopebaseEnv(dataDir: string, rootKeyHex: string, port: number, 
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'warn', NODE_ENV: 'development',
     // The bench drives one repo past the default per-repo rate: limit it far above (the limiter still runs).
     DB_RATE_LIMIT_PER_REPO: '100000000',
-    // Closed-loop clients keep a queue standing by design; shedding is what `npm run load:tenants` measures, not this.
-    DB_QUEUE_TARGET_MS: '60000', DB_QUEUE_TIMEOUT_MS: '60000',
   };
 }
 
