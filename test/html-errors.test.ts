@@ -35,6 +35,8 @@ test('API clients keep the JSON shape: application/json, */*, or no Accept at al
   const db = await p.db('web', 'query', { sql: 'SELECT 1' }, { headers: { accept: BROWSER }, secret: 'wrong' });
   assert.equal(db.status, 401);
   assert.equal(db.json.error.code, 'unauthorized', 'the database API answers JSON on its hot path whatever the Accept');
+  const slow = await p.call('/web/_db/query?x=1', { method: 'POST', rawBody: '{}', headers: { accept: BROWSER } });
+  assert.match(String(slow.headers['content-type']), /^application\/json/, 'and on the Fastify route too');
 });
 
 test('what the request put in the message is escaped', async () => {

@@ -91,7 +91,8 @@ export function toApiError(err: unknown, req?: FastifyRequest): ApiError {
 
 /** A person's browser gets the error as a page; API clients keep SPEC 3's JSON. */
 export function answerError(req: FastifyRequest, reply: FastifyReply, err: ApiError): FastifyReply {
-  if (!wantsHtml(req)) return sendError(reply, err);
+  // The database API answers JSON whatever the Accept (libSQL clients and fetch may ask for anything).
+  if (!wantsHtml(req) || /^\/[^/?]+\/_db(\/|\?|$)/.test(req.url)) return sendError(reply, err);
   if (err.headers) reply.headers(err.headers);
   return sendErrorPage(req, reply, err.status, err.code, err.message);
 }
