@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import { Archiver, historyDirOf } from '../history/archive.ts';
-import { index, oldest, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
+import { index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
 import { INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
 import { splitStatements } from '../statement-end.ts';
 import { DbHandle, type ExecutorLimits } from './handles.ts';
@@ -29,7 +29,7 @@ export function keepHistory(h: DbHandle, prevVersion: number, version: number): 
 
 /** SPEC 4.11 status field: the oldest version history can rebuild. */
 export function historyOf(h: DbHandle): { oldestVersion: number | null; oldestTime: string | null } {
-  const o = h.history ? oldest(index(historyDirOf(h.history, h.path))) : null;
+  const o = h.history ? oldestIn(historyDirOf(h.history, h.path)) : null;
   return { oldestVersion: o?.version ?? null, oldestTime: o ? new Date(o.time).toISOString() : null };
 }
 

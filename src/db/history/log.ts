@@ -133,6 +133,22 @@ export function lastRecord(segmentDir: string): { meta: RecordMeta; logBytes: nu
   return last ? { meta: last, logBytes: last.offset + HEADER + last.payload + 4 } : null;
 }
 
+/** The first record of a segment (one read: what `status` needs, without walking the log). */
+export function firstRecord(segmentDir: string): RecordMeta | null {
+  let fd: number;
+  try {
+    fd = openSync(join(segmentDir, 'log'), 'r');
+  } catch {
+    return null;
+  }
+  try {
+    const h = readAt(fd, HEADER, 0);
+    return h ? decode(h, 0) : null;
+  } finally {
+    closeSync(fd);
+  }
+}
+
 export function readFrames(segmentDir: string, meta: RecordMeta): Frame[] {
   const fd = openSync(join(segmentDir, 'log'), 'r');
   let raw: Buffer;

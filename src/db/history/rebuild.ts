@@ -4,7 +4,7 @@
 import { closeSync, copyFileSync, ftruncateSync, openSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
-import { readFrames, readRecords, segments, type RecordMeta } from './log.ts';
+import { firstRecord, readFrames, readRecords, segments, type RecordMeta } from './log.ts';
 import { INTERNAL_SCHEMA } from '../executor/schema.ts';
 
 export interface Indexed { dir: string; records: RecordMeta[] }
@@ -16,7 +16,19 @@ export function index(historyDir: string): Indexed[] {
 
 /** The oldest version that can be rebuilt, and when it was committed; null without history. */
 export function oldest(idx: Indexed[]): { version: number; time: number } | null {
-  const first = idx[0]?.records[0];
+  return oldestOf(idx[0]?.records[0]);
+}
+
+/** The same from the files, reading one record header (for `status`, which runs often). */
+export function oldestIn(historyDir: string): { version: number; time: number } | null {
+  for (const s of segments(historyDir)) {
+    const first = firstRecord(join(historyDir, s));
+    if (first) return oldestOf(first);
+  }
+  return null;
+}
+
+function oldestOf(first: RecordMeta | undefined): { version: number; time: number } | null {
   if (!first) return null;
   return { version: first.prevVersion === 0 ? 0 : first.version, time: first.committedAt };
 }
@@ -52,6 +64,7 @@ function find(idx: Indexed[], version: number): { seg: Indexed; i: number } | nu
   return null;
 }
 
+/** Removes a database file and its journal companions. */
 export function removeCopy(path: string): void {
   for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(path + suffix, { force: true });
 }
