@@ -1,7 +1,6 @@
 // An executor process: owns SQLite connections and runs one operation at a time. It can be killed at any
 // moment (a runaway statement): SQLite's journal guarantees an interrupted transaction leaves nothing behind.
 import { Socket } from 'node:net';
-import { rmSync } from 'node:fs';
 import { flushCompileCache } from 'node:module';
 import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
 import { HandleCache, type DbHandle, type ExecutorLimits } from './handles.ts';
@@ -12,6 +11,7 @@ import { beginTx, commitTx, execTx, rollbackTx } from './tx-ops.ts';
 import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
 import { dropHistory } from '../history/archive.ts';
+import { removeCopy } from '../history/rebuild.ts';
 import { dirname } from 'node:path';
 
 flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or lives as long as the server
@@ -40,7 +40,7 @@ function open(path: string, create: boolean): DbHandle | null {
 
 function unlinkDatabase(path: string): void {
   handles.forget(path);
-  for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(path + suffix, { force: true });
+  removeCopy(path);
   if (limits.history) dropHistory(limits.history, path);
 }
 

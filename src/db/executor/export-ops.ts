@@ -1,6 +1,7 @@
 // SPEC 4.12 export, executor side: a consistent copy (VACUUM INTO, one read transaction) made clean — no internal
 // table, rollback-journal mode so any sqlite3 opens it — or written out as SQL text in the style of `sqlite3 .dump`.
-import { closeSync, openSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, openSync, writeSync } from 'node:fs';
+import { removeCopy } from '../history/rebuild.ts';
 import { DatabaseSync } from 'node:sqlite';
 import { pathToFileURL } from 'node:url';
 import { INTERNAL_PREFIX } from '../sandbox.ts';
@@ -99,6 +100,6 @@ export function exportDatabase(h: DbHandle, target: string, format: 'sqlite' | '
     return { status: 200, body: JSON.stringify({ path: target, version }) };
   } finally {
     copy.close();
-    if (format === 'sql') for (const s of ['', '-wal', '-shm', '-journal']) rmSync(file + s, { force: true });
+    if (format === 'sql') removeCopy(file);
   }
 }
