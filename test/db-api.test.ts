@@ -398,6 +398,32 @@ describe('migrations as drizzle-kit and wrangler write them (SPEC 4.6, issue 10)
     assert.equal(orphan.status, 409, 'foreign keys are still on');
   });
 
+  test('a rebuild of a parent table inside foreign_keys=OFF fires no ON DELETE action: children keep their rows (migrate and execute)', async () => {
+    const parent = (db: string) => ({ database: db, migrations: [{ id: '0001', sql: 'CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT); CREATE TABLE posts(id INTEGER PRIMARY KEY, author INTEGER REFERENCES users(id) ON DELETE CASCADE, title TEXT); CREATE TABLE likes(id INTEGER PRIMARY KEY, user INTEGER REFERENCES users(id) ON DELETE SET NULL); INSERT INTO users VALUES (1, \'a\'); INSERT INTO posts VALUES (1, 1, \'p\'); INSERT INTO likes VALUES (1, 1);' }] });
+    const rebuildUsers = 'PRAGMA foreign_keys=OFF;\nCREATE TABLE __new_users(id INTEGER PRIMARY KEY, name TEXT NOT NULL DEFAULT \'x\');\nINSERT INTO __new_users SELECT id, name FROM users;\nDROP TABLE users;\nALTER TABLE __new_users RENAME TO users;\nPRAGMA foreign_keys=ON;';
+    const children = async (db: string) => (await q.db('web', 'query', { database: db, sql: 'SELECT (SELECT count(*) FROM posts), (SELECT user FROM likes WHERE id = 1), (SELECT count(*) FROM users)' })).json.results[0].rows[0];
+    assert.equal((await q.db('web', 'migrate', parent('fkm'))).status, 200);
+    const m = await q.db('web', 'migrate', { database: 'fkm', migrations: [...parent('fkm').migrations, { id: '0002', sql: rebuildUsers }] });
+    assert.equal(m.status, 200, m.text);
+    assert.deepEqual(await children('fkm'), [1, 1, 1], 'the CASCADE and SET NULL of DROP TABLE did not run');
+    assert.equal((await q.db('web', 'execute', { database: 'fkm', sql: 'DELETE FROM users' })).status, 200);
+    assert.deepEqual(await children('fkm'), [0, null, 0], 'afterwards foreign keys and their actions are on again');
+
+    assert.equal((await q.db('web', 'migrate', parent('fke'))).status, 200);
+    const statements = rebuildUsers.split('\n').map((sql) => ({ sql }));
+    // Concurrent plain writes may share a group with it: the rebuild still runs alone, with foreign keys off.
+    const [e] = await Promise.all([
+      q.db('web', 'execute', { database: 'fke', statements }),
+      ...Array.from({ length: 4 }, (_, i) => q.db('web', 'execute', { database: 'fke', sql: `INSERT INTO posts(author, title) VALUES (1, 'c${i}')` })),
+    ]);
+    assert.equal(e!.status, 200, e!.text);
+    const [posts, liked] = await children('fke');
+    assert.equal(liked, 1);
+    assert.ok(posts === 5, `every post stays: ${posts}`);
+    const orphan = await q.db('web', 'execute', { database: 'fke', statements: [{ sql: 'PRAGMA foreign_keys = OFF' }, { sql: 'INSERT INTO posts(author) VALUES (42)' }] });
+    assert.equal(orphan.status, 409, 'with foreign keys off every key is still checked before COMMIT');
+  });
+
   test('a migration that leaves a broken foreign key fails at its end, and a dry run fails exactly where the real run would', async () => {
     const breaking = { id: '0002_break', sql: 'PRAGMA foreign_keys=OFF;\nDELETE FROM authors;\nPRAGMA foreign_keys=ON;' };
     const all = [init, rebuild, breaking];

@@ -97,6 +97,24 @@ describe('@libsql/client', () => {
     other.close();
     c.close();
   });
+
+  test('migrate() and a stream\'s PRAGMA foreign_keys=OFF: a parent table\'s rebuild fires no ON DELETE CASCADE', async () => {
+    const c = client('web/_db/fkhrana/');
+    const schema = ['CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)', 'CREATE TABLE posts(id INTEGER PRIMARY KEY, author INTEGER REFERENCES users(id) ON DELETE CASCADE)'];
+    const rebuild = (n: number) => [`CREATE TABLE __new_users(id INTEGER PRIMARY KEY, name TEXT, v${n} INTEGER)`, 'INSERT INTO __new_users(id, name) SELECT id, name FROM users', 'DROP TABLE users', 'ALTER TABLE __new_users RENAME TO users'];
+    await c.migrate([...schema, "INSERT INTO users VALUES (1, 'a')", 'INSERT INTO posts VALUES (1, 1)']);
+    await c.migrate(rebuild(1)); // @libsql/client wraps it in PRAGMA foreign_keys=off … on
+    const count = async () => (await c.execute('SELECT count(*) AS n FROM posts')).rows[0]!.n;
+    assert.equal(await count(), 1n, 'the post outlived its author table\'s rebuild');
+    // The same on one stream by hand, around an interactive transaction: the pragma holds for the stream, as for a connection.
+    const stmt = (sql: string) => ({ type: 'execute', stmt: { sql } });
+    const res = await pipeline({ baton: null, requests: [stmt('PRAGMA foreign_keys=OFF'), stmt('BEGIN'), ...rebuild(2).map(stmt), stmt('COMMIT'), stmt('PRAGMA foreign_keys=ON'), { type: 'close' }] }, '/web/_db/fkhrana/v2/pipeline');
+    assert.deepEqual(res.json.results.filter((r: { type: string }) => r.type !== 'ok'), [], res.text);
+    assert.equal(await count(), 1n);
+    await c.execute('DELETE FROM users');
+    assert.equal(await count(), 0n, 'once the stream turned them on again, CASCADE runs');
+    c.close();
+  });
 });
 
 describe('interactive transactions', () => {

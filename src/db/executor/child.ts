@@ -107,7 +107,7 @@ function handle(frame: Frame): Buffer {
     }
     case 'tx.begin': case 'tx.exec': case 'tx.commit': case 'tx.rollback': {
       const reply = h.op === 'tx.begin'
-        ? beginTx(h.tx, path, h.create === true, { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token }, limits)
+        ? beginTx(h.tx, path, h.create === true, { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token }, limits, frame.body.length > 0 && JSON.parse(frame.body.toString('utf8')).foreignKeysOff === true)
         : h.op === 'tx.exec' ? execTx(h.tx, JSON.parse(frame.body.toString('utf8')), limits.maxResultBytes)
         : h.op === 'tx.commit' ? commitTx(h.tx) : rollbackTx(h.tx);
       return encodeFrame(frame.seq, { s: reply.status, v: reply.version }, reply.body);

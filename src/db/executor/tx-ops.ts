@@ -8,7 +8,7 @@ import { errorReply, failure, type Reply } from './reply.ts';
 import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
 import { type GroupContext, prune, recordChange, totals } from './write-ops.ts';
 import { keepHistory } from './history-ops.ts';
-import { endDeferral } from './foreign-keys.ts';
+import { deferForeignKeys, endDeferral } from './foreign-keys.ts';
 
 interface Tx {
   h: DbHandle;
@@ -22,7 +22,8 @@ const open = new Map<string, Tx>();
 
 const gone = (): Reply => errorReply({ code: 'invalid_request', message: 'this transaction is no longer open in its executor' });
 
-export function beginTx(id: string, path: string, create: boolean, ctx: GroupContext, limits: ExecutorLimits): Reply {
+/** `foreignKeysOff`: the stream turned them off before BEGIN, so they are off for the whole transaction (foreign-keys.ts). */
+export function beginTx(id: string, path: string, create: boolean, ctx: GroupContext, limits: ExecutorLimits, foreignKeysOff = false): Reply {
   if (open.has(id)) return errorReply({ code: 'invalid_request', message: 'this transaction is already open' });
   let h: DbHandle;
   try {
@@ -31,7 +32,9 @@ export function beginTx(id: string, path: string, create: boolean, ctx: GroupCon
     return failure(e, null);
   }
   try {
+    if (foreignKeysOff) h.internal('PRAGMA foreign_keys = OFF').run(); // this connection is the transaction's alone
     h.internal('BEGIN IMMEDIATE').run();
+    if (foreignKeysOff) deferForeignKeys(h); // every key is checked at COMMIT
     h.sandbox.allowSavepoints = true; // nested transactions of ORMs; COMMIT and ROLLBACK stay the stream's
     open.set(id, { h, ctx, session: h.db.createSession(), before: totals(h), tables: new Set() });
     return { status: 200, body: '{}' };

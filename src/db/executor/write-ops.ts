@@ -8,7 +8,7 @@ import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { KEEP_EVENTS, KEEP_MS } from './schema.ts';
 import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from '../schema-fingerprint.ts';
-import { deferForeignKeys, endDeferral } from './foreign-keys.ts';
+import { deferForeignKeys, endDeferral, turnsForeignKeysOff, withForeignKeysOff } from './foreign-keys.ts';
 import { keepHistory } from './history-ops.ts';
 
 export interface Scope { org: string; repo: string; database: string }
@@ -22,7 +22,13 @@ export interface GroupContext {
   token: string;
 }
 
-interface ExecuteBody { sql?: string; params?: unknown; statements?: StatementSpec[]; rows?: 'arrays' | 'objects' }
+interface ExecuteBody {
+  sql?: string; params?: unknown; statements?: StatementSpec[]; rows?: 'arrays' | 'objects';
+  /** Set by the service, never by a client: a Hrana stream turned foreign keys off before this request. */
+  foreignKeysOff?: boolean;
+}
+
+const turnsOff = (b: ExecuteBody): boolean => b.foreignKeysOff === true || turnsForeignKeysOff(b.sql) || (b.statements ?? []).some((s) => turnsForeignKeysOff(s?.sql));
 interface MigrateBody { migrations: { id: string; sql: string }[]; dryRun?: boolean }
 
 /** Past this, an event carries no changeset and followers take a snapshot (docs/mirrors.md). */
@@ -157,7 +163,16 @@ export function prune(h: DbHandle, ctx: GroupContext, version: number): void {
  * every version inside a group from the commit before it (history/rebuild.ts).
  */
 export function executeGroup(h: DbHandle, bodies: ExecuteBody[], ctx: GroupContext): Reply[] {
+  // A request that turns foreign keys off runs alone, with them off (foreign-keys.ts); the pool sends the rest again.
+  const first = bodies.findIndex(turnsOff);
+  const off = first === 0;
+  const group = off ? bodies.slice(0, 1) : first > 0 ? bodies.slice(0, first) : bodies;
+  return withForeignKeysOff(h, off, () => runGroup(h, group, ctx, off));
+}
+
+function runGroup(h: DbHandle, bodies: ExecuteBody[], ctx: GroupContext, foreignKeysOff: boolean): Reply[] {
   h.internal('BEGIN IMMEDIATE').run();
+  if (foreignKeysOff) deferForeignKeys(h); // so the request's end checks every key
   const replies: Reply[] = [];
   try {
     const start = h.version();
@@ -186,6 +201,13 @@ const checksum = (sql: string) => createHash('sha256').update(sql, 'utf8').diges
 
 /** SPEC 4.6: the applied list must be a prefix of the request's; pending migrations apply in one transaction. */
 export function migrate(h: DbHandle, body: MigrateBody, ctx: GroupContext): Reply {
+  // Decided before BEGIN, where the pragma holds: the write lane lets no other migrate in between.
+  const appliedCount = Number((h.internal('SELECT count(*) AS n FROM _scopebase_migrations').get() as { n: number }).n);
+  const off = body.migrations.slice(appliedCount).some((m) => turnsForeignKeysOff(m.sql));
+  return withForeignKeysOff(h, off, () => migrateInTransaction(h, body, ctx));
+}
+
+function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext): Reply {
   h.internal('BEGIN IMMEDIATE').run();
   try {
     const applied = h.internal('SELECT id, checksum FROM _scopebase_migrations ORDER BY seq').all() as { id: string; checksum: string }[];

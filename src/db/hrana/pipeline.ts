@@ -3,6 +3,7 @@
 // same versions, change log, sandbox and limits. A batch that opens a transaction (BEGIN … COMMIT, what
 // @libsql/client's batch() and migrate() send) runs as ONE write request: one transaction, one version.
 import { ApiError } from '../../shared/errors.ts';
+import { turnsForeignKeysOff } from '../executor/foreign-keys.ts';
 import { splitStatements } from '../statement-end.ts';
 import { type BatchStep, blockAutocommit, evaluate, transactionBlock } from './batch.ts';
 import type { LaneHold } from '../executor/pool.ts';
@@ -14,7 +15,8 @@ export interface Statement { sql: string; params?: unknown[] | Record<string, un
 
 /** What a pipeline needs of the database service: one SPEC 4.3 read or 4.4 write; a held write lane. */
 export interface HranaBackend {
-  run(kind: 'read' | 'write', statements: Statement[]): Promise<{ results: Record<string, unknown>[] }>;
+  /** `foreignKeysOff`: the write runs with foreign keys off and checked before COMMIT (a table rebuild). */
+  run(kind: 'read' | 'write', statements: Statement[], foreignKeysOff?: boolean): Promise<{ results: Record<string, unknown>[] }>;
   holdLane(): Promise<LaneHold>;
   transactionMaxMs: number;
 }
@@ -25,8 +27,8 @@ type Result = { type: 'ok'; response: Record<string, unknown> } | { type: 'error
 /** Statements that only read: tried as a read first (a write among them is refused as read_only, then run as one). */
 const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))/i;
 const TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
-/** `PRAGMA foreign_keys` around a migration (what @libsql/client's migrate() sends): foreign keys stay enforced. */
-const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+foreign_keys\s*=\s*(on|off|0|1|true|false)\s*;?\s*$/i;
+/** `PRAGMA foreign_keys` around a migration (what @libsql/client's migrate() sends): the stream's setting, as a connection's. */
+const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+foreign_keys\s*=\s*(on|off|0|1|true|false|yes|no)\s*;?\s*$/i;
 
 const CODES: Record<string, string> = {
   not_allowed: 'SQLITE_AUTH', read_only: 'SQLITE_READONLY', sql_error: 'SQLITE_ERROR', constraint_violation: 'SQLITE_CONSTRAINT',
@@ -122,7 +124,11 @@ export class Pipeline {
   /** One statement on its own (autocommit). */
   private async execute(stmt: HranaStmt, where: string): Promise<StmtResult> {
     const s = this.statement(stmt, where);
-    if (FOREIGN_KEYS_PRAGMA.test(s.sql)) return EMPTY;
+    const pragma = FOREIGN_KEYS_PRAGMA.exec(s.sql);
+    if (pragma) {
+      if (!this.stream.tx) this.stream.foreignKeysOff = /^(off|0|false|no)$/i.test(pragma[1]!); // inside a transaction SQLite ignores it
+      return EMPTY;
+    }
     if (TRANSACTION.test(s.sql)) return this.control(s.sql, s);
     const t0 = performance.now();
     const tx = this.stream.tx;
@@ -135,7 +141,7 @@ export class Pipeline {
     const tx = this.stream.tx;
     if (/^\s*BEGIN\b/i.test(sql)) {
       if (tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
-      this.stream.tx = await StreamTx.begin(await this.backend.holdLane(), this.backend.transactionMaxMs);
+      this.stream.tx = await StreamTx.begin(await this.backend.holdLane(), this.backend.transactionMaxMs, this.stream.foreignKeysOff);
     } else if (/^\s*(COMMIT|END)\b/i.test(sql)) {
       if (!tx) throw new ApiError('sql_error', 'cannot commit - no transaction is active');
       this.stream.tx = null;
@@ -153,11 +159,11 @@ export class Pipeline {
   }
 
   /** Reads that turn out to write, or read a database that does not exist yet, run as a write (which creates it). */
-  private async runAs(kind: 'read' | 'write', statements: Statement[]): Promise<Record<string, unknown>[]> {
+  private async runAs(kind: 'read' | 'write', statements: Statement[], foreignKeysOff = this.stream.foreignKeysOff): Promise<Record<string, unknown>[]> {
     try {
-      return (await this.backend.run(kind, statements)).results;
+      return (await this.backend.run(kind, statements, foreignKeysOff)).results;
     } catch (e) {
-      if (kind === 'read' && e instanceof ApiError && (e.code === 'read_only' || e.code === 'database_not_found')) return (await this.backend.run('write', statements)).results;
+      if (kind === 'read' && e instanceof ApiError && (e.code === 'read_only' || e.code === 'database_not_found')) return (await this.backend.run('write', statements, foreignKeysOff)).results;
       throw e;
     }
   }
@@ -177,7 +183,9 @@ export class Pipeline {
       const t0 = performance.now();
       try {
         const statements = indexes.map((i) => this.statement(steps[i]!.stmt, `${where}.steps[${i}].stmt`));
-        const replies = statements.length ? await this.runAs(block.readOnly ? 'read' : 'write', statements) : [];
+        // Steps before BEGIN run later, in the evaluation: a `PRAGMA foreign_keys=OFF` among them (migrate()) holds here already.
+        const off = this.stream.foreignKeysOff || sqls.slice(0, block.begin).some(turnsForeignKeysOff);
+        const replies = statements.length ? await this.runAs(block.readOnly ? 'read' : 'write', statements, off) : [];
         const ms = performance.now() - t0;
         indexes.forEach((i, k) => inBlock.set(i, { result: toStmtResult(replies[k]!, steps[i]!.stmt.want_rows !== false, ms) }));
       } catch (e) {

@@ -18,6 +18,8 @@ export class StreamState {
   idleTimer: NodeJS.Timeout | null = null;
   /** Its open interactive transaction, if any. */
   tx: StreamTx | null = null;
+  /** `PRAGMA foreign_keys = OFF` ran on it (and no `= ON` since): its writes run with foreign keys off, as on a connection. */
+  foreignKeysOff = false;
 
   constructor(key: string) {
     this.key = key;

@@ -17,10 +17,11 @@ export class StreamTx {
     this.timer = setTimeout(() => this.abandon(`it was open longer than ${maxMs} ms (DB_TRANSACTION_MAX_MS) and was rolled back`), maxMs).unref();
   }
 
-  static async begin(hold: LaneHold, maxMs: number): Promise<StreamTx> {
+  /** `foreignKeysOff`: the stream ran `PRAGMA foreign_keys = OFF` first, so the transaction runs with them off. */
+  static async begin(hold: LaneHold, maxMs: number, foreignKeysOff = false): Promise<StreamTx> {
     const tx = new StreamTx(hold, maxMs);
     try {
-      await tx.send('tx.begin');
+      await tx.send('tx.begin', foreignKeysOff ? Buffer.from('{"foreignKeysOff":true}') : undefined);
     } catch (e) {
       tx.finish('it could not begin');
       throw e;
