@@ -6,6 +6,7 @@ import type { DbHandle, Prepared } from './handles.ts';
 import { checkParams } from '../params.ts';
 import { deferForeignKeys } from './foreign-keys.ts';
 import { assertSchemaClean } from '../sandbox.ts';
+import { MENTIONS, alterColumn } from './alter-column.ts';
 
 export interface StatementSpec {
   sql: string;
@@ -111,6 +112,10 @@ export interface WriteOutcome {
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
 export function runWrite(h: DbHandle, spec: StatementSpec, index: number, objects: boolean, budget: ResultBudget): WriteOutcome {
   const args = bind(decodeParams(spec.params, `statements[${index}]`));
+  if (MENTIONS.test(spec.sql)) {
+    const altered = alterColumn(h, spec.sql);
+    if (altered) return altered;
+  }
   const p: Prepared = h.prepare(spec.sql, 'write');
   checkParams(p.params, spec.params, index);
   if (p.defersForeignKeys) deferForeignKeys(h);

@@ -10,6 +10,7 @@ import { KEEP_EVENTS, KEEP_MS } from './schema.ts';
 import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from '../schema-fingerprint.ts';
 import { deferForeignKeys, endDeferral, turnsForeignKeysOff, withForeignKeysOff } from './foreign-keys.ts';
 import { keepHistory } from './history-ops.ts';
+import { execMigration } from './alter-column.ts';
 
 export interface Scope { org: string; repo: string; database: string }
 
@@ -242,7 +243,7 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
         h.sandbox.mode = 'write';
         h.sandbox.denied = null;
         h.sandbox.written = tables;
-        h.db.exec(m.sql);
+        execMigration(h, m.sql);
         h.sandbox.mode = 'internal';
         assertSchemaClean(h.db);
         h.internal('INSERT INTO _scopebase_migrations (id, checksum, applied_at) VALUES (?, ?, ?)').run(m.id, checksum(m.sql), new Date().toISOString());
