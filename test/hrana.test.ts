@@ -61,6 +61,21 @@ describe('@libsql/client', () => {
     turso.close();
   });
 
+  test('a whole REAL stays a float (not a bigint), and columns carry their declared types', async () => {
+    const c = client();
+    await c.execute('CREATE TABLE reals(id INTEGER PRIMARY KEY, r REAL, n NUMERIC, t TEXT)');
+    await c.execute({ sql: 'INSERT INTO reals(r, n, t) VALUES (?, ?, ?)', args: [5, 7, 'x'] });
+    const read = await c.execute('SELECT id, r, n, t, r * 2 AS twice FROM reals');
+    assert.deepEqual(read.rows.map((row) => [row.id, row.r, row.n, row.t, row.twice]), [[1n, 5, 7n, 'x', 10]]);
+    assert.deepEqual(read.columnTypes, ['INTEGER', 'REAL', 'NUMERIC', 'TEXT', '']);
+    const [inBatch] = await c.batch(['SELECT r FROM reals'], 'write');
+    assert.equal(inBatch!.rows[0]!.r, 5, 'in a batch too');
+    const tx = await c.transaction('write');
+    assert.equal((await tx.execute('SELECT r FROM reals')).rows[0]!.r, 5, 'and in a transaction');
+    await tx.rollback();
+    c.close();
+  });
+
   test('batch("write") is one transaction and one version; a failing statement rolls all of it back', async () => {
     const c = client();
     await c.execute('CREATE TABLE items(id INTEGER PRIMARY KEY, name TEXT UNIQUE)');

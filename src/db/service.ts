@@ -179,7 +179,8 @@ export class DbService implements DbHandler, ChangeFeed {
       run: async (kind, statements, foreignKeysOff) => {
         const body: Record<string, unknown> = { database: scope.database, statements };
         validate(kind === 'read' ? 'query' : 'execute', body, this.config.db.maxStatements);
-        if (foreignKeysOff && kind === 'write') body.foreignKeysOff = true; // after validate: no client can send it
+        body.rows = 'typed'; // after validate, as foreignKeysOff: no client can send either
+        if (foreignKeysOff && kind === 'write') body.foreignKeysOff = true;
         const raw = Buffer.from(JSON.stringify(body));
         if (kind === 'read' && !this.exists(scope)) throw notFound(scope);
         const res = kind === 'read' ? await this.pool.read({ op: 'query', path }, raw) : await this.pool.write(scope, path, 'execute', raw);

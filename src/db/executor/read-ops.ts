@@ -2,20 +2,20 @@
 import { DatabaseSync } from 'node:sqlite';
 import { ApiError } from '../../shared/errors.ts';
 import type { DbHandle } from './handles.ts';
-import { ResultBudget, runRead, type StatementSpec } from './statements.ts';
+import { ResultBudget, runRead, type RowShape, type StatementSpec } from './statements.ts';
 import { failure, type Reply } from './reply.ts';
 
 interface QueryBody {
   sql?: string;
   params?: unknown;
   statements?: StatementSpec[];
-  rows?: 'arrays' | 'objects';
+  rows?: RowShape;
 }
 
 /** Every statement of one request reads one snapshot: a read transaction spans them, with the version it shows. */
 export function query(h: DbHandle, body: QueryBody, maxResultBytes: number): Reply {
   const statements = body.statements ?? [{ sql: body.sql!, params: body.params }];
-  const objects = body.rows === 'objects';
+  const shape = body.rows ?? 'arrays';
   const budget = new ResultBudget(maxResultBytes);
   h.internal('BEGIN').run();
   try {
@@ -23,7 +23,7 @@ export function query(h: DbHandle, body: QueryBody, maxResultBytes: number): Rep
     const results: string[] = [];
     for (let i = 0; i < statements.length; i++) {
       try {
-        results.push(runRead(h, statements[i]!, i, objects, budget));
+        results.push(runRead(h, statements[i]!, i, shape, budget));
       } catch (e) {
         return failure(e, h.sandbox.denied, i);
       }

@@ -45,12 +45,19 @@ function checkSafe(v: unknown): void {
   if (typeof v === 'number' && (v > Number.MAX_SAFE_INTEGER || v < Number.MIN_SAFE_INTEGER) && Number.isInteger(v)) throw UNSAFE;
 }
 
+/**
+ * How rows come out: `arrays` and `objects` as SPEC 4.3 says; `typed` (set by the service for the libSQL protocol,
+ * never by a client) as arrays where a whole REAL is `{"$real": n}`, so it is not taken for an INTEGER, with each
+ * column's declared type beside its name.
+ */
+export type RowShape = 'arrays' | 'objects' | 'typed';
+
 /** `bigints`: integers arrive as BigInt, so a number is a REAL and needs no check. */
-function renderRows(stmt: StatementSync, args: unknown[], objects: boolean, budget: ResultBudget, bigints: boolean): Rendered {
+function renderRows(stmt: StatementSync, args: unknown[], shape: RowShape, budget: ResultBudget, bigints: boolean): Rendered {
   const parts: string[] = [];
   for (const row of stmt.iterate(...(args as []))) {
     let text: string;
-    if (objects) {
+    if (shape === 'objects') {
       const o = row as Record<string, unknown>;
       for (const k in o) {
         const v = o[k];
@@ -61,6 +68,7 @@ function renderRows(stmt: StatementSync, args: unknown[], objects: boolean, budg
     } else {
       const values = row as unknown as unknown[];
       if (!bigints) for (let i = 0; i < values.length; i++) checkSafe(values[i]);
+      if (shape === 'typed') for (let i = 0; i < values.length; i++) if (Number.isInteger(values[i])) values[i] = { $real: values[i] };
       text = JSON.stringify(encodeRow(values));
     }
     budget.charge(text);
@@ -70,28 +78,31 @@ function renderRows(stmt: StatementSync, args: unknown[], objects: boolean, budg
 }
 
 /** Renders rows; an integer past ±(2^53−1) makes the statement be read again as BigInt (a REAL stays a number). */
-function rowsOf(stmt: StatementSync, args: unknown[], objects: boolean, budget: ResultBudget, bigints: boolean): Rendered {
-  stmt.setReturnArrays(!objects);
-  if (bigints) {
+function rowsOf(stmt: StatementSync, args: unknown[], shape: RowShape, budget: ResultBudget, bigints: boolean): Rendered {
+  stmt.setReturnArrays(shape !== 'objects');
+  if (bigints || shape === 'typed') {
     stmt.setReadBigInts(true);
-    return renderRows(stmt, args, objects, budget, true);
+    return renderRows(stmt, args, shape, budget, true);
   }
   stmt.setReadBigInts(false);
   try {
-    return renderRows(stmt, args, objects, budget, false);
+    return renderRows(stmt, args, shape, budget, false);
   } catch (e) {
     if (e !== UNSAFE && (e as { code?: string }).code !== 'ERR_OUT_OF_RANGE') throw e;
     stmt.setReadBigInts(true);
-    return renderRows(stmt, args, objects, budget, true);
+    return renderRows(stmt, args, shape, budget, true);
   }
 }
 
-function columnsOf(stmt: StatementSync): string {
-  return JSON.stringify(stmt.columns().map((c) => c.name));
+/** `"columns":[…]`, and for `typed` rows `"decltypes":[…]` (null for an expression). */
+function columnsOf(stmt: StatementSync, shape: RowShape): string {
+  const cols = stmt.columns();
+  const names = `"columns":${JSON.stringify(cols.map((c) => c.name))}`;
+  return shape === 'typed' ? `${names},"decltypes":${JSON.stringify(cols.map((c) => c.type ?? null))}` : names;
 }
 
 /** A read (/_db/query): `{"columns":[...],"rows":[...]}`. */
-export function runRead(h: DbHandle, spec: StatementSpec, index: number, objects: boolean, budget: ResultBudget): string {
+export function runRead(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): string {
   const args = bind(decodeParams(spec.params, `statements[${index}]`));
   const p = h.prepare(spec.sql, 'read');
   checkParams(p.params, spec.params, index);
@@ -100,7 +111,7 @@ export function runRead(h: DbHandle, spec: StatementSpec, index: number, objects
     p.stmt.run(...(args as []));
     return '{"columns":[],"rows":[]}';
   }
-  return `{"columns":${columnsOf(p.stmt)},"rows":${rowsOf(p.stmt, args, objects, budget, false).json}}`;
+  return `{${columnsOf(p.stmt, shape)},"rows":${rowsOf(p.stmt, args, shape, budget, false).json}}`;
 }
 
 export interface WriteOutcome {
@@ -110,7 +121,7 @@ export interface WriteOutcome {
 }
 
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
-export function runWrite(h: DbHandle, spec: StatementSpec, index: number, objects: boolean, budget: ResultBudget): WriteOutcome {
+export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): WriteOutcome {
   const args = bind(decodeParams(spec.params, `statements[${index}]`));
   if (MENTIONS.test(spec.sql)) {
     const altered = alterColumn(h, spec.sql);
@@ -120,10 +131,10 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, object
   checkParams(p.params, spec.params, index);
   if (p.defersForeignKeys) deferForeignKeys(h);
   if (p.returnsRows) {
-    const rows = rowsOf(p.stmt, args, objects, budget, true);
+    const rows = rowsOf(p.stmt, args, shape, budget, true);
     const count = p.dml ? rows.count : 0;
     const last = p.inserts && count > 0 ? JSON.stringify(encodeValue(h.internal('SELECT last_insert_rowid() AS id').get()!.id)) : 'null';
-    return { text: `{"rowsAffected":${count},"lastInsertRowid":${last},"columns":${columnsOf(p.stmt)},"rows":${rows.json}}`, rowsAffected: count, tables: p.written };
+    return { text: `{"rowsAffected":${count},"lastInsertRowid":${last},${columnsOf(p.stmt, shape)},"rows":${rows.json}}`, rowsAffected: count, tables: p.written };
   }
   p.stmt.setReadBigInts(true);
   const r = p.stmt.run(...(args as []));

@@ -4,7 +4,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { DbHandle } from './handles.ts';
 import { assertSchemaClean } from '../sandbox.ts';
-import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
+import { ResultBudget, runWrite, type RowShape, type StatementSpec } from './statements.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { KEEP_EVENTS, KEEP_MS } from './schema.ts';
 import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from '../schema-fingerprint.ts';
@@ -24,7 +24,7 @@ export interface GroupContext {
 }
 
 interface ExecuteBody {
-  sql?: string; params?: unknown; statements?: StatementSpec[]; rows?: 'arrays' | 'objects';
+  sql?: string; params?: unknown; statements?: StatementSpec[]; rows?: RowShape;
   /** Set by the service, never by a client: a Hrana stream turned foreign keys off before this request. */
   foreignKeysOff?: boolean;
 }
@@ -122,7 +122,7 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
   let i = 0;
   try {
     for (; i < statements.length; i++) {
-      const out = runWrite(h, statements[i]!, i, body.rows === 'objects', budget);
+      const out = runWrite(h, statements[i]!, i, body.rows ?? 'arrays', budget);
       results.push(out.text);
       for (const t of out.tables) tables.add(t);
     }

@@ -60,6 +60,7 @@ export function fromValue(v: unknown): HranaValue {
   if (typeof v === 'number') return Number.isInteger(v) ? { type: 'integer', value: String(v) } : { type: 'float', value: v };
   const o = v as Record<string, string>;
   if (typeof o.$bigint === 'string') return { type: 'integer', value: o.$bigint };
+  if (typeof o.$real === 'number') return { type: 'float', value: o.$real }; // a whole REAL (RowShape 'typed')
   if (typeof o.$blob === 'string') return { type: 'blob', base64: o.$blob };
   return { type: 'text', value: JSON.stringify(v) };
 }
@@ -83,6 +84,8 @@ export function toParams(stmt: HranaStmt, where: string): unknown[] | Record<str
 
 interface ScopebaseResult {
   columns?: string[];
+  /** Declared types, present for the rows of RowShape 'typed'. */
+  decltypes?: (string | null)[];
   rows?: unknown[][];
   rowsAffected?: number;
   lastInsertRowid?: unknown;
@@ -93,7 +96,7 @@ export function toStmtResult(r: ScopebaseResult, wantRows: boolean, ms: number):
   const rows = wantRows ? (r.rows ?? []).map((row) => row.map(fromValue)) : [];
   const last = r.lastInsertRowid;
   return {
-    cols: (r.columns ?? []).map((name) => ({ name, decltype: null })),
+    cols: (r.columns ?? []).map((name, i) => ({ name, decltype: r.decltypes?.[i] ?? null })),
     rows,
     affected_row_count: r.rowsAffected ?? 0,
     last_insert_rowid: last === null || last === undefined ? null : typeof last === 'number' ? String(last) : (last as { $bigint: string }).$bigint,
