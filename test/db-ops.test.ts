@@ -197,6 +197,16 @@ describe('snapshot and changes (4.9)', () => {
       assert.deepEqual({ ...copy.prepare('SELECT count(*) AS n FROM t').get() }, { n: 1199 });
       copy.close();
 
+      // Rows of a table without an INTEGER PRIMARY KEY keep their rowids (VACUUM INTO would renumber them).
+      await p.db('web', 'execute', { database: 'keyless', statements: [{ sql: 'CREATE TABLE k(v)' }, { sql: "INSERT INTO k VALUES ('a'), ('b'), ('c')" }, { sql: 'DELETE FROM k WHERE rowid = 2' }] });
+      const keyless = await request(new URL('/web/_db/snapshot', p.url), { method: 'POST', headers: { host: `acme.localhost:${new URL(p.url).port}`, ...auth }, body: '{"database":"keyless"}' });
+      assert.equal(keyless.statusCode, 200);
+      writeFileSync(file, Buffer.from(await keyless.body.arrayBuffer()));
+      const k = new DatabaseSync(file, { readOnly: true });
+      assert.deepEqual(k.prepare('SELECT rowid, v FROM k ORDER BY rowid').all().map((r) => [r.rowid, r.v]), [[1, 'a'], [3, 'c']]);
+      assert.equal(Number((k.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number }).value), 1);
+      k.close();
+
       const page = await p.db('web', 'changes', { since: 0, limit: 10 });
       assert.deepEqual(page.json.events.map((e: { version: number }) => e.version), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
       assert.equal(page.json.version, 1200);
