@@ -332,6 +332,29 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.equal((await pipeline({ baton: null, requests: [] }, '/web/_db/Bad/v2/pipeline')).json.error.code, 'invalid_name');
   });
 
+  test('past DB_MAX_STREAMS in all, the busiest repo gives up its least recently used stream: no repo keeps others out', async () => {
+    const q = await startProduct({ DB_MAX_STREAMS: '20' });
+    try {
+      const open = async (repo: string) => (await q.call(`/${repo}/_db/v2/pipeline`, { body: { baton: null, requests: [] }, headers: { authorization: `Bearer ${q.secret('acme', repo)}` } })).json.baton as string;
+      const alive = async (repo: string, baton: string) => {
+        const r = await q.call(`/${repo}/_db/v2/pipeline`, { body: { baton, requests: [] }, headers: { authorization: `Bearer ${q.secret('acme', repo)}` } });
+        return r.status === 200 ? r.json.baton as string : null;
+      };
+      const hog: string[] = [];
+      for (let i = 0; i < 15; i++) hog.push(await open('hog'));
+      const small: string[] = [];
+      for (let i = 0; i < 5; i++) small.push(await open('small'));
+      const newcomer = await open('newcomer');
+      assert.ok(newcomer, 'a new repo still gets a stream when the server is full');
+      assert.equal(await alive('hog', hog[0]!), null, 'the busiest repo\'s least recently used stream made room');
+      for (const [i, b] of small.entries()) small[i] = (await alive('small', b))!;
+      assert.ok(small.every(Boolean), 'the smaller repo kept every stream');
+      assert.ok(await alive('newcomer', newcomer));
+    } finally {
+      await q.close();
+    }
+  });
+
   test(`a repo keeps at most ${MAX_STREAMS_PER_REPO} streams open: past that its own oldest is closed, another repo's are not`, async () => {
     const theirs = (await pipeline({ baton: null, requests: [] }, '/site/_db/v2/pipeline', 'site')).json.baton;
     const batons: string[] = [];

@@ -40,6 +40,8 @@ export interface Config {
     rateLimitBurst: number;
     /** A libSQL-protocol stream unused this long is dropped (SPEC 4.10). */
     streamIdleMs: number;
+    /** libSQL-protocol streams open at once in all; past it, the busiest repo's least recently used one is closed. */
+    maxStreams: number;
     /** An interactive transaction open longer than this is rolled back (SPEC 4.10). */
     transactionMaxMs: number;
     maxOpenDatabases: number;
@@ -260,6 +262,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
       rateLimitPerRepo,
       rateLimitBurst: int(env, 'DB_RATE_LIMIT_BURST', Math.max(1, rateLimitPerRepo), 1, 100_000_000),
       streamIdleMs: int(env, 'DB_STREAM_IDLE_MS', 10_000, 100, 3_600_000),
+      maxStreams: int(env, 'DB_MAX_STREAMS', 10_000, 1, 1_000_000),
       transactionMaxMs: int(env, 'DB_TRANSACTION_MAX_MS', 30_000, 100, 3_600_000),
       maxOpenDatabases: int(env, 'DB_MAX_OPEN', 64, 4, 100_000),
       idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', 60_000, 0, 86_400_000),

@@ -22,8 +22,8 @@ export function pipelineDatabase(op: string): string | null {
 export class Hrana {
   private readonly streams: Streams;
 
-  constructor(idleMs: number) {
-    this.streams = new Streams(idleMs);
+  constructor(idleMs: number, maxStreams: number) {
+    this.streams = new Streams(idleMs, maxStreams);
   }
 
   /** One pipeline request: its stream (by baton), every request run in order, and the next baton. */

@@ -35,17 +35,23 @@ export class StreamState {
   }
 }
 
-/** Open streams per repo (past it, the repo's own oldest stream is closed) and in all (past it, refused). */
+/**
+ * Open streams per repo: past it, the repo's own least recently used stream is closed. In all, DB_MAX_STREAMS
+ * (10,000): past it, the least recently used stream of the repo holding the most is closed, so that no repo, nor an
+ * org with many repos, can keep another's clients out.
+ */
 export const MAX_STREAMS_PER_REPO = 256;
-export const MAX_STREAMS = 10_000;
 
 export class Streams {
+  /** Batons in order of last use (take removes, keep adds): the first of a repo is its least recently used. */
   private readonly open = new Map<string, StreamState>();
   private readonly perRepo = new Map<string, number>();
   private readonly idleMs: number;
+  private readonly maxStreams: number;
 
-  constructor(idleMs: number) {
+  constructor(idleMs: number, maxStreams: number) {
     this.idleMs = idleMs;
+    this.maxStreams = maxStreams;
   }
 
   private drop(baton: string, state: StreamState, why: string | null): void {
@@ -59,11 +65,7 @@ export class Streams {
 
   /** The stream a request names (its baton is spent now), or a new one for a null baton. */
   take(baton: unknown, key: string): StreamState {
-    if (baton === null || baton === undefined) {
-      // Refused before anything runs: a stream opened now might not be kept.
-      if (this.open.size >= MAX_STREAMS) throw new ApiError('unavailable', `the server has ${MAX_STREAMS} libSQL streams open; nothing of this request ran, retry`, { committed: false }, { 'retry-after': '1' });
-      return new StreamState(key);
-    }
+    if (baton === null || baton === undefined) return new StreamState(key);
     const state = typeof baton === 'string' ? this.open.get(baton) : undefined;
     if (!state || state.key !== key) {
       throw new ApiError('invalid_request', 'unknown baton: the stream was closed, expired after DB_STREAM_IDLE_MS, belongs to another database, or this baton was already used');
@@ -75,18 +77,26 @@ export class Streams {
   /** Keeps the stream for its next request, under a fresh baton. */
   keep(state: StreamState): string {
     if ((this.perRepo.get(state.repo) ?? 0) >= MAX_STREAMS_PER_REPO) {
-      for (const [baton, s] of this.open) {
-        if (s.repo === state.repo) {
-          this.drop(baton, s, `its repo opened more than ${MAX_STREAMS_PER_REPO} streams and it was the oldest`);
-          break;
-        }
-      }
+      this.dropOldest(state.repo, `its repo opened more than ${MAX_STREAMS_PER_REPO} streams and it was the least recently used`);
+    } else if (this.open.size >= this.maxStreams) {
+      let busiest = state.repo;
+      for (const [repo, n] of this.perRepo) if (n > (this.perRepo.get(busiest) ?? 0)) busiest = repo;
+      this.dropOldest(busiest, `the server had DB_MAX_STREAMS (${this.maxStreams}) streams open, its repo the most, and it was that repo's least recently used`);
     }
     const baton = randomBytes(16).toString('base64url');
     this.open.set(baton, state);
     this.perRepo.set(state.repo, (this.perRepo.get(state.repo) ?? 0) + 1);
     state.idleTimer = setTimeout(() => this.drop(baton, state, `its stream was unused for ${this.idleMs} ms (DB_STREAM_IDLE_MS) and was closed`), this.idleMs).unref();
     return baton;
+  }
+
+  private dropOldest(repo: string, why: string): void {
+    for (const [baton, s] of this.open) {
+      if (s.repo === repo) {
+        this.drop(baton, s, why);
+        return;
+      }
+    }
   }
 
   close(): void {
