@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startProduct, tempDir } from './helpers/product.ts';
 import {
@@ -138,4 +138,39 @@ test('timeouts, AbortSignal and an unreachable server are typed errors, never a 
   assert.ok(e instanceof NetworkError, String(e));
   assert.equal(e.details?.sent, false, 'a refused connection says the request never went out');
   assert.throws(() => createClient({ url: 'http://127.0.0.1:1', secret: 's' }), /name the repo/);
+});
+
+test('exportToFile and importFile stream a file of tens of MiB from and to disk, with progress up to the content length', async () => {
+  const p = await startProduct();
+  const dir = tempDir('scopebase-files-');
+  mkdirSync(dir, { recursive: true });
+  try {
+    const db = createClient({ url: p.url, org: 'acme', repo: 'web', secret: p.secret('acme', 'web') });
+    // ~24 MiB of rows, so the copy is far bigger than one socket buffer.
+    await db.batch([
+      { sql: 'CREATE TABLE big(id INTEGER PRIMARY KEY, body TEXT)' },
+      { sql: "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 6000) INSERT INTO big SELECT i, printf('%.4000c', 'x') || i FROM n" },
+    ]);
+    const file = join(dir, 'big.sqlite');
+    const seen: [number, number | null][] = [];
+    const out = await db.exportToFile(file, { onProgress: (done, total) => seen.push([done, total]) });
+    assert.equal(out.size, statSync(file).size);
+    assert.ok(out.size > 20 << 20, `a big file: ${out.size}`);
+    assert.equal(out.version, 1);
+    assert.ok(seen.length > 10, 'progress came in steps');
+    assert.deepEqual(seen.at(-1), [out.size, out.size], 'the last step is the whole file, against its content length');
+    assert.ok(seen.every(([d], i) => i === 0 || d > seen[i - 1]![0]), 'monotonic');
+
+    const sent: number[] = [];
+    const imported = await db.database('copy').importFile(file, { onProgress: (done, total) => { assert.equal(total, out.size); sent.push(done); } });
+    assert.equal(imported.format, 'sqlite', 'told from its first bytes');
+    assert.deepEqual(imported.tables, [{ name: 'big', rows: 6000 }]);
+    assert.equal(sent.at(-1), out.size);
+    const check = await db.database('copy').query<{ n: number; last: string }>("SELECT count(*) AS n, max(substr(body, 4001)) AS last FROM big");
+    assert.deepEqual(check.rows[0], { n: 6000, last: '999' });
+    await assert.rejects(db.importFile(join(dir, 'missing.sqlite')), (e) => e instanceof ScopebaseError && /cannot read .*missing\.sqlite: ENOENT/.test(e.message));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+    await p.close();
+  }
 });

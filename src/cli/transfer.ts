@@ -1,15 +1,14 @@
 // `scopebase export` and `scopebase import`: a database to a file and back (SPEC 4.12) over the HTTP API.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
 import { printJson, usageError } from './output.ts';
 import { REPO_PATH } from './database.ts';
+import { byteProgress } from './progress.ts';
+import { formatOf } from '../client/index.ts';
 
 type ImportOptions = TargetOptions & { mode?: string; format?: string };
 type ExportOptions = TargetOptions & { format?: string; output?: string };
-
-/** A SQLite database file starts with these 16 bytes; anything else is taken for SQL text. */
-const SQLITE_HEADER = Buffer.from('SQLite format 3\0', 'latin1');
 
 const size = (n: number) => (n >= 1048576 ? `${(n / 1048576).toFixed(1)} MiB` : `${(n / 1024).toFixed(1)} KiB`);
 
@@ -27,11 +26,24 @@ Examples:
       if (opts.format !== 'sqlite' && opts.format !== 'sql') throw usageError('--format must be sqlite or sql');
       if (opts.format === 'sqlite' && opts.output === undefined && process.stdout.isTTY) throw usageError('a SQLite file is binary: give --output <file> or redirect standard output');
       const t = connect(opts, repo);
-      const r = await attempt(t, () => t.client.export({ format: opts.format as 'sqlite' | 'sql', timeoutMs: 600_000 }));
-      if (opts.output !== undefined) writeFileSync(opts.output, r.bytes);
-      else process.stdout.write(r.bytes);
-      const what = `exported ${t.org}/${t.repo}/${t.database} at version ${r.version} (${opts.format}, ${size(r.bytes.length)})${opts.output ? ` to ${opts.output}` : ''}`;
-      if (t.json) process.stderr.write(`${JSON.stringify({ version: r.version, bytes: r.bytes.length, format: opts.format })}\n`);
+      const format = opts.format as 'sqlite' | 'sql';
+      let r: { size: number; version: number };
+      if (opts.output !== undefined) {
+        // Into a file: streamed, with a progress bar on a terminal.
+        const output = opts.output;
+        const progress = byteProgress('exporting', t.json);
+        try {
+          r = await attempt(t, () => t.client.exportToFile(output, { format, timeoutMs: 600_000, onProgress: progress.update }));
+        } finally {
+          progress.stop();
+        }
+      } else {
+        const got = await attempt(t, () => t.client.export({ format, timeoutMs: 600_000 }));
+        process.stdout.write(got.bytes);
+        r = { size: got.bytes.length, version: got.version };
+      }
+      const what = `exported ${t.org}/${t.repo}/${t.database} at version ${r.version} (${opts.format}, ${size(r.size)})${opts.output ? ` to ${opts.output}` : ''}`;
+      if (t.json) process.stderr.write(`${JSON.stringify({ version: r.version, bytes: r.size, format: opts.format })}\n`);
       else process.stderr.write(`${what}\n`);
     });
 
@@ -51,19 +63,26 @@ Examples:
       if (file === undefined) throw usageError('give the file to import: scopebase import acme/web dump.sql');
       if (opts.mode !== 'create' && opts.mode !== 'replace') throw usageError('--mode must be create or replace');
       if (opts.format !== undefined && opts.format !== 'sqlite' && opts.format !== 'sql') throw usageError('--format must be sqlite or sql');
-      let data: Buffer;
-      try {
-        data = readFileSync(file === '-' ? 0 : file);
-      } catch (e) {
-        throw usageError(`cannot read ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
-      }
-      const format = (opts.format as 'sqlite' | 'sql' | undefined) ?? (data.subarray(0, 16).equals(SQLITE_HEADER) ? 'sqlite' : 'sql');
       const t = connect(opts, repo);
-      // An upload has no progress on this path yet: at least say what is under way when it is big.
-      if (data.length > 8 << 20 && !t.json) process.stderr.write(`sending ${size(data.length)} ...\n`);
-      const r = await attempt(t, () => t.client.import(data, { format, mode: opts.mode as 'create' | 'replace', timeoutMs: 600_000 }));
-      if (t.json) return printJson(r);
+      const format = opts.format as 'sqlite' | 'sql' | undefined;
+      const mode = opts.mode as 'create' | 'replace';
+      let r;
+      if (file === '-') {
+        const data = readFileSync(0);
+        const told = format ?? formatOf(data);
+        r = { ...await attempt(t, () => t.client.import(data, { format: told, mode, timeoutMs: 600_000 })), format: told };
+      } else {
+        // From a file: streamed, with a progress bar on a terminal.
+        if (!existsSync(file)) throw usageError(`cannot read ${file}: no such file`);
+        const progress = byteProgress('importing', t.json);
+        try {
+          r = await attempt(t, () => t.client.importFile(file, { ...(format ? { format } : {}), mode, timeoutMs: 600_000, onProgress: progress.update }));
+        } finally {
+          progress.stop();
+        }
+      }
+      if (t.json) return printJson({ database: r.database, version: r.version, tables: r.tables });
       const rows = r.tables.reduce((n, x) => n + x.rows, 0);
-      process.stdout.write(`imported ${file} (${format}) into ${t.org}/${t.repo}/${r.database}: ${r.tables.length} tables, ${rows} rows, version ${r.version}\n`);
+      process.stdout.write(`imported ${file} (${r.format}) into ${t.org}/${t.repo}/${r.database}: ${r.tables.length} tables, ${rows} rows, version ${r.version}\n`);
     });
 }

@@ -2,12 +2,13 @@
 // No dependencies: node:http on Node (Host and `*.localhost` work), fetch elsewhere.
 import { errorFor, ScopebaseError } from './errors.ts';
 import { decodeValue, encodeParams, type Params, type Value } from './values.ts';
-import { defaultSender, fetchSender, NoReply, type Send } from './transport.ts';
+import { defaultSender, fetchSender, NoReply, type FileBody, type Progress, type SaveTo, type Send } from './transport.ts';
 import { readMigrationFolder, type Migration } from './migrations.ts';
 
 export * from './errors.ts';
 export type { Value, WireValue, InValue, Params } from './values.ts';
 export type { Migration, MigrationFolder, SkippedFile } from './migrations.ts';
+export type { Progress } from './transport.ts';
 export { readMigrationFolder } from './migrations.ts';
 
 export interface ClientOptions {
@@ -98,7 +99,7 @@ export function createClient(opts: ClientOptions) {
   let sender: Promise<Send> | null = opts.fetch ? Promise.resolve(fetchSender(opts.fetch)) : null;
 
   /** One operation: a JSON body (with the client's database), or `upload`, a raw body sent with its query string. */
-  async function call<T>(op: string, body: Record<string, unknown>, co: CallOptions = {}, upload?: { body: string | Uint8Array; contentType: string; query: string }, binary = false): Promise<T> {
+  async function call<T>(op: string, body: Record<string, unknown>, co: CallOptions = {}, upload?: { body: string | Uint8Array | FileBody; contentType: string; query: string }, download?: { saveTo?: SaveTo }): Promise<T> {
     sender ??= defaultSender();
     const send = await sender;
     const timeout = AbortSignal.timeout(co.timeoutMs ?? timeoutMs);
@@ -111,13 +112,13 @@ export function createClient(opts: ClientOptions) {
     for (let attempt = 0; ; attempt++) {
       let reply;
       try {
-        reply = await send({ url, headers, body: payload, signal });
+        reply = await send({ url, headers, body: payload, signal, ...(download?.saveTo ? { saveTo: download.saveTo } : {}) });
       } catch (e) {
         if (signal.aborted) throw stopped();
         if (e instanceof NoReply) throw errorFor(0, 'network', `cannot reach ${url.origin}: ${e.causeCode ?? e.message}`, { sent: e.sent, cause: e.causeCode });
         throw e;
       }
-      if (binary && reply.status === 200) return { bytes: reply.bytes, version: Number(reply.headers['x-db-version']) } as T;
+      if (download && reply.status === 200) return { bytes: reply.bytes, size: reply.saved ?? reply.bytes.length, version: Number(reply.headers['x-db-version']) } as T;
       let json: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | null = null;
       try {
         json = JSON.parse(reply.body);
@@ -181,13 +182,26 @@ export function createClient(opts: ClientOptions) {
     },
     /** Export (SPEC 4.12): a consistent copy as a clean SQLite file or a SQL dump, with the version it holds. */
     export(eo: CallOptions & { format?: 'sqlite' | 'sql' } = {}): Promise<{ bytes: Uint8Array; version: number }> {
-      return call('export', { format: eo.format ?? 'sqlite' }, eo, undefined, true);
+      return call('export', { format: eo.format ?? 'sqlite' }, eo, undefined, {});
+    },
+    /** Export straight into a file, streamed (Node): no size limit but the disk's; `onProgress` as bytes arrive. */
+    async exportToFile(path: string, eo: CallOptions & { format?: 'sqlite' | 'sql'; onProgress?: Progress } = {}): Promise<{ size: number; version: number }> {
+      const r = await call<{ size: number; version: number }>('export', { format: eo.format ?? 'sqlite' }, eo, undefined, { saveTo: { path, ...(eo.onProgress ? { onProgress: eo.onProgress } : {}) } });
+      return { size: r.size, version: r.version };
     },
     /** Import (SPEC 4.12): a SQLite file or SQL text becomes the database's content, as one new version. */
     import(data: string | Uint8Array, io: CallOptions & { format?: 'sqlite' | 'sql'; mode?: 'create' | 'replace' } = {}): Promise<ImportResult> {
-      const format = io.format ?? (typeof data === 'string' ? 'sql' : 'sqlite');
+      const format = io.format ?? (typeof data === 'string' ? 'sql' : formatOf(data));
       const query = new URLSearchParams({ database: opts.database ?? 'main', mode: io.mode ?? 'create' }).toString();
       return call<ImportResult>('import', {}, io, { body: data, contentType: format === 'sql' ? 'application/sql' : 'application/vnd.sqlite3', query });
+    },
+    /** Import a file, streamed from disk (Node); its format is told from its first bytes unless given. */
+    async importFile(path: string, io: CallOptions & { format?: 'sqlite' | 'sql'; mode?: 'create' | 'replace'; onProgress?: Progress } = {}): Promise<ImportResult & { format: 'sqlite' | 'sql' }> {
+      const file = await describeFile(path);
+      const format = io.format ?? file.format;
+      const query = new URLSearchParams({ database: opts.database ?? 'main', mode: io.mode ?? 'create' }).toString();
+      const body: FileBody = { path, size: file.size, ...(io.onProgress ? { onProgress: io.onProgress } : {}) };
+      return { ...await call<ImportResult>('import', {}, io, { body, contentType: format === 'sql' ? 'application/sql' : 'application/vnd.sqlite3', query }), format };
     },
     /** The same repo, another database. */
     database(name: string) {
@@ -197,6 +211,31 @@ export function createClient(opts: ClientOptions) {
 }
 
 export type Client = ReturnType<typeof createClient>;
+
+/** A SQLite database file starts with `SQLite format 3\0`; anything else is taken for SQL text. */
+export function formatOf(head: Uint8Array): 'sqlite' | 'sql' {
+  const magic = 'SQLite format 3\0';
+  for (let i = 0; i < magic.length; i++) if (head[i] !== magic.charCodeAt(i)) return 'sql';
+  return 'sqlite';
+}
+
+/** A file's size, and its format told from its first bytes. */
+async function describeFile(path: string): Promise<{ size: number; format: 'sqlite' | 'sql' }> {
+  const { open } = await import('node:fs/promises');
+  let f;
+  try {
+    f = await open(path, 'r');
+  } catch (e) {
+    throw errorFor(0, 'invalid_request', `cannot read ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  try {
+    const head = new Uint8Array(16);
+    await f.read(head, 0, 16, 0);
+    return { size: (await f.stat()).size, format: formatOf(head) };
+  } finally {
+    await f.close();
+  }
+}
 
 export interface RestoreResult { restoredTo: { version: number; committedAt: string | null }; version: number; dryRun: boolean }
 export interface ImportResult { database: string; version: number; tables: { name: string; rows: number }[] }

@@ -99,7 +99,9 @@ export function createRemoteDb({ url, rootKey }: { url: string; rootKey: Buffer 
       } catch (e) {
         throw remoteFailure(e);
       }
-      return { status: res.statusCode, headers: passedOn(res.headers), body: res.body };
+      // A file's length goes on too: clients show progress against it.
+      const length = res.statusCode === 200 ? res.headers['content-length'] : undefined;
+      return { status: res.statusCode, headers: { ...passedOn(res.headers), ...(typeof length === 'string' ? { 'content-length': length } : {}) }, body: res.body };
     },
     async close() {
       channel.close();

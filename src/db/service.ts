@@ -1,5 +1,5 @@
 // The database control service (SPEC 4): authenticates, validates, and hands work to the executor pool.
-import { createReadStream, mkdirSync, rmSync } from 'node:fs';
+import { createReadStream, mkdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Counter, Gauge } from 'prom-client';
@@ -269,7 +269,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const { version } = JSON.parse(res.body.toString('utf8')) as { version: number };
     const stream = createReadStream(target);
     stream.on('close', () => rmSync(target, { force: true }));
-    return { status: 200, headers: { ...headers, 'x-db-version': String(version) }, body: stream };
+    return { status: 200, headers: { ...headers, 'x-db-version': String(version), 'content-length': String(statSync(target).size) }, body: stream };
   }
 
   // ChangeFeed: how mirror delivery reads the change log.
