@@ -6,19 +6,12 @@ import { createClient, type Client } from '@libsql/client';
 import { drizzle } from 'drizzle-orm/libsql';
 import { eq, sql } from 'drizzle-orm';
 import { integer, sqliteTable, text } from 'drizzle-orm/sqlite-core';
-import { Agent, fetch as undiciFetch } from 'undici';
 import { Kysely, Migrator, sql as ksql, type Generated, type Migration } from 'kysely';
 import { LibsqlDialect } from '@libsql/kysely-libsql';
+import { viaLoopback } from './helpers/loopback-fetch.ts';
 import { startProduct, type Product } from './helpers/product.ts';
 import { MAX_STREAMS_PER_REPO } from '../src/db/hrana/streams.ts';
 
-// Node does not resolve *.localhost: connect every request to loopback, keeping the org's host in the URL.
-const loopback = new Agent({ connect: { lookup: (_host, _opts, cb) => cb(null, [{ address: '127.0.0.1', family: 4 }]) } });
-const viaLoopback = (async (input: string | URL | Request, init?: RequestInit) => {
-  const r = new Request(input, init);
-  const body = r.method === 'GET' ? undefined : Buffer.from(await r.arrayBuffer());
-  return undiciFetch(r.url, { method: r.method, headers: [...r.headers], body, dispatcher: loopback });
-}) as unknown as typeof fetch;
 
 let p: Product;
 let port: string;

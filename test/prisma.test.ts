@@ -8,7 +8,7 @@ import { execFile } from 'node:child_process';
 import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { Agent, fetch as undiciFetch } from 'undici';
+import { viaLoopback } from './helpers/loopback-fetch.ts';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -40,13 +40,6 @@ CREATE TABLE "Post" ("id" INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT, "title" TE
   CONSTRAINT "Post_authorId_fkey" FOREIGN KEY ("authorId") REFERENCES "User" ("id") ON DELETE CASCADE ON UPDATE CASCADE);
 CREATE UNIQUE INDEX "User_email_key" ON "User"("email");`;
 
-// Node does not resolve *.localhost: connect every request to loopback, keeping the org's host in the URL.
-const loopback = new Agent({ connect: { lookup: (_host, _opts, cb) => cb(null, [{ address: '127.0.0.1', family: 4 }]) } });
-const viaLoopback = (async (input: string | URL | Request, init?: RequestInit) => {
-  const r = new Request(input, init);
-  const body = r.method === 'GET' ? undefined : Buffer.from(await r.arrayBuffer());
-  return undiciFetch(r.url, { method: r.method, headers: [...r.headers], body, dispatcher: loopback });
-}) as unknown as typeof fetch;
 
 let p: Product;
 let dir: string;
