@@ -57,10 +57,17 @@ test('what it cannot do is refused with a precise sql_error, and a later failing
     ['ALTER TABLE t ALTER COLUMN id TO id TEXT', 'sql_error', /primary key/],
     ['ALTER TABLE t ALTER COLUMN b TO b INTEGER UNIQUE', 'sql_error', /rebuild the table/],
     ['ALTER TABLE t ALTER COLUMN a TO a TEXT COLLATE NOCASE', 'sql_error', /a is indexed/],
-    ['ALTER TABLE t ALTER COLUMN e TO e TEXT CHECK (', 'sql_error', /not valid/],
+    ['ALTER TABLE t ALTER COLUMN e TO e TEXT CHECK (', 'sql_error', /parenthesis .* not closed/],
+    ['ALTER TABLE t ALTER COLUMN e TO e TEXT CHECK (e IN)', 'sql_error', /not valid: near "\)"/],
     ['ALTER TABLE nope ALTER COLUMN a TO a', 'sql_error', /no such table: nope/],
     ['ALTER TABLE t ALTER COLUMN zz TO zz INT', 'sql_error', /no such column: t\.zz/],
     ['ALTER TABLE _scopebase_meta ALTER COLUMN value TO value TEXT', 'not_allowed', /internal table/],
+    // A definition that would rewrite more than its column: a comment hiding the rest, a second column, junk after.
+    ['ALTER TABLE t ALTER COLUMN a TO a TEXT --', 'sql_error', /comments are not allowed/],
+    ['ALTER TABLE t ALTER COLUMN b TO b INTEGER /*', 'sql_error', /comments are not allowed/],
+    ['ALTER TABLE t ALTER COLUMN a TO a TEXT, z INT', 'sql_error', /one column's/],
+    ['ALTER TABLE t ALTER COLUMN e TO e TEXT DEFAULT (1))', 'sql_error', /closes a parenthesis/],
+    ["ALTER TABLE t ALTER COLUMN e TO e TEXT DEFAULT 'x", 'sql_error', /quote .* not closed/],
   ] as const) {
     const r = await run(sql);
     assert.equal(r.json.error?.code, code, `${sql}: ${r.text}`);

@@ -8,7 +8,7 @@
 import { DatabaseSync } from 'node:sqlite';
 import { ApiError } from '../../shared/errors.ts';
 import { INTERNAL_PREFIX, assertSchemaClean } from '../sandbox.ts';
-import { skipQuotedOrComment, splitStatements } from '../statement-end.ts';
+import { hasSecondStatement, skipQuotedOrComment, splitStatements } from '../statement-end.ts';
 import type { DbHandle } from './handles.ts';
 import type { WriteOutcome } from './statements.ts';
 
@@ -67,6 +67,7 @@ export function alterColumn(h: DbHandle, sql: string): WriteOutcome | null {
   const row = h.db.prepare("SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ? COLLATE NOCASE").get(table) as { sql: string } | undefined;
   if (!row) throw bad(`no such table: ${table}`);
   if (/^\s*CREATE\s+VIRTUAL\b/i.test(row.sql)) throw bad(`${table} is a virtual table`);
+  checkOneColumn(definition);
   const newName = new RegExp(String.raw`^\s*(${NAME})`).exec(definition);
   if (!newName || unquote(newName[1]!).toLowerCase() !== column.toLowerCase()) throw bad(`the definition must start with the column's own name (${column}); rename a column with ALTER TABLE … RENAME COLUMN`);
   const info = (h.db.prepare('SELECT name, pk, hidden FROM pragma_table_xinfo(?)').all(table) as { name: string; pk: number; hidden: number }[]).find((c) => c.name.toLowerCase() === column.toLowerCase());
@@ -76,7 +77,7 @@ export function alterColumn(h: DbHandle, sql: string): WriteOutcome | null {
   const span = columnSpans(row.sql).find((s) => s.name.toLowerCase() === column.toLowerCase());
   if (!span) throw bad(`cannot find the definition of ${column} in ${table}'s schema`);
   const created = row.sql.slice(0, span.start) + definition + row.sql.slice(span.end);
-  checkDefinition(created);
+  checkDefinition(created, h.db.prepare('SELECT name FROM pragma_table_xinfo(?)').all(table).map((c) => (c as { name: string }).name));
   const collation = (text: string) => (/\bCOLLATE\s+"?(\w+)/i.exec(text)?.[1] ?? 'BINARY').toUpperCase();
   const indexed = h.db.prepare('SELECT 1 FROM pragma_index_list(?) l, pragma_index_info(l.name) i WHERE i.name = ? COLLATE NOCASE LIMIT 1').get(table, column) !== undefined;
   if (indexed && collation(definition) !== collation(row.sql.slice(span.start, span.end))) throw bad(`${column} is indexed, and its index is ordered by its collation: rebuild the table to change it`);
@@ -121,12 +122,38 @@ function checkRows(h: DbHandle, table: string): void {
   if (orphan) throw new ApiError('constraint_violation', `ALTER COLUMN: existing rows of ${table} refer to missing rows of ${orphan.parent}; update them first`, { sqliteCode: 'SQLITE_CONSTRAINT_FOREIGNKEY' });
 }
 
-/** The rewritten CREATE TABLE must be valid SQL: tried on an empty in-memory database. */
-function checkDefinition(created: string): void {
+/**
+ * The definition must be one column's and nothing else: no comment (it would hide the rest of the CREATE text), no
+ * `,` or `;` outside parentheses, and parentheses and quotes that close.
+ */
+function checkOneColumn(definition: string): void {
+  let depth = 0;
+  for (let i = 0; i < definition.length; i++) {
+    const c = definition[i]!;
+    if ((c === '-' && definition[i + 1] === '-') || (c === '/' && definition[i + 1] === '*')) throw bad('comments are not allowed in the new definition');
+    const skipped = skipQuotedOrComment(definition, i);
+    if (skipped !== null) {
+      if (skipped > definition.length) throw bad('a quote in the new definition is not closed');
+      i = skipped - 1;
+      continue;
+    }
+    if (c === '(') depth++;
+    else if (c === ')' && --depth < 0) throw bad('the new definition closes a parenthesis it did not open');
+    else if ((c === ',' || c === ';') && depth === 0) throw bad('the new definition must be one column\'s, without "," or ";"');
+  }
+  if (depth !== 0) throw bad('a parenthesis in the new definition is not closed');
+}
+
+/** The rewritten CREATE TABLE must be valid SQL with the same columns in the same order: tried on an empty in-memory database. */
+function checkDefinition(created: string, columns: string[]): void {
   const probe = new DatabaseSync(':memory:');
   try {
-    probe.exec(created);
+    if (hasSecondStatement(created)) throw bad('the new definition must be one column\'s');
+    probe.prepare(created).run();
+    const now = probe.prepare("SELECT p.name FROM sqlite_schema s, pragma_table_xinfo(s.name) p WHERE s.type = 'table' AND s.name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").all().map((c) => (c as { name: string }).name);
+    if (now.join('\0') !== columns.join('\0')) throw bad(`the table's columns would change (${columns.join(', ')} → ${now.join(', ')})`);
   } catch (e) {
+    if (e instanceof ApiError) throw e;
     throw bad(`the new definition is not valid: ${(e as Error).message}`);
   } finally {
     if (probe.isOpen) probe.close();
