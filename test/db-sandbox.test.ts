@@ -125,6 +125,19 @@ describe('limits (quota_exceeded, result_too_large, payload_too_large)', () => {
     assert.equal((await p.db('limits', 'query', { database: 'a', sql: 'SELECT 1' })).status, 200, 'reads go on');
   });
 
+  test('a database under creation counts once: an open transaction on a new database, and many writers creating one name', async () => {
+    const hrana = (db: string, baton: string | null, sql: string) => p.call(`/quota/_db/${db}/v2/pipeline`, { body: { baton, requests: [{ type: 'execute', stmt: { sql } }] }, headers: { authorization: `Bearer ${p.secret('acme', 'quota')}` } });
+    const begun = await hrana('a', null, 'BEGIN');
+    assert.equal(begun.json.results[0].type, 'ok', begun.text);
+    await hrana('a', begun.json.baton, 'CREATE TABLE x(a)'); // its file exists while the transaction is open
+    const creators = await Promise.all(Array.from({ length: 6 }, () => p.db('quota', 'execute', { database: 'b', sql: 'CREATE TABLE IF NOT EXISTS x(a)' })));
+    assert.ok(creators.every((r) => r.status === 200), creators.map((r) => r.text).join(' '));
+    const third = await p.db('quota', 'execute', { database: 'c', sql: 'CREATE TABLE x(a)' });
+    assert.equal(third.status, 200, `a, b and c are 3 databases, the limit: ${third.text}`);
+    assert.equal((await p.db('quota', 'execute', { database: 'd', sql: 'CREATE TABLE x(a)' })).status, 507);
+    await hrana('a', begun.json.baton, 'COMMIT');
+  });
+
   test('more statements than DB_MAX_STATEMENTS is payload_too_large', async () => {
     const r = await p.db('web', 'execute', { statements: Array.from({ length: 101 }, () => ({ sql: 'SELECT 1' })) });
     assert.equal(r.status, 413);

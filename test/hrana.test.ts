@@ -11,6 +11,7 @@ import { LibsqlDialect } from '@libsql/kysely-libsql';
 import { viaLoopback } from './helpers/loopback-fetch.ts';
 import { startProduct, type Product } from './helpers/product.ts';
 import { MAX_STREAMS_PER_REPO } from '../src/db/hrana/streams.ts';
+import { MAX_TRANSACTIONS_PER_REPO } from '../src/db/hrana/transaction.ts';
 
 
 let p: Product;
@@ -323,6 +324,38 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.ok(bad.headers['x-request-id']);
     assert.equal((await p.call('/web/_db/v2/pipeline', { body: { baton: null, requests: [] } })).status, 401, 'the repo secret is required');
     assert.equal((await pipeline({ baton: null, requests: [] }, '/web/_db/Bad/v2/pipeline')).json.error.code, 'invalid_name');
+  });
+
+  test(`interactive transactions are bounded: ${MAX_TRANSACTIONS_PER_REPO} per repo and DB_MAX_TRANSACTIONS in all; a full server refuses BEGIN, nothing else`, async () => {
+    const q = await startProduct({ DB_MAX_TRANSACTIONS: String(MAX_TRANSACTIONS_PER_REPO + 2) });
+    try {
+      const send = async (repo: string, db: string, baton: string | null, sql: string) => {
+        const r = await q.call(`/${repo}/_db/${db}/v2/pipeline`, { body: { baton, requests: [{ type: 'execute', stmt: { sql } }] }, headers: { authorization: `Bearer ${q.secret('acme', repo)}` } });
+        assert.equal(r.status, 200, r.text);
+        return { baton: r.json.baton as string, result: r.json.results[0] };
+      };
+      const open: { db: string; baton: string }[] = [];
+      for (let i = 0; i < MAX_TRANSACTIONS_PER_REPO; i++) {
+        const r = await send('busy', `db${i}`, null, 'BEGIN');
+        assert.equal(r.result.type, 'ok', JSON.stringify(r.result));
+        open.push({ db: `db${i}`, baton: r.baton });
+      }
+      const refused = await send('busy', 'one-more', null, 'BEGIN');
+      assert.equal(refused.result.type, 'error');
+      assert.match(refused.result.error.message, new RegExp(`this repo has ${MAX_TRANSACTIONS_PER_REPO} interactive transactions open`));
+      const outside = await send('busy', 'one-more', null, 'SELECT 1');
+      assert.equal(outside.result.type, 'ok', `statements outside a transaction still run: ${JSON.stringify(outside.result)}`);
+      assert.equal((await send('quiet', 'x', null, 'BEGIN')).result.type, 'ok', 'another repo still begins');
+      assert.equal((await send('quiet', 'y', null, 'BEGIN')).result.type, 'ok');
+      const full = await send('third', 'z', null, 'BEGIN');
+      assert.match(full.result.error?.message ?? '', /DB_MAX_TRANSACTIONS \(34\) interactive transactions open/, 'the server is full');
+      // Ending one frees its place.
+      const first = open.shift()!;
+      assert.equal((await send('busy', first.db, first.baton, 'ROLLBACK')).result.type, 'ok');
+      assert.equal((await send('third', 'z', null, 'BEGIN')).result.type, 'ok');
+    } finally {
+      await q.close();
+    }
   });
 
   test('past DB_MAX_STREAMS in all, the busiest repo gives up its least recently used stream: no repo keeps others out', async () => {

@@ -40,7 +40,8 @@ export class DbService implements DbHandler, ChangeFeed {
   private readonly pool: ExecutorPool;
   private readonly layout: Layout;
   private readonly listeners: ((scope: Scope, version: number) => void)[] = [];
-  private readonly creating = new Map<string, number>();
+  /** Per repo directory: databases being created now, and by how many requests. */
+  private readonly creating = new Map<string, Map<string, number>>();
   private mirrors: MirrorReport | null = null;
   /** Databases known to exist: nothing deletes a database but a failed first write, which forgets it here. */
   private readonly known = new Set<string>();
@@ -97,7 +98,7 @@ export class DbService implements DbHandler, ChangeFeed {
       ? new RateLimiter({ burst: db.rateLimitBurst, perMinute: db.rateLimitPerRepo * 60, refusal: `this repo sent more than ${db.rateLimitPerRepo} requests per second (DB_RATE_LIMIT_PER_REPO)`, maxClients: 100_000 })
       : null;
     pools.add(this.pool);
-    this.hrana = new Hrana(db.streamIdleMs, db.maxStreams);
+    this.hrana = new Hrana(db.streamIdleMs, db.maxStreams, db.maxTransactions);
   }
 
   attachMirrors(report: MirrorReport): void {
@@ -113,21 +114,28 @@ export class DbService implements DbHandler, ChangeFeed {
     return true;
   }
 
-  /** SPEC 4.8: creating a database is refused past DB_MAX_DATABASES_PER_REPO, counting creations under way. */
+  /**
+   * SPEC 4.8: creating a database is refused past DB_MAX_DATABASES_PER_REPO, counting creations under way. A name is
+   * counted once, whether its file exists yet or not (an open transaction's new database has one) and however many
+   * requests create it at once.
+   */
   private beforeCreate(scope: Scope, path: string): (() => void) | null {
     if (this.exists(scope)) return null;
     const dir = this.layout.repoDir(scope.org, scope.repo);
-    const pending = this.creating.get(dir) ?? 0;
+    const underWay = this.creating.get(dir) ?? new Map<string, number>();
+    const names = new Set([...this.layout.databases(scope.org, scope.repo), ...underWay.keys()]);
     const max = this.config.db.maxDatabasesPerRepo;
-    if (this.layout.databases(scope.org, scope.repo).length + pending >= max) {
+    if (!names.has(scope.database) && names.size >= max) {
       throw new ApiError('quota_exceeded', `the repo already has ${max} databases (DB_MAX_DATABASES_PER_REPO)`);
     }
     mkdirSync(dir, { recursive: true });
-    this.creating.set(dir, pending + 1);
+    underWay.set(scope.database, (underWay.get(scope.database) ?? 0) + 1);
+    this.creating.set(dir, underWay);
     return () => {
-      const n = (this.creating.get(dir) ?? 1) - 1;
-      if (n <= 0) this.creating.delete(dir);
-      else this.creating.set(dir, n);
+      const n = (underWay.get(scope.database) ?? 1) - 1;
+      if (n > 0) underWay.set(scope.database, n);
+      else underWay.delete(scope.database);
+      if (underWay.size === 0 && this.creating.get(dir) === underWay) this.creating.delete(dir);
       if (!this.layout.exists(scope)) {
         this.known.delete(path);
         void this.pool.broadcast({ op: 'forget', path });

@@ -42,6 +42,8 @@ export interface Config {
     streamIdleMs: number;
     /** libSQL-protocol streams open at once in all; past it, the busiest repo's least recently used one is closed. */
     maxStreams: number;
+    /** Interactive transactions open at once in all (32 per repo at most); past it, BEGIN gets 503. */
+    maxTransactions: number;
     /** An interactive transaction open longer than this is rolled back (SPEC 4.10). */
     transactionMaxMs: number;
     maxOpenDatabases: number;
@@ -263,6 +265,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
       rateLimitBurst: int(env, 'DB_RATE_LIMIT_BURST', Math.max(1, rateLimitPerRepo), 1, 100_000_000),
       streamIdleMs: int(env, 'DB_STREAM_IDLE_MS', 10_000, 100, 3_600_000),
       maxStreams: int(env, 'DB_MAX_STREAMS', 10_000, 1, 1_000_000),
+      maxTransactions: int(env, 'DB_MAX_TRANSACTIONS', 256, 1, 100_000),
       transactionMaxMs: int(env, 'DB_TRANSACTION_MAX_MS', 30_000, 100, 3_600_000),
       maxOpenDatabases: int(env, 'DB_MAX_OPEN', 64, 4, 100_000),
       idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', 60_000, 0, 86_400_000),

@@ -4,6 +4,7 @@ import { parseJsonObject } from '../../shared/http.ts';
 import { checkDatabase } from '../../shared/names.ts';
 import { type HranaBackend, Pipeline } from './pipeline.ts';
 import { Streams } from './streams.ts';
+import { TxQuota } from './transaction.ts';
 
 export type { HranaBackend, Statement } from './pipeline.ts';
 
@@ -21,9 +22,11 @@ export function pipelineDatabase(op: string): string | null {
 
 export class Hrana {
   private readonly streams: Streams;
+  private readonly transactions: TxQuota;
 
-  constructor(idleMs: number, maxStreams: number) {
+  constructor(idleMs: number, maxStreams: number, maxTransactions: number) {
     this.streams = new Streams(idleMs, maxStreams);
+    this.transactions = new TxQuota(maxTransactions);
   }
 
   /** One pipeline request: its stream (by baton), every request run in order, and the next baton. */
@@ -31,7 +34,7 @@ export class Hrana {
     const body = parseJsonObject(raw);
     if (!Array.isArray(body.requests)) throw new ApiError('invalid_request', 'a pipeline request is {"baton": string | null, "requests": [...]}');
     const state = this.streams.take(body.baton, streamKey);
-    const { results, closed } = await new Pipeline(backend, state).run(body.requests);
+    const { results, closed } = await new Pipeline(backend, state, this.transactions).run(body.requests);
     return JSON.stringify({ baton: closed ? null : this.streams.keep(state), base_url: null, results });
   }
 

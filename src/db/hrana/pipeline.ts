@@ -8,7 +8,7 @@ import { splitStatements } from '../statement-end.ts';
 import { type BatchStep, blockAutocommit, evaluate, transactionBlock } from './batch.ts';
 import type { LaneHold } from '../executor/pool.ts';
 import type { StreamState } from './streams.ts';
-import { StreamTx } from './transaction.ts';
+import { StreamTx, type TxQuota } from './transaction.ts';
 import { type HranaStmt, type StmtResult, toParams, toStmtResult } from './values.ts';
 
 export interface Statement { sql: string; params?: unknown[] | Record<string, unknown> }
@@ -47,10 +47,12 @@ const EMPTY: StmtResult = { cols: [], rows: [], affected_row_count: 0, last_inse
 export class Pipeline {
   private readonly backend: HranaBackend;
   private readonly stream: StreamState;
+  private readonly quota: TxQuota;
 
-  constructor(backend: HranaBackend, stream: StreamState) {
+  constructor(backend: HranaBackend, stream: StreamState, quota: TxQuota) {
     this.backend = backend;
     this.stream = stream;
+    this.quota = quota;
   }
 
   /** Runs every request in order (each one's failure is its own), and says whether the stream was closed. */
@@ -141,7 +143,13 @@ export class Pipeline {
     const tx = this.stream.tx;
     if (/^\s*BEGIN\b/i.test(sql)) {
       if (tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
-      this.stream.tx = await StreamTx.begin(await this.backend.holdLane(), this.backend.transactionMaxMs, this.stream.foreignKeysOff);
+      const giveBack = this.quota.take(this.stream.repo);
+      try {
+        this.stream.tx = await StreamTx.begin(await this.backend.holdLane(), this.backend.transactionMaxMs, this.stream.foreignKeysOff, giveBack);
+      } catch (e) {
+        giveBack();
+        throw e;
+      }
     } else if (/^\s*(COMMIT|END)\b/i.test(sql)) {
       if (!tx) throw new ApiError('sql_error', 'cannot commit - no transaction is active');
       this.stream.tx = null;

@@ -6,20 +6,57 @@ import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import type { LaneHold } from '../executor/pool.ts';
 import type { Statement } from './pipeline.ts';
 
+/** Interactive transactions open at once per repo (DB_MAX_TRANSACTIONS bounds them in all). */
+export const MAX_TRANSACTIONS_PER_REPO = 32;
+
+/**
+ * Interactive transactions open at once: each holds its database's write lane and a connection of its own in an
+ * executor process, so they are bounded per repo and in all; past either, BEGIN gets 503 with Retry-After.
+ */
+export class TxQuota {
+  private readonly perRepo = new Map<string, number>();
+  private all = 0;
+  private readonly max: number;
+
+  constructor(max: number) {
+    this.max = max;
+  }
+
+  /** A place for one more transaction of `repo`; the function returned gives it back (once, however often called). */
+  take(repo: string): () => void {
+    const mine = this.perRepo.get(repo) ?? 0;
+    const full = mine >= MAX_TRANSACTIONS_PER_REPO ? `this repo has ${MAX_TRANSACTIONS_PER_REPO} interactive transactions open` : this.all >= this.max ? `the server has DB_MAX_TRANSACTIONS (${this.max}) interactive transactions open` : null;
+    if (full) throw new ApiError('unavailable', `${full}; commit or roll one back, or retry`, { committed: false }, { 'retry-after': '1' });
+    this.perRepo.set(repo, mine + 1);
+    this.all++;
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      this.all--;
+      const n = (this.perRepo.get(repo) ?? 1) - 1;
+      if (n <= 0) this.perRepo.delete(repo);
+      else this.perRepo.set(repo, n);
+    };
+  }
+}
+
 export class StreamTx {
   private readonly hold: LaneHold;
+  private readonly giveBack: () => void;
   private readonly id = randomBytes(12).toString('base64url');
   private readonly timer: NodeJS.Timeout;
   private ended: string | null = null;
 
-  private constructor(hold: LaneHold, maxMs: number) {
+  private constructor(hold: LaneHold, maxMs: number, giveBack: () => void) {
     this.hold = hold;
+    this.giveBack = giveBack;
     this.timer = setTimeout(() => this.abandon(`it was open longer than ${maxMs} ms (DB_TRANSACTION_MAX_MS) and was rolled back`), maxMs).unref();
   }
 
   /** `foreignKeysOff`: the stream ran `PRAGMA foreign_keys = OFF` first, so the transaction runs with them off. */
-  static async begin(hold: LaneHold, maxMs: number, foreignKeysOff = false): Promise<StreamTx> {
-    const tx = new StreamTx(hold, maxMs);
+  static async begin(hold: LaneHold, maxMs: number, foreignKeysOff: boolean, giveBack: () => void): Promise<StreamTx> {
+    const tx = new StreamTx(hold, maxMs, giveBack);
     try {
       await tx.send('tx.begin', foreignKeysOff ? Buffer.from('{"foreignKeysOff":true}') : undefined);
     } catch (e) {
@@ -61,6 +98,7 @@ export class StreamTx {
   private finish(why: string): void {
     clearTimeout(this.timer);
     this.ended ??= why;
+    this.giveBack();
     try {
       this.hold.release();
     } catch {
