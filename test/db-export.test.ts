@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { request } from 'undici';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
+import { executorPids } from './helpers/processes.ts';
 
 const SETUP = [
   'CREATE TABLE todo(id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, big INTEGER, data BLOB, ratio REAL)',
@@ -137,6 +138,39 @@ describe('export', () => {
     // The file goes when its stream closes, a moment after the last byte reached the client.
     for (let i = 0; i < 50 && readdirSync(join(p.dataDir, 'tmp')).length > 0; i++) await new Promise((r) => setTimeout(r, 20));
     assert.deepEqual(readdirSync(join(p.dataDir, 'tmp')), [], 'export files are removed once sent');
+  });
+
+  test('kill -9 of the executors while an export or a snapshot is written: the read runs again and its file is whole', async () => {
+    const big = { database: 'big' };
+    const made = await p.db('web', 'execute', { ...big, statements: [
+      { sql: 'CREATE TABLE big(id INTEGER PRIMARY KEY, pad)' },
+      { sql: 'WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 200000) INSERT INTO big SELECT n, randomblob(64) FROM c' },
+    ] });
+    assert.equal(made.status, 200, made.text);
+    let landed = 0;
+    for (const [i, delay] of [5, 30, 80, 150].entries()) {
+      const op = i % 2 === 0 ? 'export' : 'snapshot';
+      const pending = request(`${p.url}/web/_db/${op}`, { method: 'POST', body: JSON.stringify(big), headers: { host: `acme.${p.config.baseDomain}`, authorization: `Bearer ${p.secret('acme', 'web')}` } });
+      await new Promise((r) => setTimeout(r, delay));
+      const pids = executorPids();
+      for (const pid of pids) {
+        try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
+      }
+      const res = await pending;
+      const bytes = Buffer.from(await res.body.arrayBuffer());
+      assert.equal(res.statusCode, 200, `${op} after a kill at ${delay} ms: ${bytes.toString().slice(0, 300)}`);
+      const file = join(dir, `killed-${i}.sqlite`);
+      writeFileSync(file, bytes);
+      const copy = new DatabaseSync(file, { readOnly: true });
+      assert.deepEqual({ ...copy.prepare('SELECT count(*) AS n FROM big').get() }, { n: 200000 });
+      copy.close();
+      if (pids.length) landed++;
+    }
+    assert.ok(landed > 0);
+    // A streamed file is removed when its stream closes, just after the reply ends.
+    const left = () => readdirSync(join(p.dataDir, 'tmp')).filter((f) => /^(export|snapshot)-/.test(f));
+    for (let i = 0; i < 20 && left().length > 0; i++) await new Promise((r) => setTimeout(r, 50));
+    assert.deepEqual(left(), [], 'no file is left behind');
   });
 
   test('refusals: format, secret, missing database', async () => {

@@ -1,6 +1,6 @@
 // SPEC 4.12 export, executor side: a consistent copy (VACUUM INTO, one read transaction) made clean — no internal
 // table, rollback-journal mode so any sqlite3 opens it — or written out as SQL text in the style of `sqlite3 .dump`.
-import { closeSync, openSync, writeSync } from 'node:fs';
+import { closeSync, openSync, rmSync, writeSync } from 'node:fs';
 import { removeCopy } from '../history/rebuild.ts';
 import { DatabaseSync } from 'node:sqlite';
 import { pathToFileURL } from 'node:url';
@@ -85,6 +85,7 @@ function writeDump(copy: DatabaseSync, target: string): void {
  */
 export function exportDatabase(h: DbHandle, target: string, format: 'sqlite' | 'sql'): Reply {
   const file = format === 'sqlite' ? target : `${target}.sqlite`;
+  for (const left of new Set([target, file])) rmSync(left, { force: true }); // by a process that died making them (the read runs once more)
   const copy = new DatabaseSync(file, { enableForeignKeyConstraints: false });
   try {
     copy.enableDefensive(false); // full-text indexes are copied through their shadow tables

@@ -1,4 +1,5 @@
 // Executor-side reads: query (one snapshot for all statements), status, changes and snapshot.
+import { rmSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
 import { ApiError } from '../../shared/errors.ts';
 import type { DbHandle } from './handles.ts';
@@ -71,6 +72,7 @@ export function changes(h: DbHandle, since: number, limit: number): Reply {
 
 /** A consistent, compact copy of the database in a new file; the version is read from the copy itself. */
 export function snapshot(h: DbHandle, target: string): Reply {
+  rmSync(target, { force: true }); // left by a process that died making it (the read is then run once more)
   h.sandbox.mode = 'internal';
   // VACUUM INTO attaches the target internally: lift the sandbox's attach limit of 0 for this one statement.
   h.db.limits.attach = 1;

@@ -136,7 +136,8 @@ export class Scheduler {
       else if (slow) {
         for (const tag of p.waiting()) {
           const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs
-          if (job && !job.write && !job.settled && !job.hedged) {
+          // A read that writes a file (a snapshot, an export) is never hedged: two copies would write one target.
+          if (job && !job.write && !job.settled && !job.hedged && !('target' in (job.header as Record<string, unknown>))) {
             job.hedged = true;
             this.enqueue(job.tenant, job, true);
             hedged = true;
