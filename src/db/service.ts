@@ -10,7 +10,7 @@ import { metrics } from '../shared/admin.ts';
 import { loopDelayMs, watchLoopDelay } from '../shared/loop-delay.ts';
 import { RateLimiter } from '../shared/rate-limit.ts';
 import { bearerToken, verifyRepoSecret } from '../shared/secrets.ts';
-import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Scope } from './contract.ts';
+import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Replication, Scope } from './contract.ts';
 import { ExecutorPool, type ExecReply } from './executor/pool.ts';
 import { Layout } from './layout.ts';
 import { importParams, receiveBody } from './import.ts';
@@ -23,6 +23,8 @@ export interface DbServiceOptions {
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
+/** Operations a cluster's primary alone may run. */
+const WRITES = new Set<string>(['execute', 'migrate', 'restore', 'import']);
 
 const requests = new Counter({ name: 'scopebase_db_requests_total', help: 'Database control requests by operation and status', labelNames: ['op', 'status'], registers: [metrics] });
 const pools = new Set<ExecutorPool>();
@@ -42,6 +44,7 @@ export class DbService implements DbHandler, ChangeFeed {
   private readonly listeners: ((scope: Scope, version: number) => void)[] = [];
   private readonly creating = new Map<string, number>();
   private mirrors: MirrorReport | null = null;
+  private replication: Replication | null = null;
   /** Databases known to exist: nothing deletes a database but a failed first write, which forgets it here. */
   private readonly known = new Set<string>();
   private readonly tmpDir: string;
@@ -104,6 +107,16 @@ export class DbService implements DbHandler, ChangeFeed {
     this.mirrors = report;
   }
 
+  attachReplication(replication: Replication): void {
+    this.replication = replication;
+  }
+
+  /** A write's reply, once its version is on the follower too (cluster mode; nothing to wait for on one node). */
+  private async replicated(scope: Scope, res: ExecReply): Promise<ExecReply> {
+    if (this.replication !== null && res.version !== undefined) await this.replication.replicated(scope, res.version);
+    return res;
+  }
+
   private exists(scope: Scope): boolean {
     const path = this.layout.path(scope);
     if (this.known.has(path)) return true;
@@ -158,6 +171,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
     this.authorize(req);
     validate(op, body, this.config.db.maxStatements);
+    if (this.replication !== null) await this.replication.admit(scope, WRITES.has(op));
     return this.run(op, scope, body, req.body);
   }
 
@@ -174,6 +188,7 @@ export class DbService implements DbHandler, ChangeFeed {
   private async pipeline(req: DbRequest): Promise<DbResponse> {
     const scope: Scope = { org: req.org, repo: req.repo, database: pipelineDatabase(req.op)! };
     this.authorize(req);
+    if (this.replication !== null) await this.replication.admit(scope, true);
     const path = this.layout.path(scope);
     const backend: HranaBackend = {
       run: async (kind, statements) => {
@@ -181,12 +196,15 @@ export class DbService implements DbHandler, ChangeFeed {
         validate(kind === 'read' ? 'query' : 'execute', body, this.config.db.maxStatements);
         const raw = Buffer.from(JSON.stringify(body));
         if (kind === 'read' && !this.exists(scope)) throw notFound(scope);
-        const res = kind === 'read' ? await this.pool.read({ op: 'query', path }, raw) : await this.pool.write(scope, path, 'execute', raw);
+        const res = kind === 'read' ? await this.pool.read({ op: 'query', path }, raw) : await this.replicated(scope, await this.pool.write(scope, path, 'execute', raw));
         const parsed = JSON.parse(res.body.toString('utf8'));
         if (res.status !== 200) throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
         return parsed;
       },
-      holdLane: () => this.pool.holdLane(scope, path),
+      holdLane: () => {
+        if (this.replication !== null) throw new ApiError('invalid_request', 'interactive transactions are not available in cluster mode yet (docs/scaling.md): send the statements as one batch');
+        return this.pool.holdLane(scope, path);
+      },
       transactionMaxMs: this.config.db.transactionMaxMs,
     };
     return { status: 200, headers: { 'content-type': JSON_TYPE }, body: await this.hrana.pipeline(`${scope.org}/${scope.repo}/${scope.database}`, backend, req.body) };
@@ -196,10 +214,10 @@ export class DbService implements DbHandler, ChangeFeed {
     const path = this.layout.path(scope);
     switch (op) {
       case 'execute': case 'migrate':
-        return json(await this.pool.write(scope, path, op, raw));
+        return json(await this.replicated(scope, await this.pool.write(scope, path, op, raw)));
       case 'restore':
         if (!this.exists(scope)) throw notFound(scope);
-        return json(await this.pool.write(scope, path, 'restore', raw));
+        return json(await this.replicated(scope, await this.pool.write(scope, path, 'restore', raw)));
       case 'query':
         if (!this.exists(scope)) throw notFound(scope);
         return json(await this.pool.read({ op: 'query', path }, raw));
@@ -222,11 +240,12 @@ export class DbService implements DbHandler, ChangeFeed {
     const params = importParams(upload.query, upload.contentType);
     this.authorize(req);
     const scope: Scope = { org: req.org, repo: req.repo, database: params.database };
+    if (this.replication !== null) await this.replication.admit(scope, true);
     if (params.mode === 'create' && this.exists(scope)) throw new ApiError('invalid_request', `database ${params.database} exists: import with mode=replace to overwrite it`);
     const source = await receiveBody(upload.stream, this.tmpDir, this.config.db.maxSizeBytes);
     try {
       const body = Buffer.from(JSON.stringify({ source, format: params.format, mode: params.mode }));
-      return json(await this.pool.write(scope, this.layout.path(scope), 'import', body));
+      return json(await this.replicated(scope, await this.pool.write(scope, this.layout.path(scope), 'import', body)));
     } finally {
       rmSync(source, { force: true });
     }
@@ -268,6 +287,35 @@ export class DbService implements DbHandler, ChangeFeed {
     const stream = createReadStream(target);
     stream.on('close', () => rmSync(target, { force: true }));
     return { status: 200, headers: { ...headers, 'x-db-version': String(version) }, body: stream };
+  }
+
+  // What a cluster node needs besides the change log: where a database lives, a consistent copy, and letting go of it.
+  databasePath(scope: Scope): string {
+    return this.layout.path(scope);
+  }
+
+  /** A consistent copy of the database with its internal tables, in DATA_DIR/tmp; the caller removes it. */
+  async snapshotFile(scope: Scope): Promise<{ path: string; version: number }> {
+    if (!this.exists(scope)) throw notFound(scope);
+    const target = join(this.tmpDir, `snapshot-${randomBytes(8).toString('hex')}.sqlite`);
+    const res = await this.pool.read({ op: 'snapshot', path: this.layout.path(scope), target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
+    const parsed = JSON.parse(res.body.toString('utf8'));
+    if (res.status !== 200) {
+      rmSync(target, { force: true });
+      throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
+    }
+    return { path: target, version: parsed.version as number };
+  }
+
+  /** The executors close the database's file: another writer (a cluster's follower path) is about to change it. */
+  async forget(scope: Scope): Promise<void> {
+    const path = this.layout.path(scope);
+    this.known.delete(path);
+    await this.pool.broadcast({ op: 'forget', path });
+  }
+
+  get temporaryDir(): string {
+    return this.tmpDir;
   }
 
   // ChangeFeed: how mirror delivery reads the change log.

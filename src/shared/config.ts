@@ -67,9 +67,20 @@ export interface Config {
   apps: Map<string, AppRoute>;
   /** When a part runs as its own process, where the proxy reaches it. */
   services: { dbUrl: string | null; accountUrl: string | null };
+  /** Scale-out on etcd (docs/scaling.md); null without CLUSTER_ETCD: one node, as before. */
+  cluster: ClusterConfig | null;
   logLevel: string;
   /** Set variables that look like settings but are not (typos): said at start, never fatal. */
   warnings: string[];
+}
+
+export interface ClusterConfig {
+  etcd: string[];
+  /** This node's name in placement (a `serve db` node); null for a proxy, which only routes. */
+  nodeId: string | null;
+  /** Where the other nodes and the proxies reach this node's `serve db`. */
+  advertiseUrl: string | null;
+  leaseTtlS: number;
 }
 
 import { recordingReads, unknownVariables } from './config-names.ts';
@@ -292,6 +303,24 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     },
     apps: parseApps(str(env, 'APPS')),
     services: { dbUrl: url(env, 'DB_SERVICE_URL') ?? null, accountUrl: url(env, 'ACCOUNT_SERVICE_URL') ?? null },
+    cluster: clusterConfig(env),
     logLevel: str(env, 'LOG_LEVEL') ?? 'info',
   };
+}
+
+/** CLUSTER_ETCD (comma-separated endpoints) turns cluster mode on; a node also needs its id and advertised URL. */
+function clusterConfig(env: Env): ClusterConfig | null {
+  const endpoints = str(env, 'CLUSTER_ETCD');
+  const nodeId = str(env, 'CLUSTER_NODE_ID') ?? null;
+  const advertiseUrl = url(env, 'CLUSTER_ADVERTISE_URL') ?? null;
+  const leaseTtlS = int(env, 'CLUSTER_LEASE_TTL_S', 10, 2, 600);
+  if (endpoints === undefined) {
+    if (nodeId !== null || advertiseUrl !== null) fail('CLUSTER_ETCD', 'CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL need the etcd endpoints too');
+    return null;
+  }
+  const etcd = endpoints.split(',').map((e) => e.trim()).filter((e) => e !== '');
+  for (const e of etcd) if (!/^https?:\/\/[^\s/]+$/.test(e)) fail('CLUSTER_ETCD', `each endpoint must be http(s)://host:port, got ${JSON.stringify(e.slice(0, 60))}`);
+  if (nodeId !== null && !/^[a-z0-9][a-z0-9-]{0,62}$/.test(nodeId)) fail('CLUSTER_NODE_ID', 'must be 1-63 lowercase letters, digits or hyphens');
+  if ((nodeId === null) !== (advertiseUrl === null)) fail(nodeId === null ? 'CLUSTER_NODE_ID' : 'CLUSTER_ADVERTISE_URL', 'a cluster node needs both CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL');
+  return { etcd, nodeId, advertiseUrl, leaseTtlS };
 }

@@ -1,0 +1,82 @@
+// The follower's side of one database: its copy is a file at the same place a primary keeps it (so promotion is only
+// a placement change), written here — never by the executors, which are told to forget it first.
+import { closeSync, existsSync, fsyncSync, openSync, renameSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import type { ChangeEvent } from '../db/contract.ts';
+import { applyEvent, readVersion } from '../db/apply-event.ts';
+import { removeCopy } from '../db/history/rebuild.ts';
+
+export interface CopyState {
+  /** 0 when there is no copy. */
+  version: number;
+  /** The id of the copy's newest change-log event: equal ids at equal versions mean one history. */
+  lastEventId: string | null;
+}
+
+function open(path: string): DatabaseSync {
+  // FK actions off: the changeset already holds their effects; synchronous=FULL: the ack means on disk.
+  const db = new DatabaseSync(path, { enableForeignKeyConstraints: false, timeout: 10_000 });
+  db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL');
+  return db;
+}
+
+export function copyState(path: string): CopyState {
+  if (!existsSync(path)) return { version: 0, lastEventId: null };
+  const db = open(path);
+  try {
+    const version = readVersion(db);
+    const row = db.prepare('SELECT event FROM _scopebase_changes WHERE version = ?').get(version) as { event: string } | undefined;
+    return { version, lastEventId: row ? (JSON.parse(row.event) as { id: string }).id : null };
+  } finally {
+    db.close();
+  }
+}
+
+/**
+ * Applies consecutive events in one transaction, each logged in the copy's own change log as the primary logged it.
+ * Returns null once durable, or why not (the primary then sends a snapshot). Triggers would fire a second time on
+ * the copy, so a database with triggers travels as snapshots.
+ */
+export function applyEvents(path: string, events: ChangeEvent[]): string | null {
+  if (!existsSync(path)) return 'no copy yet';
+  const db = open(path);
+  try {
+    if (db.prepare("SELECT 1 FROM sqlite_schema WHERE type = 'trigger' LIMIT 1").get()) return 'the database has triggers';
+    db.exec('BEGIN IMMEDIATE');
+    const log = db.prepare('INSERT INTO _scopebase_changes (version, committed_at, event) VALUES (?, ?, ?)');
+    for (const event of events) {
+      const expected = readVersion(db) + 1;
+      const problem = event.version !== expected ? `version ${event.version} is not the next one (${expected})` : applyEvent(db, event);
+      if (problem !== null) {
+        db.exec('ROLLBACK');
+        return problem;
+      }
+      log.run(event.version, Date.parse(event.committedAt) || Date.now(), JSON.stringify(event));
+    }
+    db.exec('COMMIT');
+    return null;
+  } catch (e) {
+    if (db.isTransaction) db.exec('ROLLBACK');
+    return `applying failed: ${(e as Error).message.slice(0, 120)}`;
+  } finally {
+    db.close();
+  }
+}
+
+/** Puts a received snapshot in place of the copy: fsynced, renamed over it, the directory fsynced. Returns its version. */
+export function installSnapshot(path: string, received: string): number {
+  const db = open(received);
+  const version = readVersion(db);
+  db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
+  db.close();
+  const fd = openSync(received, 'r');
+  fsyncSync(fd);
+  closeSync(fd);
+  removeCopy(path);
+  renameSync(received, path);
+  const dir = openSync(dirname(path), 'r');
+  fsyncSync(dir);
+  closeSync(dir);
+  return version;
+}

@@ -1,0 +1,66 @@
+// The follower's endpoints on `serve db` (only for nodes holding the proxy token): state, apply, snapshot.
+import { createWriteStream } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { pipeline } from 'node:stream/promises';
+import type { Readable } from 'node:stream';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { ApiError } from '../shared/errors.ts';
+import { checkDatabase, checkOrg, checkRepo } from '../shared/names.ts';
+import type { ChangeEvent } from '../db/contract.ts';
+import { PROXY_TOKEN_HEADER } from '../db/remote.ts';
+import type { DbService } from '../db/service.ts';
+import { applyEvents, copyState, installSnapshot } from './follower-copy.ts';
+import type { ClusterNode } from './node.ts';
+import { scopeKey } from './placement.ts';
+
+interface Target { key: string; path: string; epoch: number }
+
+export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, db: DbService, tokens: string[]): void {
+  const wanted = tokens.map((t) => Buffer.from(t));
+  const target = (req: FastifyRequest): Target => {
+    const given = Buffer.from(String(req.headers[PROXY_TOKEN_HEADER] ?? ''));
+    if (!wanted.some((w) => w.length === given.length && timingSafeEqual(w, given))) throw new ApiError('forbidden', 'cluster endpoints only answer other nodes');
+    const q = req.query as Record<string, string | undefined>;
+    const scope = { org: checkOrg(q.org ?? ''), repo: checkRepo(q.repo ?? ''), database: checkDatabase(q.database) };
+    const epoch = Number(q.epoch);
+    if (!Number.isSafeInteger(epoch) || epoch <= 0) throw new ApiError('invalid_request', 'epoch must be a positive integer');
+    return { key: scopeKey(scope), path: db.databasePath(scope), epoch };
+  };
+  // 410: the epoch is lower than one this node has seen (a newer primary exists); the sender must stop answering 200.
+  const fenced = (t: Target) => new ApiError('gone', `epoch ${t.epoch} is older than this database's current one`);
+
+  app.post('/_cluster/state', async (req) => {
+    const t = target(req);
+    return node.serial(t.key, () => {
+      if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+      return copyState(t.path);
+    });
+  });
+
+  app.post('/_cluster/apply', { bodyLimit: 256 * 1024 * 1024 }, async (req) => {
+    const t = target(req);
+    const events = (req.body as { events?: ChangeEvent[] } | null)?.events;
+    if (!Array.isArray(events) || events.length === 0) throw new ApiError('invalid_request', 'events must be a non-empty array');
+    return node.serial(t.key, async () => {
+      if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+      await node.releaseCopy(t.key);
+      const problem = applyEvents(t.path, events);
+      return problem === null ? { version: events.at(-1)!.version } : { problem };
+    });
+  });
+
+  app.register(async (scoped) => {
+    scoped.addContentTypeParser('application/vnd.sqlite3', (_req, payload, done) => done(null, payload));
+    scoped.post('/_cluster/snapshot', async (req) => {
+      const t = target(req);
+      const received = join(db.temporaryDir, `received-${randomBytes(8).toString('hex')}.sqlite`);
+      await pipeline(req.body as Readable, createWriteStream(received));
+      return node.serial(t.key, async () => {
+        if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+        await node.releaseCopy(t.key);
+        return { version: installSnapshot(t.path, received) };
+      });
+    });
+  });
+}
