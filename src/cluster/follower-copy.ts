@@ -1,6 +1,6 @@
 // The follower's side of one database: its copy is a file at the same place a primary keeps it (so promotion is only
 // a placement change), written here — never by the executors, which are told to forget it first.
-import { closeSync, existsSync, fsyncSync, openSync, renameSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import type { ChangeEvent } from '../db/contract.ts';
@@ -74,6 +74,7 @@ export function installSnapshot(path: string, received: string): number {
   fsyncSync(fd);
   closeSync(fd);
   removeCopy(path);
+  mkdirSync(dirname(path), { recursive: true });
   renameSync(received, path);
   const dir = openSync(dirname(path), 'r');
   fsyncSync(dir);

@@ -40,7 +40,12 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
 
   app.post('/_cluster/apply', { bodyLimit: 256 * 1024 * 1024 }, async (req) => {
     const t = target(req);
-    const events = (req.body as { events?: ChangeEvent[] } | null)?.events;
+    let events: ChangeEvent[] | undefined;
+    try {
+      events = (JSON.parse((req.body as Buffer).toString('utf8')) as { events?: ChangeEvent[] }).events;
+    } catch {
+      throw new ApiError('invalid_request', 'the body must be JSON {"events": [...]}');
+    }
     if (!Array.isArray(events) || events.length === 0) throw new ApiError('invalid_request', 'events must be a non-empty array');
     return node.serial(t.key, async () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);

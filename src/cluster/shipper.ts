@@ -139,7 +139,7 @@ export class Shipper {
 
   private answer(status: number, text: string): unknown {
     if (status === 410) throw new Superseded(text.slice(0, 200));
-    if (status !== 200) throw new Error(`follower answered ${status}`);
+    if (status !== 200) throw new Error(`follower answered ${status}: ${text.slice(0, 160)}`);
     return JSON.parse(text);
   }
 
