@@ -1,5 +1,5 @@
 // A real cluster for tests: one etcd, N `serve db` nodes as child processes (own DATA_DIR each), an in-process proxy.
-import { rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
 import { join } from 'node:path';
 import { Etcd } from '../../src/cluster/etcd.ts';
@@ -31,6 +31,7 @@ export interface TestCluster {
 /** Events of a database's change log in a node's DATA_DIR, read from the file (the node may be dead): version → id. */
 export function eventIds(node: ClusterNodeProcess, org: string, repo: string, database: string): Map<number, string> {
   const path = join(node.dataDir, 'db', org, repo, `${database}.sqlite`);
+  if (!existsSync(path)) return new Map();
   const db = new DatabaseSync(path, { readOnly: true });
   try {
     const rows = db.prepare('SELECT version, event FROM _scopebase_changes ORDER BY version').all() as { version: number; event: string }[];
@@ -50,10 +51,27 @@ export async function startCluster({ nodes = 3, ttlS = 2, env = {} }: { nodes?: 
     list.push({ id: `n${i}`, url: `http://127.0.0.1:${port}`, dataDir: tempDir('scopebase-node-'), proc: null });
   }
   const start = async (node: ClusterNodeProcess) => {
-    node.proc = await spawnProduct(testEnv(node.dataDir, { ...common, PORT: new URL(node.url).port, CLUSTER_NODE_ID: node.id, CLUSTER_ADVERTISE_URL: node.url }), ['serve', 'db']);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        node.proc = await spawnProduct(testEnv(node.dataDir, { ...common, PORT: new URL(node.url).port, CLUSTER_NODE_ID: node.id, CLUSTER_ADVERTISE_URL: node.url }), ['serve', 'db']);
+        return;
+      } catch (e) {
+        // The free port was taken meanwhile (exit 78 names it): another one.
+        if (attempt === 3 || !/exited with 78/.test((e as Error).message)) throw e;
+        node.url = `http://127.0.0.1:${await freePort()}`;
+      }
+    }
   };
-  await Promise.all(list.map(start));
-  const proxy = await startProduct({ ...common, DATA_DIR: tempDir('scopebase-proxy-') }, 'proxy');
+  let proxy: Product;
+  try {
+    await Promise.all(list.map(start));
+    proxy = await startProduct({ ...common, DATA_DIR: tempDir('scopebase-proxy-') }, 'proxy');
+  } catch (e) {
+    for (const n of list) n.proc?.killAll();
+    await client.close();
+    await etcd.stop();
+    throw e;
+  }
   // The proxy's first view may predate the nodes' registrations.
   for (let i = 0; i < 100 && (await client.prefix('/scopebase/nodes/')).kvs.length < nodes; i++) await new Promise((r) => setTimeout(r, 50));
   await new Promise((r) => setTimeout(r, 300));
