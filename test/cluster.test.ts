@@ -1,11 +1,11 @@
-// Scale-out on etcd (docs/scaling.md): real etcd, three `serve db` nodes, a proxy. Every 200 is on two disks;
-// a primary killed with -9 loses nothing acknowledged, leaves no version gap, and writes resume within TTL + 1 s.
+// Scale-out on etcd (docs/scaling.md): real etcd, three `serve db` nodes, a proxy, writers over several databases.
+// Every 200 is on two disks; a primary killed with -9 or paused loses nothing acknowledged and leaves no version gap.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
+import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters } from './helpers/cluster-writers.ts';
 
-const ORG = 'acme';
-const REPO = 'web';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('cluster: synchronous follower and failover', () => {
   let cluster: TestCluster;
@@ -20,8 +20,7 @@ describe('cluster: synchronous follower and failover', () => {
   const db = (op: string, body: unknown) => cluster.proxy.db(REPO, op, body);
 
   test('a new database gets a primary and another node as follower; each 200 is already in the follower\'s copy', async () => {
-    const mig = await db('migrate', { database: 'one', migrations: [{ id: '0001', sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY, writer INTEGER, seq INTEGER)' }] });
-    assert.equal(mig.status, 200, mig.text);
+    await createTables(cluster, ['one']);
     const p = (await cluster.placement(ORG, REPO, 'one'))!;
     assert.ok(p.follower !== null && p.follower !== p.primary, JSON.stringify(p));
     for (let i = 0; i < 5; i++) {
@@ -31,64 +30,56 @@ describe('cluster: synchronous follower and failover', () => {
       const onPrimary = eventIds(cluster.node(p.primary), ORG, REPO, 'one');
       assert.equal(onFollower.get(res.json.version), onPrimary.get(res.json.version), `version ${res.json.version} on the follower with the same event id`);
     }
+    const tooLate = await db('query', { database: 'one', statements: [{ sql: 'SELECT count(*) FROM t' }] });
+    assert.deepEqual(tooLate.json.results[0].rows, [[5]]);
   });
 
   test('kill -9 of a primary under writers: every 200 is on the new primary with its event id, no gap, writes resume within TTL + 1 s', async () => {
-    const databases = Array.from({ length: 5 }, (_, i) => `d${i}`);
-    for (const database of databases) {
-      const res = await db('migrate', { database, migrations: [{ id: '0001', sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY, writer INTEGER, seq INTEGER)' }] });
-      assert.equal(res.status, 200, res.text);
-    }
-    const victim = (await cluster.placement(ORG, REPO, 'd0'))!.primary;
-    const acked: { database: string; version: number; writer: number; seq: number; at: number }[] = [];
-    const refusals = new Map<number, number>();
-    let stop = false;
-    const writer = async (w: number) => {
-      const database = databases[w % databases.length]!;
-      for (let seq = 0; !stop; seq++) {
-        const res = await db('execute', { database, statements: [{ sql: 'INSERT INTO t (writer, seq) VALUES (?, ?)', params: [w, seq] }] });
-        if (res.status === 200) acked.push({ database, version: res.json.version, writer: w, seq, at: performance.now() });
-        else {
-          assert.equal(res.status, 503, res.text); // racing the failover: refused, never a wrong answer
-          assert.ok(res.headers['retry-after'], 'a 503 says when to retry');
-          refusals.set(res.status, (refusals.get(res.status) ?? 0) + 1);
-          await new Promise((r) => setTimeout(r, 50));
-        }
-      }
-    };
-    const writers = Array.from({ length: 10 }, (_, w) => writer(w));
-    await new Promise((r) => setTimeout(r, 1000));
+    const databases = Array.from({ length: 5 }, (_, i) => `k${i}`);
+    await createTables(cluster, databases);
+    const victim = cluster.node((await cluster.placement(ORG, REPO, 'k0'))!.primary);
+    const writers = startWriters(cluster, databases, 10);
+    await sleep(1000);
     const killedAt = performance.now();
-    const ackedBeforeKill = acked.length;
-    cluster.kill(cluster.node(victim));
-    await new Promise((r) => setTimeout(r, cluster.ttlS * 1000 + 2500));
-    stop = true;
-    await Promise.all(writers);
+    const ackedBeforeKill = writers.acked.length;
+    cluster.kill(victim);
+    await sleep(cluster.ttlS * 1000 + 2500);
+    await writers.stop();
     assert.ok(ackedBeforeKill > 20, `writes went through before the kill (${ackedBeforeKill})`);
-
-    const victimNode = cluster.node(victim);
+    await assertAllAcknowledgedKept(cluster, databases, writers.acked);
     for (const database of databases) {
       const p = (await cluster.placement(ORG, REPO, database))!;
-      assert.notEqual(p.primary, victim, `${database} has a live primary`);
-      const primary = cluster.node(p.primary);
-      const ids = eventIds(primary, ORG, REPO, database);
-      const versions = [...ids.keys()];
-      assert.deepEqual(versions, Array.from({ length: versions.length }, (_, i) => i + 1), `${database}: no version gap`);
-      const mine = acked.filter((a) => a.database === database);
-      const victimIds = eventIds(victimNode, ORG, REPO, database);
-      for (const a of mine) {
-        assert.ok(ids.has(a.version), `${database}: version ${a.version} got a 200 and is on the new primary`);
-        if (victimIds.has(a.version) && a.at < killedAt) assert.equal(ids.get(a.version), victimIds.get(a.version), `${database}: version ${a.version} has the same event id`);
+      assert.notEqual(p.primary, victim.id, `${database} has a live primary`);
+      const ids = eventIds(cluster.node(p.primary), ORG, REPO, database);
+      const victimIds = eventIds(victim, ORG, REPO, database);
+      for (const a of writers.acked.filter((x) => x.database === database && x.at < killedAt && victimIds.has(x.version))) {
+        assert.equal(ids.get(a.version), victimIds.get(a.version), `${database}: version ${a.version} has the same event id`);
       }
-      const rows = await db('query', { database, statements: [{ sql: 'SELECT writer, seq FROM t' }] });
-      assert.equal(rows.status, 200, rows.text);
-      const have = new Set((rows.json.results[0].rows as [number, number][]).map(([w, q]) => `${w}/${q}`));
-      for (const a of mine) assert.ok(have.has(`${a.writer}/${a.seq}`), `${database}: row ${a.writer}/${a.seq} got a 200 and is there`);
-      const resumed = mine.find((a) => a.at > killedAt);
+      const resumed = writers.acked.find((a) => a.database === database && a.at > killedAt);
       assert.ok(resumed, `${database}: writes resumed`);
       if (victimIds.size > 0) process.stderr.write(`${database}: first 200 after the kill at +${Math.round(resumed.at - killedAt)} ms\n`);
     }
-    const d0resumed = acked.find((a) => a.database === 'd0' && a.at > killedAt)!;
-    assert.ok(d0resumed.at - killedAt <= cluster.ttlS * 1000 + 1000, `writes to d0 resumed ${Math.round(d0resumed.at - killedAt)} ms after the kill (lease TTL ${cluster.ttlS} s + 1 s)`);
+    const k0 = writers.acked.find((a) => a.database === 'k0' && a.at > killedAt)!;
+    assert.ok(k0.at - killedAt <= cluster.ttlS * 1000 + 1000, `writes to k0 resumed ${Math.round(k0.at - killedAt)} ms after the kill (lease TTL ${cluster.ttlS} s + 1 s)`);
+    await cluster.start(victim); // back for the next test, with its stale copies
+    await sleep(500);
+  });
+
+  test('SIGSTOP of a primary for 2 × TTL, then SIGCONT: no 200 from the old epoch is lost; the old node serves again as another\'s follower', async () => {
+    const databases = Array.from({ length: 4 }, (_, i) => `s${i}`);
+    await createTables(cluster, databases);
+    const victim = cluster.node((await cluster.placement(ORG, REPO, 's0'))!.primary);
+    const writers = startWriters(cluster, databases, 8);
+    await sleep(800);
+    process.kill(-victim.proc!.child.pid!, 'SIGSTOP');
+    await sleep(cluster.ttlS * 2000);
+    process.kill(-victim.proc!.child.pid!, 'SIGCONT');
+    await sleep(2000);
+    await writers.stop();
+    await assertAllAcknowledgedKept(cluster, databases, writers.acked);
+    const p = (await cluster.placement(ORG, REPO, 's0'))!;
+    assert.notEqual(p.primary, victim.id, 's0 moved to its follower');
+    assert.ok(writers.refused > 0, 'writes racing the pause were refused (503), not answered from the old epoch');
+    assert.equal((await cluster.client.prefix(`/scopebase/nodes/${victim.id}`)).kvs.length, 1, 'the paused node registered again');
   });
 });
