@@ -43,8 +43,12 @@ describe('cluster: synchronous follower and failover', () => {
     const killedAt = performance.now();
     const ackedBeforeKill = writers.acked.length;
     cluster.kill(victim);
-    await sleep(cluster.ttlS * 1000 + 2500);
-    await writers.stop();
+    try {
+      await sleep(cluster.ttlS * 1000 + 2500);
+      await writers.stop();
+    } finally {
+      await cluster.start(victim); // back for the next tests, with its stale copies
+    }
     assert.ok(ackedBeforeKill > 20, `writes went through before the kill (${ackedBeforeKill})`);
     await assertAllAcknowledgedKept(cluster, databases, writers.acked);
     for (const database of databases) {
@@ -61,11 +65,9 @@ describe('cluster: synchronous follower and failover', () => {
     }
     const k0 = writers.acked.find((a) => a.database === 'k0' && a.at > killedAt)!;
     assert.ok(k0.at - killedAt <= cluster.ttlS * 1000 + 1000, `writes to k0 resumed ${Math.round(k0.at - killedAt)} ms after the kill (lease TTL ${cluster.ttlS} s + 1 s)`);
-    await cluster.start(victim); // back for the next test, with its stale copies
-    await sleep(500);
   });
 
-  test('SIGSTOP of a primary for 2 × TTL, then SIGCONT: no 200 from the old epoch is lost; the old node serves again as another\'s follower', async () => {
+  test('SIGSTOP of a primary for 2 × TTL, then SIGCONT: no 200 from the old epoch is lost; the old node rejoins with a new lease', async () => {
     const databases = Array.from({ length: 4 }, (_, i) => `s${i}`);
     await createTables(cluster, databases);
     const victim = cluster.node((await cluster.placement(ORG, REPO, 's0'))!.primary);
@@ -81,5 +83,56 @@ describe('cluster: synchronous follower and failover', () => {
     assert.notEqual(p.primary, victim.id, 's0 moved to its follower');
     assert.ok(writers.refused > 0, 'writes racing the pause were refused (503), not answered from the old epoch');
     assert.equal((await cluster.client.prefix(`/scopebase/nodes/${victim.id}`)).kvs.length, 1, 'the paused node registered again');
+  });
+
+  test('SIGSTOP of a follower (strict): no 200 without a follower\'s ack; the primary takes another follower and goes on', async () => {
+    const databases = ['f0'];
+    await createTables(cluster, databases);
+    const before = (await cluster.placement(ORG, REPO, 'f0'))!;
+    const paused = cluster.node(before.follower!);
+    const writers = startWriters(cluster, databases, 4);
+    await sleep(500);
+    const pausedAt = performance.now();
+    process.kill(-paused.proc!.child.pid!, 'SIGSTOP');
+    try {
+      await sleep(cluster.ttlS * 1000 + 2500);
+    } finally {
+      process.kill(-paused.proc!.child.pid!, 'SIGCONT');
+    }
+    await writers.stop();
+    const after = (await cluster.placement(ORG, REPO, 'f0'))!;
+    assert.equal(after.primary, before.primary, 'the primary stayed');
+    assert.ok(after.follower !== null && after.follower !== paused.id, `another follower was taken (${after.follower})`);
+    const onFollower = eventIds(cluster.node(after.follower), ORG, REPO, 'f0');
+    const later = writers.acked.filter((a) => a.at > pausedAt);
+    assert.ok(later.length > 0, 'writes went on with the new follower');
+    for (const a of later) assert.ok(onFollower.has(a.version), `version ${a.version} got a 200 while the old follower was paused: the new one has it`);
+    await assertAllAcknowledgedKept(cluster, databases, writers.acked);
+  });
+
+  test('etcd paused: primaries stop writing at their lease deadline, reads go on, writes resume when etcd is back', async () => {
+    const databases = ['e0', 'e1'];
+    await createTables(cluster, databases);
+    const writers = startWriters(cluster, databases, 4);
+    await sleep(500);
+    const pausedAt = performance.now();
+    cluster.etcd.pause();
+    let read;
+    try {
+      await sleep(cluster.ttlS * 1000 + 500);
+      read = await db('query', { database: 'e0', statements: [{ sql: 'SELECT count(*) FROM t' }] });
+      await sleep(cluster.ttlS * 1000);
+    } finally {
+      cluster.etcd.resume();
+    }
+    const resumedAt = performance.now();
+    assert.equal(read.status, 200, `reads go on without etcd: ${read.text}`);
+    const deadline = pausedAt + cluster.ttlS * 1000;
+    const lateWrites = writers.acked.filter((a) => a.at > deadline && a.at < resumedAt);
+    assert.deepEqual(lateWrites, [], 'no write answered 200 past the lease deadline while etcd was away');
+    for (let i = 0; i < 100 && !databases.every((d) => writers.acked.some((a) => a.database === d && a.at > resumedAt)); i++) await sleep(100);
+    await writers.stop();
+    for (const d of databases) assert.ok(writers.acked.some((a) => a.database === d && a.at > resumedAt), `${d}: writes resumed after etcd came back`);
+    await assertAllAcknowledgedKept(cluster, databases, writers.acked);
   });
 });

@@ -7,7 +7,7 @@ import { ApiError } from '../shared/errors.ts';
 import type { ClusterConfig } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
 import { Etcd } from './etcd.ts';
-import { LEADER, NODES, PLACEMENT, PlacementWatch, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
+import { LEADER, NODES, PLACEMENT, PlacementWatch, pollEveryMs, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
 import { Shipper } from './shipper.ts';
 
 /** Writes stop this long before the lease's end as this node measures it: clocks run at slightly different rates. */
@@ -42,7 +42,7 @@ export class ClusterNode implements Replication {
     this.db = db;
     this.logger = logger;
     this.etcd = new Etcd(config.etcd, Math.max(500, config.leaseTtlS * 250));
-    this.watch = new PlacementWatch(this.etcd, Math.min(250, config.leaseTtlS * 100), (view) => this.act(view));
+    this.watch = new PlacementWatch(this.etcd, pollEveryMs(config.leaseTtlS), (view) => this.act(view));
     this.shipper = new Shipper({ db, token, timeoutMs: config.leaseTtlS * 1000, onSuperseded: (scope) => this.superseded.set(scopeKey(scope), this.placement(scope)?.epoch ?? 0) });
   }
 

@@ -8,6 +8,11 @@ export const NODES = `${ROOT}nodes/`;
 export const PLACEMENT = `${ROOT}placement/`;
 export const LEADER = `${ROOT}leader/`;
 
+/** How often placement is read: a twentieth of the lease TTL, 100 to 500 ms (failover waits for one read). */
+export function pollEveryMs(leaseTtlS: number): number {
+  return Math.min(500, Math.max(100, leaseTtlS * 50));
+}
+
 export interface Placement {
   primary: string;
   follower: string | null;

@@ -7,7 +7,7 @@ import { pipelineDatabase } from '../db/hrana/index.ts';
 import { ApiError } from '../shared/errors.ts';
 import type { ClusterConfig } from '../shared/config.ts';
 import { Etcd } from './etcd.ts';
-import { PlacementWatch, scopeKey } from './placement.ts';
+import { PlacementWatch, pollEveryMs, scopeKey } from './placement.ts';
 
 type Remote = DbHandler & { close(): Promise<void> };
 
@@ -32,7 +32,7 @@ export class ClusterRouter implements DbHandler {
 
   constructor(config: ClusterConfig, rootKey: Buffer) {
     this.etcd = new Etcd(config.etcd);
-    this.watch = new PlacementWatch(this.etcd, Math.min(250, config.leaseTtlS * 100));
+    this.watch = new PlacementWatch(this.etcd, pollEveryMs(config.leaseTtlS));
     this.rootKey = rootKey;
   }
 
