@@ -65,6 +65,7 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
       closers.push(() => node.close());
     }
   } else if (part === 'all' || part === 'proxy') {
+    if (part === 'all' && config.cluster !== null) throw new ConfigError('CLUSTER_ETCD: a cluster runs `scopebase serve db` nodes and `scopebase serve proxy`; `start` is one node (docs/scaling.md)');
     let db: DbHandler;
     if (part === 'proxy' && config.cluster !== null) {
       const router = await startClusterRouter(config);

@@ -242,6 +242,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   const maxResultBytes = int(env, 'DB_MAX_RESULT_BYTES', 16 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
   const host = str(env, 'HOST') ?? '127.0.0.1';
   const executors = int(env, 'DB_EXECUTORS', 2, 1, 64);
+  const cluster = clusterConfig(env);
   const rateLimitPerRepo = int(env, 'DB_RATE_LIMIT_PER_REPO', 10_000, 0, 100_000_000);
   if (!isIP(host) && !/^[a-z0-9.-]+$/i.test(host)) fail('HOST', 'must be an IP address or a host name, e.g. 0.0.0.0 to listen on every interface');
   return {
@@ -274,9 +275,9 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
       transactionMaxMs: int(env, 'DB_TRANSACTION_MAX_MS', 30_000, 100, 3_600_000),
       maxOpenDatabases: int(env, 'DB_MAX_OPEN', 64, 4, 100_000),
       idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', 60_000, 0, 86_400_000),
-      historyDays: int(env, 'DB_HISTORY_DAYS', 7, 0, 3650),
+      historyDays: clusterNodeOnly(cluster, 'DB_HISTORY_DAYS', 'time travel', int(env, 'DB_HISTORY_DAYS', cluster?.nodeId ? 0 : 7, 0, 3650)),
       historyMaxBytes: int(env, 'DB_HISTORY_MAX_BYTES', 8 * 1024 ** 3, 1 << 20, Number.MAX_SAFE_INTEGER),
-      mirrors: parseMirrors(str(env, 'DB_MIRRORS')),
+      mirrors: clusterNodeOnly(cluster, 'DB_MIRRORS', 'mirror delivery', parseMirrors(str(env, 'DB_MIRRORS'))),
       mirrorDelivery: {
         timeoutMs: int(env, 'DB_MIRROR_TIMEOUT_MS', 10_000, 50, 600_000),
         maxBackoffMs: int(env, 'DB_MIRROR_MAX_BACKOFF_MS', 60_000, 10, 3_600_000),
@@ -303,9 +304,16 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     },
     apps: parseApps(str(env, 'APPS')),
     services: { dbUrl: url(env, 'DB_SERVICE_URL') ?? null, accountUrl: url(env, 'ACCOUNT_SERVICE_URL') ?? null },
-    cluster: clusterConfig(env),
+    cluster,
     logLevel: str(env, 'LOG_LEVEL') ?? 'info',
   };
+}
+
+/** What a cluster node does not replicate yet (docs/scaling.md) is refused there rather than silently diverging. */
+function clusterNodeOnly<T extends number | unknown[]>(cluster: ClusterConfig | null, name: string, what: string, value: T): T {
+  const on = typeof value === 'number' ? value > 0 : value.length > 0;
+  if (cluster?.nodeId && on) fail(name, `${what} is not replicated in cluster mode yet (docs/scaling.md): leave it unset on cluster nodes`);
+  return value;
 }
 
 /** CLUSTER_ETCD (comma-separated endpoints) turns cluster mode on; a node also needs its id and advertised URL. */
