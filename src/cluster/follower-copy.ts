@@ -21,16 +21,35 @@ function open(path: string): DatabaseSync {
   return db;
 }
 
+/** Open copies, kept between applies (an open per apply cost more than the apply); at most MAX_OPEN, oldest closed first. */
+const openCopies = new Map<string, DatabaseSync>();
+const MAX_OPEN = 64;
+
+function opened(path: string): DatabaseSync {
+  let db = openCopies.get(path);
+  if (db) {
+    openCopies.delete(path);
+  } else {
+    db = open(path);
+    if (openCopies.size >= MAX_OPEN) closeCopy(openCopies.keys().next().value!);
+  }
+  openCopies.set(path, db);
+  return db;
+}
+
+/** Before anyone else writes the file (the node was promoted) or it is replaced (a snapshot). */
+export function closeCopy(path: string): void {
+  const db = openCopies.get(path);
+  openCopies.delete(path);
+  if (db?.isOpen) db.close();
+}
+
 export function copyState(path: string): CopyState {
   if (!existsSync(path)) return { version: 0, lastEventId: null };
-  const db = open(path);
-  try {
-    const version = readVersion(db);
-    const row = db.prepare('SELECT event FROM _scopebase_changes WHERE version = ?').get(version) as { event: string } | undefined;
-    return { version, lastEventId: row ? (JSON.parse(row.event) as { id: string }).id : null };
-  } finally {
-    db.close();
-  }
+  const db = opened(path);
+  const version = readVersion(db);
+  const row = db.prepare('SELECT event FROM _scopebase_changes WHERE version = ?').get(version) as { event: string } | undefined;
+  return { version, lastEventId: row ? (JSON.parse(row.event) as { id: string }).id : null };
 }
 
 /**
@@ -40,7 +59,7 @@ export function copyState(path: string): CopyState {
  */
 export function applyEvents(path: string, events: ChangeEvent[]): string | null {
   if (!existsSync(path)) return 'no copy yet';
-  const db = open(path);
+  const db = opened(path);
   try {
     if (db.prepare("SELECT 1 FROM sqlite_schema WHERE type = 'trigger' LIMIT 1").get()) return 'the database has triggers';
     db.exec('BEGIN IMMEDIATE');
@@ -58,14 +77,14 @@ export function applyEvents(path: string, events: ChangeEvent[]): string | null 
     return null;
   } catch (e) {
     if (db.isTransaction) db.exec('ROLLBACK');
+    closeCopy(path);
     return `applying failed: ${(e as Error).message.slice(0, 120)}`;
-  } finally {
-    db.close();
   }
 }
 
 /** Puts a received snapshot in place of the copy: fsynced, renamed over it, the directory fsynced. Returns its version. */
 export function installSnapshot(path: string, received: string): number {
+  closeCopy(path);
   const db = open(received);
   const version = readVersion(db);
   db.exec('PRAGMA wal_checkpoint(TRUNCATE)');

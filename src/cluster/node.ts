@@ -9,6 +9,7 @@ import type { Logger } from '../shared/log.ts';
 import { Etcd } from './etcd.ts';
 import { LEADER, NODES, PLACEMENT, PlacementWatch, pollEveryMs, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
 import { Shipper } from './shipper.ts';
+import { closeCopy } from './follower-copy.ts';
 
 /** Writes stop this long before the lease's end as this node measures it: clocks run at slightly different rates. */
 const LEASE_MARGIN_MS = 250;
@@ -142,6 +143,7 @@ export class ClusterNode implements Replication {
     if (!r.succeeded) return;
     this.highestEpoch.set(key, r.revision); // before any later apply in this chain: the old primary's are refused from here
     this.released.delete(key);
+    closeCopy(this.db.databasePath(scopeOf(key))); // the executors write it from now on
     this.logger.warn({ database: key, epoch: r.revision, from: p.primary }, 'cluster: promoted to primary');
     await this.watch.refresh();
   }
