@@ -108,6 +108,16 @@ describe('cluster: synchronous follower and failover', () => {
     assert.ok(later.length > 0, 'writes went on with the new follower');
     for (const a of later) assert.ok(onFollower.has(a.version), `version ${a.version} got a 200 while the old follower was paused: the new one has it`);
     await assertAllAcknowledgedKept(cluster, databases, writers.acked);
+    // The new follower was brought in line when it was named: it can take over with everything acknowledged.
+    const primary = cluster.node(after.primary);
+    cluster.kill(primary);
+    try {
+      await sleep(cluster.ttlS * 1000 + 1500);
+      assert.equal((await cluster.placement(ORG, REPO, 'f0'))!.primary, after.follower, 'the new follower took over');
+      await assertAllAcknowledgedKept(cluster, databases, writers.acked);
+    } finally {
+      await cluster.start(primary);
+    }
   });
 
   test('etcd paused: primaries stop writing at their lease deadline, reads go on, writes resume when etcd is back', async () => {

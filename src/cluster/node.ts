@@ -32,6 +32,10 @@ export class ClusterNode implements Replication {
   private readonly chains = new Map<string, Promise<unknown>>();
   /** Databases this node was refused as primary of: no more writes until placement says otherwise. */
   private readonly superseded = new Map<string, number>();
+  /** Per database, the epoch under which this node's copy was last brought in line with the primary: only then may it take over. */
+  private readonly synced = new Map<string, number>();
+  /** Per database this node is primary of, the epoch whose follower it has brought in line (or is bringing). */
+  private readonly followerSynced = new Map<string, string>();
   /** Copies the executors were told to forget before this node wrote them as a follower. */
   readonly released = new Set<string>();
   private closed = false;
@@ -131,12 +135,36 @@ export class ClusterNode implements Replication {
     for (const [key, p] of view.placements) {
       if (p.follower === this.id && !view.leaders.has(key)) void this.serial(key, () => this.promote(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: promotion failed'));
       else if (this.primaryHere(view, key, p) && (p.follower === null || !view.nodes.has(p.follower))) void this.replaceFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: follower replacement failed'));
+      else if (this.primaryHere(view, key, p) && this.followerSynced.get(key) !== followerTerm(view, p)) void this.syncFollower(key, p, view);
     }
   }
 
-  /** Only the recorded follower may take over, and only while the placement it read is still the current one. */
+  /** A follower named under a new epoch is brought in line at once, not at the next write: until then it cannot take over. */
+  private async syncFollower(key: string, p: Placement, view: View): Promise<void> {
+    const term = followerTerm(view, p);
+    this.followerSynced.set(key, term);
+    const scope = scopeOf(key);
+    try {
+      const version = await this.db.currentVersion(scope);
+      this.shipper.resync(scope);
+      if (version !== null) await this.shipper.ensure(scope, version, p.epoch, p.follower!, view.nodes.get(p.follower!)!);
+    } catch (e) {
+      if (this.followerSynced.get(key) === term) this.followerSynced.delete(key); // the next read of placement tries again
+      this.logger.warn({ err: e, database: key }, 'cluster: bringing the follower in line failed');
+    }
+  }
+
+  markSynced(key: string, epoch: number): void {
+    this.synced.set(key, epoch);
+  }
+
+  /**
+   * Only the recorded follower may take over, only while the placement it read is still the current one, and only
+   * when its copy was brought in line under that placement (a follower just named has nothing yet: taking over
+   * would lose acknowledged writes, so the database waits for its primary instead).
+   */
   private async promote(key: string, p: Placement): Promise<void> {
-    if (performance.now() > this.leaseDeadline - LEASE_MARGIN_MS) return;
+    if (performance.now() > this.leaseDeadline - LEASE_MARGIN_MS || this.synced.get(key) !== p.epoch) return;
     const follower = this.pickFollower(this.watch.view, [this.id, p.primary]);
     const r = await this.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, absent: true }],
       [{ put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: this.id, follower }) }, { put: `${LEADER}${key}`, value: this.id, lease: this.lease }]);
@@ -192,6 +220,11 @@ export class ClusterNode implements Replication {
     await this.etcd.revoke(this.lease).catch(() => {});
     await this.etcd.close();
   }
+}
+
+/** A follower under one placement and one lease of its node (a restarted follower must be brought in line again). */
+function followerTerm(view: View, p: Placement): string {
+  return `${p.epoch}/${view.nodeLeases.get(p.follower!) ?? ''}`;
 }
 
 function notHere(why: string): ApiError {

@@ -24,6 +24,8 @@ export interface View {
   revision: number;
   /** Live nodes (their lease holds the key) and where they are reached. */
   nodes: Map<string, string>;
+  /** Each live node's lease: a new one means the node restarted (and forgot what it held in memory). */
+  nodeLeases: Map<string, string>;
   placements: Map<string, Placement>;
   /** Database key → the node whose lease holds its leader key. */
   leaders: Map<string, string>;
@@ -39,9 +41,12 @@ export function scopeOf(key: string): Scope {
 }
 
 function parse(revision: number, kvs: KeyValue[]): View {
-  const view: View = { revision, nodes: new Map(), placements: new Map(), leaders: new Map() };
+  const view: View = { revision, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map() };
   for (const kv of kvs) {
-    if (kv.key.startsWith(NODES)) view.nodes.set(kv.key.slice(NODES.length), kv.value);
+    if (kv.key.startsWith(NODES)) {
+      view.nodes.set(kv.key.slice(NODES.length), kv.value);
+      view.nodeLeases.set(kv.key.slice(NODES.length), kv.lease);
+    }
     else if (kv.key.startsWith(LEADER)) view.leaders.set(kv.key.slice(LEADER.length), kv.value);
     else if (kv.key.startsWith(PLACEMENT)) {
       try {
@@ -55,7 +60,7 @@ function parse(revision: number, kvs: KeyValue[]): View {
 
 /** Keeps the newest view; `onView` runs after each read. A failed read keeps the last view (its age says how stale). */
 export class PlacementWatch {
-  view: View = { revision: 0, nodes: new Map(), placements: new Map(), leaders: new Map() };
+  view: View = { revision: 0, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map() };
   /** When the view was last read successfully (performance.now()). */
   readAt = 0;
   private timer: NodeJS.Timeout | null = null;

@@ -38,6 +38,18 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
     });
   });
 
+  // The primary found this copy to continue its own history at `version`: the copy may take over from this epoch.
+  app.post('/_cluster/confirm', async (req) => {
+    const t = target(req);
+    const version = Number((JSON.parse((req.body as Buffer).toString('utf8')) as { version?: unknown }).version);
+    return node.serial(t.key, () => {
+      if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+      if (copyState(t.path).version !== version) return { problem: 'the copy moved' };
+      node.markSynced(t.key, t.epoch);
+      return { version };
+    });
+  });
+
   app.post('/_cluster/apply', { bodyLimit: 256 * 1024 * 1024 }, async (req) => {
     const t = target(req);
     let events: ChangeEvent[] | undefined;
@@ -51,7 +63,9 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
       await node.releaseCopy(t.key);
       const problem = applyEvents(t.path, events);
-      return problem === null ? { version: events.at(-1)!.version } : { problem };
+      if (problem !== null) return { problem };
+      node.markSynced(t.key, t.epoch);
+      return { version: events.at(-1)!.version };
     });
   });
 
@@ -64,7 +78,9 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
       return node.serial(t.key, async () => {
         if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
         await node.releaseCopy(t.key);
-        return { version: installSnapshot(t.path, received) };
+        const version = installSnapshot(t.path, received);
+        node.markSynced(t.key, t.epoch);
+        return { version };
       });
     });
   });

@@ -46,19 +46,26 @@ export class Shipper {
     const key = scopeKey(scope);
     let lane = this.lanes.get(key);
     if (!lane || lane.epoch !== epoch || lane.follower !== follower) {
-      lane = { scope, epoch, follower, url, acked: null, waiters: lane?.waiters ?? [], running: lane?.running ?? false };
+      // A new epoch or follower: a new lane; the old one finishes its own waiters (acked by the follower of their time).
+      lane = { scope, epoch, follower, url, acked: null, waiters: [], running: false };
       this.lanes.set(key, lane);
     }
     if (lane.acked !== null && lane.acked >= version) return Promise.resolve();
     return new Promise((resolve, reject) => {
       lane.waiters.push({ version, resolve, reject });
-      if (!lane.running) void this.run(key, lane);
+      if (!lane.running) void this.run(lane);
     });
   }
 
-  private async run(key: string, lane: Lane): Promise<void> {
+  /** The follower may have forgotten what it held in memory (it restarted): ask it again before the next write. */
+  resync(scope: Scope): void {
+    const lane = this.lanes.get(scopeKey(scope));
+    if (lane) lane.acked = null;
+  }
+
+  private async run(lane: Lane): Promise<void> {
     lane.running = true;
-    while (lane.waiters.length > 0 && this.lanes.get(key) === lane) {
+    while (lane.waiters.length > 0) {
       try {
         if (lane.acked === null) lane.acked = await this.handshake(lane);
         const target = Math.max(...lane.waiters.map((w) => w.version));
@@ -78,9 +85,6 @@ export class Shipper {
       }
     }
     lane.running = false;
-    // A lane replaced (new epoch or follower) while this ran hands its waiters on.
-    const current = this.lanes.get(key);
-    if (current && current !== lane && current.waiters.length > 0 && !current.running) void this.run(key, current);
   }
 
   /** Where the follower's copy stands: continued from if its newest event is ours, else replaced by a snapshot. */
@@ -89,7 +93,10 @@ export class Shipper {
     if (state.version > 0 && state.lastEventId !== null) {
       const ours = await this.db.readChanges(lane.scope, state.version - 1, 1).catch(() => null);
       const event = ours?.events[0];
-      if (event && event.version === state.version && event.id === state.lastEventId) return state.version;
+      if (event && event.version === state.version && event.id === state.lastEventId) {
+        const confirmed = await this.post(lane, '/_cluster/confirm', { version: state.version }) as { problem?: string };
+        if (confirmed.problem === undefined) return state.version;
+      }
     }
     return this.sendSnapshot(lane);
   }
