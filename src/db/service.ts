@@ -276,17 +276,23 @@ export class DbService implements DbHandler, ChangeFeed {
 
   /** An executor writes a file into DATA_DIR/tmp (a snapshot's time budget); it is streamed, then removed. */
   private async fileReply(scope: Scope, header: Record<string, unknown>, suffix: string, headers: Record<string, string>): Promise<DbResponse> {
+    const made = await this.makeFile(scope, header, suffix);
+    if (!('path' in made)) return json(made);
+    const stream = createReadStream(made.path);
+    stream.on('close', () => rmSync(made.path, { force: true }));
+    return { status: 200, headers: { ...headers, 'x-db-version': String(made.version) }, body: stream };
+  }
+
+  /** The executor's file in DATA_DIR/tmp with the version it holds (the caller removes it), or the executor's refusal. */
+  private async makeFile(scope: Scope, header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
     if (!this.exists(scope)) throw notFound(scope);
     const target = join(this.tmpDir, `${header.op as string}-${randomBytes(8).toString('hex')}.${suffix}`);
     const res = await this.pool.read({ ...header, target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
     if (res.status !== 200) {
       rmSync(target, { force: true });
-      return json(res);
+      return res;
     }
-    const { version } = JSON.parse(res.body.toString('utf8')) as { version: number };
-    const stream = createReadStream(target);
-    stream.on('close', () => rmSync(target, { force: true }));
-    return { status: 200, headers: { ...headers, 'x-db-version': String(version) }, body: stream };
+    return { path: target, version: (JSON.parse(res.body.toString('utf8')) as { version: number }).version };
   }
 
   // What a cluster node needs besides the change log: where a database lives, a consistent copy, and letting go of it.
@@ -296,15 +302,10 @@ export class DbService implements DbHandler, ChangeFeed {
 
   /** A consistent copy of the database with its internal tables, in DATA_DIR/tmp; the caller removes it. */
   async snapshotFile(scope: Scope): Promise<{ path: string; version: number }> {
-    if (!this.exists(scope)) throw notFound(scope);
-    const target = join(this.tmpDir, `snapshot-${randomBytes(8).toString('hex')}.sqlite`);
-    const res = await this.pool.read({ op: 'snapshot', path: this.layout.path(scope), target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
-    const parsed = JSON.parse(res.body.toString('utf8'));
-    if (res.status !== 200) {
-      rmSync(target, { force: true });
-      throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
-    }
-    return { path: target, version: parsed.version as number };
+    const made = await this.makeFile(scope, { op: 'snapshot', path: this.layout.path(scope) }, 'sqlite');
+    if ('path' in made) return made;
+    const parsed = JSON.parse(made.body.toString('utf8'));
+    throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
   }
 
   /** The executors close the database's file: another writer (a cluster's follower path) is about to change it. */
