@@ -2,6 +2,8 @@
 // Every 200 is on two disks; a primary killed with -9 or paused loses nothing acknowledged and leaves no version gap.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { request } from 'undici';
+import { proxyToken } from '../src/db/remote.ts';
 import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
 import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters } from './helpers/cluster-writers.ts';
 
@@ -144,5 +146,36 @@ describe('cluster: synchronous follower and failover', () => {
     await writers.stop();
     for (const d of databases) assert.ok(writers.acked.some((a) => a.database === d && a.at > resumedAt), `${d}: writes resumed after etcd came back`);
     await assertAllAcknowledgedKept(cluster, databases, writers.acked);
+  });
+
+  test('the cluster endpoints: only for nodes, and every bad input gets SPEC 3\'s error shape', async () => {
+    await createTables(cluster, ['x0']);
+    const p = (await cluster.placement(ORG, REPO, 'x0'))!;
+    const follower = cluster.node(p.follower!);
+    const token = proxyToken(cluster.proxy.config.rootKeys[0]!);
+    const post = async (path: string, body: string | Buffer, headers: Record<string, string> = {}) => {
+      const res = await request(`${follower.url}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers } });
+      return { status: res.statusCode, json: await res.body.json() as { error?: { code: string; message: string } } };
+    };
+    const q = (epoch: number | string) => `org=${ORG}&repo=${REPO}&database=x0&epoch=${epoch}`;
+    const cases: [string, string | Buffer, Record<string, string>, number, RegExp][] = [
+      [`/_cluster/apply?${q(p.epoch)}`, '{"events":[]}', {}, 403, /only answer other nodes/],
+      [`/_cluster/apply?${q('x')}`, '{"events":[]}', { 'x-scopebase-proxy-token': token }, 400, /epoch must be a positive integer/],
+      [`/_cluster/apply?${q(p.epoch)}`, 'not json', { 'x-scopebase-proxy-token': token }, 400, /the body must be a JSON object/],
+      [`/_cluster/apply?${q(p.epoch)}`, '{"events":[]}', { 'x-scopebase-proxy-token': token }, 400, /events must be a non-empty array/],
+      [`/_cluster/confirm?${q(p.epoch)}`, '{"version":"a"}', { 'x-scopebase-proxy-token': token }, 400, /version must be an integer/],
+      [`/_cluster/state?${q(1)}`, '{}', { 'x-scopebase-proxy-token': token }, 410, /epoch 1 is older than this database's current one/],
+      [`/_cluster/snapshot?${q(p.epoch)}`, Buffer.from('not a database'), { 'x-scopebase-proxy-token': token, 'content-type': 'application/vnd.sqlite3' }, 400, /not a scopebase database/],
+      [`/_cluster/snapshot?${q(p.epoch)}`, '{}', { 'x-scopebase-proxy-token': token }, 400, /a snapshot is sent as application\/vnd.sqlite3/],
+    ];
+    for (const [path, body, headers, status, message] of cases) {
+      const res = await post(path, body, headers);
+      assert.equal(res.status, status, `${path}: ${JSON.stringify(res.json)}`);
+      assert.match(res.json.error!.message, message);
+    }
+    // The refused snapshot left the follower's copy as it was.
+    const write = await db('execute', { database: 'x0', statements: [{ sql: 'INSERT INTO t (writer, seq) VALUES (1, 1)' }] });
+    assert.equal(write.status, 200, write.text);
+    assert.ok(eventIds(follower, ORG, REPO, 'x0').has(write.json.version));
   });
 });

@@ -86,9 +86,13 @@ export function applyEvents(path: string, events: ChangeEvent[]): string | null 
 export function installSnapshot(path: string, received: string): number {
   closeCopy(path);
   const db = open(received);
-  const version = readVersion(db);
-  db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
-  db.close();
+  let version: number;
+  try {
+    version = readVersion(db);
+    db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
+  } finally {
+    db.close();
+  }
   const fd = openSync(received, 'r');
   fsyncSync(fd);
   closeSync(fd);

@@ -1,5 +1,5 @@
 // The follower's endpoints on `serve db` (only for nodes holding the proxy token): state, apply, snapshot.
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { pipeline } from 'node:stream/promises';
@@ -27,6 +27,13 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
     if (!Number.isSafeInteger(epoch) || epoch <= 0) throw new ApiError('invalid_request', 'epoch must be a positive integer');
     return { key: scopeKey(scope), path: db.databasePath(scope), epoch };
   };
+  const jsonBody = (req: FastifyRequest): Record<string, unknown> => {
+    try {
+      const body = JSON.parse((req.body as Buffer | undefined)?.toString('utf8') ?? '');
+      if (typeof body === 'object' && body !== null && !Array.isArray(body)) return body as Record<string, unknown>;
+    } catch { /* said below */ }
+    throw new ApiError('invalid_request', 'the body must be a JSON object');
+  };
   // 410: the epoch is lower than one this node has seen (a newer primary exists); the sender must stop answering 200.
   const fenced = (t: Target) => new ApiError('gone', `epoch ${t.epoch} is older than this database's current one`);
 
@@ -41,7 +48,8 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
   // The primary found this copy to continue its own history at `version`: the copy may take over from this epoch.
   app.post('/_cluster/confirm', async (req) => {
     const t = target(req);
-    const version = Number((JSON.parse((req.body as Buffer).toString('utf8')) as { version?: unknown }).version);
+    const version = jsonBody(req).version;
+    if (!Number.isSafeInteger(version)) throw new ApiError('invalid_request', 'version must be an integer');
     return node.serial(t.key, () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
       if (copyState(t.path).version !== version) return { problem: 'the copy moved' };
@@ -52,12 +60,7 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
 
   app.post('/_cluster/apply', { bodyLimit: 256 * 1024 * 1024 }, async (req) => {
     const t = target(req);
-    let events: ChangeEvent[] | undefined;
-    try {
-      events = (JSON.parse((req.body as Buffer).toString('utf8')) as { events?: ChangeEvent[] }).events;
-    } catch {
-      throw new ApiError('invalid_request', 'the body must be JSON {"events": [...]}');
-    }
+    const events = jsonBody(req).events as ChangeEvent[] | undefined;
     if (!Array.isArray(events) || events.length === 0) throw new ApiError('invalid_request', 'events must be a non-empty array');
     return node.serial(t.key, async () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
@@ -73,15 +76,25 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
     scoped.addContentTypeParser('application/vnd.sqlite3', (_req, payload, done) => done(null, payload));
     scoped.post('/_cluster/snapshot', async (req) => {
       const t = target(req);
+      if (typeof (req.body as Readable | undefined)?.pipe !== 'function') throw new ApiError('invalid_request', 'a snapshot is sent as application/vnd.sqlite3');
       const received = join(db.temporaryDir, `received-${randomBytes(8).toString('hex')}.sqlite`);
       await pipeline(req.body as Readable, createWriteStream(received));
-      return node.serial(t.key, async () => {
-        if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
-        await node.releaseCopy(t.key);
-        const version = installSnapshot(t.path, received);
-        node.markSynced(t.key, t.epoch);
-        return { version };
-      });
+      try {
+        return await node.serial(t.key, async () => {
+          if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+          await node.releaseCopy(t.key);
+          let version: number;
+          try {
+            version = installSnapshot(t.path, received);
+          } catch (e) {
+            throw new ApiError('invalid_request', `the body is not a scopebase database: ${(e as Error).message.slice(0, 120)}`);
+          }
+          node.markSynced(t.key, t.epoch);
+          return { version };
+        });
+      } finally {
+        rmSync(received, { force: true }); // renamed into place when installed: then nothing to remove
+      }
     });
   });
 }
