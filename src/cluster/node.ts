@@ -103,6 +103,11 @@ export class ClusterNode implements Replication {
     const p = view.placements.get(key);
     if (!p || !this.primaryHere(view, key, p)) throw notHere('this node stopped being its primary during the write');
     const url = p.follower === null ? undefined : view.nodes.get(p.follower);
+    if (this.config.durability === 'async') {
+      // The 200 does not wait: the follower gets the events as soon as it can (the loss window, docs/scaling.md).
+      if (url !== undefined) this.shipper.ensure(scope, version, p.epoch, p.follower!, url).catch(() => {});
+      return;
+    }
     if (url === undefined) throw new ApiError('unavailable', 'the database has no live follower to confirm this write (strict durability); whether it survives a failover is unknown', { committed: null }, { 'retry-after': '1' });
     await this.shipper.ensure(scope, version, p.epoch, p.follower!, url);
   }
@@ -111,7 +116,7 @@ export class ClusterNode implements Replication {
   private async claim(scope: Scope): Promise<Placement> {
     const key = scopeKey(scope);
     const follower = this.pickFollower(this.watch.view, [this.id]);
-    if (follower === null) throw new ApiError('unavailable', 'no other cluster node is alive to follow a new database (strict durability)', { committed: false }, { 'retry-after': '1' });
+    if (follower === null && this.config.durability === 'strict') throw new ApiError('unavailable', 'no other cluster node is alive to follow a new database (strict durability)', { committed: false }, { 'retry-after': '1' });
     const value = JSON.stringify({ primary: this.id, follower });
     const r = await this.etcd.txn([{ key: `${PLACEMENT}${key}`, absent: true }, { key: `${LEADER}${key}`, absent: true }],
       [{ put: `${PLACEMENT}${key}`, value }, { put: `${LEADER}${key}`, value: this.id, lease: this.lease }]);

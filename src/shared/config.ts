@@ -81,6 +81,8 @@ export interface ClusterConfig {
   /** Where the other nodes and the proxies reach this node's `serve db`. */
   advertiseUrl: string | null;
   leaseTtlS: number;
+  /** strict: a write's 200 waits for the follower; async: it does not (docs/scaling.md states the loss window). */
+  durability: 'strict' | 'async';
 }
 
 import { recordingReads, unknownVariables } from './config-names.ts';
@@ -322,6 +324,8 @@ function clusterConfig(env: Env): ClusterConfig | null {
   const nodeId = str(env, 'CLUSTER_NODE_ID') ?? null;
   const advertiseUrl = url(env, 'CLUSTER_ADVERTISE_URL') ?? null;
   const leaseTtlS = int(env, 'CLUSTER_LEASE_TTL_S', 10, 2, 600);
+  const durability = str(env, 'CLUSTER_DURABILITY') ?? 'strict';
+  if (durability !== 'strict' && durability !== 'async') fail('CLUSTER_DURABILITY', `must be "strict" or "async", got ${JSON.stringify(durability.slice(0, 20))}`);
   if (endpoints === undefined) {
     if (nodeId !== null || advertiseUrl !== null) fail('CLUSTER_ETCD', 'CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL need the etcd endpoints too');
     return null;
@@ -330,5 +334,5 @@ function clusterConfig(env: Env): ClusterConfig | null {
   for (const e of etcd) if (!/^https?:\/\/[^\s/]+$/.test(e)) fail('CLUSTER_ETCD', `each endpoint must be http(s)://host:port, got ${JSON.stringify(e.slice(0, 60))}`);
   if (nodeId !== null && !/^[a-z0-9][a-z0-9-]{0,62}$/.test(nodeId)) fail('CLUSTER_NODE_ID', 'must be 1-63 lowercase letters, digits or hyphens');
   if ((nodeId === null) !== (advertiseUrl === null)) fail(nodeId === null ? 'CLUSTER_NODE_ID' : 'CLUSTER_ADVERTISE_URL', 'a cluster node needs both CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL');
-  return { etcd, nodeId, advertiseUrl, leaseTtlS };
+  return { etcd, nodeId, advertiseUrl, leaseTtlS, durability };
 }
