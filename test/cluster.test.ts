@@ -4,6 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'undici';
 import { proxyToken } from '../src/db/remote.ts';
+import { moveDatabase } from '../src/cluster/move.ts';
 import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
 import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters } from './helpers/cluster-writers.ts';
 
@@ -177,5 +178,29 @@ describe('cluster: synchronous follower and failover', () => {
     const write = await db('execute', { database: 'x0', statements: [{ sql: 'INSERT INTO t (writer, seq) VALUES (1, 1)' }] });
     assert.equal(write.status, 200, write.text);
     assert.ok(eventIds(follower, ORG, REPO, 'x0').has(write.json.version));
+  });
+
+  test('a live move under writers: the target becomes primary, nothing acknowledged is lost, nothing is written twice', async () => {
+    await createTables(cluster, ['m0']);
+    const before = (await cluster.placement(ORG, REPO, 'm0'))!;
+    const to = cluster.nodes.find((n) => n.id !== before.primary && n.id !== before.follower)!.id;
+    const writers = startWriters(cluster, ['m0'], 4);
+    await sleep(500);
+    const lines: string[] = [];
+    const { epoch } = await moveDatabase([cluster.etcd.url], { org: ORG, repo: REPO, database: 'm0' }, to, (l) => lines.push(l), 30_000);
+    const movedAt = performance.now();
+    await sleep(1000);
+    await writers.stop();
+    const after = (await cluster.placement(ORG, REPO, 'm0'))!;
+    assert.deepEqual([after.primary, after.epoch], [to, epoch], lines.join('\n'));
+    assert.equal(after.follower, before.primary, 'the old primary follows');
+    assert.match(lines.at(-1)!, new RegExp(`^done: ${to} is the primary`));
+    assert.ok(writers.acked.some((a) => a.at > movedAt), 'writes go on on the new primary');
+    await assertAllAcknowledgedKept(cluster, ['m0'], writers.acked);
+    const rows = await db('query', { database: 'm0', statements: [{ sql: 'SELECT count(*), count(DISTINCT writer || \'/\' || seq) FROM t' }] });
+    const [total, distinct] = rows.json.results[0].rows[0];
+    assert.equal(total, distinct, 'no write applied twice');
+    const refusal = await moveDatabase([cluster.etcd.url], { org: ORG, repo: REPO, database: 'm0' }, 'nowhere', () => {}).catch((e: Error) => e.message);
+    assert.match(String(refusal), /node nowhere is not alive in this cluster \(live: n1, n2, n3\)/);
   });
 });

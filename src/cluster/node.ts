@@ -7,7 +7,7 @@ import { ApiError } from '../shared/errors.ts';
 import type { ClusterConfig } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
 import { Etcd } from './etcd.ts';
-import { LEADER, NODES, PLACEMENT, PlacementWatch, pollEveryMs, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
+import { LEADER, MOVE, NODES, PLACEMENT, PlacementWatch, pollEveryMs, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
 import { Shipper } from './shipper.ts';
 import { closeCopy } from './follower-copy.ts';
 
@@ -36,6 +36,8 @@ export class ClusterNode implements Replication {
   private readonly synced = new Map<string, number>();
   /** Per database this node is primary of, the epoch whose follower it has brought in line (or is bringing). */
   private readonly followerSynced = new Map<string, string>();
+  /** Databases being handed over to another node (a live move): no new writes are admitted. */
+  private readonly draining = new Set<string>();
   /** Copies the executors were told to forget before this node wrote them as a follower. */
   readonly released = new Set<string>();
   private closed = false;
@@ -95,6 +97,7 @@ export class ClusterNode implements Replication {
     }
     if (!this.primaryHere(this.watch.view, key, p)) throw notHere(p.primary === this.id ? 'this node\'s term as its primary ended' : `node ${p.primary} is its primary`);
     if (write && performance.now() > this.leaseDeadline - LEASE_MARGIN_MS) throw notHere('this node could not renew its lease in etcd');
+    if (write && this.draining.has(key)) throw notHere(`it is moving to node ${this.watch.view.moves.get(key) ?? 'another node'}`);
   }
 
   async replicated(scope: Scope, version: number): Promise<void> {
@@ -141,6 +144,45 @@ export class ClusterNode implements Replication {
       if (p.follower === this.id && !view.leaders.has(key)) void this.serial(key, () => this.promote(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: promotion failed'));
       else if (this.primaryHere(view, key, p) && (p.follower === null || !view.nodes.has(p.follower))) void this.replaceFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: follower replacement failed'));
       else if (this.primaryHere(view, key, p) && this.followerSynced.get(key) !== followerTerm(view, p)) void this.syncFollower(key, p, view);
+      const moveTo = view.moves.get(key);
+      if (moveTo !== undefined && this.primaryHere(view, key, p)) void this.handOver(key, p, view, moveTo).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: move failed (retried)'));
+      // Made primary by another node's txn (a move): the fence and the copy's connection follow at once.
+      if (p.primary === this.id && view.leaders.get(key) === this.id && (this.highestEpoch.get(key) ?? 0) < p.epoch) {
+        this.highestEpoch.set(key, p.epoch);
+        this.released.delete(key);
+        closeCopy(this.db.databasePath(scopeOf(key)));
+      }
+    }
+  }
+
+  /**
+   * A live move (docs/scaling.md): the target becomes the follower and is brought in line; then writes stop here,
+   * the last ones reach it, and one txn makes it primary (with its own lease on the leader key) and this node its follower.
+   */
+  private async handOver(key: string, p: Placement, view: View, target: string): Promise<void> {
+    const targetLease = view.nodeLeases.get(target);
+    if (this.draining.has(key) || target === this.id || targetLease === undefined) return;
+    const current = [{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, value: this.id }];
+    if (p.follower !== target) {
+      await this.etcd.txn(current, [{ put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: this.id, follower: target }) }]);
+      this.logger.warn({ database: key, to: target }, 'cluster: move: the target is the follower now');
+      return; // the next read of placement brings it in line (syncFollower)
+    }
+    this.draining.add(key);
+    try {
+      await new Promise((r) => setTimeout(r, 50)); // writes admitted before the drain commit and ship meanwhile
+      const scope = scopeOf(key);
+      const version = await this.db.currentVersion(scope);
+      if (version !== null) await this.shipper.ensure(scope, version, p.epoch, target, view.nodes.get(target)!);
+      const r = await this.etcd.txn(current, [
+        { put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: target, follower: this.id }) },
+        { put: `${LEADER}${key}`, value: target, lease: targetLease },
+        { delete: `${MOVE}${key}` },
+      ]);
+      if (r.succeeded) this.logger.warn({ database: key, to: target, version }, 'cluster: move: handed over');
+      await this.watch.refresh();
+    } finally {
+      this.draining.delete(key);
     }
   }
 

@@ -7,6 +7,8 @@ export const ROOT = '/scopebase/';
 export const NODES = `${ROOT}nodes/`;
 export const PLACEMENT = `${ROOT}placement/`;
 export const LEADER = `${ROOT}leader/`;
+/** A requested live move: database key → the node it should be primary on (the primary carries it out). */
+export const MOVE = `${ROOT}move/`;
 
 /** How often placement is read: a twentieth of the lease TTL, 100 to 500 ms (failover waits for one read). */
 export function pollEveryMs(leaseTtlS: number): number {
@@ -29,6 +31,7 @@ export interface View {
   placements: Map<string, Placement>;
   /** Database key → the node whose lease holds its leader key. */
   leaders: Map<string, string>;
+  moves: Map<string, string>;
 }
 
 export function scopeKey(scope: Scope): string {
@@ -41,13 +44,14 @@ export function scopeOf(key: string): Scope {
 }
 
 function parse(revision: number, kvs: KeyValue[]): View {
-  const view: View = { revision, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map() };
+  const view: View = { revision, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map(), moves: new Map() };
   for (const kv of kvs) {
     if (kv.key.startsWith(NODES)) {
       view.nodes.set(kv.key.slice(NODES.length), kv.value);
       view.nodeLeases.set(kv.key.slice(NODES.length), kv.lease);
     }
     else if (kv.key.startsWith(LEADER)) view.leaders.set(kv.key.slice(LEADER.length), kv.value);
+    else if (kv.key.startsWith(MOVE)) view.moves.set(kv.key.slice(MOVE.length), kv.value);
     else if (kv.key.startsWith(PLACEMENT)) {
       try {
         const p = JSON.parse(kv.value) as { primary: string; follower: string | null };
@@ -60,7 +64,7 @@ function parse(revision: number, kvs: KeyValue[]): View {
 
 /** Keeps the newest view; `onView` runs after each read. A failed read keeps the last view (its age says how stale). */
 export class PlacementWatch {
-  view: View = { revision: 0, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map() };
+  view: View = { revision: 0, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map(), moves: new Map() };
   /** When the view was last read successfully (performance.now()). */
   readAt = 0;
   private timer: NodeJS.Timeout | null = null;
