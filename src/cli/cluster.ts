@@ -1,7 +1,7 @@
 // `scopebase cluster move org/repo/db --to node`: a live move of one database (docs/scaling.md), with its progress.
 import type { Command } from 'commander';
 import { loadConfig } from '../shared/config.ts';
-import { ApiError } from '../shared/errors.ts';
+import type { ApiError } from '../shared/errors.ts';
 import { checkDatabase, checkOrg, checkRepo } from '../shared/names.ts';
 import { moveDatabase, MoveError } from '../cluster/move.ts';
 import { EtcdError } from '../cluster/etcd.ts';
