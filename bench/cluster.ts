@@ -50,7 +50,7 @@ async function measure(name: string, proxy: Product): Promise<void> {
   const port = await freePort();
   const env = { DB_HISTORY_DAYS: '0', LOG_LEVEL: 'silent' };
   const node = await spawnProduct(testEnv(dataDir, { ...env, PORT: String(port) }), ['serve', 'db']);
-  const proxy = await startProduct({ ...env, DATA_DIR: tempDir(), DB_SERVICE_URL: `http://127.0.0.1:${port}` }, 'proxy');
+  const proxy = await startProduct({ ...env, DB_SERVICE_URL: `http://127.0.0.1:${port}` }, 'proxy');
   try {
     await setUp(proxy);
     await measure('single node', proxy);

@@ -65,7 +65,7 @@ export async function startCluster({ nodes = 3, ttlS = 2, env = {} }: { nodes?: 
   let proxy: Product;
   try {
     await Promise.all(list.map(start));
-    proxy = await startProduct({ ...common, DATA_DIR: tempDir('scopebase-proxy-') }, 'proxy');
+    proxy = await startProduct(common, 'proxy'); // its own temporary DATA_DIR, removed when it closes
   } catch (e) {
     for (const n of list) n.proc?.killAll();
     await client.close();
