@@ -80,7 +80,7 @@ export class Shipper {
         if (e instanceof Superseded) this.onSuperseded(lane.scope);
         const error = e instanceof Superseded
           ? new ApiError('unavailable', 'this write committed on a node that is no longer the database\'s primary and is not kept: read the data back from the new primary', { committed: false }, { 'retry-after': '1' })
-          : new ApiError('unavailable', `the write committed on the primary but its follower did not confirm it (${(e as Error).message.slice(0, 120)}); whether it survives a failover is unknown: read the data back`, { committed: null }, { 'retry-after': '1' });
+          : new ApiError('unavailable', `the write committed on the primary but its follower did not confirm it (${reason(e)}); whether it survives a failover is unknown: read the data back`, { committed: null }, { 'retry-after': '1' });
         for (const w of waiters) w.reject(error);
       }
     }
@@ -146,7 +146,13 @@ export class Shipper {
 
   private answer(status: number, text: string): unknown {
     if (status === 410) throw new Superseded(text.slice(0, 200));
-    if (status !== 200) throw new Error(`follower answered ${status}: ${text.slice(0, 160)}`);
+    if (status !== 200) {
+      let code = '';
+      try {
+        code = ` ${(JSON.parse(text) as { error?: { code?: string } }).error?.code ?? ''}`;
+      } catch { /* not ours */ }
+      throw new Error(`follower answered ${status}${code}`); // the code only: a message may name the follower's paths
+    }
     return JSON.parse(text);
   }
 
@@ -159,4 +165,13 @@ export class Shipper {
   async close(): Promise<void> {
     await Promise.all([...this.pools.values()].map((p) => p.close()));
   }
+}
+
+/** Why a shipment failed, for the client: a code, never an address or a path. */
+function reason(e: unknown): string {
+  if (e instanceof ApiError) return e.code;
+  const err = e as { code?: unknown; name?: string; message?: string };
+  if (typeof err.code === 'string') return err.code;
+  if (err.name === 'TimeoutError' || err.name === 'AbortError') return 'the follower did not answer in time';
+  return (err.message ?? String(e)).slice(0, 120); // our own messages (follower answered …)
 }
