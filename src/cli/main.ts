@@ -13,6 +13,7 @@ import { addRotateKeysCommand } from './rotate-keys.ts';
 import { addHistoryCommands } from './history.ts';
 import { addTransferCommands } from './transfer.ts';
 import { addBackupCommands } from './backup.ts';
+import { addClusterCommands } from './cluster.ts';
 
 const FOOTER = `
 Exit codes: 0 success, 1 the server said no, 2 usage error, 3 cannot reach the server, 78 configuration error.
@@ -54,6 +55,7 @@ export function buildProgram(): Command {
   addHistoryCommands(program);
   addTransferCommands(program);
   addBackupCommands(program);
+  addClusterCommands(program);
   return program;
 }
 

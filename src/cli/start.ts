@@ -11,6 +11,7 @@ import type { DbHandler } from '../db/contract.ts';
 import { listenReferenceMirror, startMirrorDelivery } from '../mirror/wiring.ts';
 import { accountAlone } from '../account/wiring.ts';
 import { accountForProxy } from '../proxy/account-wiring.ts';
+import { startClusterNode, startClusterRouter } from '../cluster/wiring.ts';
 
 export type Part = 'all' | 'proxy' | 'db' | 'account' | 'mirror';
 
@@ -59,9 +60,18 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
     const delivery = startMirrorDelivery(config, logger, db);
     if (delivery) closers.push(() => delivery.close());
     main = createDbServer({ config, logger, db });
+    if (config.cluster !== null) {
+      const node = await startClusterNode(config, logger, db, main);
+      closers.push(() => node.close());
+    }
   } else if (part === 'all' || part === 'proxy') {
+    if (part === 'all' && config.cluster !== null) throw new ConfigError('CLUSTER_ETCD: a cluster runs `scopebase serve db` nodes and `scopebase serve proxy`; `start` is one node (docs/scaling.md)');
     let db: DbHandler;
-    if (part === 'proxy' || config.services.dbUrl) {
+    if (part === 'proxy' && config.cluster !== null) {
+      const router = await startClusterRouter(config);
+      closers.push(() => router.close());
+      db = router;
+    } else if (part === 'proxy' || config.services.dbUrl) {
       if (!config.services.dbUrl) throw new ConfigError('DB_SERVICE_URL: serve proxy needs the address of `scopebase serve db`');
       const remote = createRemoteDb({ url: config.services.dbUrl, rootKey: config.rootKeys[0]! });
       closers.push(() => remote.close());

@@ -78,3 +78,14 @@ export interface MirrorReport {
   /** The lowest version every mirror has acknowledged (events above it are kept), or null with no mirrors. */
   acknowledgedFloor(scope: Scope): number | null;
 }
+
+/**
+ * What a cluster (src/cluster) tells the database service, attached at wiring time: db never imports cluster.
+ * Without one the service is the single node it always was.
+ */
+export interface Replication {
+  /** Before a request touches a database: throws a 503 ApiError when this node does not (or no longer may) serve it. */
+  admit(scope: Scope, write: boolean): Promise<void>;
+  /** After a write committed `version`: resolves once the follower holds it durably; throws a 503 ApiError otherwise. */
+  replicated(scope: Scope, version: number): Promise<void>;
+}

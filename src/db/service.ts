@@ -10,7 +10,7 @@ import { metrics } from '../shared/admin.ts';
 import { loopDelayMs, watchLoopDelay } from '../shared/loop-delay.ts';
 import { RateLimiter } from '../shared/rate-limit.ts';
 import { bearerToken, verifyRepoSecret } from '../shared/secrets.ts';
-import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Scope } from './contract.ts';
+import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Replication, Scope } from './contract.ts';
 import { ExecutorPool, type ExecReply } from './executor/pool.ts';
 import { Layout } from './layout.ts';
 import { importParams, receiveBody } from './import.ts';
@@ -23,6 +23,8 @@ export interface DbServiceOptions {
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
+/** Operations a cluster's primary alone may run. */
+const WRITES = new Set<string>(['execute', 'migrate', 'restore', 'import']);
 
 const requests = new Counter({ name: 'scopebase_db_requests_total', help: 'Database control requests by operation and status', labelNames: ['op', 'status'], registers: [metrics] });
 const pools = new Set<ExecutorPool>();
@@ -43,6 +45,7 @@ export class DbService implements DbHandler, ChangeFeed {
   /** Per repo directory: databases being created now, and by how many requests. */
   private readonly creating = new Map<string, Map<string, number>>();
   private mirrors: MirrorReport | null = null;
+  private replication: Replication | null = null;
   /** Databases known to exist: nothing deletes a database but a failed first write, which forgets it here. */
   private readonly known = new Set<string>();
   private readonly tmpDir: string;
@@ -103,6 +106,16 @@ export class DbService implements DbHandler, ChangeFeed {
 
   attachMirrors(report: MirrorReport): void {
     this.mirrors = report;
+  }
+
+  attachReplication(replication: Replication): void {
+    this.replication = replication;
+  }
+
+  /** A write's reply, once its version is on the follower too (cluster mode; nothing to wait for on one node). */
+  private async replicated(scope: Scope, res: ExecReply): Promise<ExecReply> {
+    if (this.replication !== null && res.version !== undefined) await this.replication.replicated(scope, res.version);
+    return res;
   }
 
   private exists(scope: Scope): boolean {
@@ -166,6 +179,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
     this.authorize(req);
     validate(op, body, this.config.db.maxStatements);
+    if (this.replication !== null) await this.replication.admit(scope, WRITES.has(op));
     return this.run(op, scope, body, req.body);
   }
 
@@ -182,6 +196,7 @@ export class DbService implements DbHandler, ChangeFeed {
   private async pipeline(req: DbRequest): Promise<DbResponse> {
     const scope: Scope = { org: req.org, repo: req.repo, database: pipelineDatabase(req.op)! };
     this.authorize(req);
+    if (this.replication !== null) await this.replication.admit(scope, true);
     const path = this.layout.path(scope);
     const backend: HranaBackend = {
       run: async (kind, statements, foreignKeysOff) => {
@@ -191,12 +206,15 @@ export class DbService implements DbHandler, ChangeFeed {
         if (foreignKeysOff && kind === 'write') body.foreignKeysOff = true;
         const raw = Buffer.from(JSON.stringify(body));
         if (kind === 'read' && !this.exists(scope)) throw notFound(scope);
-        const res = kind === 'read' ? await this.pool.read({ op: 'query', path }, raw) : await this.pool.write(scope, path, 'execute', raw);
+        const res = kind === 'read' ? await this.pool.read({ op: 'query', path }, raw) : await this.replicated(scope, await this.pool.write(scope, path, 'execute', raw));
         const parsed = JSON.parse(res.body.toString('utf8'));
         if (res.status !== 200) throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
         return parsed;
       },
-      holdLane: () => this.pool.holdLane(scope, path),
+      holdLane: () => {
+        if (this.replication !== null) throw new ApiError('invalid_request', 'interactive transactions are not available in cluster mode yet (docs/scaling.md): send the statements as one batch');
+        return this.pool.holdLane(scope, path);
+      },
       transactionMaxMs: this.config.db.transactionMaxMs,
     };
     return { status: 200, headers: { 'content-type': JSON_TYPE }, body: await this.hrana.pipeline(`${scope.org}/${scope.repo}/${scope.database}`, backend, req.body) };
@@ -206,10 +224,10 @@ export class DbService implements DbHandler, ChangeFeed {
     const path = this.layout.path(scope);
     switch (op) {
       case 'execute': case 'migrate':
-        return json(await this.pool.write(scope, path, op, raw));
+        return json(await this.replicated(scope, await this.pool.write(scope, path, op, raw)));
       case 'restore':
         if (!this.exists(scope)) throw notFound(scope);
-        return json(await this.pool.write(scope, path, 'restore', raw));
+        return json(await this.replicated(scope, await this.pool.write(scope, path, 'restore', raw)));
       case 'query':
         if (!this.exists(scope)) throw notFound(scope);
         return json(await this.pool.read({ op: 'query', path }, raw));
@@ -232,11 +250,12 @@ export class DbService implements DbHandler, ChangeFeed {
     const params = importParams(upload.query, upload.contentType);
     this.authorize(req);
     const scope: Scope = { org: req.org, repo: req.repo, database: params.database };
+    if (this.replication !== null) await this.replication.admit(scope, true);
     if (params.mode === 'create' && this.exists(scope)) throw new ApiError('invalid_request', `database ${params.database} exists: import with mode=replace to overwrite it`);
     const source = await receiveBody(upload.stream, this.tmpDir, this.config.db.maxSizeBytes);
     try {
       const body = Buffer.from(JSON.stringify({ source, format: params.format, mode: params.mode }));
-      return json(await this.pool.write(scope, this.layout.path(scope), 'import', body));
+      return json(await this.replicated(scope, await this.pool.write(scope, this.layout.path(scope), 'import', body)));
     } finally {
       rmSync(source, { force: true });
     }
@@ -267,17 +286,47 @@ export class DbService implements DbHandler, ChangeFeed {
 
   /** An executor writes a file into DATA_DIR/tmp (a snapshot's time budget); it is streamed, then removed. */
   private async fileReply(scope: Scope, header: Record<string, unknown>, suffix: string, headers: Record<string, string>): Promise<DbResponse> {
+    const made = await this.makeFile(scope, header, suffix);
+    if (!('path' in made)) return json(made);
+    const stream = createReadStream(made.path);
+    stream.on('close', () => rmSync(made.path, { force: true }));
+    return { status: 200, headers: { ...headers, 'x-db-version': String(made.version), 'content-length': String(statSync(made.path).size) }, body: stream };
+  }
+
+  /** The executor's file in DATA_DIR/tmp with the version it holds (the caller removes it), or the executor's refusal. */
+  private async makeFile(scope: Scope, header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
     if (!this.exists(scope)) throw notFound(scope);
     const target = join(this.tmpDir, `${header.op as string}-${randomBytes(8).toString('hex')}.${suffix}`);
     const res = await this.pool.read({ ...header, target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
     if (res.status !== 200) {
       rmSync(target, { force: true });
-      return json(res);
+      return res;
     }
-    const { version } = JSON.parse(res.body.toString('utf8')) as { version: number };
-    const stream = createReadStream(target);
-    stream.on('close', () => rmSync(target, { force: true }));
-    return { status: 200, headers: { ...headers, 'x-db-version': String(version), 'content-length': String(statSync(target).size) }, body: stream };
+    return { path: target, version: (JSON.parse(res.body.toString('utf8')) as { version: number }).version };
+  }
+
+  // What a cluster node needs besides the change log: where a database lives, a consistent copy, and letting go of it.
+  databasePath(scope: Scope): string {
+    return this.layout.path(scope);
+  }
+
+  /** A consistent copy of the database with its internal tables, in DATA_DIR/tmp; the caller removes it. */
+  async snapshotFile(scope: Scope): Promise<{ path: string; version: number }> {
+    const made = await this.makeFile(scope, { op: 'snapshot', path: this.layout.path(scope) }, 'sqlite');
+    if ('path' in made) return made;
+    const parsed = JSON.parse(made.body.toString('utf8'));
+    throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
+  }
+
+  /** The executors close the database's file: another writer (a cluster's follower path) is about to change it. */
+  async forget(scope: Scope): Promise<void> {
+    const path = this.layout.path(scope);
+    this.known.delete(path);
+    await this.pool.broadcast({ op: 'forget', path });
+  }
+
+  get temporaryDir(): string {
+    return this.tmpDir;
   }
 
   // ChangeFeed: how mirror delivery reads the change log.

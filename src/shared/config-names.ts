@@ -1,6 +1,6 @@
 // Variables with one of the product's prefixes that nothing reads are almost always typos (DB_SYNCC): each is named
 // with the closest variable the configuration does read, so a setting that silently did nothing is caught at start.
-const PREFIXES = /^(DB|ACCOUNT|MIRROR)_/;
+const PREFIXES = /^(DB|ACCOUNT|MIRROR|CLUSTER)_/;
 
 /** Edit distance (insertions, deletions, substitutions), for names of a few dozen characters. */
 function distance(a: string, b: string): number {

@@ -71,9 +71,22 @@ export interface Config {
   apps: Map<string, AppRoute>;
   /** When a part runs as its own process, where the proxy reaches it. */
   services: { dbUrl: string | null; accountUrl: string | null };
+  /** Scale-out on etcd (docs/scaling.md); null without CLUSTER_ETCD: one node, as before. */
+  cluster: ClusterConfig | null;
   logLevel: string;
   /** Set variables that look like settings but are not (typos): said at start, never fatal. */
   warnings: string[];
+}
+
+export interface ClusterConfig {
+  etcd: string[];
+  /** This node's name in placement (a `serve db` node); null for a proxy, which only routes. */
+  nodeId: string | null;
+  /** Where the other nodes and the proxies reach this node's `serve db`. */
+  advertiseUrl: string | null;
+  leaseTtlS: number;
+  /** strict: a write's 200 waits for the follower; async: it does not (docs/scaling.md states the loss window). */
+  durability: 'strict' | 'async';
 }
 
 import { recordingReads, unknownVariables } from './config-names.ts';
@@ -235,6 +248,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   const maxResultBytes = int(env, 'DB_MAX_RESULT_BYTES', 16 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
   const host = str(env, 'HOST') ?? '127.0.0.1';
   const executors = int(env, 'DB_EXECUTORS', 2, 1, 64);
+  const cluster = clusterConfig(env);
   const rateLimitPerRepo = int(env, 'DB_RATE_LIMIT_PER_REPO', 10_000, 0, 100_000_000);
   if (!isIP(host) && !/^[a-z0-9.-]+$/i.test(host)) fail('HOST', 'must be an IP address or a host name, e.g. 0.0.0.0 to listen on every interface');
   return {
@@ -269,9 +283,9 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
       transactionMaxMs: int(env, 'DB_TRANSACTION_MAX_MS', 30_000, 100, 3_600_000),
       maxOpenDatabases: int(env, 'DB_MAX_OPEN', 64, 4, 100_000),
       idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', 60_000, 0, 86_400_000),
-      historyDays: int(env, 'DB_HISTORY_DAYS', 7, 0, 3650),
+      historyDays: clusterNodeOnly(cluster, 'DB_HISTORY_DAYS', 'time travel', int(env, 'DB_HISTORY_DAYS', cluster?.nodeId ? 0 : 7, 0, 3650)),
       historyMaxBytes: int(env, 'DB_HISTORY_MAX_BYTES', 8 * 1024 ** 3, 1 << 20, Number.MAX_SAFE_INTEGER),
-      mirrors: parseMirrors(str(env, 'DB_MIRRORS')),
+      mirrors: clusterNodeOnly(cluster, 'DB_MIRRORS', 'mirror delivery', parseMirrors(str(env, 'DB_MIRRORS'))),
       mirrorDelivery: {
         timeoutMs: int(env, 'DB_MIRROR_TIMEOUT_MS', 10_000, 50, 600_000),
         maxBackoffMs: int(env, 'DB_MIRROR_MAX_BACKOFF_MS', 60_000, 10, 3_600_000),
@@ -298,6 +312,33 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     },
     apps: parseApps(str(env, 'APPS')),
     services: { dbUrl: url(env, 'DB_SERVICE_URL') ?? null, accountUrl: url(env, 'ACCOUNT_SERVICE_URL') ?? null },
+    cluster,
     logLevel: str(env, 'LOG_LEVEL') ?? 'info',
   };
+}
+
+/** What a cluster node does not replicate yet (docs/scaling.md) is refused there rather than silently diverging. */
+function clusterNodeOnly<T extends number | unknown[]>(cluster: ClusterConfig | null, name: string, what: string, value: T): T {
+  const on = typeof value === 'number' ? value > 0 : value.length > 0;
+  if (cluster?.nodeId && on) fail(name, `${what} is not replicated in cluster mode yet (docs/scaling.md): leave it unset on cluster nodes`);
+  return value;
+}
+
+/** CLUSTER_ETCD (comma-separated endpoints) turns cluster mode on; a node also needs its id and advertised URL. */
+function clusterConfig(env: Env): ClusterConfig | null {
+  const endpoints = str(env, 'CLUSTER_ETCD');
+  const nodeId = str(env, 'CLUSTER_NODE_ID') ?? null;
+  const advertiseUrl = url(env, 'CLUSTER_ADVERTISE_URL') ?? null;
+  const leaseTtlS = int(env, 'CLUSTER_LEASE_TTL_S', 10, 2, 600);
+  const durability = str(env, 'CLUSTER_DURABILITY') ?? 'strict';
+  if (durability !== 'strict' && durability !== 'async') fail('CLUSTER_DURABILITY', `must be "strict" or "async", got ${JSON.stringify(durability.slice(0, 20))}`);
+  if (endpoints === undefined) {
+    if (nodeId !== null || advertiseUrl !== null) fail('CLUSTER_ETCD', 'CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL need the etcd endpoints too');
+    return null;
+  }
+  const etcd = endpoints.split(',').map((e) => e.trim()).filter((e) => e !== '');
+  for (const e of etcd) if (!/^https?:\/\/[^\s/]+$/.test(e)) fail('CLUSTER_ETCD', `each endpoint must be http(s)://host:port, got ${JSON.stringify(e.slice(0, 60))}`);
+  if (nodeId !== null && !/^[a-z0-9][a-z0-9-]{0,62}$/.test(nodeId)) fail('CLUSTER_NODE_ID', 'must be 1-63 lowercase letters, digits or hyphens');
+  if ((nodeId === null) !== (advertiseUrl === null)) fail(nodeId === null ? 'CLUSTER_NODE_ID' : 'CLUSTER_ADVERTISE_URL', 'a cluster node needs both CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL');
+  return { etcd, nodeId, advertiseUrl, leaseTtlS, durability };
 }

@@ -1,0 +1,114 @@
+// Placement as etcd holds it, read as one view: live nodes, each database's {primary, follower, epoch}, and whose
+// leader key (held by the primary's lease) exists. Polled, so every reader sees one revision (DESIGN.md says why).
+import type { Scope } from '../db/contract.ts';
+import type { Etcd, KeyValue } from './etcd.ts';
+
+export const ROOT = '/scopebase/';
+export const NODES = `${ROOT}nodes/`;
+export const PLACEMENT = `${ROOT}placement/`;
+export const LEADER = `${ROOT}leader/`;
+/** A requested live move: database key → the node it should be primary on (the primary carries it out). */
+export const MOVE = `${ROOT}move/`;
+
+/** How often placement is read: a twentieth of the lease TTL, 100 to 500 ms (failover waits for one read). */
+export function pollEveryMs(leaseTtlS: number): number {
+  return Math.min(500, Math.max(100, leaseTtlS * 50));
+}
+
+export interface Placement {
+  primary: string;
+  follower: string | null;
+  /** The etcd revision that wrote this placement: the fencing token shipped with every change. */
+  epoch: number;
+}
+
+export interface View {
+  revision: number;
+  /** Live nodes (their lease holds the key) and where they are reached. */
+  nodes: Map<string, string>;
+  /** Each live node's lease: a new one means the node restarted (and forgot what it held in memory). */
+  nodeLeases: Map<string, string>;
+  placements: Map<string, Placement>;
+  /** Database key → the node whose lease holds its leader key. */
+  leaders: Map<string, string>;
+  moves: Map<string, string>;
+}
+
+export function scopeKey(scope: Scope): string {
+  return `${scope.org}/${scope.repo}/${scope.database}`;
+}
+
+export function scopeOf(key: string): Scope {
+  const [org, repo, database] = key.split('/') as [string, string, string];
+  return { org, repo, database };
+}
+
+function parse(revision: number, kvs: KeyValue[]): View {
+  const view: View = { revision, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map(), moves: new Map() };
+  for (const kv of kvs) {
+    if (kv.key.startsWith(NODES)) {
+      view.nodes.set(kv.key.slice(NODES.length), kv.value);
+      view.nodeLeases.set(kv.key.slice(NODES.length), kv.lease);
+    }
+    else if (kv.key.startsWith(LEADER)) view.leaders.set(kv.key.slice(LEADER.length), kv.value);
+    else if (kv.key.startsWith(MOVE)) view.moves.set(kv.key.slice(MOVE.length), kv.value);
+    else if (kv.key.startsWith(PLACEMENT)) {
+      try {
+        const p = JSON.parse(kv.value) as { primary: string; follower: string | null };
+        view.placements.set(kv.key.slice(PLACEMENT.length), { primary: p.primary, follower: p.follower ?? null, epoch: kv.modRevision });
+      } catch { /* not ours: ignored */ }
+    }
+  }
+  return view;
+}
+
+/** Keeps the newest view; `onView` runs after each read. A failed read keeps the last view (its age says how stale). */
+export class PlacementWatch {
+  view: View = { revision: 0, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map(), moves: new Map() };
+  /** When the view was last read successfully (performance.now()). */
+  readAt = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private reading: Promise<View> | null = null;
+  private readonly etcd: Etcd;
+  private readonly everyMs: number;
+  private readonly onView: (view: View) => void | Promise<void>;
+
+  constructor(etcd: Etcd, everyMs: number, onView: (view: View) => void | Promise<void> = () => {}) {
+    this.etcd = etcd;
+    this.everyMs = everyMs;
+    this.onView = onView;
+  }
+
+  start(): Promise<View> {
+    const tick = () => {
+      this.refresh().catch(() => {}).finally(() => {
+        if (this.timer !== null) this.timer = setTimeout(tick, this.everyMs);
+      });
+    };
+    this.timer = setTimeout(tick, this.everyMs);
+    return this.refresh();
+  }
+
+  /** A fresh read (joined with one under way). */
+  refresh(): Promise<View> {
+    this.reading ??= (async () => {
+      try {
+        const { revision, kvs } = await this.etcd.prefix(ROOT);
+        if (revision >= this.view.revision) {
+          this.view = parse(revision, kvs);
+          this.readAt = performance.now();
+        }
+        await this.onView(this.view);
+        return this.view;
+      } finally {
+        this.reading = null;
+      }
+    })();
+    return this.reading;
+  }
+
+  stop(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+  }
+}

@@ -1,0 +1,100 @@
+// The follower's endpoints on `serve db` (only for nodes holding the proxy token): state, apply, snapshot.
+import { createWriteStream, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { pipeline } from 'node:stream/promises';
+import type { Readable } from 'node:stream';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { ApiError } from '../shared/errors.ts';
+import { checkDatabase, checkOrg, checkRepo } from '../shared/names.ts';
+import type { ChangeEvent } from '../db/contract.ts';
+import { PROXY_TOKEN_HEADER } from '../db/remote.ts';
+import type { DbService } from '../db/service.ts';
+import { applyEvents, copyState, installSnapshot } from './follower-copy.ts';
+import type { ClusterNode } from './node.ts';
+import { scopeKey } from './placement.ts';
+
+interface Target { key: string; path: string; epoch: number }
+
+export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, db: DbService, tokens: string[]): void {
+  const wanted = tokens.map((t) => Buffer.from(t));
+  const target = (req: FastifyRequest): Target => {
+    const given = Buffer.from(String(req.headers[PROXY_TOKEN_HEADER] ?? ''));
+    if (!wanted.some((w) => w.length === given.length && timingSafeEqual(w, given))) throw new ApiError('forbidden', 'cluster endpoints only answer other nodes');
+    const q = req.query as Record<string, string | undefined>;
+    const scope = { org: checkOrg(q.org ?? ''), repo: checkRepo(q.repo ?? ''), database: checkDatabase(q.database) };
+    const epoch = Number(q.epoch);
+    if (!Number.isSafeInteger(epoch) || epoch <= 0) throw new ApiError('invalid_request', 'epoch must be a positive integer');
+    return { key: scopeKey(scope), path: db.databasePath(scope), epoch };
+  };
+  const jsonBody = (req: FastifyRequest): Record<string, unknown> => {
+    try {
+      const body = JSON.parse((req.body as Buffer | undefined)?.toString('utf8') ?? '');
+      if (typeof body === 'object' && body !== null && !Array.isArray(body)) return body as Record<string, unknown>;
+    } catch { /* said below */ }
+    throw new ApiError('invalid_request', 'the body must be a JSON object');
+  };
+  // 410: the epoch is lower than one this node has seen (a newer primary exists); the sender must stop answering 200.
+  const fenced = (t: Target) => new ApiError('gone', `epoch ${t.epoch} is older than this database's current one`);
+
+  app.post('/_cluster/state', async (req) => {
+    const t = target(req);
+    return node.serial(t.key, () => {
+      if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+      return copyState(t.path);
+    });
+  });
+
+  // The primary found this copy to continue its own history at `version`: the copy may take over from this epoch.
+  app.post('/_cluster/confirm', async (req) => {
+    const t = target(req);
+    const version = jsonBody(req).version;
+    if (!Number.isSafeInteger(version)) throw new ApiError('invalid_request', 'version must be an integer');
+    return node.serial(t.key, () => {
+      if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+      if (copyState(t.path).version !== version) return { problem: 'the copy moved' };
+      node.markSynced(t.key, t.epoch);
+      return { version };
+    });
+  });
+
+  app.post('/_cluster/apply', { bodyLimit: 256 * 1024 * 1024 }, async (req) => {
+    const t = target(req);
+    const events = jsonBody(req).events as ChangeEvent[] | undefined;
+    if (!Array.isArray(events) || events.length === 0) throw new ApiError('invalid_request', 'events must be a non-empty array');
+    return node.serial(t.key, async () => {
+      if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+      await node.releaseCopy(t.key);
+      const problem = applyEvents(t.path, events);
+      if (problem !== null) return { problem };
+      node.markSynced(t.key, t.epoch);
+      return { version: events.at(-1)!.version };
+    });
+  });
+
+  app.register(async (scoped) => {
+    scoped.addContentTypeParser('application/vnd.sqlite3', (_req, payload, done) => done(null, payload));
+    scoped.post('/_cluster/snapshot', async (req) => {
+      const t = target(req);
+      if (typeof (req.body as Readable | undefined)?.pipe !== 'function') throw new ApiError('invalid_request', 'a snapshot is sent as application/vnd.sqlite3');
+      const received = join(db.temporaryDir, `received-${randomBytes(8).toString('hex')}.sqlite`);
+      await pipeline(req.body as Readable, createWriteStream(received));
+      try {
+        return await node.serial(t.key, async () => {
+          if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+          await node.releaseCopy(t.key);
+          let version: number;
+          try {
+            version = installSnapshot(t.path, received);
+          } catch (e) {
+            throw new ApiError('invalid_request', `the body is not a scopebase database: ${(e as Error).message.slice(0, 120)}`);
+          }
+          node.markSynced(t.key, t.epoch);
+          return { version };
+        });
+      } finally {
+        rmSync(received, { force: true }); // renamed into place when installed: then nothing to remove
+      }
+    });
+  });
+}

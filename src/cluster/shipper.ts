@@ -1,0 +1,177 @@
+// The primary's side of synchronous replication: after a commit, the database's new change-log events go to its
+// follower, tagged with the epoch; a write's 200 waits for the follower's ack. One shipment per database at a time
+// carries everything committed meanwhile (group commit across requests).
+import { createReadStream, rmSync } from 'node:fs';
+import { Pool } from 'undici';
+import { ApiError } from '../shared/errors.ts';
+import type { ChangeEvent, Scope } from '../db/contract.ts';
+import type { DbService } from '../db/service.ts';
+import { scopeKey } from './placement.ts';
+
+interface Waiter { version: number; resolve: () => void; reject: (e: unknown) => void }
+
+interface Lane {
+  scope: Scope;
+  epoch: number;
+  follower: string;
+  url: string;
+  /** The follower's version when known to share our history; null: ask it first. */
+  acked: number | null;
+  waiters: Waiter[];
+  running: boolean;
+}
+
+/** The follower refused this epoch: a newer primary exists, this node must not answer 200 for the database again. */
+export class Superseded extends Error {}
+
+const MAX_EVENTS = 256;
+
+export class Shipper {
+  private readonly lanes = new Map<string, Lane>();
+  private readonly pools = new Map<string, Pool>();
+  private readonly db: DbService;
+  private readonly token: string;
+  private readonly timeoutMs: number;
+  private readonly onSuperseded: (scope: Scope) => void;
+
+  constructor(opts: { db: DbService; token: string; timeoutMs: number; onSuperseded: (scope: Scope) => void }) {
+    this.db = opts.db;
+    this.token = opts.token;
+    this.timeoutMs = opts.timeoutMs;
+    this.onSuperseded = opts.onSuperseded;
+  }
+
+  /** Resolves once `follower` holds `version` (or later) of the database under `epoch`. */
+  ensure(scope: Scope, version: number, epoch: number, follower: string, url: string): Promise<void> {
+    const key = scopeKey(scope);
+    let lane = this.lanes.get(key);
+    if (!lane || lane.epoch !== epoch || lane.follower !== follower) {
+      // A new epoch or follower: a new lane; the old one finishes its own waiters (acked by the follower of their time).
+      lane = { scope, epoch, follower, url, acked: null, waiters: [], running: false };
+      this.lanes.set(key, lane);
+    }
+    if (lane.acked !== null && lane.acked >= version) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      lane.waiters.push({ version, resolve, reject });
+      if (!lane.running) void this.run(lane);
+    });
+  }
+
+  /** The follower may have forgotten what it held in memory (it restarted): ask it again before the next write. */
+  resync(scope: Scope): void {
+    const lane = this.lanes.get(scopeKey(scope));
+    if (lane) lane.acked = null;
+  }
+
+  private async run(lane: Lane): Promise<void> {
+    lane.running = true;
+    while (lane.waiters.length > 0) {
+      try {
+        if (lane.acked === null) lane.acked = await this.handshake(lane);
+        const target = Math.max(...lane.waiters.map((w) => w.version));
+        while (lane.acked < target) lane.acked = await this.shipOnce(lane);
+        const done = lane.waiters.filter((w) => w.version <= lane.acked!);
+        lane.waiters = lane.waiters.filter((w) => w.version > lane.acked!);
+        for (const w of done) w.resolve();
+      } catch (e) {
+        lane.acked = null;
+        const waiters = lane.waiters;
+        lane.waiters = [];
+        if (e instanceof Superseded) this.onSuperseded(lane.scope);
+        const error = e instanceof Superseded
+          ? new ApiError('unavailable', 'this write committed on a node that is no longer the database\'s primary and is not kept: read the data back from the new primary', { committed: false }, { 'retry-after': '1' })
+          : new ApiError('unavailable', `the write committed on the primary but its follower did not confirm it (${reason(e)}); whether it survives a failover is unknown: read the data back`, { committed: null }, { 'retry-after': '1' });
+        for (const w of waiters) w.reject(error);
+      }
+    }
+    lane.running = false;
+  }
+
+  /** Where the follower's copy stands: continued from if its newest event is ours, else replaced by a snapshot. */
+  private async handshake(lane: Lane): Promise<number> {
+    const state = await this.post(lane, '/_cluster/state', {}) as { version: number; lastEventId: string | null };
+    if (state.version > 0 && state.lastEventId !== null) {
+      const ours = await this.db.readChanges(lane.scope, state.version - 1, 1).catch(() => null);
+      const event = ours?.events[0];
+      if (event && event.version === state.version && event.id === state.lastEventId) {
+        const confirmed = await this.post(lane, '/_cluster/confirm', { version: state.version }) as { problem?: string };
+        if (confirmed.problem === undefined) return state.version;
+      }
+    }
+    return this.sendSnapshot(lane);
+  }
+
+  private async shipOnce(lane: Lane): Promise<number> {
+    let events: ChangeEvent[];
+    try {
+      events = (await this.db.readChanges(lane.scope, lane.acked!, MAX_EVENTS)).events;
+    } catch {
+      return this.sendSnapshot(lane); // past retention, or unreadable: the whole copy travels
+    }
+    const carried: ChangeEvent[] = [];
+    for (const e of events) {
+      if (e.changeset === null) break;
+      carried.push(e);
+    }
+    if (carried.length === 0) return this.sendSnapshot(lane);
+    const res = await this.post(lane, '/_cluster/apply', { events: carried }) as { version?: number; problem?: string };
+    if (res.problem !== undefined) return this.sendSnapshot(lane);
+    return res.version!;
+  }
+
+  private async sendSnapshot(lane: Lane): Promise<number> {
+    const { path } = await this.db.snapshotFile(lane.scope);
+    try {
+      const res = await this.pool(lane.url).request({
+        method: 'POST', path: `/_cluster/snapshot?${this.query(lane)}`, body: createReadStream(path),
+        headers: { 'x-scopebase-proxy-token': this.token, 'content-type': 'application/vnd.sqlite3' }, signal: AbortSignal.timeout(Math.max(this.timeoutMs, 60_000)),
+      });
+      return ((await this.answer(res.statusCode, await res.body.text())) as { version: number }).version;
+    } finally {
+      rmSync(path, { force: true });
+    }
+  }
+
+  private query(lane: Lane): string {
+    return new URLSearchParams({ org: lane.scope.org, repo: lane.scope.repo, database: lane.scope.database, epoch: String(lane.epoch) }).toString();
+  }
+
+  private async post(lane: Lane, path: string, body: object): Promise<unknown> {
+    const res = await this.pool(lane.url).request({
+      method: 'POST', path: `${path}?${this.query(lane)}`, body: JSON.stringify(body),
+      headers: { 'x-scopebase-proxy-token': this.token, 'content-type': 'application/json' }, signal: AbortSignal.timeout(this.timeoutMs),
+    });
+    return this.answer(res.statusCode, await res.body.text());
+  }
+
+  private answer(status: number, text: string): unknown {
+    if (status === 410) throw new Superseded(text.slice(0, 200));
+    if (status !== 200) {
+      let code = '';
+      try {
+        code = ` ${(JSON.parse(text) as { error?: { code?: string } }).error?.code ?? ''}`;
+      } catch { /* not ours */ }
+      throw new Error(`follower answered ${status}${code}`); // the code only: a message may name the follower's paths
+    }
+    return JSON.parse(text);
+  }
+
+  private pool(url: string): Pool {
+    let pool = this.pools.get(url);
+    if (!pool) this.pools.set(url, (pool = new Pool(url, { connections: 8 })));
+    return pool;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.pools.values()].map((p) => p.close()));
+  }
+}
+
+/** Why a shipment failed, for the client: a code, never an address or a path. */
+function reason(e: unknown): string {
+  if (e instanceof ApiError) return e.code;
+  const err = e as { code?: unknown; name?: string; message?: string };
+  if (typeof err.code === 'string') return err.code;
+  if (err.name === 'TimeoutError' || err.name === 'AbortError') return 'the follower did not answer in time';
+  return (err.message ?? String(e)).slice(0, 120); // our own messages (follower answered …)
+}

@@ -1,0 +1,25 @@
+// How start.ts plugs a cluster in: a `serve db` node (lease, replication, follower endpoints) or a proxy's router.
+import type { FastifyInstance } from 'fastify';
+import type { DbService } from '../db/service.ts';
+import { proxyToken } from '../db/remote.ts';
+import type { Config } from '../shared/config.ts';
+import type { Logger } from '../shared/log.ts';
+import { ClusterNode } from './node.ts';
+import { ClusterRouter } from './router.ts';
+import { registerFollowerRoutes } from './routes.ts';
+
+/** Before the server listens: the follower endpoints registered, the node's lease taken, replication attached. */
+export async function startClusterNode(config: Config, logger: Logger, db: DbService, app: FastifyInstance): Promise<ClusterNode> {
+  const tokens = config.rootKeys.map(proxyToken);
+  const node = new ClusterNode(config.cluster!, db, logger, tokens[0]!);
+  registerFollowerRoutes(app, node, db, tokens);
+  await node.start();
+  db.attachReplication(node);
+  return node;
+}
+
+export async function startClusterRouter(config: Config): Promise<ClusterRouter> {
+  const router = new ClusterRouter(config.cluster!, config.rootKeys[0]!);
+  await router.start();
+  return router;
+}

@@ -1,0 +1,45 @@
+// CLUSTER_DURABILITY=async (docs/scaling.md): a write's 200 does not wait for the follower, so writes go on while it
+// is away; what it missed reaches it once it answers again. The loss window is what it had not received.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
+import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters } from './helpers/cluster-writers.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('cluster: async durability', () => {
+  let cluster: TestCluster;
+  before(async () => {
+    cluster = await startCluster({ nodes: 3, ttlS: 2, env: { CLUSTER_DURABILITY: 'async', LOG_LEVEL: 'silent' } });
+  });
+  after(async () => {
+    await cluster?.close();
+  });
+
+  test('a paused follower does not stop writes; it catches up when it answers again', async () => {
+    await createTables(cluster, ['a0']);
+    const p = (await cluster.placement(ORG, REPO, 'a0'))!;
+    const follower = cluster.node(p.follower!);
+    const writers = startWriters(cluster, ['a0'], 4);
+    await sleep(500);
+    const pausedAt = performance.now();
+    process.kill(-follower.proc!.child.pid!, 'SIGSTOP');
+    let during;
+    try {
+      await sleep(1000); // shorter than the follower's lease: it stays the follower
+      during = writers.acked.filter((a) => a.at > pausedAt + 200);
+    } finally {
+      process.kill(-follower.proc!.child.pid!, 'SIGCONT');
+    }
+    assert.ok(during.length > 0, 'writes got 200 while the follower was paused');
+    const onPausedFollower = eventIds(follower, ORG, REPO, 'a0');
+    assert.ok(during.some((a) => !onPausedFollower.has(a.version)), 'some of them were not on the follower when answered (the loss window)');
+    await sleep(1000);
+    await writers.stop();
+    await sleep(500);
+    const now = (await cluster.placement(ORG, REPO, 'a0'))!;
+    const caughtUp = eventIds(cluster.node(now.follower!), ORG, REPO, 'a0');
+    for (const a of writers.acked) assert.ok(caughtUp.has(a.version), `version ${a.version} reached the follower once it answered`);
+    await assertAllAcknowledgedKept(cluster, ['a0'], writers.acked);
+  });
+});

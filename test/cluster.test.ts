@@ -1,0 +1,206 @@
+// Scale-out on etcd (docs/scaling.md): real etcd, three `serve db` nodes, a proxy, writers over several databases.
+// Every 200 is on two disks; a primary killed with -9 or paused loses nothing acknowledged and leaves no version gap.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { request } from 'undici';
+import { proxyToken } from '../src/db/remote.ts';
+import { moveDatabase } from '../src/cluster/move.ts';
+import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
+import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters } from './helpers/cluster-writers.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('cluster: synchronous follower and failover', () => {
+  let cluster: TestCluster;
+  before(async () => {
+    cluster = await startCluster({ nodes: 3, ttlS: 2, env: { LOG_LEVEL: process.env.TEST_CLUSTER_LOG ?? 'silent' } });
+  });
+  after(async () => {
+    if (process.env.TEST_CLUSTER_LOG) for (const n of cluster.nodes) process.stderr.write(`--- ${n.id}\n${(n.proc?.stdout() ?? '') + (n.proc?.stderr() ?? '')}\n`);
+    await cluster?.close();
+  });
+
+  const db = (op: string, body: unknown) => cluster.proxy.db(REPO, op, body);
+
+  test('a new database gets a primary and another node as follower; each 200 is already in the follower\'s copy', async () => {
+    await createTables(cluster, ['one']);
+    const p = (await cluster.placement(ORG, REPO, 'one'))!;
+    assert.ok(p.follower !== null && p.follower !== p.primary, JSON.stringify(p));
+    for (let i = 0; i < 5; i++) {
+      const res = await db('execute', { database: 'one', statements: [{ sql: 'INSERT INTO t (writer, seq) VALUES (0, ?)', params: [i] }] });
+      assert.equal(res.status, 200, res.text);
+      const onFollower = eventIds(cluster.node(p.follower!), ORG, REPO, 'one');
+      const onPrimary = eventIds(cluster.node(p.primary), ORG, REPO, 'one');
+      assert.equal(onFollower.get(res.json.version), onPrimary.get(res.json.version), `version ${res.json.version} on the follower with the same event id`);
+    }
+    const tooLate = await db('query', { database: 'one', statements: [{ sql: 'SELECT count(*) FROM t' }] });
+    assert.deepEqual(tooLate.json.results[0].rows, [[5]]);
+  });
+
+  test('kill -9 of a primary under writers: every 200 is on the new primary with its event id, no gap, writes resume within TTL + 1 s', async () => {
+    const databases = Array.from({ length: 5 }, (_, i) => `k${i}`);
+    await createTables(cluster, databases);
+    const victim = cluster.node((await cluster.placement(ORG, REPO, 'k0'))!.primary);
+    const writers = startWriters(cluster, databases, 10);
+    await sleep(1000);
+    const killedAt = performance.now();
+    const ackedBeforeKill = writers.acked.length;
+    cluster.kill(victim);
+    try {
+      await sleep(cluster.ttlS * 1000 + 2500);
+      await writers.stop();
+    } finally {
+      await cluster.start(victim); // back for the next tests, with its stale copies
+    }
+    assert.ok(ackedBeforeKill > 20, `writes went through before the kill (${ackedBeforeKill})`);
+    await assertAllAcknowledgedKept(cluster, databases, writers.acked);
+    for (const database of databases) {
+      const p = (await cluster.placement(ORG, REPO, database))!;
+      assert.notEqual(p.primary, victim.id, `${database} has a live primary`);
+      const ids = eventIds(cluster.node(p.primary), ORG, REPO, database);
+      const victimIds = eventIds(victim, ORG, REPO, database);
+      for (const a of writers.acked.filter((x) => x.database === database && x.at < killedAt && victimIds.has(x.version))) {
+        assert.equal(ids.get(a.version), victimIds.get(a.version), `${database}: version ${a.version} has the same event id`);
+      }
+      const resumed = writers.acked.find((a) => a.database === database && a.at > killedAt);
+      assert.ok(resumed, `${database}: writes resumed`);
+      if (victimIds.size > 0) process.stderr.write(`${database}: first 200 after the kill at +${Math.round(resumed.at - killedAt)} ms\n`);
+    }
+    const k0 = writers.acked.find((a) => a.database === 'k0' && a.at > killedAt)!;
+    assert.ok(k0.at - killedAt <= cluster.ttlS * 1000 + 1000, `writes to k0 resumed ${Math.round(k0.at - killedAt)} ms after the kill (lease TTL ${cluster.ttlS} s + 1 s)`);
+  });
+
+  test('SIGSTOP of a primary for 2 × TTL, then SIGCONT: no 200 from the old epoch is lost; the old node rejoins with a new lease', async () => {
+    const databases = Array.from({ length: 4 }, (_, i) => `s${i}`);
+    await createTables(cluster, databases);
+    const victim = cluster.node((await cluster.placement(ORG, REPO, 's0'))!.primary);
+    const writers = startWriters(cluster, databases, 8);
+    await sleep(800);
+    process.kill(-victim.proc!.child.pid!, 'SIGSTOP');
+    await sleep(cluster.ttlS * 2000);
+    process.kill(-victim.proc!.child.pid!, 'SIGCONT');
+    await sleep(2000);
+    await writers.stop();
+    await assertAllAcknowledgedKept(cluster, databases, writers.acked);
+    const p = (await cluster.placement(ORG, REPO, 's0'))!;
+    assert.notEqual(p.primary, victim.id, 's0 moved to its follower');
+    assert.ok(writers.refused > 0, 'writes racing the pause were refused (503), not answered from the old epoch');
+    assert.equal((await cluster.client.prefix(`/scopebase/nodes/${victim.id}`)).kvs.length, 1, 'the paused node registered again');
+  });
+
+  test('SIGSTOP of a follower (strict): no 200 without a follower\'s ack; the primary takes another follower and goes on', async () => {
+    const databases = ['f0'];
+    await createTables(cluster, databases);
+    const before = (await cluster.placement(ORG, REPO, 'f0'))!;
+    const paused = cluster.node(before.follower!);
+    const writers = startWriters(cluster, databases, 4);
+    await sleep(500);
+    const pausedAt = performance.now();
+    process.kill(-paused.proc!.child.pid!, 'SIGSTOP');
+    try {
+      await sleep(cluster.ttlS * 1000 + 2500);
+    } finally {
+      process.kill(-paused.proc!.child.pid!, 'SIGCONT');
+    }
+    await writers.stop();
+    const after = (await cluster.placement(ORG, REPO, 'f0'))!;
+    assert.equal(after.primary, before.primary, 'the primary stayed');
+    assert.ok(after.follower !== null && after.follower !== paused.id, `another follower was taken (${after.follower})`);
+    const onFollower = eventIds(cluster.node(after.follower), ORG, REPO, 'f0');
+    const later = writers.acked.filter((a) => a.at > pausedAt);
+    assert.ok(later.length > 0, 'writes went on with the new follower');
+    for (const a of later) assert.ok(onFollower.has(a.version), `version ${a.version} got a 200 while the old follower was paused: the new one has it`);
+    await assertAllAcknowledgedKept(cluster, databases, writers.acked);
+    // The new follower was brought in line when it was named: it can take over with everything acknowledged.
+    const primary = cluster.node(after.primary);
+    cluster.kill(primary);
+    try {
+      await sleep(cluster.ttlS * 1000 + 1500);
+      assert.equal((await cluster.placement(ORG, REPO, 'f0'))!.primary, after.follower, 'the new follower took over');
+      await assertAllAcknowledgedKept(cluster, databases, writers.acked);
+    } finally {
+      await cluster.start(primary);
+    }
+  });
+
+  test('etcd paused: primaries stop writing at their lease deadline, reads go on, writes resume when etcd is back', async () => {
+    const databases = ['e0', 'e1'];
+    await createTables(cluster, databases);
+    const writers = startWriters(cluster, databases, 4);
+    await sleep(500);
+    const pausedAt = performance.now();
+    cluster.etcd.pause();
+    let read;
+    try {
+      await sleep(cluster.ttlS * 1000 + 500);
+      read = await db('query', { database: 'e0', statements: [{ sql: 'SELECT count(*) FROM t' }] });
+      await sleep(cluster.ttlS * 1000);
+    } finally {
+      cluster.etcd.resume();
+    }
+    const resumedAt = performance.now();
+    assert.equal(read.status, 200, `reads go on without etcd: ${read.text}`);
+    const deadline = pausedAt + cluster.ttlS * 1000;
+    const lateWrites = writers.acked.filter((a) => a.at > deadline && a.at < resumedAt);
+    assert.deepEqual(lateWrites, [], 'no write answered 200 past the lease deadline while etcd was away');
+    for (let i = 0; i < 100 && !databases.every((d) => writers.acked.some((a) => a.database === d && a.at > resumedAt)); i++) await sleep(100);
+    await writers.stop();
+    for (const d of databases) assert.ok(writers.acked.some((a) => a.database === d && a.at > resumedAt), `${d}: writes resumed after etcd came back`);
+    await assertAllAcknowledgedKept(cluster, databases, writers.acked);
+  });
+
+  test('the cluster endpoints: only for nodes, and every bad input gets SPEC 3\'s error shape', async () => {
+    await createTables(cluster, ['x0']);
+    const p = (await cluster.placement(ORG, REPO, 'x0'))!;
+    const follower = cluster.node(p.follower!);
+    const token = proxyToken(cluster.proxy.config.rootKeys[0]!);
+    const post = async (path: string, body: string | Buffer, headers: Record<string, string> = {}) => {
+      const res = await request(`${follower.url}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers } });
+      return { status: res.statusCode, json: await res.body.json() as { error?: { code: string; message: string } } };
+    };
+    const q = (epoch: number | string) => `org=${ORG}&repo=${REPO}&database=x0&epoch=${epoch}`;
+    const cases: [string, string | Buffer, Record<string, string>, number, RegExp][] = [
+      [`/_cluster/apply?${q(p.epoch)}`, '{"events":[]}', {}, 403, /only answer other nodes/],
+      [`/_cluster/apply?${q('x')}`, '{"events":[]}', { 'x-scopebase-proxy-token': token }, 400, /epoch must be a positive integer/],
+      [`/_cluster/apply?${q(p.epoch)}`, 'not json', { 'x-scopebase-proxy-token': token }, 400, /the body must be a JSON object/],
+      [`/_cluster/apply?${q(p.epoch)}`, '{"events":[]}', { 'x-scopebase-proxy-token': token }, 400, /events must be a non-empty array/],
+      [`/_cluster/confirm?${q(p.epoch)}`, '{"version":"a"}', { 'x-scopebase-proxy-token': token }, 400, /version must be an integer/],
+      [`/_cluster/state?${q(1)}`, '{}', { 'x-scopebase-proxy-token': token }, 410, /epoch 1 is older than this database's current one/],
+      [`/_cluster/snapshot?${q(p.epoch)}`, Buffer.from('not a database'), { 'x-scopebase-proxy-token': token, 'content-type': 'application/vnd.sqlite3' }, 400, /not a scopebase database/],
+      [`/_cluster/snapshot?${q(p.epoch)}`, '{}', { 'x-scopebase-proxy-token': token }, 400, /a snapshot is sent as application\/vnd.sqlite3/],
+    ];
+    for (const [path, body, headers, status, message] of cases) {
+      const res = await post(path, body, headers);
+      assert.equal(res.status, status, `${path}: ${JSON.stringify(res.json)}`);
+      assert.match(res.json.error!.message, message);
+    }
+    // The refused snapshot left the follower's copy as it was.
+    const write = await db('execute', { database: 'x0', statements: [{ sql: 'INSERT INTO t (writer, seq) VALUES (1, 1)' }] });
+    assert.equal(write.status, 200, write.text);
+    assert.ok(eventIds(follower, ORG, REPO, 'x0').has(write.json.version));
+  });
+
+  test('a live move under writers: the target becomes primary, nothing acknowledged is lost, nothing is written twice', async () => {
+    await createTables(cluster, ['m0']);
+    const before = (await cluster.placement(ORG, REPO, 'm0'))!;
+    const to = cluster.nodes.find((n) => n.id !== before.primary && n.id !== before.follower)!.id;
+    const writers = startWriters(cluster, ['m0'], 4);
+    await sleep(500);
+    const lines: string[] = [];
+    const { epoch } = await moveDatabase([cluster.etcd.url], { org: ORG, repo: REPO, database: 'm0' }, to, (l) => lines.push(l), 30_000);
+    const movedAt = performance.now();
+    await sleep(1000);
+    await writers.stop();
+    const after = (await cluster.placement(ORG, REPO, 'm0'))!;
+    assert.deepEqual([after.primary, after.epoch], [to, epoch], lines.join('\n'));
+    assert.equal(after.follower, before.primary, 'the old primary follows');
+    assert.match(lines.at(-1)!, new RegExp(`^done: ${to} is the primary`));
+    assert.ok(writers.acked.some((a) => a.at > movedAt), 'writes go on on the new primary');
+    await assertAllAcknowledgedKept(cluster, ['m0'], writers.acked);
+    const rows = await db('query', { database: 'm0', statements: [{ sql: 'SELECT count(*), count(DISTINCT writer || \'/\' || seq) FROM t' }] });
+    const [total, distinct] = rows.json.results[0].rows[0];
+    assert.equal(total, distinct, 'no write applied twice');
+    const refusal = await moveDatabase([cluster.etcd.url], { org: ORG, repo: REPO, database: 'm0' }, 'nowhere', () => {}).catch((e: Error) => e.message);
+    assert.match(String(refusal), /node nowhere is not alive in this cluster \(live: n1, n2, n3\)/);
+  });
+});

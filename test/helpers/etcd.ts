@@ -1,0 +1,63 @@
+// A real etcd (Debian's etcd-server) for cluster tests: its own data dir, free loopback ports, stopped by the test.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tempDir } from './product.ts';
+
+/** A loopback port nothing listens on right now. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export interface EtcdProcess {
+  url: string;
+  child: ChildProcess;
+  stop(): Promise<void>;
+  /** SIGSTOP / SIGCONT: etcd unreachable without losing its data. */
+  pause(): void;
+  resume(): void;
+}
+
+export async function startEtcd(): Promise<EtcdProcess> {
+  const dir = tempDir('scopebase-etcd-');
+  const [client, peer] = [await freePort(), await freePort()];
+  const url = `http://127.0.0.1:${client}`;
+  const child = spawn('etcd', [
+    '--name', 'test', '--data-dir', dir,
+    '--listen-client-urls', url, '--advertise-client-urls', url,
+    '--listen-peer-urls', `http://127.0.0.1:${peer}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${peer}`,
+    '--initial-cluster', `test=http://127.0.0.1:${peer}`, '--logger', 'zap', '--log-outputs', 'stderr', '--log-level', 'error',
+  ], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  child.stderr!.on('data', (d) => (err += d));
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`etcd exited with ${child.exitCode}: ${err}`);
+    try {
+      const res = await fetch(`${url}/health`);
+      if (res.ok && ((await res.json()) as { health?: string }).health === 'true') break;
+    } catch { /* not listening yet */ }
+    if (Date.now() > deadline) throw new Error(`etcd did not become healthy in 15 s: ${err}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return {
+    url, child,
+    pause: () => child.kill('SIGSTOP'),
+    resume: () => child.kill('SIGCONT'),
+    async stop() {
+      if (child.exitCode === null) {
+        child.kill('SIGCONT');
+        child.kill('SIGKILL');
+        await new Promise((r) => child.once('exit', r));
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
