@@ -37,6 +37,24 @@ describe('cluster: synchronous follower and failover', () => {
     assert.deepEqual(tooLate.json.results[0].rows, [[5]]);
   });
 
+  test('an interactive transaction (libSQL protocol): its COMMIT is answered once the follower holds it', async () => {
+    await createTables(cluster, ['tx']);
+    const p = (await cluster.placement(ORG, REPO, 'tx'))!;
+    const auth = { authorization: `Bearer ${cluster.proxy.secret(ORG, REPO)}` };
+    const step = async (baton: string | null, sql: string) => {
+      const r = await cluster.proxy.call(`/${REPO}/_db/tx/v2/pipeline`, { body: { baton, requests: [{ type: 'execute', stmt: { sql } }] }, headers: auth });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.json.results[0].type, 'ok', r.text);
+      return r.json.baton as string;
+    };
+    let baton = await step(null, 'BEGIN');
+    baton = await step(baton, 'INSERT INTO t (writer, seq) VALUES (7, 1)');
+    baton = await step(baton, 'INSERT INTO t (writer, seq) VALUES (7, 2)');
+    await step(baton, 'COMMIT');
+    const version = (await db('status', { database: 'tx' })).json.version;
+    assert.ok(eventIds(cluster.node(p.follower!), ORG, REPO, 'tx').has(version), `version ${version} is on the follower when COMMIT answers`);
+  });
+
   test('kill -9 of a primary under writers: every 200 is on the new primary with its event id, no gap, writes resume within TTL + 1 s', async () => {
     const databases = Array.from({ length: 5 }, (_, i) => `k${i}`);
     await createTables(cluster, databases);

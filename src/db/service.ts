@@ -211,9 +211,20 @@ export class DbService implements DbHandler, ChangeFeed {
         if (res.status !== 200) throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
         return parsed;
       },
-      holdLane: () => {
-        if (this.replication !== null) throw new ApiError('invalid_request', 'interactive transactions are not available in cluster mode yet (docs/scaling.md): send the statements as one batch');
-        return this.pool.holdLane(scope, path);
+      holdLane: async () => {
+        const hold = await this.pool.holdLane(scope, path);
+        const replication = this.replication;
+        if (replication === null) return hold;
+        // In a cluster a COMMIT is answered once the follower holds it, as any other write.
+        return {
+          create: hold.create,
+          release: () => hold.release(),
+          run: async (header, body, budgetMs) => {
+            const res = await hold.run(header, body, budgetMs);
+            if (res.version !== undefined) await replication.replicated(scope, res.version);
+            return res;
+          },
+        };
       },
       transactionMaxMs: this.config.db.transactionMaxMs,
     };
