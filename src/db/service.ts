@@ -162,11 +162,25 @@ export class DbService implements DbHandler, ChangeFeed {
     try {
       const res = await this.answer(op, req);
       requests.inc({ op, status: res.status });
+      if (res.status >= 500 && res.status !== 503) this.logFailure(req, op, res);
       return res;
     } catch (e) {
       requests.inc({ op, status: e instanceof ApiError ? e.status : 500 });
       throw e;
     }
+  }
+
+  /** A server-side failure (a damaged file, an I/O error) is logged with the file it concerns: the reply names no path. */
+  private logFailure(req: DbRequest, op: string, res: DbResponse): void {
+    let database = 'main';
+    try {
+      database = pipelineDatabase(req.op) ?? databaseOf(req.body.length ? JSON.parse(req.body.toString('utf8')) : {});
+    } catch {
+      // a body that is not JSON names no database
+    }
+    const file = this.layout.path({ org: req.org, repo: req.repo, database });
+    const error = typeof res.body === 'string' || Buffer.isBuffer(res.body) ? res.body.toString().slice(0, 500) : undefined;
+    this.logger.error({ org: req.org, repo: req.repo, op, status: res.status, file, error }, 'database request failed');
   }
 
   private async answer(name: string, req: DbRequest): Promise<DbResponse> {

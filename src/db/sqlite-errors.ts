@@ -9,7 +9,7 @@ export interface ExecError {
 
 const EXTENDED: Record<number, string> = {
   1: 'SQLITE_ERROR', 5: 'SQLITE_BUSY', 6: 'SQLITE_LOCKED', 7: 'SQLITE_NOMEM', 8: 'SQLITE_READONLY', 9: 'SQLITE_INTERRUPT',
-  10: 'SQLITE_IOERR', 11: 'SQLITE_CORRUPT', 13: 'SQLITE_FULL', 18: 'SQLITE_TOOBIG', 19: 'SQLITE_CONSTRAINT',
+  10: 'SQLITE_IOERR', 11: 'SQLITE_CORRUPT', 13: 'SQLITE_FULL', 14: 'SQLITE_CANTOPEN', 26: 'SQLITE_NOTADB', 18: 'SQLITE_TOOBIG', 19: 'SQLITE_CONSTRAINT',
   20: 'SQLITE_MISMATCH', 21: 'SQLITE_MISUSE', 23: 'SQLITE_AUTH', 25: 'SQLITE_RANGE',
   275: 'SQLITE_CONSTRAINT_CHECK', 531: 'SQLITE_CONSTRAINT_COMMITHOOK', 787: 'SQLITE_CONSTRAINT_FOREIGNKEY',
   1043: 'SQLITE_CONSTRAINT_FUNCTION', 1299: 'SQLITE_CONSTRAINT_NOTNULL', 1555: 'SQLITE_CONSTRAINT_PRIMARYKEY',
@@ -34,11 +34,12 @@ export function mapSqliteError(e: unknown, denied: ExecError | null): ExecError 
   switch (err.errcode & 0xff) {
     case 19: return { code: 'constraint_violation', message, details };
     case 23: return denied ?? { code: 'not_allowed', message: 'the sandbox refused this statement', details };
-    case 13: return { code: 'quota_exceeded', message: 'the database is at its size limit (DB_MAX_SIZE_BYTES)', details };
+    case 13: return { code: 'quota_exceeded', message: 'the database is at its size limit (DB_MAX_SIZE_BYTES), or the server\'s disk is full', details };
     case 18: return { code: 'quota_exceeded', message: 'a string or blob is over the length limit (DB_MAX_VALUE_BYTES)', details };
     case 5: case 6: return { code: 'unavailable', message: 'the database is busy, retry', details };
     case 7: return { code: 'unavailable', message: 'out of memory', details };
-    case 10: case 11: case 21: return { code: 'internal', message: `storage error (${sqliteCode})`, details };
+    case 11: case 26: return { code: 'internal', message: `the database file is damaged (${sqliteCode}: ${message}); the server's operator can bring it back from a backup (docs/backups.md)`, details };
+    case 10: case 21: return { code: 'internal', message: `storage error (${sqliteCode})`, details };
     default:
       if (/cannot VACUUM/i.test(message)) return { code: 'not_allowed', message: 'VACUUM is not allowed', details };
       // Extensions are disabled in the connection itself, so SQLite refuses before the authorizer is asked.

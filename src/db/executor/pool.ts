@@ -256,11 +256,13 @@ export class ExecutorPool {
     try {
       const body = items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body));
       const frame = await this.scheduler.run(tenantOfPath(path), true, header, body, budget, items[0]!.at);
-      const replies = frame.header.items as { s: number; v?: number; n: number }[];
+      // One reply for the whole group: the executor failed before running any of it (e.g. a damaged file).
+      const whole = frame.header.items === undefined;
+      const replies = whole ? items.map(() => ({ s: (frame.header.s as number | undefined) ?? 500, n: frame.body.length, v: undefined })) : frame.header.items as { s: number; v?: number; n: number }[];
       let off = 0;
       replies.forEach((r, i) => {
-        const body = frame.body.subarray(off, off + r.n);
-        off += r.n;
+        const body = whole ? frame.body : frame.body.subarray(off, off + r.n);
+        if (!whole) off += r.n;
         if (r.v !== undefined) this.opts.onCommit(lane.scope, r.v);
         items[i]!.resolve({ status: r.s, body, version: r.v });
       });

@@ -1,0 +1,76 @@
+// Faults of the disk under the product (issue 16): a damaged database file and a full disk, on real files and a real
+// small filesystem. What must hold: that scope answers a clear error (never a crash, never "the executor stopped"),
+// every other scope serves on, and nothing is corrupt once space returns.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, openSync, rmSync, writeFileSync, writeSync, closeSync } from 'node:fs';
+import { join } from 'node:path';
+import { startProduct, tempDir } from './helpers/product.ts';
+
+test('a damaged database file: that database answers 500 naming the damage, on every operation; the others serve on', async () => {
+  const dir = tempDir('scopebase-damaged-');
+  const first = await startProduct({ DATA_DIR: dir });
+  for (const database of ['bad', 'good']) {
+    const r = await first.db('web', 'execute', { database, statements: [{ sql: 'CREATE TABLE t(x)' }, { sql: 'INSERT INTO t VALUES (1)' }] });
+    assert.equal(r.status, 200, r.text);
+  }
+  await first.close();
+  // Its first page overwritten, its WAL gone: SQLite no longer recognises the file.
+  const file = join(dir, 'db', 'acme', 'web', 'bad.sqlite');
+  const fd = openSync(file, 'r+');
+  writeSync(fd, Buffer.alloc(100, 'garbage '), 0, 100, 0);
+  closeSync(fd);
+  rmSync(`${file}-wal`, { force: true });
+  const p = await startProduct({ DATA_DIR: dir });
+  try {
+    for (const [op, body] of [['query', { sql: 'SELECT * FROM t' }], ['execute', { sql: 'INSERT INTO t VALUES (2)' }], ['status', {}], ['migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE u(x)' }] }], ['export', {}]] as const) {
+      const r = await p.db('web', op, { database: 'bad', ...body });
+      assert.equal(r.status, 500, `${op}: ${r.text}`);
+      assert.equal(r.json.error.code, 'internal');
+      assert.match(r.json.error.message, /the database file is damaged \(SQLITE_NOTADB: file is not a database\)/, op);
+      assert.ok(!r.text.includes(dir), 'no server path in the reply');
+    }
+    const good = await p.db('web', 'execute', { database: 'good', sql: 'INSERT INTO t VALUES (2)' });
+    assert.equal(good.status, 200, good.text);
+    assert.equal((await p.db('web', 'query', { database: 'good', sql: 'SELECT count(*) FROM t' })).json.results[0].rows[0][0], 2);
+  } finally {
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500; reads go on; after space returns, writes resume and nothing is corrupt', async (t) => {
+  if (process.getuid?.() !== 0) return t.skip('mounting a tmpfs needs root (CI runs as root)');
+  const dir = tempDir('scopebase-full-');
+  mkdirSync(dir, { recursive: true });
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=8m', 'tmpfs', dir]);
+  let p;
+  try {
+    p = await startProduct({ DATA_DIR: dir, DB_HISTORY_DAYS: '1' });
+    assert.equal((await p.db('web', 'execute', { sql: 'CREATE TABLE big(id INTEGER PRIMARY KEY, pad BLOB)' })).status, 200);
+    writeFileSync(join(dir, 'ballast'), Buffer.alloc(2 << 20)); // given back later, as an operator frees space
+    const statuses = new Map<number, number>();
+    let refused = null;
+    for (let i = 0; i < 200 && !refused; i++) {
+      const r = await p.db('web', 'execute', { sql: 'INSERT INTO big(pad) VALUES (randomblob(100000))' });
+      statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+      if (r.status !== 200) refused = r;
+    }
+    assert.ok(refused, `the disk filled up: ${JSON.stringify([...statuses])}`);
+    assert.ok(refused.status === 507 || refused.status === 503, `a full disk is 507 or 503, not ${refused.status}: ${refused.text}`);
+    const count = await p.db('web', 'query', { sql: 'SELECT count(*) FROM big' });
+    assert.equal(count.status, 200, `reads go on: ${count.text}`);
+    const acknowledged = count.json.results[0].rows[0][0];
+    rmSync(join(dir, 'ballast'));
+    const again = await p.db('web', 'execute', { sql: 'INSERT INTO big(pad) VALUES (randomblob(1000))' });
+    assert.equal(again.status, 200, `writes resume once space returns: ${again.text}`);
+    const after = await p.db('web', 'query', { statements: [{ sql: 'SELECT count(*) FROM big' }, { sql: 'PRAGMA integrity_check' }] });
+    assert.equal(after.json.results[0].rows[0][0], acknowledged + 1, 'every acknowledged row, and the new one');
+    assert.deepEqual(after.json.results[1].rows, [['ok']]);
+  } finally {
+    await p?.close();
+    execFileSync('umount', ['-l', dir]);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
