@@ -297,3 +297,32 @@ test('start on a port in use names PORT or ADMIN_PORT in one line and exits 78',
     busy.close();
   }
 });
+
+/** Starts `scopebase start` and resolves its banner (everything it wrote to stderr until it is ready), then stops it. */
+async function banner(env: Record<string, string | undefined>): Promise<string> {
+  const child = spawn(process.execPath, ['src/cli/main.ts', 'start'], { env: { ...process.env, PORT: '0', ADMIN_PORT: '0', LOG_LEVEL: 'silent', BASE_DOMAIN: 'localhost', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  const closed = new Promise((r) => child.on('close', r));
+  for (let i = 0; i < 300 && !/data: /.test(stderr) && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+  child.kill('SIGTERM');
+  await closed;
+  return stderr;
+}
+
+test('the start-up banner: sign-in URL and curl line first, where the data lives, and development mode said plainly', async () => {
+  const dataDir = tempDir();
+  try {
+    const dev = await banner({ DATA_DIR: dataDir, RUNTIME_ROOT_KEY: undefined, ACCOUNT_ENCRYPTION_KEYS: undefined });
+    const lines = dev.trim().split('\n');
+    assert.match(lines[0]!, /^scopebase all is running: http:\/\/127\.0\.0\.1:\d+ \(admin http:\/\/127\.0\.0\.1:\d+\)$/);
+    assert.match(lines[1]!, /^ {2}sign in: http:\/\/acme\.localhost:\d+\/web\/_account\/login$/);
+    assert.match(lines[2]!, /^ {2}try it: {2}curl .*\/web\/_db\/status$/);
+    assert.equal(lines[3], `  data:    ${dataDir} (DATA_DIR)`);
+    assert.match(dev, /DEVELOPMENT MODE: keys generated in DATA_DIR \(RUNTIME_ROOT_KEY, ACCOUNT_ENCRYPTION_KEYS\) and the development identity provider \(any email signs in\)/);
+    const keyed = await banner({ DATA_DIR: dataDir, RUNTIME_ROOT_KEY: ROOT_KEY, ACCOUNT_ENCRYPTION_KEYS: 'c'.repeat(64) });
+    assert.match(keyed, /DEVELOPMENT MODE: the development identity provider \(any email signs in\);/, 'set keys are not called generated');
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});

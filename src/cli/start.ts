@@ -1,4 +1,5 @@
 // `scopebase start` (every part in one process) and `scopebase serve <part>` (one part alone).
+import { resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { chmodSync, mkdirSync } from 'node:fs';
 import { ConfigError, loadConfig, type Config } from '../shared/config.ts';
@@ -159,14 +160,21 @@ function printBanner(running: Running, config: Config): void {
   const port = new URL(running.url).port;
   const base = `http://acme.${config.baseDomain}:${port}`;
   const lines = [`scopebase ${running.part} is running: ${running.url} (admin ${running.adminUrl})`];
-  if (running.part === 'all' || running.part === 'proxy') {
+  const proxied = running.part === 'all' || running.part === 'proxy';
+  if (proxied) {
     lines.push(
-      `  try it:`,
-      `  curl -s -H "Authorization: Bearer $(npx scopebase secret acme/web)" -d '{}' ${base}/web/_db/status`,
       `  sign in: ${base}/web/_account/login`,
+      `  try it:  curl -s -H "Authorization: Bearer $(npx scopebase secret acme/web)" -d '{}' ${base}/web/_db/status`,
     );
   }
+  if (running.part !== 'proxy') lines.push(`  data:    ${resolve(config.dataDir)} (DATA_DIR)`);
   if (running.mirrorUrl) lines.push(`  reference mirror: ${running.mirrorUrl}`);
+  const devIdp = (running.part === 'all' || running.part === 'account') && config.account.oidc === null && config.account.github === null;
+  const dev = [
+    ...(config.generatedKeys.length ? [`keys generated in DATA_DIR (${config.generatedKeys.join(', ')})`] : []),
+    ...(devIdp ? ['the development identity provider (any email signs in)'] : []),
+  ];
+  if (dev.length) lines.push(`  DEVELOPMENT MODE: ${dev.join(' and ')}; for real use set them and NODE_ENV=production (docs/deploy.md)`);
   for (const warning of config.warnings) lines.push(`  warning: ${warning}`);
   process.stderr.write(lines.join('\n') + '\n');
 }

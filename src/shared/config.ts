@@ -10,6 +10,8 @@ export interface AppRoute { url: string; requireSession: boolean }
 
 export interface Config {
   production: boolean;
+  /** Key variables left unset, whose development keys live in DATA_DIR (never under NODE_ENV=production). */
+  generatedKeys: string[];
   /** The address every listener binds (HOST). */
   host: string;
   port: number;
@@ -135,7 +137,7 @@ export function parseDuration(name: string, raw: string): number {
   return ms;
 }
 
-function keyList(env: Env, name: string, dataDir: string, production: boolean, file: string, check: (v: string) => Buffer[]): Buffer[] {
+function keyList(env: Env, name: string, dataDir: string, production: boolean, file: string, check: (v: string) => Buffer[], generated: string[]): Buffer[] {
   const raw = str(env, name);
   if (raw !== undefined) {
     try {
@@ -146,6 +148,7 @@ function keyList(env: Env, name: string, dataDir: string, production: boolean, f
   }
   if (production) fail(name, 'is required when NODE_ENV=production (no development key is generated)');
   // Development: generate once into DATA_DIR, reuse after.
+  generated.push(name);
   const path = join(dataDir, file);
   if (!existsSync(path)) {
     mkdirSync(dataDir, { recursive: true });
@@ -229,6 +232,7 @@ export function loadConfig(given: Env = process.env): Config {
 
 function readConfig(env: Env): Omit<Config, 'warnings'> {
   const production = env.NODE_ENV === 'production';
+  const generatedKeys: string[] = [];
   const dataDir = resolve(str(env, 'DATA_DIR') ?? './data');
   const baseDomain = (str(env, 'BASE_DOMAIN') ?? 'localhost').toLowerCase();
   if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(baseDomain)) fail('BASE_DOMAIN', 'must be a DNS name such as example.com');
@@ -253,12 +257,13 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   if (!isIP(host) && !/^[a-z0-9.-]+$/i.test(host)) fail('HOST', 'must be an IP address or a host name, e.g. 0.0.0.0 to listen on every interface');
   return {
     production,
+    generatedKeys, // filled by the keyList calls below
     host,
     port: int(env, 'PORT', 8080, 0, 65535),
     adminPort: int(env, 'ADMIN_PORT', 9090, 0, 65535),
     baseDomain,
     dataDir,
-    rootKeys: keyList(env, 'RUNTIME_ROOT_KEY', dataDir, production, 'runtime-root.key', parseRootKeys),
+    rootKeys: keyList(env, 'RUNTIME_ROOT_KEY', dataDir, production, 'runtime-root.key', parseRootKeys, generatedKeys),
     db: {
       sync,
       queryTimeoutMs: int(env, 'DB_QUERY_TIMEOUT_MS', 5000, 10, 3_600_000),
@@ -296,7 +301,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     account: {
       oidc: oidcIssuer && oidcClientId ? { issuer: oidcIssuer, clientId: oidcClientId, clientSecret: oidcClientSecret } : null,
       github: ghId && ghSecret ? { clientId: ghId, clientSecret: ghSecret } : null,
-      encryptionKeys: keyList(env, 'ACCOUNT_ENCRYPTION_KEYS', dataDir, production, 'account-encryption.key', parseEncryptionKeys),
+      encryptionKeys: keyList(env, 'ACCOUNT_ENCRYPTION_KEYS', dataDir, production, 'account-encryption.key', parseEncryptionKeys, generatedKeys),
       sessionTtlMs: parseDuration('ACCOUNT_SESSION_TTL', str(env, 'ACCOUNT_SESSION_TTL') ?? '14d'),
       loginRateLimit: {
         burst: int(env, 'ACCOUNT_LOGIN_RATE_BURST', 30, 1, 1_000_000),
