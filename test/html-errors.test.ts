@@ -12,7 +12,10 @@ before(async () => {
 after(() => p.close());
 
 test('a browser gets the error as a page: status, message, code, request id, and the way to the account page', async () => {
-  const r = await p.call('/web/', { headers: { accept: BROWSER } });
+  const landing = await p.call('/web/', { headers: { accept: BROWSER } });
+  assert.equal(landing.status, 200, 'the root of a repo without an app is its landing page (test/browser/account.test.ts)');
+  assert.match(landing.text, /<h1>acme\/web<\/h1>/);
+  const r = await p.call('/web/some/page', { headers: { accept: BROWSER } });
   assert.equal(r.status, 404);
   assert.match(String(r.headers['content-type']), /^text\/html/);
   assert.match(String(r.headers['content-security-policy']), /default-src 'none'/);

@@ -9,6 +9,7 @@ import { LOGIN_COOKIE, SESSION_COOKIE, withoutCookies } from '../account/cookies
 import { identityHeaders } from '../account/identity-headers.ts';
 import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, trustedPeers } from './forward.ts';
 import { attachWebSocketProxy } from './apps-ws.ts';
+import { isLandingRequest, sendLanding } from './landing.ts';
 
 export interface AppsOptions {
   apps: Map<string, AppRoute>;
@@ -60,6 +61,10 @@ export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsyn
   const isTrusted = trustedPeers(opts.trustedProxies);
 
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
+    if (isLandingRequest(req)) {
+      const repo = checkRepo(/^\/([^/?]+)/.exec(req.url)![1]!);
+      if (!opts.apps.has(`${req.org}/${repo}`)) return sendLanding(req, reply, repo, await opts.resolveSession(req));
+    }
     const target = appTarget(req.org, req.url, opts.apps);
     const session = await opts.resolveSession(req);
     const renewed = opts.renewalCookie?.(req);

@@ -24,6 +24,12 @@ label{display:block;margin:.75rem 0 .25rem}input,textarea,select{font:inherit;pa
 img.avatar{width:64px;height:64px;border-radius:50%;float:right}.error{border-color:var(--danger)}
 `;
 
+/** A moment as every page shows it: `2026-11-25 05:40:12 UTC`, machine-readable in `datetime`. */
+export function timeHtml(at: string | Date): string {
+  const iso = typeof at === 'string' ? at : at.toISOString();
+  return `<time datetime="${escapeHtml(iso)}">${escapeHtml(iso.replace('T', ' ').replace(/\.\d+Z$/, ' UTC').replace(/Z$/, ' UTC'))}</time>`;
+}
+
 /** The page shell; `body` must already be escaped HTML. */
 export function page(title: string, body: string): string {
   return `<!doctype html>

@@ -45,8 +45,40 @@ test('sign in with the development provider, see the account page, sign out', as
   assert.equal(await verifyStatus(), 200);
 
   await page.getByRole('button', { name: 'Sign out' }).click();
-  await page.waitForURL(`${base}/web/_account/`);
-  await assert.doesNotReject(page.getByRole('heading', { name: 'Not signed in' }).waitFor());
+  await page.waitForURL(`${base}/web/_account/?signed_out=1`);
+  await assert.doesNotReject(page.getByRole('heading', { name: 'Signed out' }).waitFor());
+  assert.match(await page.getByRole('status').innerText(), /You are signed out of acme on this browser/);
   assert.equal(await verifyStatus(), 401);
   await context.close();
+});
+
+test('a repo without an app: its root is a landing page; signing in from it (or with no return_to) ends signed in', async () => {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const base = `http://acme.localhost:${p.port}`;
+  const landing = await page.goto(`${base}/web/`);
+  assert.equal(landing!.status(), 200);
+  await assert.doesNotReject(page.getByRole('heading', { name: 'acme/web' }).waitFor());
+  assert.match(await page.locator('main').innerText(), /You are not signed in[\s\S]*Databases[\s\S]*\/web\/_db\/query/);
+  await page.getByRole('link', { name: 'Sign in' }).click();
+  await page.getByLabel('Email').fill('lander@example.com');
+  await page.getByLabel('Name').fill('Lan Der');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL(`${base}/web/`);
+  assert.match(await page.locator('main').innerText(), /Signed in as Lan Der/);
+  await page.getByRole('link', { name: 'Your account' }).click();
+  await page.waitForURL(`${base}/web/_account/`);
+  // Dates in one human format.
+  assert.match(await page.locator('main').innerText(), /Session expires\s+\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC/);
+  await context.close();
+
+  // A sign-in without return_to lands on /{repo}/ (SPEC 7): for a repo without an app, its landing page, signed in.
+  const fresh = await browser.newContext();
+  const tab = await fresh.newPage();
+  await tab.goto(`${base}/site/_account/login`);
+  await tab.getByLabel('Email').fill('direct@example.com');
+  await tab.getByRole('button', { name: 'Sign in' }).click();
+  await tab.waitForURL(`${base}/site/`);
+  assert.match(await tab.locator('main').innerText(), /Signed in as Dev User/);
+  await fresh.close();
 });

@@ -1,6 +1,6 @@
 // The account page's credentials section: names, field names and dates; never a value. Works without JavaScript.
 import type { FastifyRequest } from 'fastify';
-import { escapeHtml } from '../../shared/html-page.ts';
+import { escapeHtml, timeHtml } from '../../shared/html-page.ts';
 import type { AuditEntry } from './audit.ts';
 import type { CredentialMeta } from './store.ts';
 import { isExpired } from './input.ts';
@@ -20,10 +20,7 @@ const ERRORS: Record<string, string> = {
   not_found: 'That credential does not exist (any more).',
 };
 
-function when(iso: string | null): string {
-  if (iso === null) return '<span class="muted">never</span>';
-  return `<time datetime="${escapeHtml(iso)}">${escapeHtml(iso.replace('T', ' ').replace(/\.\d+Z$/, ' UTC').replace(/Z$/, ' UTC'))}</time>`;
-}
+const when = (iso: string | null) => (iso === null ? '<span class="muted">never</span>' : timeHtml(iso));
 
 function valueFields(prefix: string): string {
   return `<label for="${prefix}-value">New value</label>

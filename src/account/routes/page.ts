@@ -2,7 +2,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { checkRepo } from '../../shared/names.ts';
 import { credentialsSection } from '../credentials/index.ts';
-import { escapeHtml, sendPage } from '../../shared/html-page.ts';
+import { escapeHtml, sendPage, timeHtml } from '../../shared/html-page.ts';
 import type { Sessions } from '../sessions.ts';
 
 type Req = FastifyRequest<{ Params: { repo: string } }>;
@@ -14,8 +14,9 @@ export async function pageRoutes(app: FastifyInstance, deps: { sessions: Session
     const base = `/${repo}/_account`;
     if (!session) {
       const login = `${base}/login?${new URLSearchParams({ return_to: `${base}/` })}`;
-      return sendPage(reply, 200, 'Not signed in', `<h1>Not signed in</h1>
-<div class="card"><p>You are not signed in to <strong>${escapeHtml(req.org)}</strong>.</p>
+      const signedOut = (req.query as Record<string, unknown>).signed_out === '1';
+      return sendPage(reply, 200, signedOut ? 'Signed out' : 'Not signed in', `<h1>${signedOut ? 'Signed out' : 'Not signed in'}</h1>
+${signedOut ? `<div class="card" role="status"><p>You are signed out of <strong>${escapeHtml(req.org)}</strong> on this browser.</p></div>\n` : ''}<div class="card"><p>You are not signed in to <strong>${escapeHtml(req.org)}</strong>.</p>
 <p><a class="button primary" href="${escapeHtml(login)}">Sign in</a></p></div>`);
     }
     const u = session.user;
@@ -31,10 +32,10 @@ ${row('Login', u.login)}
 ${row('User id', u.id)}
 ${row('Organization', session.org)}
 ${row('Repository', repo)}
-${row('Session expires', session.expiresAt.toISOString())}
+<dt>Session expires</dt><dd>${timeHtml(session.expiresAt)}</dd>
 </dl>
 <form method="post" action="${escapeHtml(base)}/logout">
-<input type="hidden" name="return_to" value="${escapeHtml(base)}/">
+<input type="hidden" name="return_to" value="${escapeHtml(base)}/?signed_out=1">
 <p><button class="danger" type="submit">Sign out</button></p>
 </form>
 </section>

@@ -75,6 +75,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
     const repo = checkRepo(req.params.repo);
     const info = requestInfo(req);
     deps.limiter.take(info.ip);
+    // SPEC 7: no (or a bad) return_to is /{repo}/ — the app, or with none the landing page (proxy/landing.ts).
     const returnTo = safeReturnTo(one(req.query.return_to), repo);
     const wanted = one(req.query.provider);
     let provider: SignInProvider | undefined;
