@@ -6,7 +6,7 @@ import { Counter, Gauge } from 'prom-client';
 import { ApiError } from '../shared/errors.ts';
 import type { Config } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
-import { metrics } from '../shared/admin.ts';
+import { metrics } from '../shared/metrics.ts';
 import { loopDelayMs, watchLoopDelay } from '../shared/loop-delay.ts';
 import { RateLimiter } from '../shared/rate-limit.ts';
 import { bearerToken, verifyRepoSecret } from '../shared/secrets.ts';

@@ -10,6 +10,8 @@ import { identityHeaders } from '../account/identity-headers.ts';
 import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, trustedPeers } from './forward.ts';
 import { attachWebSocketProxy } from './apps-ws.ts';
 import { isLandingRequest, sendLanding } from './landing.ts';
+import { Counter } from 'prom-client';
+import { metrics } from '../shared/metrics.ts';
 
 export interface AppsOptions {
   apps: Map<string, AppRoute>;
@@ -20,6 +22,8 @@ export interface AppsOptions {
   renewalCookie?: (req: FastifyRequest) => string | null;
   logger: Logger;
 }
+
+const appRequests = new Counter({ name: 'scopebase_app_requests_total', help: 'Requests to /{repo}/* other than /_db and /_account (apps), by status class', labelNames: ['status'], registers: [metrics] });
 
 /** Paths the product reserves under every repo; they never reach an app. */
 const RESERVED = /^\/(_db|_account)(\/|$)/;
@@ -85,6 +89,10 @@ export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsyn
 
   const plugin: FastifyPluginAsync = async (app) => {
     streamBodies(app);
+    // Every request the apps' routes answered, forwarded or not (a sign-in redirect, a landing page, an upstream's reply).
+    app.addHook('onResponse', async (_req, reply) => {
+      appRequests.inc({ status: `${Math.floor(reply.statusCode / 100)}xx` });
+    });
     app.all('/:repo', handler);
     app.all('/:repo/*', handler);
     const detach = attachWebSocketProxy(app.server, { ...opts, isTrusted, privateCookies: PRIVATE_COOKIES });

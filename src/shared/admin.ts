@@ -1,11 +1,10 @@
 // SPEC 9: /healthz, /readyz and Prometheus /metrics on ADMIN_PORT, apart from public traffic.
 import type { FastifyInstance } from 'fastify';
-import { collectDefaultMetrics, Registry } from 'prom-client';
 import { createHttpApp } from './http.ts';
 import type { Logger } from './log.ts';
+import { metrics } from './metrics.ts';
 
-export const metrics = new Registry();
-collectDefaultMetrics({ register: metrics });
+export { metrics };
 
 export interface Readiness {
   /** Null when ready, else why not (starting, draining, a part that is down). */

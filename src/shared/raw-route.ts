@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks';
 import { Readable, pipeline } from 'node:stream';
 import { ApiError } from './errors.ts';
 import type { Logger } from './log.ts';
+import { observeRequest } from './metrics.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._:@-]{1,128}$/;
 
@@ -46,6 +47,7 @@ export function errorReply(err: ApiError): RawReply {
 
 /** One access line per request, for every route: no query string, headers or bodies (they may carry secrets). */
 export function logAccess(logger: Logger, reqId: string, method: string | undefined, url: string | undefined, status: number, ms: number, extra?: object): void {
+  observeRequest(method, url, status, ms);
   if (!logger.isLevelEnabled('info')) return;
   logger.info({ reqId, method, path: (url ?? '').split('?')[0], status, ms: Math.round(ms * 10) / 10, ...extra }, 'request');
 }

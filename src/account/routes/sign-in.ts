@@ -15,6 +15,10 @@ import { safeReturnTo } from '../return-to.ts';
 import type { Sessions } from '../sessions.ts';
 import type { AccountStore } from '../store.ts';
 import { isTokenShaped, newToken } from '../tokens.ts';
+import { Counter } from 'prom-client';
+import { metrics } from '../../shared/metrics.ts';
+
+const signIns = new Counter({ name: 'scopebase_sign_ins_total', help: 'Sign-ins: started (sent to a provider), succeeded (a session made), failed (refused at /login or /callback)', labelNames: ['outcome'], registers: [metrics] });
 
 export interface SignInDeps {
   providers: SignInProvider[];
@@ -61,6 +65,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
   // Browser flows get a readable page with the right status; API callers get SPEC 3's JSON.
   app.setErrorHandler((err, req: Req, reply) => {
     const e = toApiError(err, req);
+    signIns.inc({ outcome: 'failed' });
     if (e.code !== 'internal' && e.code !== 'rate_limited') req.log.info({ code: e.code, details: e.details }, 'sign-in refused');
     let repo: string;
     try {
@@ -99,6 +104,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
     deps.store.savePending(state, { provider: provider.id, org: req.org, repo, codeVerifier, nonce, returnTo, redirectUri, binding: sha256hex(binding) }, PENDING_TTL_MS);
     reply.header('set-cookie', serializeCookie(cookieName(LOGIN_COOKIE, info.https), binding, PENDING_TTL_MS / 1000, info.https));
     reply.header('cache-control', 'no-store');
+    signIns.inc({ outcome: 'started' });
     return reply.redirect(url.href, 302);
   });
 
@@ -124,6 +130,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
     const user = deps.store.upsertUser(provider.namespace, signedIn.subject, signedIn.profile);
     deps.sessions.issue(req, reply, user.id);
     req.log.info({ userId: user.id, provider: provider.id }, 'signed in');
+    signIns.inc({ outcome: 'succeeded' });
     reply.header('cache-control', 'no-store');
     return reply.redirect(pending.returnTo, 302);
   });

@@ -1,7 +1,7 @@
 // Prometheus metrics of mirror delivery, on the shared admin registry. Registered once per process; the delivery
 // thread's counters are added here by its relay (threaded.ts), and the gauges read its lanes at scrape time.
 import { Counter, Gauge } from 'prom-client';
-import { metrics } from '../../shared/admin.ts';
+import { metrics } from '../../shared/metrics.ts';
 import { addLag, LAG_BUCKETS, type LagCounts } from './thread-protocol.ts';
 
 /** One lane as the scrape-time gauges see it. */
