@@ -44,7 +44,8 @@ export function eventIds(node: ClusterNodeProcess, org: string, repo: string, da
 export async function startCluster({ nodes = 3, ttlS = 2, env = {} }: { nodes?: number; ttlS?: number; env?: Record<string, string> } = {}): Promise<TestCluster> {
   const etcd = await startEtcd();
   const client = new Etcd([etcd.url]);
-  const common = { CLUSTER_ETCD: etcd.url, CLUSTER_LEASE_TTL_S: String(ttlS), DB_HISTORY_DAYS: '0', ...env };
+  // No shedding on a late event loop: these tests are about replication, and CI runs them beside other suites on two cores.
+  const common = { CLUSTER_ETCD: etcd.url, CLUSTER_LEASE_TTL_S: String(ttlS), DB_HISTORY_DAYS: '0', DB_MAX_LOOP_DELAY_MS: '0', ...env };
   const list: ClusterNodeProcess[] = [];
   for (let i = 1; i <= nodes; i++) {
     const port = await freePort();
