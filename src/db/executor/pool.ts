@@ -47,6 +47,8 @@ interface WriteItem {
   reject: (e: unknown) => void;
   /** For a hold: hands over the held lane. */
   held?: (hold: LaneHold) => void;
+  /** Already run once more after its process died under it without committing it. */
+  retried?: boolean;
 }
 
 /**
@@ -297,6 +299,13 @@ export class ExecutorPool {
     }
     if (splittable) {
       for (const it of items) await this.runGroup(path, lane, [it], false);
+      return;
+    }
+    // Not committed, and its process died under it, not at its time limit (killed from outside, out of memory):
+    // it runs once more, as a lost read does; a second loss is reported (it may be the request's own doing).
+    if (items.length === 1 && e.reason === 'crash' && !items[0]!.retried) {
+      items[0]!.retried = true;
+      await this.runGroup(path, lane, items, false);
       return;
     }
     for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
