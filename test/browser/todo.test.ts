@@ -3,7 +3,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import { chromium, type Browser, type BrowserContext } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { startProduct, type Product } from '../helpers/product.ts';
 import { createTodoApp } from '../../examples/todo/app.ts';
 
@@ -28,7 +28,7 @@ after(async () => {
   await p?.close();
 });
 
-async function signedIn(email: string, name: string): Promise<{ context: BrowserContext; page: import('playwright-core').Page; base: string }> {
+async function signedIn(email: string, name: string): Promise<{ context: BrowserContext; page: Page; base: string }> {
   const context = await browser.newContext();
   const page = await context.newPage();
   const base = `http://acme.localhost:${new URL(p.url).port}`;
