@@ -1,5 +1,6 @@
 // A tiny HTTP client for set-up and probes (node:http: it lets us set Host, which fetch does not).
 import { Agent, request } from 'node:http';
+import { request as undiciRequest, type Dispatcher } from 'undici';
 
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 
@@ -28,4 +29,20 @@ export async function postJson(url: string, headers: Record<string, string>, val
 
 export function closeHttp(): void {
   agent.destroy();
+}
+
+export interface JsonAnswer { status: number; json: any } // eslint-disable-line @typescript-eslint/no-explicit-any
+
+/** For load and fault scripts: one request through undici that never throws (status 0 = no answer in time). */
+export async function sendJson(url: string, opts: { method?: string; headers: Record<string, string>; body?: unknown; timeoutMs?: number; dispatcher: Dispatcher }): Promise<JsonAnswer> {
+  const timeout = opts.timeoutMs ?? 30_000;
+  try {
+    const res = await undiciRequest(url, { method: (opts.method ?? 'POST') as 'POST', dispatcher: opts.dispatcher, body: opts.body === undefined ? undefined : JSON.stringify(opts.body), headersTimeout: timeout, bodyTimeout: timeout, headers: { 'content-type': 'application/json', ...opts.headers } });
+    const text = await res.body.text();
+    let json: unknown = null;
+    try { json = JSON.parse(text); } catch { /* not JSON: json stays null */ }
+    return { status: res.statusCode, json };
+  } catch {
+    return { status: 0, json: null };
+  }
 }
