@@ -199,14 +199,18 @@ describe('time travel', () => {
     const event = (await p.db(repo, 'changes', { since: made.json.version - 1 })).json.events[0];
     assert.equal(event.changeset, null, 'a bulk write: its changeset (past 1 MiB) is not in the event, followers take a snapshot');
     const outcomes = new Set<string>();
+    let landed = 0;
     for (const delay of [5, 40, 150, 400]) {
       const cut = await p.db(repo, 'execute', { sql: 'DELETE FROM big WHERE id > 100' });
       assert.equal(cut.status, 200, cut.text);
-      const pending = p.db(repo, 'restore', { toVersion: made.json.version });
+      let answered = false;
+      const pending = p.db(repo, 'restore', { toVersion: made.json.version }).finally(() => { answered = true; });
       await new Promise((r) => setTimeout(r, delay));
+      let killed = 0;
       for (const pid of executorPids()) {
-        try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
+        try { process.kill(pid, 'SIGKILL'); killed++; } catch { /* already gone */ }
       }
+      if (killed > 0 && !answered) landed++;
       const r = await pending;
       // Every process was killed at once: reads may meet several that are dying before fresh ones take over.
       let count = await p.db(repo, 'query', { sql: 'SELECT count(*) FROM big' });
@@ -228,7 +232,9 @@ describe('time travel', () => {
       const check = await p.db(repo, 'query', { sql: 'PRAGMA integrity_check' });
       assert.deepEqual(check.json.results[0].rows, [['ok']]);
     }
-    assert.ok(outcomes.has('not restored'), `a kill landed during a restore: ${[...outcomes]}`);
+    // A restore whose executors die before it commits runs once more on fresh ones, so a landed kill may still end
+    // restored: what must hold is that every outcome above is whole, with kills landing while restores ran.
+    assert.ok(landed > 0, `a kill landed during a restore (outcomes: ${[...outcomes]})`);
   });
 
   test('history that begins later: older versions are gone (410), naming the oldest restorable one', async () => {
