@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
+import { sendJson, type JsonAnswer } from './lib/http.ts';
 import { processTree } from './lib/proc.ts';
 import { startInstance, type Instance } from './scopebase/instance.ts';
 
@@ -25,10 +26,9 @@ let agent = new Agent({ connections: 64 });
 const acknowledged = new Map<string, string[]>(DATABASES.map((d) => [d, []]));
 const failures: string[] = [];
 
-async function db(inst: Instance, op: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await request(`${inst.proxyUrl}/web/_db/${op}`, { method: 'POST', dispatcher: agent, headers: { host: inst.host, authorization: `Bearer ${inst.secret()}`, 'content-type': 'application/json' }, body: JSON.stringify(body), headersTimeout: 30_000, bodyTimeout: 30_000 });
-  return { status: res.statusCode, json: await res.body.json() as Record<string, unknown> };
-}
+/** One database request; status 0 when no answer came (the process is gone). */
+const db = (inst: Instance, op: string, body: unknown): Promise<JsonAnswer> =>
+  sendJson(`${inst.proxyUrl}/web/_db/${op}`, { dispatcher: agent, body, headers: { host: inst.host, authorization: `Bearer ${inst.secret()}` } });
 
 /** Writers, two per database: each batch puts one key into two tables; a 200 records it as acknowledged. */
 function startWriters(inst: Instance): { stop(): Promise<void>; acked(): Map<string, number> } {
@@ -38,18 +38,16 @@ function startWriters(inst: Instance): { stop(): Promise<void>; acked(): Map<str
     const database = DATABASES[w % DATABASES.length]!;
     for (let i = 0; !stopped; i++) {
       const k = `${randomBytes(4).toString('hex')}-${w}-${i}`;
-      try {
-        const r = await db(inst, 'execute', { database, statements: [{ sql: 'INSERT INTO a(k) VALUES (?)', params: [k] }, { sql: 'INSERT INTO b(k) VALUES (?)', params: [k] }] });
-        if (r.status === 200) {
-          acknowledged.get(database)!.push(k);
-          count.set(database, count.get(database)! + 1);
-        } else if (r.status !== 503 && r.status !== 422) {
-          // 503: refused or lost, nothing applied (or said unknown). 422: the write sat on the stopped executor past
-          // DB_QUERY_TIMEOUT_MS, which stopped it as it stops any runaway; nothing of it was applied.
-          failures.push(`a write got ${r.status}: ${JSON.stringify(r.json).slice(0, 200)}`);
-        }
-      } catch {
+      const r = await db(inst, 'execute', { database, statements: [{ sql: 'INSERT INTO a(k) VALUES (?)', params: [k] }, { sql: 'INSERT INTO b(k) VALUES (?)', params: [k] }] });
+      if (r.status === 0) {
         await sleep(20); // the process is gone: no reply, so nothing was acknowledged
+      } else if (r.status === 200) {
+        acknowledged.get(database)!.push(k);
+        count.set(database, count.get(database)! + 1);
+      } else if (r.status !== 503 && r.status !== 422) {
+        // 503: refused or lost, nothing applied (or said unknown). 422: the write sat on the stopped executor past
+        // DB_QUERY_TIMEOUT_MS, which stopped it as it stops any runaway; nothing of it was applied.
+        failures.push(`a write got ${r.status}: ${JSON.stringify(r.json).slice(0, 200)}`);
       }
     }
   };

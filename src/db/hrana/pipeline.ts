@@ -28,7 +28,7 @@ type Result = { type: 'ok'; response: Record<string, unknown> } | { type: 'error
 const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))/i;
 const TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
 /** `PRAGMA foreign_keys` around a migration (what @libsql/client's migrate() sends): the stream's setting, as a connection's. */
-const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+foreign_keys\s*=\s*(on|off|0|1|true|false|yes|no)\s*;?\s*$/i;
+const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+foreign_keys\s*=\s*(?:on|off|0|1|true|false|yes|no)\s*;?\s*$/i;
 
 const CODES: Record<string, string> = {
   not_allowed: 'SQLITE_AUTH', read_only: 'SQLITE_READONLY', sql_error: 'SQLITE_ERROR', constraint_violation: 'SQLITE_CONSTRAINT',
@@ -126,9 +126,8 @@ export class Pipeline {
   /** One statement on its own (autocommit). */
   private async execute(stmt: HranaStmt, where: string): Promise<StmtResult> {
     const s = this.statement(stmt, where);
-    const pragma = FOREIGN_KEYS_PRAGMA.exec(s.sql);
-    if (pragma) {
-      if (!this.stream.tx) this.stream.foreignKeysOff = /^(off|0|false|no)$/i.test(pragma[1]!); // inside a transaction SQLite ignores it
+    if (FOREIGN_KEYS_PRAGMA.test(s.sql)) {
+      if (!this.stream.tx) this.stream.foreignKeysOff = turnsForeignKeysOff(s.sql); // inside a transaction SQLite ignores it
       return EMPTY;
     }
     if (TRANSACTION.test(s.sql)) return this.control(s.sql, s);
