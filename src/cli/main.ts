@@ -1,6 +1,6 @@
 // The `scopebase` command (SPEC 10), on commander: the most used Node argument parser, no dependencies of its own,
 // and `<command> --help` and `help <command>` come from one description per command, so they cannot drift apart.
-import { readFileSync } from 'node:fs';
+import { productVersion } from '../shared/version.ts';
 import { flushCompileCache } from 'node:module';
 import { Argument, Command, CommanderError } from 'commander';
 import { ConfigError } from '../shared/config.ts';
@@ -21,9 +21,6 @@ Commands that talk to a running instance read SCOPEBASE_URL, SCOPEBASE_REPO, SCO
 SCOPEBASE_SECRET when their option is not given, and PORT, BASE_DOMAIN, RUNTIME_ROOT_KEY and DATA_DIR as the
 server does. Reference: docs/cli.md.`;
 
-function version(): string {
-  return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
-}
 
 async function start(part: 'all' | 'proxy' | 'db' | 'account' | 'mirror'): Promise<void> {
   const { startCommand } = await import('./start.ts'); // the server's code loads only when a server starts
@@ -34,7 +31,7 @@ async function start(part: 'all' | 'proxy' | 'db' | 'account' | 'mirror'): Promi
 export function buildProgram(): Command {
   const program = new Command('scopebase')
     .description('a database and sign-in for every repository: run the server, and work with a repo\'s database')
-    .version(version(), '-v, --version')
+    .version(productVersion(), '-v, --version')
     .exitOverride()
     .showHelpAfterError('(add --help for usage)')
     .addHelpText('after', FOOTER);

@@ -22,6 +22,8 @@ export interface Running {
   url: string;
   adminUrl: string;
   mirrorUrl: string | null;
+  /** The public and admin servers (tests read their route tables). */
+  servers: { main: FastifyInstance; admin: FastifyInstance };
   close(): Promise<void>;
 }
 
@@ -34,13 +36,14 @@ export async function startParts(part: Part, config: Config, logger: Logger, hos
     await admin.close();
   };
   try {
-    const { url, mirrorUrl } = await startMain(part, config, logger, host, closers);
+    const { main, url, mirrorUrl } = await startMain(part, config, logger, host, closers);
     const adminAddress = await admin.listen({ port: config.adminPort, host });
     return {
       part,
       url,
       adminUrl: adminAddress,
       mirrorUrl,
+      servers: { main, admin },
       async close() {
         draining = true;
         await closeAll(); // the listener closes first: in-flight requests finish, new ones get 503

@@ -5,6 +5,7 @@ import { registerImportRoute } from '../db/import.ts';
 import { ApiError } from '../shared/errors.ts';
 import { createHttpApp } from '../shared/http.ts';
 import type { RawHandler } from '../shared/raw-route.ts';
+import { OPENAPI_PATH, openApiJson } from '../shared/openapi.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { DbHandler } from '../db/contract.ts';
@@ -97,6 +98,7 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     },
   });
 
+  app.get(OPENAPI_PATH, async (_req, reply) => reply.type('application/json; charset=utf-8').send(openApiJson()));
   if (opts.account) await app.register(opts.account, { prefix: '/:repo/_account' });
   if (opts.apps) await app.register(opts.apps);
   return app;

@@ -18,6 +18,13 @@ export interface HttpOptions {
   rawRoutes?: RawRouter;
 }
 
+const routeTables = new WeakMap<FastifyInstance, Set<string>>();
+
+/** Every route a server registered, as `METHOD /template` (the OpenAPI test compares the document with it). */
+export function routeTable(app: FastifyInstance): string[] {
+  return [...(routeTables.get(app) ?? [])].sort();
+}
+
 // Fastify's defaults for the servers it makes itself; ours (serverFactory) keep them.
 const KEEP_ALIVE_TIMEOUT_MS = 72_000;
 
@@ -64,6 +71,11 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
+  const table = new Set<string>();
+  routeTables.set(app, table);
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) table.add(`${method} ${route.url}`);
+  });
   app.addHook('onRequest', async (req, reply) => {
     reply.header('x-request-id', req.id);
   });

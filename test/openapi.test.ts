@@ -1,0 +1,56 @@
+// Issue 14: the OpenAPI 3.1 document at /_scopebase/openapi.json (every org host and the admin port) describes exactly
+// the routes the running product serves: compared with the live Fastify route tables, none missing and none extra.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startProduct, type Product } from './helpers/product.ts';
+import { routeTable } from '../src/shared/http.ts';
+
+let p: Product;
+before(async () => {
+  p = await startProduct();
+});
+after(() => p.close());
+
+/** Methods an OpenAPI path item can name; HEAD is left out (Fastify answers HEAD for every GET by itself). */
+const OPENAPI_METHODS = ['get', 'post', 'put', 'patch', 'delete', 'options', 'trace'];
+const normalize = (route: string) => (route.length > 1 ? route.replace(/\/$/, '') : route);
+
+test('served on every org host and on the admin port, the same document', async () => {
+  const acme = await p.call('/_scopebase/openapi.json');
+  const globex = await p.call('/_scopebase/openapi.json', { org: 'globex' });
+  const admin = await fetch(`${p.running.adminUrl}/_scopebase/openapi.json`);
+  assert.equal(acme.status, 200);
+  assert.match(String(acme.headers['content-type']), /^application\/json/);
+  assert.equal(acme.json.openapi, '3.1.0');
+  assert.equal(globex.text, acme.text);
+  assert.equal(await admin.text(), acme.text);
+});
+
+test('the document lists exactly the routes the live product serves', async () => {
+  const doc = (await p.call('/_scopebase/openapi.json')).json;
+  const documented = new Set<string>();
+  for (const [path, pathItem] of Object.entries<Record<string, unknown>>(doc.paths)) {
+    const route = pathItem['x-scopebase-route'];
+    assert.equal(typeof route, 'string', `${path} names the route serving it`);
+    for (const method of OPENAPI_METHODS) if (pathItem[method]) documented.add(`${method.toUpperCase()} ${normalize(route as string)}`);
+  }
+  const served = new Set<string>();
+  for (const server of [p.running.servers.main, p.running.servers.admin]) {
+    for (const line of routeTable(server)) {
+      const [method, route] = line.split(' ') as [string, string];
+      if (OPENAPI_METHODS.includes(method.toLowerCase())) served.add(`${method} ${normalize(route)}`);
+    }
+  }
+  assert.ok(served.size > 20, 'the route tables were read');
+  assert.deepEqual([...served].filter((r) => !documented.has(r)).sort(), [], 'served but not documented');
+  assert.deepEqual([...documented].filter((r) => !served.has(r)).sort(), [], 'documented but not served');
+});
+
+test('every path template variable is declared as a parameter', async () => {
+  const doc = (await p.call('/_scopebase/openapi.json')).json;
+  for (const [path, pathItem] of Object.entries<Record<string, unknown>>(doc.paths)) {
+    const declared = ((pathItem.parameters ?? []) as { $ref?: string; name?: string }[]).map((x) => x.name ?? x.$ref!.split('/').pop());
+    for (const [, name] of path.matchAll(/\{([^}]+)\}/g)) assert.ok(declared.includes(name), `${path}: {${name}} is declared`);
+    for (const ref of declared) assert.ok(doc.components.parameters[ref!], `${path}: parameter ${ref} exists`);
+  }
+});
