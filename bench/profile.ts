@@ -1,4 +1,4 @@
-// `npx node bench/profile.ts [read|insert] [seconds] [split]`: starts the product with --cpu-prof (and its executor
+// `npx node bench/profile.ts [read|insert|libsql-read] [seconds] [split]`: starts the product with --cpu-prof (and its executor
 // processes too; with `split`, `serve db` and `serve proxy` as two processes), puts a point-read or insert load on
 // it through the proxy, and prints where the time went.
 import { spawn } from 'node:child_process';
@@ -11,7 +11,7 @@ import { request } from 'undici';
 import { repoSecret } from '../src/shared/secrets.ts';
 import { summarize } from './lib/cpuprofile.ts';
 
-const mode = process.argv[2] === 'insert' ? 'insert' : 'read';
+const mode = (['insert', 'libsql-read'] as const).find((m) => m === process.argv[2]) ?? 'read';
 const seconds = Number(process.argv[3] ?? 6);
 const key = 'c'.repeat(64);
 const dataDir = mkdtempSync(join(tmpdir(), 'scopebase-profile-'));
@@ -34,9 +34,16 @@ const headers = { host: `acme.localhost:${port}`, authorization: `Bearer ${repoS
 const post = async (op: string, body: unknown) => (await request(`http://127.0.0.1:${port}/web/_db/${op}`, { method: 'POST', headers, body: JSON.stringify(body) })).body.text();
 await post('migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE todos(id INTEGER PRIMARY KEY, title TEXT, done INTEGER)' }] });
 await post('execute', { sql: "INSERT INTO todos(title, done) WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) SELECT 'todo ' || x, x % 2 FROM c" });
+const READ = 'SELECT id, title, done FROM todos WHERE id = ?';
+const bodyOf = (i: number) => {
+  const id = 1 + ((i * 7919) % 100_000);
+  if (mode === 'read') return { sql: READ, params: [id] };
+  if (mode === 'insert') return { sql: 'INSERT INTO todos(title, done) VALUES (?, 0)', params: [`x${i}`] };
+  // what @libsql/client sends for one execute (SPEC 4.10)
+  return { baton: null, requests: [{ type: 'execute', stmt: { sql: READ, args: [{ type: 'integer', value: String(id) }] } }, { type: 'close' }] };
+};
 const requests = Array.from({ length: 256 }, (_, i) => ({
-  method: 'POST' as const, path: `/web/_db/${mode === 'read' ? 'query' : 'execute'}`, headers,
-  body: JSON.stringify(mode === 'read' ? { sql: 'SELECT id, title, done FROM todos WHERE id = ?', params: [1 + ((i * 7919) % 100_000)] } : { sql: 'INSERT INTO todos(title, done) VALUES (?, 0)', params: [`x${i}`] }),
+  method: 'POST' as const, path: `/web/_db/${{ read: 'query', insert: 'execute', 'libsql-read': 'v2/pipeline' }[mode]}`, headers, body: JSON.stringify(bodyOf(i)),
 }));
 const result = await autocannon({ url: `http://127.0.0.1:${port}`, connections: 32, duration: seconds, requests });
 console.log(`${mode}: ${Math.round(result.requests.average)} req/s, p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms, non-2xx ${result.non2xx}`);

@@ -306,6 +306,39 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.equal(r[8].type, 'ok');
   });
 
+  test('StmtResult fields: cols with decltype, typed values, affected_row_count, last_insert_rowid as text, want_rows', async () => {
+    const stmt = (sql: string, extra: Record<string, unknown> = {}) => ({ type: 'execute', stmt: { sql, ...extra } });
+    const res = await pipeline({
+      baton: null,
+      requests: [
+        stmt('CREATE TABLE shapes(id INTEGER PRIMARY KEY, r REAL, t TEXT, b BLOB)'),
+        stmt("INSERT INTO shapes(r, t, b) VALUES (2.0, 'a\"b', x'00ff'), (1e999, NULL, NULL)"),
+        stmt('INSERT INTO shapes(r) VALUES (0.5) RETURNING id, r * 2 AS twice'),
+        stmt('SELECT id, r, t, b FROM shapes ORDER BY id'),
+        stmt('SELECT id FROM shapes', { want_rows: false }),
+        { type: 'close' },
+      ],
+    });
+    assert.equal(res.status, 200, res.text);
+    const [create, insert, returning, select, noRows] = res.json.results.map((x: { response: { result: Record<string, unknown> } }) => x.response.result);
+    for (const r of [create, insert, returning, select, noRows]) {
+      assert.deepEqual(Object.keys(r).sort(), ['affected_row_count', 'cols', 'last_insert_rowid', 'query_duration_ms', 'rows', 'rows_read', 'rows_written']);
+      assert.equal(typeof r.query_duration_ms, 'number');
+    }
+    assert.deepEqual([insert.affected_row_count, insert.last_insert_rowid], [2, '2']);
+    assert.deepEqual(returning.cols, [{ name: 'id', decltype: 'INTEGER' }, { name: 'twice', decltype: null }]);
+    assert.deepEqual(returning.rows, [[{ type: 'integer', value: '3' }, { type: 'float', value: 1 }]]);
+    assert.deepEqual([returning.affected_row_count, returning.last_insert_rowid], [1, '3']);
+    assert.deepEqual(select.rows, [
+      [{ type: 'integer', value: '1' }, { type: 'float', value: 2 }, { type: 'text', value: 'a"b' }, { type: 'blob', base64: 'AP8=' }],
+      [{ type: 'integer', value: '2' }, { type: 'null' }, { type: 'null' }, { type: 'null' }], // JSON has no Infinity
+      [{ type: 'integer', value: '3' }, { type: 'float', value: 0.5 }, { type: 'null' }, { type: 'null' }],
+    ]);
+    assert.deepEqual([select.affected_row_count, select.last_insert_rowid], [0, null]);
+    assert.deepEqual(noRows.rows, [], 'want_rows: false');
+    assert.deepEqual(noRows.cols, [{ name: 'id', decltype: 'INTEGER' }]);
+  });
+
   test('batons: one use each, bound to their database and repo; malformed bodies get SPEC 3 errors', async () => {
     const first = await pipeline({ baton: null, requests: [{ type: 'store_sql', sql_id: 5, sql: 'SELECT 5 AS v' }] });
     const baton = first.json.baton as string;

@@ -216,14 +216,15 @@ export class DbService implements DbHandler, ChangeFeed {
       run: async (kind, statements, foreignKeysOff) => {
         const body: Record<string, unknown> = { database: scope.database, statements };
         validate(kind === 'read' ? 'query' : 'execute', body, this.config.db.maxStatements);
-        body.rows = 'typed'; // after validate, as foreignKeysOff: no client can send either
+        body.rows = 'hrana'; // after validate, as foreignKeysOff: no client can send either
         if (foreignKeysOff && kind === 'write') body.foreignKeysOff = true;
         const raw = Buffer.from(JSON.stringify(body));
         if (kind === 'read' && !this.exists(scope)) throw notFound(scope);
         const res = kind === 'read' ? await this.pool.read({ op: 'query', path }, raw) : await this.replicated(scope, await this.pool.write(scope, path, 'execute', raw));
-        const parsed = JSON.parse(res.body.toString('utf8'));
-        if (res.status !== 200) throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
-        return parsed;
+        const text = res.body.toString('utf8');
+        if (res.status === 200) return text;
+        const { error } = JSON.parse(text);
+        throw new ApiError(error.code, error.message, error.details);
       },
       holdLane: async () => {
         const hold = await this.pool.holdLane(scope, path);

@@ -7,6 +7,7 @@ import { checkParams } from '../params.ts';
 import { deferForeignKeys } from './foreign-keys.ts';
 import { assertSchemaClean } from '../sandbox.ts';
 import { MENTIONS, alterColumn } from './alter-column.ts';
+import { hranaCols, hranaEmpty, hranaResult, hranaRow } from './hrana-result.ts';
 
 export interface StatementSpec {
   sql: string;
@@ -46,11 +47,10 @@ function checkSafe(v: unknown): void {
 }
 
 /**
- * How rows come out: `arrays` and `objects` as SPEC 4.3 says; `typed` (set by the service for the libSQL protocol,
- * never by a client) as arrays where a whole REAL is `{"$real": n}`, so it is not taken for an INTEGER, with each
- * column's declared type beside its name.
+ * How results come out: `arrays` and `objects` as SPEC 4.3 says; `hrana` (set by the service for the libSQL
+ * protocol, never by a client) as the protocol's own StmtResult, typed values and declared types included.
  */
-export type RowShape = 'arrays' | 'objects' | 'typed';
+export type RowShape = 'arrays' | 'objects' | 'hrana';
 
 /** `bigints`: integers arrive as BigInt, so a number is a REAL and needs no check. */
 function renderRows(stmt: StatementSync, args: unknown[], shape: RowShape, budget: ResultBudget, bigints: boolean): Rendered {
@@ -65,10 +65,11 @@ function renderRows(stmt: StatementSync, args: unknown[], shape: RowShape, budge
         else if (!bigints) checkSafe(v);
       }
       text = JSON.stringify(o);
+    } else if (shape === 'hrana') {
+      text = hranaRow(row as unknown as unknown[]);
     } else {
       const values = row as unknown as unknown[];
       if (!bigints) for (let i = 0; i < values.length; i++) checkSafe(values[i]);
-      if (shape === 'typed') for (let i = 0; i < values.length; i++) if (Number.isInteger(values[i])) values[i] = { $real: values[i] };
       text = JSON.stringify(encodeRow(values));
     }
     budget.charge(text);
@@ -80,7 +81,7 @@ function renderRows(stmt: StatementSync, args: unknown[], shape: RowShape, budge
 /** Renders rows; an integer past ±(2^53−1) makes the statement be read again as BigInt (a REAL stays a number). */
 function rowsOf(stmt: StatementSync, args: unknown[], shape: RowShape, budget: ResultBudget, bigints: boolean): Rendered {
   stmt.setReturnArrays(shape !== 'objects');
-  if (bigints || shape === 'typed') {
+  if (bigints || shape === 'hrana') {
     stmt.setReadBigInts(true);
     return renderRows(stmt, args, shape, budget, true);
   }
@@ -94,24 +95,23 @@ function rowsOf(stmt: StatementSync, args: unknown[], shape: RowShape, budget: R
   }
 }
 
-/** `"columns":[…]`, and for `typed` rows `"decltypes":[…]` (null for an expression). */
-function columnsOf(stmt: StatementSync, shape: RowShape): string {
-  const cols = stmt.columns();
-  const names = `"columns":${JSON.stringify(cols.map((c) => c.name))}`;
-  return shape === 'typed' ? `${names},"decltypes":${JSON.stringify(cols.map((c) => c.type ?? null))}` : names;
+function columnsOf(stmt: StatementSync): string {
+  return `"columns":${JSON.stringify(stmt.columns().map((c) => c.name))}`;
 }
 
 /** A read (/_db/query): `{"columns":[...],"rows":[...]}`. */
 export function runRead(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): string {
+  const since = performance.now();
   const args = bind(decodeParams(spec.params, `statements[${index}]`));
   const p = h.prepare(spec.sql, 'read');
   checkParams(p.params, spec.params, index);
   if (!p.returnsRows) {
     // A read-only statement without a result (e.g. an empty PRAGMA) still runs, for its errors.
     p.stmt.run(...(args as []));
-    return '{"columns":[],"rows":[]}';
+    return shape === 'hrana' ? hranaEmpty(since) : '{"columns":[],"rows":[]}';
   }
-  return `{${columnsOf(p.stmt, shape)},"rows":${rowsOf(p.stmt, args, shape, budget, false).json}}`;
+  const rows = rowsOf(p.stmt, args, shape, budget, false).json;
+  return shape === 'hrana' ? hranaResult(hranaCols(p.stmt), rows, 0, null, since) : `{${columnsOf(p.stmt)},"rows":${rows}}`;
 }
 
 export interface WriteOutcome {
@@ -122,10 +122,11 @@ export interface WriteOutcome {
 
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
 export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): WriteOutcome {
+  const since = performance.now();
   const args = bind(decodeParams(spec.params, `statements[${index}]`));
   if (MENTIONS.test(spec.sql)) {
     const altered = alterColumn(h, spec.sql);
-    if (altered) return altered;
+    if (altered) return shape === 'hrana' ? { ...altered, text: hranaEmpty(since) } : altered;
   }
   const p: Prepared = h.prepare(spec.sql, 'write');
   checkParams(p.params, spec.params, index);
@@ -133,8 +134,11 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   if (p.returnsRows) {
     const rows = rowsOf(p.stmt, args, shape, budget, true);
     const count = p.dml ? rows.count : 0;
-    const last = p.inserts && count > 0 ? JSON.stringify(encodeValue(h.internal('SELECT last_insert_rowid() AS id').get()!.id)) : 'null';
-    return { text: `{"rowsAffected":${count},"lastInsertRowid":${last},${columnsOf(p.stmt, shape)},"rows":${rows.json}}`, rowsAffected: count, tables: p.written };
+    const rowid = p.inserts && count > 0 ? h.internal('SELECT last_insert_rowid() AS id').get()!.id : null;
+    const text = shape === 'hrana'
+      ? hranaResult(hranaCols(p.stmt), rows.json, count, rowid, since)
+      : `{"rowsAffected":${count},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))},${columnsOf(p.stmt)},"rows":${rows.json}}`;
+    return { text, rowsAffected: count, tables: p.written };
   }
   p.stmt.setReadBigInts(true);
   const r = p.stmt.run(...(args as []));
@@ -143,6 +147,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
     assertSchemaClean(h.db);
   }
   const changes = p.dml ? Number(r.changes) : 0;
-  const last = p.inserts && changes > 0 ? JSON.stringify(encodeValue(r.lastInsertRowid)) : 'null';
-  return { text: `{"rowsAffected":${changes},"lastInsertRowid":${last}}`, rowsAffected: changes, tables: p.written };
+  const rowid = p.inserts && changes > 0 ? r.lastInsertRowid : null;
+  const text = shape === 'hrana' ? hranaResult('"cols":[]', '[]', changes, rowid, since) : `{"rowsAffected":${changes},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))}}`;
+  return { text, rowsAffected: changes, tables: p.written };
 }

@@ -49,7 +49,7 @@ export function execTx(id: string, statement: StatementSpec, maxResultBytes: num
   const tx = open.get(id);
   if (!tx) return gone();
   try {
-    const out = runWrite(tx.h, statement, 0, 'typed', new ResultBudget(maxResultBytes)); // only the libSQL protocol opens transactions
+    const out = runWrite(tx.h, statement, 0, 'hrana', new ResultBudget(maxResultBytes)); // only the libSQL protocol opens transactions
     for (const t of out.tables) tx.tables.add(t);
     return { status: 200, body: `{"results":[${out.text}]}` };
   } catch (e) {

@@ -35,7 +35,7 @@ export class Hrana {
     if (!Array.isArray(body.requests)) throw new ApiError('invalid_request', 'a pipeline request is {"baton": string | null, "requests": [...]}');
     const state = this.streams.take(body.baton, streamKey);
     const { results, closed } = await new Pipeline(backend, state, this.transactions).run(body.requests);
-    return JSON.stringify({ baton: closed ? null : this.streams.keep(state), base_url: null, results });
+    return `{"baton":${JSON.stringify(closed ? null : this.streams.keep(state))},"base_url":null,"results":[${results.join(',')}]}`;
   }
 
   close(): void {

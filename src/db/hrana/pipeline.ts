@@ -9,20 +9,22 @@ import { type BatchStep, blockAutocommit, evaluate, transactionBlock } from './b
 import type { LaneHold } from '../executor/pool.ts';
 import type { StreamState } from './streams.ts';
 import { StreamTx, type TxQuota } from './transaction.ts';
-import { type HranaStmt, type StmtResult, toParams, toStmtResult } from './values.ts';
+import { type HranaStmt, onlyResult, RawResult, resultsOf, type StmtResult, toParams } from './values.ts';
 
 export interface Statement { sql: string; params?: unknown[] | Record<string, unknown> }
 
 /** What a pipeline needs of the database service: one SPEC 4.3 read or 4.4 write; a held write lane. */
 export interface HranaBackend {
-  /** `foreignKeysOff`: the write runs with foreign keys off and checked before COMMIT (a table rebuild). */
-  run(kind: 'read' | 'write', statements: Statement[], foreignKeysOff?: boolean): Promise<{ results: Record<string, unknown>[] }>;
+  /**
+   * The executor's reply as text, `{"results":[StmtResult…],"version":n}`. `foreignKeysOff`: the write runs with
+   * foreign keys off and checked before COMMIT (a table rebuild).
+   */
+  run(kind: 'read' | 'write', statements: Statement[], foreignKeysOff?: boolean): Promise<string>;
   holdLane(): Promise<LaneHold>;
   transactionMaxMs: number;
 }
 
 interface HranaError { message: string; code: string }
-type Result = { type: 'ok'; response: Record<string, unknown> } | { type: 'error'; error: HranaError };
 
 /** Statements that only read: tried as a read first (a write among them is refused as read_only, then run as one). */
 const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))/i;
@@ -55,21 +57,22 @@ export class Pipeline {
     this.quota = quota;
   }
 
-  /** Runs every request in order (each one's failure is its own), and says whether the stream was closed. */
-  async run(requests: unknown[]): Promise<{ results: Result[]; closed: boolean }> {
-    const results: Result[] = [];
+  /** Runs every request in order (each one's failure is its own): each result as JSON text, and whether the stream closed. */
+  async run(requests: unknown[]): Promise<{ results: string[]; closed: boolean }> {
+    const results: string[] = [];
     let closed = false;
     for (const [i, r] of requests.entries()) {
       if (closed) {
-        results.push({ type: 'error', error: { message: 'the stream is closed', code: 'STREAM_CLOSED' } });
+        results.push(JSON.stringify({ type: 'error', error: { message: 'the stream is closed', code: 'STREAM_CLOSED' } }));
         continue;
       }
       try {
         const response = await this.request(r, `requests[${i}]`);
         if (response.type === 'close') closed = true;
-        results.push({ type: 'ok', response });
+        // A result the executor rendered goes out as it came (the hot path of every @libsql/client execute).
+        results.push(response.result instanceof RawResult ? `{"type":"ok","response":{"type":"execute","result":${response.result.text}}}` : JSON.stringify({ type: 'ok', response }));
       } catch (e) {
-        results.push({ type: 'error', error: hranaError(e) });
+        results.push(JSON.stringify({ type: 'error', error: hranaError(e) }));
       }
     }
     return { results, closed };
@@ -82,7 +85,7 @@ export class Pipeline {
         this.stream.tx?.abandon('its stream was closed');
         this.stream.tx = null;
         return { type: 'close' };
-      case 'execute': return { type: 'execute', result: await this.execute(req.stmt as HranaStmt, `${where}.stmt`) };
+      case 'execute': return { type: 'execute', result: await this.execute(req.stmt as HranaStmt, `${where}.stmt`, true) };
       case 'batch': return { type: 'batch', result: await this.batch(req.batch as { steps?: unknown }, `${where}.batch`) };
       case 'sequence': {
         const { statements, rest } = splitStatements(this.sqlOf(req as HranaStmt, where));
@@ -123,18 +126,21 @@ export class Pipeline {
     return params === undefined ? { sql: this.sqlOf(stmt, where) } : { sql: this.sqlOf(stmt, where), params };
   }
 
-  /** One statement on its own (autocommit). */
-  private async execute(stmt: HranaStmt, where: string): Promise<StmtResult> {
+  /** One statement on its own (autocommit); `raw`: its result may stay the executor's text. */
+  private async execute(stmt: HranaStmt, where: string, raw = false): Promise<StmtResult | RawResult> {
     const s = this.statement(stmt, where);
     if (FOREIGN_KEYS_PRAGMA.test(s.sql)) {
       if (!this.stream.tx) this.stream.foreignKeysOff = turnsForeignKeysOff(s.sql); // inside a transaction SQLite ignores it
       return EMPTY;
     }
     if (TRANSACTION.test(s.sql)) return this.control(s.sql, s);
-    const t0 = performance.now();
     const tx = this.stream.tx;
-    const result = tx ? await tx.exec(s) : (await this.runAs(READ_ONLY.test(s.sql) ? 'read' : 'write', [s]))[0]!;
-    return toStmtResult(result, stmt.want_rows !== false, performance.now() - t0);
+    if (tx) {
+      const result = await tx.exec(s);
+      return stmt.want_rows === false ? { ...result, rows: [] } : result;
+    }
+    const reply = await this.runAs(READ_ONLY.test(s.sql) ? 'read' : 'write', [s]);
+    return (raw && stmt.want_rows !== false ? onlyResult(reply) : null) ?? resultsOf(reply, [stmt])[0]!;
   }
 
   /** BEGIN, COMMIT and ROLLBACK of an interactive transaction; savepoints inside one (nested ORM transactions). */
@@ -166,11 +172,11 @@ export class Pipeline {
   }
 
   /** Reads that turn out to write, or read a database that does not exist yet, run as a write (which creates it). */
-  private async runAs(kind: 'read' | 'write', statements: Statement[], foreignKeysOff = this.stream.foreignKeysOff): Promise<Record<string, unknown>[]> {
+  private async runAs(kind: 'read' | 'write', statements: Statement[], foreignKeysOff = this.stream.foreignKeysOff): Promise<string> {
     try {
-      return (await this.backend.run(kind, statements, foreignKeysOff)).results;
+      return await this.backend.run(kind, statements, foreignKeysOff);
     } catch (e) {
-      if (kind === 'read' && e instanceof ApiError && (e.code === 'read_only' || e.code === 'database_not_found')) return (await this.backend.run('write', statements, foreignKeysOff)).results;
+      if (kind === 'read' && e instanceof ApiError && (e.code === 'read_only' || e.code === 'database_not_found')) return this.backend.run('write', statements, foreignKeysOff);
       throw e;
     }
   }
@@ -187,14 +193,12 @@ export class Pipeline {
     const inBlock = new Map<number, { result?: StmtResult; error?: HranaError }>();
     if (block) {
       const indexes = Array.from({ length: block.commit - block.begin - 1 }, (_, k) => block.begin + 1 + k);
-      const t0 = performance.now();
       try {
         const statements = indexes.map((i) => this.statement(steps[i]!.stmt, `${where}.steps[${i}].stmt`));
         // Steps before BEGIN run later, in the evaluation: a `PRAGMA foreign_keys=OFF` among them (migrate()) holds here already.
         const off = this.stream.foreignKeysOff || sqls.slice(0, block.begin).some(turnsForeignKeysOff);
-        const replies = statements.length ? await this.runAs(block.readOnly ? 'read' : 'write', statements, off) : [];
-        const ms = performance.now() - t0;
-        indexes.forEach((i, k) => inBlock.set(i, { result: toStmtResult(replies[k]!, steps[i]!.stmt.want_rows !== false, ms) }));
+        const replies = statements.length ? resultsOf(await this.runAs(block.readOnly ? 'read' : 'write', statements, off), indexes.map((i) => steps[i]!.stmt)) : [];
+        indexes.forEach((i, k) => inBlock.set(i, { result: replies[k]! }));
       } catch (e) {
         // The statements before the failing one ran (then rolled back with it): ok, without rows, as sqld reports them.
         const failed = Math.min(e instanceof ApiError ? (e.details as { statement?: number } | undefined)?.statement ?? 0 : 0, indexes.length - 1);
@@ -216,7 +220,7 @@ export class Pipeline {
         return 'ok';
       }
       try {
-        results[i] = await this.execute(steps[i]!.stmt, `${where}.steps[${i}].stmt`);
+        results[i] = (await this.execute(steps[i]!.stmt, `${where}.steps[${i}].stmt`)) as StmtResult;
         return 'ok';
       } catch (e) {
         errors[i] = hranaError(e);

@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import type { LaneHold } from '../executor/pool.ts';
+import type { StmtResult } from './values.ts';
 import type { Statement } from './pipeline.ts';
 
 /** Interactive transactions open at once per repo (DB_MAX_TRANSACTIONS bounds them in all). */
@@ -67,9 +68,9 @@ export class StreamTx {
   }
 
   /** Runs one statement in the transaction; resolves the SPEC 4.4 result of it. */
-  async exec(statement: Statement): Promise<Record<string, unknown>> {
+  async exec(statement: Statement): Promise<StmtResult> {
     const body = await this.send('tx.exec', Buffer.from(JSON.stringify(statement)));
-    return (body.results as Record<string, unknown>[])[0]!;
+    return (body.results as StmtResult[])[0]!; // rendered by the executor (hrana-result.ts)
   }
 
   async commit(): Promise<void> {

@@ -1,5 +1,6 @@
-// Hrana's values and results (HRANA_3_SPEC "Values", "Statement results") to and from scopebase's JSON (SPEC 4.2):
-// integers travel as decimal strings there, as numbers or {"$bigint"} here; blobs as {"base64"} there, {"$blob"} here.
+// Hrana's values (HRANA_3_SPEC "Values") as scopebase parameters (SPEC 4.2): integers travel as decimal strings
+// there, as numbers or {"$bigint"} here; blobs as {"base64"} there, {"$blob"} here. Results are rendered by the
+// executor in Hrana's own shape (executor/hrana-result.ts) and pass through here as text where they can.
 import { ApiError } from '../../shared/errors.ts';
 
 export type HranaValue =
@@ -53,18 +54,6 @@ export function toParam(v: unknown, where: string): unknown {
   throw new ApiError('invalid_request', `${where} is not a Hrana value ({"type": "null" | "integer" | "float" | "text" | "blob", ...})`);
 }
 
-/** A scopebase result value as a Hrana value. */
-export function fromValue(v: unknown): HranaValue {
-  if (v === null || v === undefined) return { type: 'null' };
-  if (typeof v === 'string') return { type: 'text', value: v };
-  if (typeof v === 'number') return Number.isInteger(v) ? { type: 'integer', value: String(v) } : { type: 'float', value: v };
-  const o = v as Record<string, string>;
-  if (typeof o.$bigint === 'string') return { type: 'integer', value: o.$bigint };
-  if (typeof o.$real === 'number') return { type: 'float', value: o.$real }; // a whole REAL (RowShape 'typed')
-  if (typeof o.$blob === 'string') return { type: 'blob', base64: o.$blob };
-  return { type: 'text', value: JSON.stringify(v) };
-}
-
 /** Positional and named arguments as scopebase `params` (named ones keyed by the bare name). */
 export function toParams(stmt: HranaStmt, where: string): unknown[] | Record<string, unknown> | undefined {
   const args = stmt.args ?? [];
@@ -82,26 +71,24 @@ export function toParams(stmt: HranaStmt, where: string): unknown[] | Record<str
   return args.length > 0 ? args.map((a, i) => toParam(a, `${where}.args[${i}]`)) : undefined;
 }
 
-interface ScopebaseResult {
-  columns?: string[];
-  /** Declared types, present for the rows of RowShape 'typed'. */
-  decltypes?: (string | null)[];
-  rows?: unknown[][];
-  rowsAffected?: number;
-  lastInsertRowid?: unknown;
+/** A StmtResult as the executor rendered it (hrana-result.ts), passed on as text. */
+export class RawResult {
+  readonly text: string;
+  constructor(text: string) {
+    this.text = text;
+  }
 }
 
-/** One statement's scopebase result as a Hrana StmtResult. */
-export function toStmtResult(r: ScopebaseResult, wantRows: boolean, ms: number): StmtResult {
-  const rows = wantRows ? (r.rows ?? []).map((row) => row.map(fromValue)) : [];
-  const last = r.lastInsertRowid;
-  return {
-    cols: (r.columns ?? []).map((name, i) => ({ name, decltype: r.decltypes?.[i] ?? null })),
-    rows,
-    affected_row_count: r.rowsAffected ?? 0,
-    last_insert_rowid: last === null || last === undefined ? null : typeof last === 'number' ? String(last) : (last as { $bigint: string }).$bigint,
-    rows_read: 0,
-    rows_written: r.rowsAffected ?? 0,
-    query_duration_ms: ms,
-  };
+const RESULTS = '{"results":[';
+
+/** The one result of an executor reply `{"results":[R],"version":N}` as text, or null when the reply is not that shape. */
+export function onlyResult(reply: string): RawResult | null {
+  const end = reply.lastIndexOf('],"version":');
+  return reply.startsWith(RESULTS) && end > RESULTS.length ? new RawResult(reply.slice(RESULTS.length, end)) : null;
+}
+
+/** The results of an executor reply, each a StmtResult already (the executor renders them, hrana-result.ts). */
+export function resultsOf(reply: string, steps: { want_rows?: boolean }[]): StmtResult[] {
+  const results = (JSON.parse(reply) as { results: StmtResult[] }).results;
+  return results.map((r, i) => (steps[i]?.want_rows === false ? { ...r, rows: [] } : r));
 }
