@@ -4,8 +4,9 @@ import { parseJsonObject } from '../shared/http.ts';
 import { checkDatabase } from '../shared/names.ts';
 import { hasSecondStatement } from './statement-end.ts';
 
-export type Op = 'query' | 'execute' | 'migrate' | 'status' | 'changes' | 'snapshot' | 'restore' | 'export';
-export const OPS: ReadonlySet<string> = new Set<Op>(['query', 'execute', 'migrate', 'status', 'changes', 'snapshot', 'restore', 'export']);
+import type { Op } from '../shared/db-ops.ts';
+
+export { OPS, type Op } from '../shared/db-ops.ts';
 
 const FIELDS: Record<Op, ReadonlySet<string>> = {
   query: new Set(['database', 'sql', 'params', 'statements', 'rows']),

@@ -1,6 +1,7 @@
 // The one Prometheus registry every part registers in (served at /metrics on ADMIN_PORT), and the request metrics
 // every listener records: latency per route template (a bounded set: never raw paths, names or ids).
 import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { OPS } from './db-ops.ts';
 
 export const metrics = new Registry();
 collectDefaultMetrics({ register: metrics });
@@ -13,7 +14,6 @@ const requestSeconds = new Histogram({
   registers: [metrics],
 });
 
-const DB_OPS = new Set(['status', 'query', 'execute', 'migrate', 'restore', 'export', 'import', 'changes', 'snapshot']);
 const ACCOUNT = new Set(['login', 'callback', 'verify', 'logout', '', 'credentials']);
 const ADMIN = new Set(['/healthz', '/readyz', '/metrics', '/_scopebase/openapi.json']);
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
@@ -27,7 +27,7 @@ export function routeOf(url: string): string {
   const rest = m[1] ?? '';
   const db = /^\/_db\/(.*)$/.exec(rest);
   if (db) {
-    if (DB_OPS.has(db[1]!)) return `/:repo/_db/${db[1]}`;
+    if (OPS.has(db[1]!) || db[1] === 'import') return `/:repo/_db/${db[1]}`;
     return /(^|\/)v[23](\/pipeline)?$/.test(db[1]!) ? '/:repo/_db/pipeline' : '/:repo/_db/other';
   }
   const account = /^\/_account(?:\/([^/]*))?/.exec(rest);

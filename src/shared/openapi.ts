@@ -2,6 +2,7 @@
 // every org host and on the admin port. Each path item names the Fastify route that serves it (`x-scopebase-route`):
 // test/openapi.test.ts checks the document against the live route tables, none missing and none extra.
 
+import type { Op } from './db-ops.ts';
 import { productVersion } from './version.ts';
 
 export const OPENAPI_PATH = '/_scopebase/openapi.json';
@@ -33,16 +34,18 @@ function item(route: string, params: string[], ops: Partial<Record<Method, Opera
   return { 'x-scopebase-route': route, parameters: params.map((name) => ({ $ref: `#/components/parameters/${name}` })), ...ops };
 }
 
-const DB_OPS: [string, string][] = [
-  ['query', 'Reads (SPEC 4.3): one snapshot for every statement'],
-  ['execute', 'Writes as one transaction (SPEC 4.4)'],
-  ['migrate', 'Applies migrations once each, in order (SPEC 4.6)'],
-  ['status', 'Version, size, tables, migrations, mirrors, databases (SPEC 4.7)'],
-  ['snapshot', 'A consistent copy for mirrors (SPEC 4.9)'],
-  ['changes', 'The change log after a version, for mirrors (SPEC 4.9)'],
-  ['restore', 'Brings a database back to a version or a time (SPEC 4.11)'],
-  ['export', 'The database as a SQLite file or SQL text (SPEC 4.12)'],
-];
+/** Every JSON operation, each with its summary (typed by Op, so a new operation cannot go undocumented). */
+const SUMMARIES: Record<Op, string> = {
+  query: 'Reads (SPEC 4.3): one snapshot for every statement',
+  execute: 'Writes as one transaction (SPEC 4.4)',
+  migrate: 'Applies migrations once each, in order (SPEC 4.6)',
+  status: 'Version, size, tables, migrations, mirrors, databases (SPEC 4.7)',
+  snapshot: 'A consistent copy for mirrors (SPEC 4.9)',
+  changes: 'The change log after a version, for mirrors (SPEC 4.9)',
+  restore: 'Brings a database back to a version or a time (SPEC 4.11)',
+  export: 'The database as a SQLite file or SQL text (SPEC 4.12)',
+};
+const DB_OPS = Object.entries(SUMMARIES);
 
 const dbOpItem = item('/:repo/_db/:op', ['repo', 'op'], {
   get: op('libSQL version probe (`v2`, `v3`); any other op is 404', { tags: ['database'] }),
