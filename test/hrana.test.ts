@@ -306,6 +306,35 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.equal(r[8].type, 'ok');
   });
 
+  test('describe: parameters as SQLite names them, columns with declared types, read-only and EXPLAIN, nothing run', async () => {
+    await pipeline({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE described(id INTEGER PRIMARY KEY, title TEXT)' } }, { type: 'close' }] });
+    const v0 = await version();
+    const res = await pipeline({
+      baton: null,
+      requests: [
+        { type: 'describe', sql: 'SELECT id, title, 1 + 1 AS two FROM described WHERE id = :id OR title = ?3 OR title = ?' },
+        { type: 'describe', sql: "INSERT INTO described(title) VALUES ($t) RETURNING id" },
+        { type: 'describe', sql: 'EXPLAIN SELECT 1' },
+        { type: 'describe', sql: 'SELEC nonsense' },
+        { type: 'describe', sql: "ATTACH 'x.db' AS x" },
+        { type: 'close' },
+      ],
+    });
+    assert.equal(res.status, 200, res.text);
+    const [select, insert, explain, bad, attach] = res.json.results;
+    assert.deepEqual(select.response.result, {
+      params: [{ name: ':id' }, { name: null }, { name: '?3' }, { name: null }],
+      cols: [{ name: 'id', decltype: 'INTEGER' }, { name: 'title', decltype: 'TEXT' }, { name: 'two', decltype: null }],
+      is_explain: false, is_readonly: true,
+    });
+    assert.deepEqual(insert.response.result, { params: [{ name: '$t' }], cols: [{ name: 'id', decltype: 'INTEGER' }], is_explain: false, is_readonly: false });
+    assert.equal(explain.response.result.is_explain, true);
+    assert.deepEqual([bad.type, bad.error.code], ['error', 'SQLITE_ERROR']);
+    assert.deepEqual([attach.type, attach.error.code], ['error', 'SQLITE_AUTH']);
+    assert.equal(await version(), v0, 'describe runs nothing');
+    assert.equal((await p.db('web', 'query', { sql: 'SELECT count(*) AS n FROM described' })).json.results[0].rows[0][0], 0);
+  });
+
   test('StmtResult fields: cols with decltype, typed values, affected_row_count, last_insert_rowid as text, want_rows', async () => {
     const stmt = (sql: string, extra: Record<string, unknown> = {}) => ({ type: 'execute', stmt: { sql, ...extra } });
     const res = await pipeline({

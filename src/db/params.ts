@@ -11,6 +11,8 @@ export interface ParamSlots {
   named: Map<string, number>;
   /** Slots of `?` and `?NNN`. */
   positional: number[];
+  /** Each slot's name as SQLite gives it (sqlite3_bind_parameter_name): `:a`, `?3`; null for a bare `?` or an unused slot. */
+  names: (string | null)[];
 }
 
 const NAME = /[A-Za-z0-9_]/;
@@ -18,6 +20,7 @@ const NAME = /[A-Za-z0-9_]/;
 export function paramSlots(sql: string): ParamSlots {
   const named = new Map<string, number>();
   const positional: number[] = [];
+  const names: (string | null)[] = [];
   let count = 0;
   const n = sql.length;
   for (let i = 0; i < n;) {
@@ -30,13 +33,17 @@ export function paramSlots(sql: string): ParamSlots {
       while (j < n && sql[j]! >= '0' && sql[j]! <= '9') j++;
       const slot = j > i + 1 ? Number(sql.slice(i + 1, j)) : count + 1;
       positional.push(slot);
+      if (j > i + 1) names[slot - 1] ??= `?${slot}`;
       count = Math.max(count, slot);
       i = j;
     } else if ((c === ':' || c === '@' || c === '$') && i + 1 < n && NAME.test(sql[i + 1]!)) {
       let j = i + 1;
       while (j < n && NAME.test(sql[j]!)) j++;
       const name = sql.slice(i + 1, j);
-      if (!named.has(name)) named.set(name, ++count);
+      if (!named.has(name)) {
+        named.set(name, ++count);
+        names[count - 1] = sql.slice(i, j);
+      }
       i = j;
     } else if (NAME.test(c)) {
       let j = i + 1;
@@ -46,7 +53,7 @@ export function paramSlots(sql: string): ParamSlots {
       i++;
     }
   }
-  return { count, named, positional };
+  return { count, named, positional, names: Array.from({ length: count }, (_, k) => names[k] ?? null) };
 }
 
 /** Throws 400 invalid_request naming the statement and the parameter when `given` does not fit `slots`. */

@@ -38,6 +38,12 @@ new Gauge({
 });
 const restarts = new Counter({ name: 'scopebase_db_executor_restarts_total', help: 'Executor processes stopped (runaway statement) or died and replaced', registers: [metrics] });
 
+/** An executor's error reply (SPEC 3's shape) as the error it stands for. */
+function replyError(body: Buffer): ApiError {
+  const { error } = JSON.parse(body.toString('utf8'));
+  return new ApiError(error.code, error.message, error.details);
+}
+
 export class DbService implements DbHandler, ChangeFeed {
   private readonly pool: ExecutorPool;
   private readonly layout: Layout;
@@ -221,10 +227,8 @@ export class DbService implements DbHandler, ChangeFeed {
         const raw = Buffer.from(JSON.stringify(body));
         if (kind === 'read' && !this.exists(scope)) throw notFound(scope);
         const res = kind === 'read' ? await this.pool.read({ op: 'query', path }, raw) : await this.replicated(scope, await this.pool.write(scope, path, 'execute', raw));
-        const text = res.body.toString('utf8');
-        if (res.status === 200) return text;
-        const { error } = JSON.parse(text);
-        throw new ApiError(error.code, error.message, error.details);
+        if (res.status !== 200) throw replyError(res.body);
+        return res.body.toString('utf8');
       },
       holdLane: async () => {
         const hold = await this.pool.holdLane(scope, path);
@@ -240,6 +244,12 @@ export class DbService implements DbHandler, ChangeFeed {
             return res;
           },
         };
+      },
+      describe: async (sql) => {
+        if (!this.exists(scope)) throw notFound(scope);
+        const res = await this.pool.read({ op: 'query', path }, Buffer.from(JSON.stringify({ describe: sql }))); // never a client's field
+        if (res.status !== 200) throw replyError(res.body);
+        return JSON.parse(res.body.toString('utf8'));
       },
       transactionMaxMs: this.config.db.transactionMaxMs,
     };

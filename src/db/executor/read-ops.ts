@@ -7,6 +7,8 @@ import { ResultBudget, runRead, type RowShape, type StatementSpec } from './stat
 import { failure, type Reply } from './reply.ts';
 
 interface QueryBody {
+  /** Set by the service for the libSQL protocol's `describe` (never by a client): that statement, prepared, not run. */
+  describe?: string;
   sql?: string;
   params?: unknown;
   statements?: StatementSpec[];
@@ -15,6 +17,7 @@ interface QueryBody {
 
 /** Every statement of one request reads one snapshot: a read transaction spans them, with the version it shows. */
 export function query(h: DbHandle, body: QueryBody, maxResultBytes: number): Reply {
+  if (body.describe !== undefined) return describe(h, body.describe);
   const statements = body.statements ?? [{ sql: body.sql!, params: body.params }];
   const shape = body.rows ?? 'arrays';
   const budget = new ResultBudget(maxResultBytes);
@@ -32,6 +35,25 @@ export function query(h: DbHandle, body: QueryBody, maxResultBytes: number): Rep
     return { status: 200, body: `{"results":[${results.join(',')}],"version":${version}}` };
   } finally {
     h.internal('COMMIT').run();
+  }
+}
+
+/** HRANA_3_SPEC's DescribeResult: read-only is what the sandbox lets prepare as a read (SQLite's own is not exposed). */
+function describe(h: DbHandle, sql: string): Reply {
+  try {
+    let readonly = true;
+    let p;
+    try {
+      p = h.prepare(sql, 'read');
+    } catch {
+      readonly = false;
+      p = h.prepare(sql, 'write');
+    }
+    const cols = p.stmt.columns().map((c) => ({ name: c.name, decltype: c.type ?? null }));
+    const params = p.params.names.map((name) => ({ name }));
+    return { status: 200, body: JSON.stringify({ params, cols, is_explain: /^\s*EXPLAIN\b/i.test(sql), is_readonly: readonly }) };
+  } catch (e) {
+    return failure(e, h.sandbox.denied, 0);
   }
 }
 

@@ -21,6 +21,8 @@ export interface HranaBackend {
    */
   run(kind: 'read' | 'write', statements: Statement[], foreignKeysOff?: boolean): Promise<string>;
   holdLane(): Promise<LaneHold>;
+  /** HRANA_3_SPEC's DescribeResult of one statement, prepared on the database and not run. */
+  describe(sql: string): Promise<Record<string, unknown>>;
   transactionMaxMs: number;
 }
 
@@ -93,10 +95,7 @@ export class Pipeline {
         if (all.length > 0) await this.backend.run('write', all.map((sql) => ({ sql })));
         return { type: 'sequence' };
       }
-      case 'describe': {
-        const sql = this.sqlOf(req as HranaStmt, where);
-        return { type: 'describe', result: { params: [], cols: [], is_explain: /^\s*EXPLAIN\b/i.test(sql), is_readonly: READ_ONLY.test(sql) } };
-      }
+      case 'describe': return { type: 'describe', result: await this.backend.describe(this.sqlOf(req as HranaStmt, where)) };
       case 'store_sql':
         if (typeof req.sql_id !== 'number' || typeof req.sql !== 'string') throw new ApiError('invalid_request', `${where}: store_sql takes "sql_id" (a number) and "sql"`);
         this.stream.storeSql(req.sql_id, req.sql);
