@@ -1,0 +1,206 @@
+// SPEC 4.10, the protocol itself: every request type, result fields, batons and the bounds on streams and
+// transactions, written from libSQL's HTTP_V2_SPEC and HRANA_3_SPEC and sent as raw JSON through the proxy.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startProduct, type Product } from './helpers/product.ts';
+import { MAX_STREAMS_PER_REPO } from '../src/db/hrana/streams.ts';
+import { MAX_TRANSACTIONS_PER_REPO } from '../src/db/hrana/transaction.ts';
+
+let p: Product;
+const pipeline = (body: unknown, path = '/web/_db/v2/pipeline', repo = 'web') =>
+  p.call(path, { body, headers: { authorization: `Bearer ${p.secret('acme', repo)}` } });
+const version = async (database = 'main') => (await p.db('web', 'status', { database })).json.version as number;
+
+before(async () => {
+  p = await startProduct();
+});
+after(() => p.close());
+
+describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
+  test('version probes; stored SQL; autocommit; describe; close; conditions of every kind', async () => {
+    assert.equal((await p.call('/web/_db/v2')).status, 200);
+    assert.equal((await p.call('/web/_db/main/v3')).status, 200);
+    const res = await pipeline({
+      baton: null,
+      requests: [
+        { type: 'store_sql', sql_id: 1, sql: 'SELECT ? + 1 AS n' },
+        { type: 'execute', stmt: { sql_id: 1, args: [{ type: 'integer', value: '41' }] } },
+        { type: 'get_autocommit' },
+        { type: 'describe', sql: 'SELECT 1' },
+        {
+          type: 'batch', batch: {
+            steps: [
+              { stmt: { sql: 'SELECT nosuchfunction()' } },
+              { condition: { type: 'error', step: 0 }, stmt: { sql: 'SELECT 1' } },
+              { condition: { type: 'and', conds: [{ type: 'ok', step: 1 }, { type: 'is_autocommit' }] }, stmt: { sql: 'SELECT 2' } },
+              { condition: { type: 'or', conds: [{ type: 'ok', step: 0 }, { type: 'not', cond: { type: 'ok', step: 2 } }] }, stmt: { sql: 'SELECT 3' } },
+            ],
+          },
+        },
+        { type: 'close_sql', sql_id: 1 },
+        { type: 'execute', stmt: { sql_id: 1 } },
+        { type: 'nosuch' },
+        { type: 'close' },
+      ],
+    });
+    assert.equal(res.status, 200, res.text);
+    const r = res.json.results;
+    assert.equal(res.json.baton, null, 'closed: no baton');
+    assert.deepEqual(r[1].response.result.rows, [[{ type: 'integer', value: '42' }]]);
+    assert.equal(r[2].response.is_autocommit, true);
+    assert.equal(r[3].response.result.is_readonly, true);
+    const batch = r[4].response.result;
+    assert.equal(batch.step_errors[0].code, 'SQLITE_ERROR');
+    assert.deepEqual(batch.step_results.map((x: unknown) => x !== null), [false, true, true, false]);
+    assert.equal(r[6].type, 'error', 'a closed sql_id is gone');
+    assert.equal(r[7].type, 'error');
+    assert.match(r[7].error.message, /unknown request type/);
+    assert.equal(r[8].type, 'ok');
+  });
+
+  test('describe: parameters as SQLite names them, columns with declared types, read-only and EXPLAIN, nothing run', async () => {
+    await pipeline({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE described(id INTEGER PRIMARY KEY, title TEXT)' } }, { type: 'close' }] });
+    const v0 = await version();
+    const res = await pipeline({
+      baton: null,
+      requests: [
+        { type: 'describe', sql: 'SELECT id, title, 1 + 1 AS two FROM described WHERE id = :id OR title = ?3 OR title = ?' },
+        { type: 'describe', sql: "INSERT INTO described(title) VALUES ($t) RETURNING id" },
+        { type: 'describe', sql: 'EXPLAIN SELECT 1' },
+        { type: 'describe', sql: 'SELEC nonsense' },
+        { type: 'describe', sql: "ATTACH 'x.db' AS x" },
+        { type: 'close' },
+      ],
+    });
+    assert.equal(res.status, 200, res.text);
+    const [select, insert, explain, bad, attach] = res.json.results;
+    assert.deepEqual(select.response.result, {
+      params: [{ name: ':id' }, { name: null }, { name: '?3' }, { name: null }],
+      cols: [{ name: 'id', decltype: 'INTEGER' }, { name: 'title', decltype: 'TEXT' }, { name: 'two', decltype: null }],
+      is_explain: false, is_readonly: true,
+    });
+    assert.deepEqual(insert.response.result, { params: [{ name: '$t' }], cols: [{ name: 'id', decltype: 'INTEGER' }], is_explain: false, is_readonly: false });
+    assert.equal(explain.response.result.is_explain, true);
+    assert.deepEqual([bad.type, bad.error.code], ['error', 'SQLITE_ERROR']);
+    assert.deepEqual([attach.type, attach.error.code], ['error', 'SQLITE_AUTH']);
+    assert.equal(await version(), v0, 'describe runs nothing');
+    assert.equal((await p.db('web', 'query', { sql: 'SELECT count(*) AS n FROM described' })).json.results[0].rows[0][0], 0);
+  });
+
+  test('StmtResult fields: cols with decltype, typed values, affected_row_count, last_insert_rowid as text, want_rows', async () => {
+    const stmt = (sql: string, extra: Record<string, unknown> = {}) => ({ type: 'execute', stmt: { sql, ...extra } });
+    const res = await pipeline({
+      baton: null,
+      requests: [
+        stmt('CREATE TABLE shapes(id INTEGER PRIMARY KEY, r REAL, t TEXT, b BLOB)'),
+        stmt("INSERT INTO shapes(r, t, b) VALUES (2.0, 'a\"b', x'00ff'), (1e999, NULL, NULL)"),
+        stmt('INSERT INTO shapes(r) VALUES (0.5) RETURNING id, r * 2 AS twice'),
+        stmt('SELECT id, r, t, b FROM shapes ORDER BY id'),
+        stmt('SELECT id FROM shapes', { want_rows: false }),
+        { type: 'close' },
+      ],
+    });
+    assert.equal(res.status, 200, res.text);
+    const [create, insert, returning, select, noRows] = res.json.results.map((x: { response: { result: Record<string, unknown> } }) => x.response.result);
+    for (const r of [create, insert, returning, select, noRows]) {
+      assert.deepEqual(Object.keys(r).sort(), ['affected_row_count', 'cols', 'last_insert_rowid', 'query_duration_ms', 'rows', 'rows_read', 'rows_written']);
+      assert.equal(typeof r.query_duration_ms, 'number');
+    }
+    assert.deepEqual([insert.affected_row_count, insert.last_insert_rowid], [2, '2']);
+    assert.deepEqual(returning.cols, [{ name: 'id', decltype: 'INTEGER' }, { name: 'twice', decltype: null }]);
+    assert.deepEqual(returning.rows, [[{ type: 'integer', value: '3' }, { type: 'float', value: 1 }]]);
+    assert.deepEqual([returning.affected_row_count, returning.last_insert_rowid], [1, '3']);
+    assert.deepEqual(select.rows, [
+      [{ type: 'integer', value: '1' }, { type: 'float', value: 2 }, { type: 'text', value: 'a"b' }, { type: 'blob', base64: 'AP8=' }],
+      [{ type: 'integer', value: '2' }, { type: 'null' }, { type: 'null' }, { type: 'null' }], // JSON has no Infinity
+      [{ type: 'integer', value: '3' }, { type: 'float', value: 0.5 }, { type: 'null' }, { type: 'null' }],
+    ]);
+    assert.deepEqual([select.affected_row_count, select.last_insert_rowid], [0, null]);
+    assert.deepEqual(noRows.rows, [], 'want_rows: false');
+    assert.deepEqual(noRows.cols, [{ name: 'id', decltype: 'INTEGER' }]);
+  });
+
+  test('batons: one use each, bound to their database and repo; malformed bodies get SPEC 3 errors', async () => {
+    const first = await pipeline({ baton: null, requests: [{ type: 'store_sql', sql_id: 5, sql: 'SELECT 5 AS v' }] });
+    const baton = first.json.baton as string;
+    assert.match(baton, /^[A-Za-z0-9_-]{20,}$/);
+    const second = await pipeline({ baton, requests: [{ type: 'execute', stmt: { sql_id: 5 } }] });
+    assert.deepEqual(second.json.results[0].response.result.rows, [[{ type: 'integer', value: '5' }]], 'the stream kept its stored SQL');
+    assert.notEqual(second.json.baton, baton);
+    const replay = await pipeline({ baton, requests: [] });
+    assert.equal(replay.status, 400);
+    assert.match(replay.json.error.message, /unknown baton/);
+    assert.equal((await pipeline({ baton: second.json.baton, requests: [] }, '/web/_db/other/v2/pipeline')).status, 400, 'another database');
+    assert.equal((await pipeline({ baton: second.json.baton, requests: [] }, '/site/_db/v2/pipeline', 'site')).status, 400, 'another repo');
+    const bad = await pipeline({ requests: 'x' });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.code, 'invalid_request');
+    assert.ok(bad.headers['x-request-id']);
+    assert.equal((await p.call('/web/_db/v2/pipeline', { body: { baton: null, requests: [] } })).status, 401, 'the repo secret is required');
+    assert.equal((await pipeline({ baton: null, requests: [] }, '/web/_db/Bad/v2/pipeline')).json.error.code, 'invalid_name');
+  });
+
+  test(`interactive transactions are bounded: ${MAX_TRANSACTIONS_PER_REPO} per repo and DB_MAX_TRANSACTIONS in all; a full server refuses BEGIN, nothing else`, async () => {
+    const q = await startProduct({ DB_MAX_TRANSACTIONS: String(MAX_TRANSACTIONS_PER_REPO + 2) });
+    try {
+      const send = async (repo: string, db: string, baton: string | null, sql: string) => {
+        const r = await q.call(`/${repo}/_db/${db}/v2/pipeline`, { body: { baton, requests: [{ type: 'execute', stmt: { sql } }] }, headers: { authorization: `Bearer ${q.secret('acme', repo)}` } });
+        assert.equal(r.status, 200, r.text);
+        return { baton: r.json.baton as string, result: r.json.results[0] };
+      };
+      const open: { db: string; baton: string }[] = [];
+      for (let i = 0; i < MAX_TRANSACTIONS_PER_REPO; i++) {
+        const r = await send('busy', `db${i}`, null, 'BEGIN');
+        assert.equal(r.result.type, 'ok', JSON.stringify(r.result));
+        open.push({ db: `db${i}`, baton: r.baton });
+      }
+      const refused = await send('busy', 'one-more', null, 'BEGIN');
+      assert.equal(refused.result.type, 'error');
+      assert.match(refused.result.error.message, new RegExp(`this repo has ${MAX_TRANSACTIONS_PER_REPO} interactive transactions open`));
+      const outside = await send('busy', 'one-more', null, 'SELECT 1');
+      assert.equal(outside.result.type, 'ok', `statements outside a transaction still run: ${JSON.stringify(outside.result)}`);
+      assert.equal((await send('quiet', 'x', null, 'BEGIN')).result.type, 'ok', 'another repo still begins');
+      assert.equal((await send('quiet', 'y', null, 'BEGIN')).result.type, 'ok');
+      const full = await send('third', 'z', null, 'BEGIN');
+      assert.match(full.result.error?.message ?? '', /DB_MAX_TRANSACTIONS \(34\) interactive transactions open/, 'the server is full');
+      // Ending one frees its place.
+      const first = open.shift()!;
+      assert.equal((await send('busy', first.db, first.baton, 'ROLLBACK')).result.type, 'ok');
+      assert.equal((await send('third', 'z', null, 'BEGIN')).result.type, 'ok');
+    } finally {
+      await q.close();
+    }
+  });
+
+  test('past DB_MAX_STREAMS in all, the busiest repo gives up its least recently used stream: no repo keeps others out', async () => {
+    const q = await startProduct({ DB_MAX_STREAMS: '20' });
+    try {
+      const open = async (repo: string) => (await q.call(`/${repo}/_db/v2/pipeline`, { body: { baton: null, requests: [] }, headers: { authorization: `Bearer ${q.secret('acme', repo)}` } })).json.baton as string;
+      const alive = async (repo: string, baton: string) => {
+        const r = await q.call(`/${repo}/_db/v2/pipeline`, { body: { baton, requests: [] }, headers: { authorization: `Bearer ${q.secret('acme', repo)}` } });
+        return r.status === 200 ? r.json.baton as string : null;
+      };
+      const hog: string[] = [];
+      for (let i = 0; i < 15; i++) hog.push(await open('hog'));
+      const small: string[] = [];
+      for (let i = 0; i < 5; i++) small.push(await open('small'));
+      const newcomer = await open('newcomer');
+      assert.ok(newcomer, 'a new repo still gets a stream when the server is full');
+      assert.equal(await alive('hog', hog[0]!), null, 'the busiest repo\'s least recently used stream made room');
+      for (const [i, b] of small.entries()) small[i] = (await alive('small', b))!;
+      assert.ok(small.every(Boolean), 'the smaller repo kept every stream');
+      assert.ok(await alive('newcomer', newcomer));
+    } finally {
+      await q.close();
+    }
+  });
+
+  test(`a repo keeps at most ${MAX_STREAMS_PER_REPO} streams open: past that its own oldest is closed, another repo's are not`, async () => {
+    const theirs = (await pipeline({ baton: null, requests: [] }, '/site/_db/v2/pipeline', 'site')).json.baton;
+    const batons: string[] = [];
+    for (let i = 0; i <= MAX_STREAMS_PER_REPO; i++) batons.push((await pipeline({ baton: null, requests: [] })).json.baton);
+    assert.equal((await pipeline({ baton: batons[0], requests: [] })).status, 400, 'the oldest is gone');
+    assert.equal((await pipeline({ baton: batons[1], requests: [{ type: 'close' }] })).status, 200, 'the next one lives');
+    assert.equal((await pipeline({ baton: theirs, requests: [{ type: 'close' }] }, '/site/_db/v2/pipeline', 'site')).status, 200, 'another repo\'s stream lives');
+  });
+});
