@@ -138,6 +138,9 @@ test('timeouts, AbortSignal and an unreachable server are typed errors, never a 
   assert.ok(e instanceof NetworkError, String(e));
   assert.equal(e.details?.sent, false, 'a refused connection says the request never went out');
   assert.throws(() => createClient({ url: 'http://127.0.0.1:1', secret: 's' }), /name the repo/);
+  // An unset SCOPEBASE_SECRET: said at once, not sent and answered "wrong secret".
+  assert.throws(() => createClient({ url: 'http://acme.localhost:1/web', secret: process.env.SCOPEBASE_NO_SUCH_VARIABLE! }), /`secret` is required .*SCOPEBASE_SECRET/);
+  assert.throws(() => createClient({ url: 'http://acme.localhost:1/web', secret: '' }), /`secret` is required/);
 });
 
 test('exportToFile and importFile stream a file of tens of MiB from and to disk, with progress up to the content length', async () => {

@@ -86,6 +86,11 @@ test('npm pack, install the tarball into a fresh app, and use scopebase/client f
     const { stdout } = await run(process.execPath, ['app.mjs', new URL(p.url).port, p.secret('acme', 'web')], { cwd: app });
     assert.deepEqual(JSON.parse(stdout), { body: 'hello', big: 'bigint:9007199254740993', data: [0, 1, 255], version: 2, sqlError: 'sql_error', authError: 401 });
 
+    // `node --import scopebase/localhost`: any client in the process (here Node's own fetch) reaches acme.localhost.
+    writeFileSync(join(app, 'probe.mjs'), 'const r = await fetch(process.argv[2]); console.log(r.status, (await r.text()).length > 0);');
+    const probe = await run(process.execPath, ['--import', 'scopebase/localhost', 'probe.mjs', `http://acme.localhost:${new URL(p.url).port}/web/_db/v2`], { cwd: app });
+    assert.equal(probe.stdout.trim(), '200 true');
+
     writeFileSync(join(app, 'app.ts'), APP_TS);
     writeFileSync(join(app, 'tsconfig.json'), JSON.stringify({ compilerOptions: { target: 'es2022', module: 'nodenext', moduleResolution: 'nodenext', strict: true, noEmit: true, lib: ['es2022', 'dom'], types: [] }, files: ['app.ts'] }));
     const tsc = join(ROOT, 'node_modules/typescript/bin/tsc');

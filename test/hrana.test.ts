@@ -100,9 +100,22 @@ describe('@libsql/client', () => {
     await assert.rejects(c.execute('SELECT * FROM nosuch'), /no such table/);
     await assert.rejects(c.execute("ATTACH 'x.db' AS x"), (e: { code?: string }) => e.code === 'SQLITE_AUTH');
     await assert.rejects(c.execute('INSERT INTO _scopebase_meta VALUES (1, 2)'), (e: { code?: string }) => e.code === 'SQLITE_AUTH');
-    await assert.rejects(client('web/_db/', 'wrong').execute('SELECT 1'), /401/);
     other.close();
     c.close();
+  });
+
+  test('HTTP errors reach the client with the server\'s message: a wrong secret, a URL without its trailing slash', async () => {
+    const wrong = client('web/_db/', 'wrong');
+    await assert.rejects(wrong.execute('SELECT 1'), (e: Error & { code?: string }) => e.code === 'UNAUTHORIZED' && /wrong secret for this repo/.test(e.message));
+    await assert.rejects(client('web/_db', p.secret('acme', 'web')).execute('SELECT 1'), /trailing slash \(…\/web\/_db\/\)/);
+    await assert.rejects(client('Bad!Repo/_db/').execute('SELECT 1'), (e: Error & { code?: string }) => e.code === 'INVALID_NAME');
+    // On the wire: SPEC 3's body still, with what libSQL clients read beside it.
+    const res = await p.call('/web/_db/v2/pipeline', { body: { baton: null, requests: [] }, headers: { authorization: 'Bearer wrong' } });
+    assert.equal(res.status, 401);
+    assert.equal(res.headers['content-type'], 'application/json');
+    assert.deepEqual(res.json, { error: { code: 'unauthorized', message: 'wrong secret for this repo' }, message: 'wrong secret for this repo', code: 'UNAUTHORIZED' });
+    const plain = await p.call('/web/_db/query', { body: { sql: 'SELECT 1' }, headers: { authorization: 'Bearer wrong' } });
+    assert.deepEqual(plain.json, { error: { code: 'unauthorized', message: 'wrong secret for this repo' } }, 'the JSON API is unchanged');
   });
 
   test('migrate() and a stream\'s PRAGMA foreign_keys=OFF: a parent table\'s rebuild fires no ON DELETE CASCADE', async () => {

@@ -94,6 +94,8 @@ const SAFE_TO_REPEAT = new Set(['query', 'status', 'migrate', 'export']); // mig
 
 export function createClient(opts: ClientOptions) {
   const { base, host } = resolveTarget(opts);
+  // An unset environment variable is the usual cause: say so here, not as "wrong secret" from the server.
+  if (typeof opts.secret !== 'string' || opts.secret === '') throw new TypeError('createClient: `secret` is required (the repo\'s secret: `npx scopebase secret org/repo`); is SCOPEBASE_SECRET set?');
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const retries = opts.retries ?? 3;
   let sender: Promise<Send> | null = opts.fetch ? Promise.resolve(fetchSender(opts.fetch)) : null;

@@ -41,7 +41,11 @@ export function appTarget(org: string, url: string, apps: Map<string, AppRoute>)
   const rest = m[2] || '/';
   if (RESERVED.test(rest)) throw new ApiError('not_found', `no route for ${url.split('?')[0]!.slice(0, 200)}`);
   const route = apps.get(`${org}/${repo}`);
-  if (!route) throw new ApiError('not_found', `no app is configured for ${org}/${repo}`);
+  if (!route) {
+    // A libSQL client given `…/{repo}/_db` without its trailing `/` asks for `/{repo}/v2/pipeline` (SPEC 4.10).
+    if (/^\/v[23](\/pipeline)?$/.test(rest)) throw new ApiError('not_found', `no app is configured for ${org}/${repo}; a libSQL client's URL ends in /_db/ with the trailing slash (…/${repo}/_db/), or the client drops _db from the paths it builds`);
+    throw new ApiError('not_found', `no app is configured for ${org}/${repo}`);
+  }
   return { route, repo, rawRepo, rest: rest + (m[3] ?? '') };
 }
 

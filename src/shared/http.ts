@@ -6,6 +6,7 @@ import { ApiError } from './errors.ts';
 import type { Logger } from './log.ts';
 import { logAccess, requestIdOf, serveRaw, type RawRouter } from './raw-route.ts';
 import { answerClientError, limitSlowClients } from './client-errors.ts';
+import { LIBSQL_ERROR_TYPE, libsqlErrorBody } from './libsql-errors.ts';
 
 export interface HttpOptions {
   logger: Logger;
@@ -81,6 +82,12 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
   });
   app.addHook('onResponse', async (req, reply) => {
     logAccess(opts.logger, req.id, req.method, req.url, reply.statusCode, reply.elapsedTime);
+  });
+  app.addHook('onSend', async (req, reply, payload) => {
+    const libsql = libsqlErrorBody(reply.statusCode, req.url, payload);
+    if (libsql === null) return payload;
+    reply.type(LIBSQL_ERROR_TYPE);
+    return libsql;
   });
   app.setErrorHandler((err, req, reply) => answerError(req, reply, toApiError(err, req)));
   app.setNotFoundHandler((req, reply) => answerError(req, reply, new ApiError('not_found', `no route for ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`)));

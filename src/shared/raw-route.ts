@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks';
 import { Readable, pipeline } from 'node:stream';
 import { ApiError } from './errors.ts';
 import type { Logger } from './log.ts';
+import { LIBSQL_ERROR_TYPE, libsqlErrorBody } from './libsql-errors.ts';
 import { observeRequest } from './metrics.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._:@-]{1,128}$/;
@@ -40,6 +41,7 @@ export interface RawServing {
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 
+
 /** SPEC 3's error shape as a reply (raw routes, the db channel, /verify). */
 export function errorReply(err: ApiError): RawReply {
   return { status: err.status, headers: { 'content-type': JSON_TYPE, ...err.headers }, body: JSON.stringify(err.toBody()) };
@@ -64,6 +66,8 @@ export function serveRaw(router: RawRouter | undefined, serving: RawServing, req
   const started = performance.now();
   const requestId = requestIdOf(req);
   const done = (reply: RawReply) => {
+    const libsql = libsqlErrorBody(reply.status, req.url, reply.body);
+    if (libsql !== null) reply = { ...reply, headers: { ...reply.headers, 'content-type': LIBSQL_ERROR_TYPE }, body: libsql };
     sendRaw(res, requestId, reply);
     logAccess(serving.logger, requestId, req.method, req.url, reply.status, performance.now() - started);
   };
