@@ -192,6 +192,18 @@ test('migrate names the files it will not use, --dry-run shows the SQL, a folder
   const missing = await cli(['migrate', join(work, 'no-such-folder'), 'acme/web']);
   assert.equal(missing.code, 2);
   oneLine(missing, /no folder .*no-such-folder/);
+
+  // A failing migration, and one changed after it was applied: the message names the file.
+  writeFileSync(join(dir, '0002_bad.sql'), 'CREATE TABLEE oops(x);');
+  const named = (r: Run, pattern: RegExp) => {
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr.trim().split('\n').at(-1)!, pattern);
+    assert.doesNotMatch(r.stderr, /\n\s+at |\.ts:\d+/);
+  };
+  for (const args of [['--dry-run'], []]) named(await cli(['migrate', dir, 'acme/web', ...args]), /sql_error: 0002_bad\.sql: near "TABLEE": syntax error/);
+  rmSync(join(dir, '0002_bad.sql'));
+  writeFileSync(join(dir, '0001_projects.sql'), 'CREATE TABLE projects(id INTEGER PRIMARY KEY, name TEXT NOT NULL);');
+  named(await cli(['migrate', dir, 'acme/web']), /migration_conflict: 0001_projects\.sql: migration 0001_projects was applied with different SQL/);
 });
 
 test('shell: multi-line statements until ;, dot commands, reads and writes; a piped script fails when a statement does', async () => {
@@ -242,7 +254,10 @@ test('exit 1 when the server says no, 3 when it cannot be reached, 78 for config
   oneLine(sql, /acme\/web at http:\/\/127\.0\.0\.1:\d+: 400 sql_error: no such table: nowhere \(request [\w-]+\)/);
   const write = await cli(['query', 'acme/web', 'DELETE FROM todos']);
   assert.equal(write.code, 1);
-  oneLine(write, /read_only/);
+  oneLine(write, /read_only: .*; writes go through `scopebase execute`\n?$/);
+  const two = await cli(['execute', 'acme/web', 'INSERT INTO todos(title) VALUES (1); INSERT INTO todos(title) VALUES (2)']);
+  oneLine(two, /more than one statement.*; several statements: `scopebase execute --file script\.sql`/);
+  oneLine(await cli(['query', 'acme/web', '--database', 'nosuch', 'SELECT 1']), /database_not_found: .*; `scopebase execute` or `scopebase migrate` with this --database creates it\n?$/);
   const wrongSecret = await cli(['status', 'acme/web', '--secret', 'wrong']);
   assert.equal(wrongSecret.code, 1);
   oneLine(wrongSecret, /refused the secret for acme\/web: pass --secret/);

@@ -18,6 +18,14 @@ async function readFolder(dir: string): Promise<MigrationFolder> {
   }
 }
 
+/** An error about one migration (`details.migration`, or `details.id` for a conflict) names its file first. */
+function namingFile(e: unknown, folder: MigrationFolder): unknown {
+  const details = (e as { details?: { migration?: unknown; id?: unknown } }).details;
+  const file = folder.migrations.find((m) => m.id === (details?.migration ?? details?.id))?.file;
+  if (file && e instanceof Error) e.message = `${file}: ${e.message}`;
+  return e;
+}
+
 export function addMigrateCommand(program: Command): void {
   addTargetOptions(program.command('migrate')
     .description("apply a folder of NNNN_name.sql migration files (drizzle-kit / wrangler layout) in file-name order; each id is the file name without .sql; files it will not use are named with the reason")
@@ -38,7 +46,9 @@ Examples:
       const t = connect(opts, repo);
       process.stderr.write(`read ${folder.migrations.length} migration file(s) from ${dir}\n`);
       const list = folder.migrations.map(({ id, sql }) => ({ id, sql }));
-      const r = await attempt(t, () => t.client.migrate(list, { dryRun: opts.dryRun === true }));
+      const r = await attempt(t, () => t.client.migrate(list, { dryRun: opts.dryRun === true }).catch((e: unknown) => {
+        throw namingFile(e, folder); // the server names the migration's id; a person looks for its file
+      }));
       if (t.json) return printJson({ ...r, skipped: folder.skipped });
       if (r.dryRun) {
         for (const id of r.applied) {

@@ -49,6 +49,14 @@ export function printJson(value: unknown): void {
 }
 
 /** A client error as one line with what to do, and its exit code. */
+/** The server speaks of its HTTP API; a person at the CLI needs the command that does it. */
+function cliHint(e: ScopebaseError): string {
+  if (e.code === 'read_only') return '; writes go through `scopebase execute`';
+  if (e.code === 'database_not_found') return '; `scopebase execute` or `scopebase migrate` with this --database creates it';
+  if (/holds more than one statement/.test(e.message)) return '; several statements: `scopebase execute --file script.sql` (or `-` for standard input), or `scopebase shell`';
+  return '';
+}
+
 export function explain(e: ScopebaseError, ctx: { url: string; org: string; repo: string }): CliError {
   const where = `${ctx.org}/${ctx.repo} at ${ctx.url}`;
   switch (e.code) {
@@ -62,7 +70,7 @@ export function explain(e: ScopebaseError, ctx: { url: string; org: string; repo
       return new CliError(EXIT.refused, `${ctx.url} does not serve the org "${ctx.org}": check --org and the server's BASE_DOMAIN (${e.message})`);
     default: {
       const id = e.requestId ? ` (request ${e.requestId})` : '';
-      return new CliError(EXIT.refused, `${where}: ${e.status ? `${e.status} ` : ''}${e.code}: ${e.message}${id}`);
+      return new CliError(EXIT.refused, `${where}: ${e.status ? `${e.status} ` : ''}${e.code}: ${e.message}${id}${cliHint(e)}`);
     }
   }
 }
