@@ -28,6 +28,17 @@ test('a browser gets the error as a page: status, message, code, request id, and
   assert.match(account.text, /no (route|account endpoint).* \/web\/_account\/nowhere/);
 });
 
+test('the places people land first say where to go: the banner\'s address, an org host\'s root', async () => {
+  const port = new URL(p.url).port;
+  const bare = await fetch(`http://127.0.0.1:${port}/`, { headers: { accept: BROWSER } });
+  assert.equal(bare.status, 404);
+  assert.match(await bare.text(), new RegExp(`each organization has its own host, e\\.g\\. http://acme\\.localhost:${port}/\\{repo\\}/`));
+  const root = await p.call('/', { headers: { accept: BROWSER } });
+  assert.equal(root.status, 404);
+  assert.match(root.text, /this is the host of the organization acme: each repository is at \/\{repo\}\/, e\.g\. \/web\//);
+  assert.doesNotMatch(root.text, /\^\[a-z0-9\]/, 'no name pattern shown to a person');
+});
+
 test('API clients keep the JSON shape: application/json, */*, or no Accept at all', async () => {
   for (const accept of ['application/json', '*/*', undefined]) {
     const r = await p.call('/web/', { headers: accept ? { accept } : {} });

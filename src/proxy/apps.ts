@@ -37,6 +37,7 @@ export function appTarget(org: string, url: string, apps: Map<string, AppRoute>)
   const m = /^\/([^/?]*)([^?]*)(\?.*)?$/.exec(url);
   if (!m) throw new ApiError('not_found', 'no such route');
   const rawRepo = m[1]!;
+  if (rawRepo === '') throw new ApiError('not_found', `this is the host of the organization ${org}: each repository is at /{repo}/, e.g. /web/`);
   const repo = checkRepo(rawRepo);
   const rest = m[2] || '/';
   if (RESERVED.test(rest)) throw new ApiError('not_found', `no route for ${url.split('?')[0]!.slice(0, 200)}`);

@@ -12,8 +12,11 @@ export function orgFromHost(host: string | undefined, baseDomain: string): strin
     name = name.slice(0, colon);
   }
   const suffix = `.${baseDomain}`;
-  if (!name.endsWith(suffix)) throw new ApiError('unknown_host', `host ${quote(host)} is not {org}.${baseDomain}`);
-  const label = name.slice(0, -suffix.length);
-  if (label.length === 0 || label.includes('.')) throw new ApiError('unknown_host', `host ${quote(host)} is not {org}.${baseDomain}`);
+  const label = name.endsWith(suffix) ? name.slice(0, -suffix.length) : '';
+  if (label.length === 0 || label.includes('.')) {
+    // The address in the start-up banner is where people land first: say where the org hosts are.
+    const port = colon === -1 ? '' : host.slice(colon);
+    throw new ApiError('unknown_host', `host ${quote(host)} is not {org}.${baseDomain}: each organization has its own host, e.g. http://acme.${baseDomain}${port}/{repo}/`);
+  }
   return checkOrg(label);
 }
