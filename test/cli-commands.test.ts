@@ -341,3 +341,23 @@ test('the start-up banner: sign-in URL and curl line first, where the data lives
     rmSync(dataDir, { recursive: true, force: true });
   }
 });
+
+test('logs: JSON lines for collectors; one readable line each with LOG_FORMAT=pretty (the default on a terminal)', async () => {
+  const dataDir = tempDir();
+  try {
+    for (const format of ['json', 'pretty']) {
+      const child = spawn(process.execPath, ['src/cli/main.ts', 'start'], { env: { ...process.env, DATA_DIR: dataDir, PORT: '0', ADMIN_PORT: '0', LOG_LEVEL: 'info', LOG_FORMAT: format }, stdio: ['ignore', 'pipe', 'ignore'] });
+      let stdout = '';
+      child.stdout.on('data', (d) => (stdout += d));
+      const closed = new Promise((r) => child.on('close', r));
+      for (let i = 0; i < 300 && !/Server listening/.test(stdout); i++) await new Promise((r) => setTimeout(r, 100));
+      child.kill('SIGTERM');
+      await closed;
+      const line = stdout.split('\n').find((l) => l.includes('Server listening'))!;
+      if (format === 'json') assert.equal(JSON.parse(line).msg.startsWith('Server listening'), true);
+      else assert.match(line, /^\[\d\d:\d\d:\d\d\] INFO: Server listening at http:\/\/127\.0\.0\.1:\d+/);
+    }
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});

@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { chmodSync, mkdirSync } from 'node:fs';
 import { ConfigError, loadConfig, type Config } from '../shared/config.ts';
-import { createLogger, type Logger } from '../shared/log.ts';
+import { createLogger, logDestination, type Logger } from '../shared/log.ts';
 import { createAdminServer } from '../shared/admin.ts';
 import { createProxy } from '../proxy/server.ts';
 import { createDbService } from '../db/service.ts';
@@ -132,7 +132,7 @@ export async function startCommand(part: Part): Promise<number> {
   process.umask(0o077);
   const config = loadConfig();
   ownerOnly(config.dataDir);
-  const logger = createLogger(config.logLevel);
+  const logger = createLogger(config.logLevel, await logDestination(process.env.LOG_FORMAT));
   for (const warning of config.warnings) logger.warn(warning);
   let running: Running;
   try {

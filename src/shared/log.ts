@@ -11,3 +11,18 @@ export const REDACT_PATHS = [
 export function createLogger(level: string, destination?: NodeJS.WritableStream): Logger {
   return pino({ level, redact: { paths: REDACT_PATHS, censor: '[redacted]' }, base: { pid: process.pid } }, destination as never);
 }
+
+/**
+ * Where `scopebase start` logs: JSON lines (for collectors) unless a person watches a terminal, then one readable
+ * line each through pino-pretty when it is installed (a clone's `npm ci`; `--omit=dev` leaves JSON). LOG_FORMAT
+ * (`json` or `pretty`) decides instead.
+ */
+export async function logDestination(format: string | undefined): Promise<NodeJS.WritableStream | undefined> {
+  if (format === 'json' || (format !== 'pretty' && !process.stdout.isTTY)) return undefined;
+  try {
+    const { default: pretty } = await import('pino-pretty');
+    return pretty({ colorize: process.stdout.isTTY === true, translateTime: 'SYS:HH:MM:ss', ignore: 'pid,hostname', singleLine: true });
+  } catch {
+    return undefined; // not installed (a production install): JSON lines
+  }
+}
