@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { startProduct, tempDir, testEnv, ROOT_KEY, type Product } from './helpers/product.ts';
@@ -225,6 +225,15 @@ test('secret prints the repo secret; usage mistakes exit 2 with one line', async
   const s = await cli(['secret', 'ACME/Web']);
   assert.equal(s.code, 0);
   assert.equal(s.stdout.trim(), p.secret('acme', 'web'));
+  // Where no key exists yet (another folder than the server's), it makes one owner-only and says so.
+  const elsewhere = join(work, 'elsewhere-data');
+  const made = await cli(['secret', 'acme/web'], { RUNTIME_ROOT_KEY: undefined, DATA_DIR: elsewhere });
+  assert.equal(made.code, 0);
+  assert.match(made.stdout.trim(), /^\S+$/);
+  oneLine(made, /no key in .*elsewhere-data\/runtime-root\.key yet, so one was created; a server with another DATA_DIR or RUNTIME_ROOT_KEY will refuse this secret/);
+  assert.equal(statSync(elsewhere).mode & 0o777, 0o700);
+  const again = await cli(['secret', 'acme/web'], { RUNTIME_ROOT_KEY: undefined, DATA_DIR: elsewhere });
+  assert.deepEqual([again.stdout, again.stderr], [made.stdout, ''], 'the same secret, silently, once the key exists');
   const cases: [string[], RegExp][] = [
     [['secret', 'acme'], /is not org\/repo/],
     [['query', 'SELECT 1'], /name the repo/],

@@ -51,7 +51,12 @@ Example:
   curl -H "Authorization: Bearer $(npx scopebase secret acme/web)" -d '{}' http://acme.localhost:8080/web/_db/status`)
     .action((target: string) => {
       const { org, repo } = parseRepoPath(target);
+      const keyFile = join(resolve(process.env.DATA_DIR || './data'), 'runtime-root.key');
+      const creating = !process.env.RUNTIME_ROOT_KEY && !existsSync(keyFile);
+      process.umask(0o077); // a key it creates is owner-only, as `start` makes it
       const config = loadConfig();
+      // Run outside the server's folder, this makes a key of its own: say so, since its secret will not work there.
+      if (creating) process.stderr.write(`scopebase: no key in ${keyFile} yet, so one was created; a server with another DATA_DIR or RUNTIME_ROOT_KEY will refuse this secret (run this where the server runs)\n`);
       process.stdout.write(repoSecret(config.rootKeys[0]!, org, repo) + '\n');
     });
 }
