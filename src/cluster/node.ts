@@ -11,6 +11,20 @@ import { LEADER, MOVE, NODES, PLACEMENT, PlacementWatch, pollEveryMs, scopeKey, 
 import { Shipper } from './shipper.ts';
 import { closeCopy } from './follower-copy.ts';
 
+/**
+ * What a node tells mirror delivery (src/mirror's ClusterDelivery, handed over by src/cli/start.ts; cluster never
+ * imports mirror): only a primary within its lease delivers, and only events its follower already holds.
+ */
+export interface MirrorGate {
+  grant(scope: Scope, upTo: number): void;
+  revoke(scope: Scope): void;
+  revokeAll(): void;
+  /** `at` in ms on a clock all threads share: performance.timeOrigin + performance.now(). */
+  leaseUntil(at: number): void;
+  cursors(scope: Scope): Record<string, number>;
+  seed(scope: Scope, cursors: Record<string, number>): void;
+}
+
 /** Writes stop this long before the lease's end as this node measures it: clocks run at slightly different rates. */
 const LEASE_MARGIN_MS = 250;
 
@@ -40,17 +54,23 @@ export class ClusterNode implements Replication {
   private readonly draining = new Set<string>();
   /** Copies the executors were told to forget before this node wrote them as a follower. */
   readonly released = new Set<string>();
+  /** Databases mirror delivery was granted for (revoked when this node stops being their primary). */
+  private readonly granted = new Set<string>();
+  private readonly mirrors: MirrorGate | null;
   private closed = false;
 
-  constructor(config: ClusterConfig, db: DbService, logger: Logger, token: string) {
+  constructor(config: ClusterConfig, db: DbService, logger: Logger, token: string, mirrors: MirrorGate | null = null) {
     if (config.nodeId === null || config.advertiseUrl === null) throw new Error('a cluster node needs CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL');
     this.config = config as ClusterNode['config'];
     this.id = config.nodeId;
     this.db = db;
     this.logger = logger;
+    this.mirrors = mirrors;
     this.etcd = new Etcd(config.etcd, Math.max(500, config.leaseTtlS * 250));
     this.watch = new PlacementWatch(this.etcd, pollEveryMs(config.leaseTtlS), (view) => this.act(view));
-    this.shipper = new Shipper({ db, token, timeoutMs: config.leaseTtlS * 1000, onSuperseded: (scope) => this.superseded.set(scopeKey(scope), this.placement(scope)?.epoch ?? 0) });
+    this.shipper = new Shipper({ db, token, timeoutMs: config.leaseTtlS * 1000, onSuperseded: (scope) => this.superseded.set(scopeKey(scope), this.placement(scope)?.epoch ?? 0),
+      cursors: mirrors ? (scope) => mirrors.cursors(scope) : undefined,
+    });
   }
 
   async start(): Promise<void> {
@@ -69,12 +89,17 @@ export class ClusterNode implements Replication {
     const sentAt = performance.now();
     if (!first && await this.etcd.keepAlive(this.lease)) {
       this.leaseDeadline = sentAt + this.config.leaseTtlS * 1000;
+      this.mirrors?.leaseUntil(performance.timeOrigin + this.leaseDeadline - LEASE_MARGIN_MS);
       return;
     }
+    // Leader keys die with the lease: no database is this node's to deliver any more.
+    this.granted.clear();
+    this.mirrors?.revokeAll();
     // First start, or the lease expired (a pause, etcd away): a new one. Leader keys went with the old one.
     this.lease = await this.etcd.grant(this.config.leaseTtlS);
     await this.etcd.put(`${NODES}${this.id}`, this.config.advertiseUrl, this.lease);
     this.leaseDeadline = sentAt + this.config.leaseTtlS * 1000;
+    this.mirrors?.leaseUntil(performance.timeOrigin + this.leaseDeadline - LEASE_MARGIN_MS);
     if (!first) this.logger.warn('cluster: lease expired; this node rejoined with a new one');
   }
 
@@ -108,11 +133,32 @@ export class ClusterNode implements Replication {
     const url = p.follower === null ? undefined : view.nodes.get(p.follower);
     if (this.config.durability === 'async') {
       // The 200 does not wait: the follower gets the events as soon as it can (the loss window, docs/scaling.md).
-      if (url !== undefined) this.shipper.ensure(scope, version, p.epoch, p.follower!, url).catch(() => {});
+      if (url !== undefined) this.shipper.ensure(scope, version, p.epoch, p.follower!, url).then(() => this.grantDelivery(scope, version), () => {});
+      else if (p.follower === null) this.grantDelivery(scope, version); // no follower: no other node can take over with less
       return;
     }
     if (url === undefined) throw new ApiError('unavailable', 'the database has no live follower to confirm this write (strict durability); whether it survives a failover is unknown', { committed: null }, { 'retry-after': '1' });
     await this.shipper.ensure(scope, version, p.epoch, p.follower!, url);
+    this.grantDelivery(scope, version);
+  }
+
+  /**
+   * The follower holds `version`: mirror delivery may send up to it. A follower takes over only once in line with
+   * this history, so whatever a mirror received is in the next primary's change log with the same event ids.
+   */
+  private grantDelivery(scope: Scope, version: number): void {
+    if (this.mirrors === null) return;
+    const key = scopeKey(scope);
+    const view = this.watch.view;
+    const p = view.placements.get(key);
+    if (p === undefined || !this.primaryHere(view, key, p)) return;
+    this.granted.add(key);
+    this.mirrors.grant(scope, version);
+  }
+
+  /** Cursors the primary shipped with its events: where this node's delivery resumes if it takes over. */
+  seedCursors(key: string, cursors: Record<string, number>): void {
+    this.mirrors?.seed(scopeOf(key), cursors);
   }
 
   /** A database seen for the first time: this node becomes its primary, the least-loaded other live node its follower. */
@@ -140,6 +186,12 @@ export class ClusterNode implements Replication {
   /** After each read of placement: promote where this node follows a primary whose leader key is gone; replace dead followers. */
   private act(view: View): void {
     if (this.closed) return;
+    for (const key of this.granted) {
+      const p = view.placements.get(key);
+      if (p !== undefined && this.primaryHere(view, key, p)) continue;
+      this.granted.delete(key); // another node's to deliver now (a failover, a move)
+      this.mirrors?.revoke(scopeOf(key));
+    }
     for (const [key, p] of view.placements) {
       if (p.follower === this.id && !view.leaders.has(key)) void this.serial(key, () => this.promote(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: promotion failed'));
       else if (this.primaryHere(view, key, p) && (p.follower === null || !view.nodes.has(p.follower))) void this.replaceFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: follower replacement failed'));
@@ -194,7 +246,10 @@ export class ClusterNode implements Replication {
     try {
       const version = await this.db.currentVersion(scope);
       this.shipper.resync(scope);
-      if (version !== null) await this.shipper.ensure(scope, version, p.epoch, p.follower!, view.nodes.get(p.follower!)!);
+      if (version !== null) {
+        await this.shipper.ensure(scope, version, p.epoch, p.follower!, view.nodes.get(p.follower!)!);
+        this.grantDelivery(scope, version);
+      }
     } catch (e) {
       if (this.followerSynced.get(key) === term) this.followerSynced.delete(key); // the next read of placement tries again
       this.logger.warn({ err: e, database: key }, 'cluster: bringing the follower in line failed');

@@ -60,10 +60,13 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
 
   app.post('/_cluster/apply', { bodyLimit: 256 * 1024 * 1024 }, async (req) => {
     const t = target(req);
-    const events = jsonBody(req).events as ChangeEvent[] | undefined;
+    const body = jsonBody(req);
+    const events = body.events as ChangeEvent[] | undefined;
     if (!Array.isArray(events) || events.length === 0) throw new ApiError('invalid_request', 'events must be a non-empty array');
+    const cursors = mirrorCursors(body.mirrors);
     return node.serial(t.key, async () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+      if (cursors !== null) node.seedCursors(t.key, cursors);
       await node.releaseCopy(t.key);
       const problem = applyEvents(t.path, events);
       if (problem !== null) return { problem };
@@ -97,4 +100,13 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
       }
     });
   });
+}
+
+/** The primary's mirror cursors shipped with events: absent, or an object of mirror name → acknowledged version. */
+function mirrorCursors(value: unknown): Record<string, number> | null {
+  if (value === undefined || value === null) return null;
+  const bad = () => new ApiError('invalid_request', 'mirrors must be an object of mirror name → non-negative integer version');
+  if (typeof value !== 'object' || Array.isArray(value)) throw bad();
+  for (const v of Object.values(value)) if (!Number.isSafeInteger(v) || (v as number) < 0) throw bad();
+  return value as Record<string, number>;
 }

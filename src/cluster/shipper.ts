@@ -33,12 +33,15 @@ export class Shipper {
   private readonly token: string;
   private readonly timeoutMs: number;
   private readonly onSuperseded: (scope: Scope) => void;
+  private readonly cursors: ((scope: Scope) => Record<string, number>) | undefined;
 
-  constructor(opts: { db: DbService; token: string; timeoutMs: number; onSuperseded: (scope: Scope) => void }) {
+  /** `cursors`: what each mirror acknowledged of a database here, shipped along so a follower that takes over resumes there. */
+  constructor(opts: { db: DbService; token: string; timeoutMs: number; onSuperseded: (scope: Scope) => void; cursors?: (scope: Scope) => Record<string, number> }) {
     this.db = opts.db;
     this.token = opts.token;
     this.timeoutMs = opts.timeoutMs;
     this.onSuperseded = opts.onSuperseded;
+    this.cursors = opts.cursors;
   }
 
   /** Resolves once `follower` holds `version` (or later) of the database under `epoch`. */
@@ -114,7 +117,7 @@ export class Shipper {
       carried.push(e);
     }
     if (carried.length === 0) return this.sendSnapshot(lane);
-    const res = await this.post(lane, '/_cluster/apply', { events: carried }) as { version?: number; problem?: string };
+    const res = await this.post(lane, '/_cluster/apply', { events: carried, mirrors: this.cursors?.(lane.scope) }) as { version?: number; problem?: string };
     if (res.problem !== undefined) return this.sendSnapshot(lane);
     return res.version!;
   }
