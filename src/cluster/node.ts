@@ -9,7 +9,7 @@ import type { Logger } from '../shared/log.ts';
 import { Etcd } from './etcd.ts';
 import { LEADER, MOVE, NODES, PLACEMENT, PlacementWatch, pollEveryMs, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
 import { Shipper } from './shipper.ts';
-import { closeCopy } from './follower-copy.ts';
+import { closeCopy, copyState } from './follower-copy.ts';
 
 /**
  * What a node tells mirror delivery (src/mirror's ClusterDelivery, handed over by src/cli/start.ts; cluster never
@@ -202,7 +202,10 @@ export class ClusterNode implements Replication {
       if (p.primary === this.id && view.leaders.get(key) === this.id && (this.highestEpoch.get(key) ?? 0) < p.epoch) {
         this.highestEpoch.set(key, p.epoch);
         this.released.delete(key);
-        closeCopy(this.db.databasePath(scopeOf(key)));
+        const path = this.db.databasePath(scopeOf(key));
+        const held = this.mirrors === null ? 0 : copyState(path).version; // before any write here: all of it is the handed-over history
+        closeCopy(path);
+        if (held > 0) this.grantDelivery(scopeOf(key), held);
       }
     }
   }
@@ -267,6 +270,8 @@ export class ClusterNode implements Replication {
    */
   private async promote(key: string, p: Placement): Promise<void> {
     if (performance.now() > this.leaseDeadline - LEASE_MARGIN_MS || this.synced.get(key) !== p.epoch) return;
+    // What the copy holds now (applies wait in this chain): any later primary must be brought in line with it first.
+    const held = this.mirrors === null ? 0 : copyState(this.db.databasePath(scopeOf(key))).version;
     const follower = this.pickFollower(this.watch.view, [this.id, p.primary]);
     const r = await this.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, absent: true }],
       [{ put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: this.id, follower }) }, { put: `${LEADER}${key}`, value: this.id, lease: this.lease }]);
@@ -276,6 +281,7 @@ export class ClusterNode implements Replication {
     closeCopy(this.db.databasePath(scopeOf(key))); // the executors write it from now on
     this.logger.warn({ database: key, epoch: r.revision, from: p.primary }, 'cluster: promoted to primary');
     await this.watch.refresh();
+    if (held > 0) this.grantDelivery(scopeOf(key), held);
   }
 
   private async replaceFollower(key: string, p: Placement, view: View): Promise<void> {

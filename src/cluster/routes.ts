@@ -80,6 +80,7 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
     scoped.post('/_cluster/snapshot', async (req) => {
       const t = target(req);
       if (typeof (req.body as Readable | undefined)?.pipe !== 'function') throw new ApiError('invalid_request', 'a snapshot is sent as application/vnd.sqlite3');
+      const cursors = mirrorCursors(jsonQuery((req.query as Record<string, string | undefined>).mirrors));
       const received = join(db.temporaryDir, `received-${randomBytes(8).toString('hex')}.sqlite`);
       await pipeline(req.body as Readable, createWriteStream(received));
       try {
@@ -93,6 +94,7 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
             throw new ApiError('invalid_request', `the body is not a scopebase database: ${(e as Error).message.slice(0, 120)}`);
           }
           node.markSynced(t.key, t.epoch);
+          if (cursors !== null) node.seedCursors(t.key, cursors);
           return { version };
         });
       } finally {
@@ -109,4 +111,13 @@ function mirrorCursors(value: unknown): Record<string, number> | null {
   if (typeof value !== 'object' || Array.isArray(value)) throw bad();
   for (const v of Object.values(value)) if (!Number.isSafeInteger(v) || (v as number) < 0) throw bad();
   return value as Record<string, number>;
+}
+
+function jsonQuery(value: string | undefined): unknown {
+  if (value === undefined) return undefined;
+  try {
+    return JSON.parse(value);
+  } catch {
+    throw new ApiError('invalid_request', 'mirrors must be a JSON object of mirror name → version');
+  }
 }

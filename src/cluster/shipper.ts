@@ -126,7 +126,7 @@ export class Shipper {
     const { path } = await this.db.snapshotFile(lane.scope);
     try {
       const res = await this.pool(lane.url).request({
-        method: 'POST', path: `/_cluster/snapshot?${this.query(lane)}`, body: createReadStream(path),
+        method: 'POST', path: `/_cluster/snapshot?${this.query(lane)}${this.cursorsQuery(lane)}`, body: createReadStream(path),
         headers: { 'x-scopebase-proxy-token': this.token, 'content-type': 'application/vnd.sqlite3' }, signal: AbortSignal.timeout(Math.max(this.timeoutMs, 60_000)),
       });
       return ((await this.answer(res.statusCode, await res.body.text())) as { version: number }).version;
@@ -137,6 +137,12 @@ export class Shipper {
 
   private query(lane: Lane): string {
     return new URLSearchParams({ org: lane.scope.org, repo: lane.scope.repo, database: lane.scope.database, epoch: String(lane.epoch) }).toString();
+  }
+
+  /** Mirror cursors travel with a snapshot too (a database with triggers only ever travels so). */
+  private cursorsQuery(lane: Lane): string {
+    const cursors = this.cursors?.(lane.scope);
+    return cursors && Object.keys(cursors).length > 0 ? `&mirrors=${encodeURIComponent(JSON.stringify(cursors))}` : '';
   }
 
   private async post(lane: Lane, path: string, body: object): Promise<unknown> {
