@@ -1,11 +1,12 @@
 // Mirrors on a cluster (docs/scaling.md, Mirrors): real etcd, three `serve db` nodes with DB_MIRRORS, two proxies,
 // a webhook receiver verifying Standard Webhooks signatures, 20 writers over 10 databases; a primary killed with -9,
-// then a primary paused for 2 × TTL. Only a primary delivers, and only what its follower holds: the receiver's first
+// then a primary paused for 2 × TTL, then a live move. Only a primary delivers, and only what its follower holds: the receiver's first
 // sight of each event runs 1, 2, 3… per database, every event id it got is in the current primary's log at that
 // version, and in the end it has them all (repeats across a failover are allowed: at least once, same id).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Webhook } from 'standardwebhooks';
+import { moveDatabase } from '../src/cluster/move.ts';
 import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
 import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters, type Ack } from './helpers/cluster-writers.ts';
 import { newSecret, Receiver, waitFor } from './helpers/mirror.ts';
@@ -71,7 +72,7 @@ function checkOrder(): Map<string, Map<number, string>> {
   return seen;
 }
 
-test('a primary killed (-9) and a primary paused for 2 × TTL: the mirror gets every event once in order (repeats allowed), none the new primary lacks', async () => {
+test('a primary killed (-9), a primary paused for 2 × TTL, a live move: the mirror gets every event once in order (repeats allowed), none the new primary lacks', async () => {
   await createTables(cluster, DATABASES);
   const all: Ack[] = [];
   let refused = 0;
@@ -116,6 +117,19 @@ test('a primary killed (-9) and a primary paused for 2 × TTL: the mirror gets e
     refused += w.refused;
   }
   await assertAllAcknowledgedKept(cluster, DATABASES, all);
+
+  // Phase 3: a live move under writers (the target delivers from the cursors the old primary shipped).
+  writers = [startWriters(cluster, DATABASES.slice(0, 2), 4)];
+  await sleep(300);
+  const moving = (await cluster.placement(ORG, REPO, 'm0'))!;
+  const to = cluster.nodes.find((n) => n.id !== moving.primary && n.id !== moving.follower)!.id;
+  await moveDatabase([cluster.etcd.url], { org: ORG, repo: REPO, database: 'm0' }, to, () => {}, 30_000);
+  await sleep(500);
+  for (const w of writers) {
+    await w.stop();
+    all.push(...w.acked);
+  }
+  assert.equal((await cluster.placement(ORG, REPO, 'm0'))!.primary, to, 'm0 moved');
 
   // Delivery catches up: each database's whole log on its current primary, in order, with the same ids.
   const primaryLog = async (d: string) => eventIds(cluster.node((await cluster.placement(ORG, REPO, d))!.primary), ORG, REPO, d);
