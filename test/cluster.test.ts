@@ -187,6 +187,8 @@ describe('cluster: synchronous follower and failover', () => {
       [`/_cluster/apply?${q(p.epoch)}`, '{"events":[]}', { 'x-scopebase-proxy-token': token }, 400, /events must be a non-empty array/],
       [`/_cluster/apply?${q(p.epoch)}`, '{"events":[{}],"mirrors":[1]}', { 'x-scopebase-proxy-token': token }, 400, /mirrors must be an object of mirror name → non-negative integer version/],
       [`/_cluster/apply?${q(p.epoch)}`, '{"events":[{}],"mirrors":{"a":-1}}', { 'x-scopebase-proxy-token': token }, 400, /mirrors must be an object/],
+      [`/_cluster/cursors?${q(p.epoch)}`, '{}', { 'x-scopebase-proxy-token': token }, 400, /mirrors must be an object/],
+      [`/_cluster/cursors?${q(p.epoch)}`, '{"mirrors":{"a":"1"}}', { 'x-scopebase-proxy-token': token }, 400, /mirrors must be an object/],
       [`/_cluster/snapshot?${q(p.epoch)}&mirrors=%7B`, Buffer.from('x'), { 'x-scopebase-proxy-token': token, 'content-type': 'application/vnd.sqlite3' }, 400, /mirrors must be a JSON object/],
       [`/_cluster/confirm?${q(p.epoch)}`, '{"version":"a"}', { 'x-scopebase-proxy-token': token }, 400, /version must be an integer/],
       [`/_cluster/state?${q(1)}`, '{}', { 'x-scopebase-proxy-token': token }, 410, /epoch 1 is older than this database's current one/],

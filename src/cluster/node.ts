@@ -54,8 +54,8 @@ export class ClusterNode implements Replication {
   private readonly draining = new Set<string>();
   /** Copies the executors were told to forget before this node wrote them as a follower. */
   readonly released = new Set<string>();
-  /** Databases mirror delivery was granted for (revoked when this node stops being their primary). */
-  private readonly granted = new Set<string>();
+  /** Databases mirror delivery was granted for, and up to which version (revoked when this node stops being their primary). */
+  private readonly granted = new Map<string, number>();
   private readonly mirrors: MirrorGate | null;
   private closed = false;
 
@@ -79,6 +79,8 @@ export class ClusterNode implements Replication {
     const every = Math.max(200, (this.config.leaseTtlS * 1000) / 4);
     const tick = () => {
       this.renewLease(false).catch((e) => this.logger.warn({ err: e }, 'cluster: lease renewal failed')).finally(() => {
+        // Mirror cursors that moved without a write reach the followers too (a takeover then repeats less).
+        for (const key of this.granted.keys()) this.shipper.pushCursors(scopeOf(key)).catch(() => {});
         if (!this.closed) this.keepAliveTimer = setTimeout(tick, every);
       });
     };
@@ -151,8 +153,8 @@ export class ClusterNode implements Replication {
     const key = scopeKey(scope);
     const view = this.watch.view;
     const p = view.placements.get(key);
-    if (p === undefined || !this.primaryHere(view, key, p)) return;
-    this.granted.add(key);
+    if (p === undefined || !this.primaryHere(view, key, p) || this.draining.has(key)) return;
+    this.granted.set(key, Math.max(version, this.granted.get(key) ?? 0));
     this.mirrors.grant(scope, version);
   }
 
@@ -186,7 +188,7 @@ export class ClusterNode implements Replication {
   /** After each read of placement: promote where this node follows a primary whose leader key is gone; replace dead followers. */
   private act(view: View): void {
     if (this.closed) return;
-    for (const key of this.granted) {
+    for (const key of this.granted.keys()) {
       const p = view.placements.get(key);
       if (p !== undefined && this.primaryHere(view, key, p)) continue;
       this.granted.delete(key); // another node's to deliver now (a failover, a move)
@@ -224,20 +226,28 @@ export class ClusterNode implements Replication {
       return; // the next read of placement brings it in line (syncFollower)
     }
     this.draining.add(key);
+    const scope = scopeOf(key);
+    // Delivery stops here first, so the cursors the target gets are the last ones (a failed handover grants again).
+    const grantedUpTo = this.granted.get(key);
+    this.granted.delete(key);
+    this.mirrors?.revoke(scope);
+    let handedOver = false;
     try {
-      await new Promise((r) => setTimeout(r, 50)); // writes admitted before the drain commit and ship meanwhile
-      const scope = scopeOf(key);
+      await new Promise((r) => setTimeout(r, 50)); // writes admitted before the drain commit and ship meanwhile; delivery's last acks are saved
       const version = await this.db.currentVersion(scope);
       if (version !== null) await this.shipper.ensure(scope, version, p.epoch, target, view.nodes.get(target)!);
+      await this.shipper.pushCursors(scope).catch(() => {}); // fewer repeats, not needed for correctness
       const r = await this.etcd.txn(current, [
         { put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: target, follower: this.id }) },
         { put: `${LEADER}${key}`, value: target, lease: targetLease },
         { delete: `${MOVE}${key}` },
       ]);
+      handedOver = r.succeeded;
       if (r.succeeded) this.logger.warn({ database: key, to: target, version }, 'cluster: move: handed over');
       await this.watch.refresh();
     } finally {
       this.draining.delete(key);
+      if (!handedOver && grantedUpTo !== undefined) this.grantDelivery(scope, grantedUpTo);
     }
   }
 

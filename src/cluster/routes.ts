@@ -75,6 +75,18 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
     });
   });
 
+  // Mirror cursors without events (src/cluster/shipper.ts pushCursors): where this node's delivery resumes if it takes over.
+  app.post('/_cluster/cursors', async (req) => {
+    const t = target(req);
+    const cursors = mirrorCursors(jsonBody(req).mirrors);
+    if (cursors === null) throw new ApiError('invalid_request', 'mirrors must be an object of mirror name → non-negative integer version');
+    return node.serial(t.key, () => {
+      if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+      node.seedCursors(t.key, cursors);
+      return {};
+    });
+  });
+
   app.register(async (scoped) => {
     scoped.addContentTypeParser('application/vnd.sqlite3', (_req, payload, done) => done(null, payload));
     scoped.post('/_cluster/snapshot', async (req) => {

@@ -19,6 +19,8 @@ interface Lane {
   acked: number | null;
   waiters: Waiter[];
   running: boolean;
+  /** The mirror cursors last sent to this follower (JSON), so an unchanged set is not sent again. */
+  cursorsSent: string;
 }
 
 /** The follower refused this epoch: a newer primary exists, this node must not answer 200 for the database again. */
@@ -50,7 +52,7 @@ export class Shipper {
     let lane = this.lanes.get(key);
     if (!lane || lane.epoch !== epoch || lane.follower !== follower) {
       // A new epoch or follower: a new lane; the old one finishes its own waiters (acked by the follower of their time).
-      lane = { scope, epoch, follower, url, acked: null, waiters: [], running: false };
+      lane = { scope, epoch, follower, url, acked: null, waiters: [], running: false, cursorsSent: '{}' };
       this.lanes.set(key, lane);
     }
     if (lane.acked !== null && lane.acked >= version) return Promise.resolve();
@@ -58,6 +60,21 @@ export class Shipper {
       lane.waiters.push({ version, resolve, reject });
       if (!lane.running) void this.run(lane);
     });
+  }
+
+  /**
+   * Sends the follower the mirror cursors when they moved since the last shipment (a database without writes, a
+   * move's handover): a follower that takes over then repeats less. Only to a follower in line; failures are left
+   * to the next write (which carries them anyway).
+   */
+  async pushCursors(scope: Scope): Promise<void> {
+    const lane = this.lanes.get(scopeKey(scope));
+    const cursors = this.cursors?.(scope);
+    if (!lane || !cursors || lane.running || lane.acked === null) return;
+    const text = JSON.stringify(cursors);
+    if (text === lane.cursorsSent) return;
+    await this.post(lane, '/_cluster/cursors', { mirrors: cursors });
+    lane.cursorsSent = text;
   }
 
   /** The follower may have forgotten what it held in memory (it restarted): ask it again before the next write. */
@@ -117,8 +134,10 @@ export class Shipper {
       carried.push(e);
     }
     if (carried.length === 0) return this.sendSnapshot(lane);
-    const res = await this.post(lane, '/_cluster/apply', { events: carried, mirrors: this.cursors?.(lane.scope) }) as { version?: number; problem?: string };
+    const mirrors = this.cursors?.(lane.scope);
+    const res = await this.post(lane, '/_cluster/apply', { events: carried, mirrors }) as { version?: number; problem?: string };
     if (res.problem !== undefined) return this.sendSnapshot(lane);
+    if (mirrors) lane.cursorsSent = JSON.stringify(mirrors);
     return res.version!;
   }
 
@@ -142,6 +161,7 @@ export class Shipper {
   /** Mirror cursors travel with a snapshot too (a database with triggers only ever travels so). */
   private cursorsQuery(lane: Lane): string {
     const cursors = this.cursors?.(lane.scope);
+    if (cursors) lane.cursorsSent = JSON.stringify(cursors);
     return cursors && Object.keys(cursors).length > 0 ? `&mirrors=${encodeURIComponent(JSON.stringify(cursors))}` : '';
   }
 
