@@ -133,10 +133,16 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
     let held = false;
     try {
       for (let sent = 0; !closed && sent < TURN_EVENTS; sent++) {
+        // Not this node's to send (yet): the cluster's next grant notices the lane again. Checked before reading too,
+        // so a follower's lanes read nothing and hold no events in memory.
+        if (opts.gate && !opts.gate(lane.scope, lane.buffer[0]?.version ?? lane.delivered + 1)) {
+          held = true;
+          break;
+        }
         const event = await nextEvent(lane);
         if (event === null || closed) break;
         if (opts.gate && !opts.gate(lane.scope, event.version)) {
-          held = true; // not this node's to send (yet): the cluster's next grant notices the lane again
+          held = true;
           break;
         }
         if (opts.shouldYield?.()) {
