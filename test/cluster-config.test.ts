@@ -1,5 +1,5 @@
 // Cluster configuration (docs/scaling.md): no CLUSTER_ variable is one node as before; bad values are refused at
-// start with the variable's name; what a node does not replicate yet is refused there.
+// start with the variable's name; what a node does not replicate yet (time travel) is refused there.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ConfigError, loadConfig } from '../src/shared/config.ts';
@@ -29,9 +29,13 @@ test('bad values name their variable', () => {
     [{ ...node, CLUSTER_LEASE_TTL_S: '1' }, /^CLUSTER_LEASE_TTL_S: must be between 2 and 600/],
     [{ ...node, CLUSTER_DURABILITY: 'eventual' }, /^CLUSTER_DURABILITY: must be "strict" or "async", got "eventual"/],
     [{ ...node, DB_HISTORY_DAYS: '7' }, /^DB_HISTORY_DAYS: time travel is not replicated in cluster mode yet/],
-    [{ ...node, DB_MIRRORS: JSON.stringify([{ name: 'a', url: 'http://127.0.0.1:1/hook', secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' }]) }, /^DB_MIRRORS: mirror delivery is not replicated in cluster mode yet/],
   ];
   for (const [env, message] of cases) assert.throws(() => loadConfig(testEnv(tempDir(), env)), (e: unknown) => e instanceof ConfigError && message.test(e.message), JSON.stringify(env));
+});
+
+test('a node delivers to mirrors (only as a database\'s primary: docs/scaling.md)', () => {
+  const mirrors = [{ name: 'a', url: 'http://127.0.0.1:1/hook', secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' }];
+  assert.deepEqual(loadConfig(testEnv(tempDir(), { ...node, DB_MIRRORS: JSON.stringify(mirrors) })).db.mirrors, mirrors);
 });
 
 test('a CLUSTER_ typo is named', () => {

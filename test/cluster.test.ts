@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { request } from 'undici';
 import { proxyToken } from '../src/db/remote.ts';
 import { moveDatabase } from '../src/cluster/move.ts';
+import { PLACEMENT } from '../src/cluster/placement.ts';
 import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
 import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters } from './helpers/cluster-writers.ts';
 
@@ -184,6 +185,11 @@ describe('cluster: synchronous follower and failover', () => {
       [`/_cluster/apply?${q('x')}`, '{"events":[]}', { 'x-scopebase-proxy-token': token }, 400, /epoch must be a positive integer/],
       [`/_cluster/apply?${q(p.epoch)}`, 'not json', { 'x-scopebase-proxy-token': token }, 400, /the body must be a JSON object/],
       [`/_cluster/apply?${q(p.epoch)}`, '{"events":[]}', { 'x-scopebase-proxy-token': token }, 400, /events must be a non-empty array/],
+      [`/_cluster/apply?${q(p.epoch)}`, '{"events":[{}],"mirrors":[1]}', { 'x-scopebase-proxy-token': token }, 400, /mirrors must be an object of mirror name → non-negative integer version/],
+      [`/_cluster/apply?${q(p.epoch)}`, '{"events":[{}],"mirrors":{"a":-1}}', { 'x-scopebase-proxy-token': token }, 400, /mirrors must be an object/],
+      [`/_cluster/cursors?${q(p.epoch)}`, '{}', { 'x-scopebase-proxy-token': token }, 400, /mirrors must be an object/],
+      [`/_cluster/cursors?${q(p.epoch)}`, '{"mirrors":{"a":"1"}}', { 'x-scopebase-proxy-token': token }, 400, /mirrors must be an object/],
+      [`/_cluster/snapshot?${q(p.epoch)}&mirrors=%7B`, Buffer.from('x'), { 'x-scopebase-proxy-token': token, 'content-type': 'application/vnd.sqlite3' }, 400, /mirrors must be a JSON object/],
       [`/_cluster/confirm?${q(p.epoch)}`, '{"version":"a"}', { 'x-scopebase-proxy-token': token }, 400, /version must be an integer/],
       [`/_cluster/state?${q(1)}`, '{}', { 'x-scopebase-proxy-token': token }, 410, /epoch 1 is older than this database's current one/],
       [`/_cluster/snapshot?${q(p.epoch)}`, Buffer.from('not a database'), { 'x-scopebase-proxy-token': token, 'content-type': 'application/vnd.sqlite3' }, 400, /not a scopebase database/],
@@ -222,5 +228,26 @@ describe('cluster: synchronous follower and failover', () => {
     assert.equal(total, distinct, 'no write applied twice');
     const refusal = await moveDatabase([cluster.etcd.url], { org: ORG, repo: REPO, database: 'm0' }, 'nowhere', () => {}).catch((e: Error) => e.message);
     assert.match(String(refusal), /node nowhere is not alive in this cluster \(live: n1, n2, n3\)/);
+  });
+
+  test('new databases go to the live node with the fewest primaries (placement.ts leastLoaded)', async () => {
+    await sleep(500); // the proxy's view has caught up with the earlier tests' moves
+    const counts = new Map(cluster.nodes.map((n) => [n.id, 0]));
+    for (const kv of (await cluster.client.prefix(PLACEMENT)).kvs) {
+      const primary = (JSON.parse(kv.value) as { primary: string }).primary;
+      if (counts.has(primary)) counts.set(primary, counts.get(primary)! + 1);
+    }
+    const before = [...counts.values()];
+    const n = 3 * Math.max(...before) - before.reduce((a, b) => a + b, 0) + 3;
+    for (let i = 0; i < n; i++) {
+      const database = `p${i}`;
+      await createTables(cluster, [database]);
+      const { primary } = (await cluster.placement(ORG, REPO, database))!;
+      const least = Math.min(...counts.values());
+      assert.equal(counts.get(primary), least, `${database} went to ${primary} (${JSON.stringify([...counts])})`);
+      counts.set(primary, counts.get(primary)! + 1);
+    }
+    const after = [...counts.values()];
+    assert.ok(Math.max(...after) - Math.min(...after) <= 1, `primaries are even now: ${JSON.stringify([...counts])} (before: ${JSON.stringify(before)})`);
   });
 });

@@ -65,7 +65,7 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
     if (delivery) closers.push(() => delivery.close());
     main = createDbServer({ config, logger, db });
     if (config.cluster !== null) {
-      const node = await startClusterNode(config, logger, db, main);
+      const node = await startClusterNode(config, logger, db, main, delivery?.cluster ?? null);
       closers.push(() => node.close());
     }
   } else if (part === 'all' || part === 'proxy') {

@@ -9,7 +9,21 @@ import type { Logger } from '../shared/log.ts';
 import { Etcd } from './etcd.ts';
 import { LEADER, MOVE, NODES, PLACEMENT, PlacementWatch, pollEveryMs, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
 import { Shipper } from './shipper.ts';
-import { closeCopy } from './follower-copy.ts';
+import { closeCopy, copyState } from './follower-copy.ts';
+
+/**
+ * What a node tells mirror delivery (src/mirror's ClusterDelivery, handed over by src/cli/start.ts; cluster never
+ * imports mirror): only a primary within its lease delivers, and only events its follower already holds.
+ */
+export interface MirrorGate {
+  grant(scope: Scope, upTo: number): void;
+  revoke(scope: Scope): void;
+  revokeAll(): void;
+  /** `at` in ms on a clock all threads share: performance.timeOrigin + performance.now(). */
+  leaseUntil(at: number): void;
+  cursors(scope: Scope): Record<string, number>;
+  seed(scope: Scope, cursors: Record<string, number>): void;
+}
 
 /** Writes stop this long before the lease's end as this node measures it: clocks run at slightly different rates. */
 const LEASE_MARGIN_MS = 250;
@@ -40,17 +54,23 @@ export class ClusterNode implements Replication {
   private readonly draining = new Set<string>();
   /** Copies the executors were told to forget before this node wrote them as a follower. */
   readonly released = new Set<string>();
+  /** Databases mirror delivery was granted for, and up to which version (revoked when this node stops being their primary). */
+  private readonly granted = new Map<string, number>();
+  private readonly mirrors: MirrorGate | null;
   private closed = false;
 
-  constructor(config: ClusterConfig, db: DbService, logger: Logger, token: string) {
+  constructor(config: ClusterConfig, db: DbService, logger: Logger, token: string, mirrors: MirrorGate | null = null) {
     if (config.nodeId === null || config.advertiseUrl === null) throw new Error('a cluster node needs CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL');
     this.config = config as ClusterNode['config'];
     this.id = config.nodeId;
     this.db = db;
     this.logger = logger;
+    this.mirrors = mirrors;
     this.etcd = new Etcd(config.etcd, Math.max(500, config.leaseTtlS * 250));
     this.watch = new PlacementWatch(this.etcd, pollEveryMs(config.leaseTtlS), (view) => this.act(view));
-    this.shipper = new Shipper({ db, token, timeoutMs: config.leaseTtlS * 1000, onSuperseded: (scope) => this.superseded.set(scopeKey(scope), this.placement(scope)?.epoch ?? 0) });
+    this.shipper = new Shipper({ db, token, timeoutMs: config.leaseTtlS * 1000, onSuperseded: (scope) => this.superseded.set(scopeKey(scope), this.placement(scope)?.epoch ?? 0),
+      cursors: mirrors ? (scope) => mirrors.cursors(scope) : undefined,
+    });
   }
 
   async start(): Promise<void> {
@@ -59,6 +79,8 @@ export class ClusterNode implements Replication {
     const every = Math.max(200, (this.config.leaseTtlS * 1000) / 4);
     const tick = () => {
       this.renewLease(false).catch((e) => this.logger.warn({ err: e }, 'cluster: lease renewal failed')).finally(() => {
+        // Mirror cursors that moved without a write reach the followers too (a takeover then repeats less).
+        for (const key of this.granted.keys()) this.shipper.pushCursors(scopeOf(key)).catch(() => {});
         if (!this.closed) this.keepAliveTimer = setTimeout(tick, every);
       });
     };
@@ -69,12 +91,17 @@ export class ClusterNode implements Replication {
     const sentAt = performance.now();
     if (!first && await this.etcd.keepAlive(this.lease)) {
       this.leaseDeadline = sentAt + this.config.leaseTtlS * 1000;
+      this.mirrors?.leaseUntil(performance.timeOrigin + this.leaseDeadline - LEASE_MARGIN_MS);
       return;
     }
+    // Leader keys die with the lease: no database is this node's to deliver any more.
+    this.granted.clear();
+    this.mirrors?.revokeAll();
     // First start, or the lease expired (a pause, etcd away): a new one. Leader keys went with the old one.
     this.lease = await this.etcd.grant(this.config.leaseTtlS);
     await this.etcd.put(`${NODES}${this.id}`, this.config.advertiseUrl, this.lease);
     this.leaseDeadline = sentAt + this.config.leaseTtlS * 1000;
+    this.mirrors?.leaseUntil(performance.timeOrigin + this.leaseDeadline - LEASE_MARGIN_MS);
     if (!first) this.logger.warn('cluster: lease expired; this node rejoined with a new one');
   }
 
@@ -108,11 +135,32 @@ export class ClusterNode implements Replication {
     const url = p.follower === null ? undefined : view.nodes.get(p.follower);
     if (this.config.durability === 'async') {
       // The 200 does not wait: the follower gets the events as soon as it can (the loss window, docs/scaling.md).
-      if (url !== undefined) this.shipper.ensure(scope, version, p.epoch, p.follower!, url).catch(() => {});
+      if (url !== undefined) this.shipper.ensure(scope, version, p.epoch, p.follower!, url).then(() => this.grantDelivery(scope, version), () => {});
+      else if (p.follower === null) this.grantDelivery(scope, version); // no follower: no other node can take over with less
       return;
     }
     if (url === undefined) throw new ApiError('unavailable', 'the database has no live follower to confirm this write (strict durability); whether it survives a failover is unknown', { committed: null }, { 'retry-after': '1' });
     await this.shipper.ensure(scope, version, p.epoch, p.follower!, url);
+    this.grantDelivery(scope, version);
+  }
+
+  /**
+   * The follower holds `version`: mirror delivery may send up to it. A follower takes over only once in line with
+   * this history, so whatever a mirror received is in the next primary's change log with the same event ids.
+   */
+  private grantDelivery(scope: Scope, version: number): void {
+    if (this.mirrors === null) return;
+    const key = scopeKey(scope);
+    const view = this.watch.view;
+    const p = view.placements.get(key);
+    if (p === undefined || !this.primaryHere(view, key, p) || this.draining.has(key)) return;
+    this.granted.set(key, Math.max(version, this.granted.get(key) ?? 0));
+    this.mirrors.grant(scope, version);
+  }
+
+  /** Cursors the primary shipped with its events: where this node's delivery resumes if it takes over. */
+  seedCursors(key: string, cursors: Record<string, number>): void {
+    this.mirrors?.seed(scopeOf(key), cursors);
   }
 
   /** A database seen for the first time: this node becomes its primary, the least-loaded other live node its follower. */
@@ -140,6 +188,12 @@ export class ClusterNode implements Replication {
   /** After each read of placement: promote where this node follows a primary whose leader key is gone; replace dead followers. */
   private act(view: View): void {
     if (this.closed) return;
+    for (const key of this.granted.keys()) {
+      const p = view.placements.get(key);
+      if (p !== undefined && this.primaryHere(view, key, p)) continue;
+      this.granted.delete(key); // another node's to deliver now (a failover, a move)
+      this.mirrors?.revoke(scopeOf(key));
+    }
     for (const [key, p] of view.placements) {
       if (p.follower === this.id && !view.leaders.has(key)) void this.serial(key, () => this.promote(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: promotion failed'));
       else if (this.primaryHere(view, key, p) && (p.follower === null || !view.nodes.has(p.follower))) void this.replaceFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: follower replacement failed'));
@@ -150,7 +204,10 @@ export class ClusterNode implements Replication {
       if (p.primary === this.id && view.leaders.get(key) === this.id && (this.highestEpoch.get(key) ?? 0) < p.epoch) {
         this.highestEpoch.set(key, p.epoch);
         this.released.delete(key);
-        closeCopy(this.db.databasePath(scopeOf(key)));
+        const path = this.db.databasePath(scopeOf(key));
+        const held = this.mirrors === null ? 0 : copyState(path).version; // before any write here: all of it is the handed-over history
+        closeCopy(path);
+        if (held > 0) this.grantDelivery(scopeOf(key), held);
       }
     }
   }
@@ -169,20 +226,28 @@ export class ClusterNode implements Replication {
       return; // the next read of placement brings it in line (syncFollower)
     }
     this.draining.add(key);
+    const scope = scopeOf(key);
+    // Delivery stops here first, so the cursors the target gets are the last ones (a failed handover grants again).
+    const grantedUpTo = this.granted.get(key);
+    this.granted.delete(key);
+    this.mirrors?.revoke(scope);
+    let handedOver = false;
     try {
-      await new Promise((r) => setTimeout(r, 50)); // writes admitted before the drain commit and ship meanwhile
-      const scope = scopeOf(key);
+      await new Promise((r) => setTimeout(r, 50)); // writes admitted before the drain commit and ship meanwhile; delivery's last acks are saved
       const version = await this.db.currentVersion(scope);
       if (version !== null) await this.shipper.ensure(scope, version, p.epoch, target, view.nodes.get(target)!);
+      await this.shipper.pushCursors(scope).catch(() => {}); // fewer repeats, not needed for correctness
       const r = await this.etcd.txn(current, [
         { put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: target, follower: this.id }) },
         { put: `${LEADER}${key}`, value: target, lease: targetLease },
         { delete: `${MOVE}${key}` },
       ]);
+      handedOver = r.succeeded;
       if (r.succeeded) this.logger.warn({ database: key, to: target, version }, 'cluster: move: handed over');
       await this.watch.refresh();
     } finally {
       this.draining.delete(key);
+      if (!handedOver && grantedUpTo !== undefined) this.grantDelivery(scope, grantedUpTo);
     }
   }
 
@@ -194,7 +259,10 @@ export class ClusterNode implements Replication {
     try {
       const version = await this.db.currentVersion(scope);
       this.shipper.resync(scope);
-      if (version !== null) await this.shipper.ensure(scope, version, p.epoch, p.follower!, view.nodes.get(p.follower!)!);
+      if (version !== null) {
+        await this.shipper.ensure(scope, version, p.epoch, p.follower!, view.nodes.get(p.follower!)!);
+        this.grantDelivery(scope, version);
+      }
     } catch (e) {
       if (this.followerSynced.get(key) === term) this.followerSynced.delete(key); // the next read of placement tries again
       this.logger.warn({ err: e, database: key }, 'cluster: bringing the follower in line failed');
@@ -212,6 +280,8 @@ export class ClusterNode implements Replication {
    */
   private async promote(key: string, p: Placement): Promise<void> {
     if (performance.now() > this.leaseDeadline - LEASE_MARGIN_MS || this.synced.get(key) !== p.epoch) return;
+    // What the copy holds now (applies wait in this chain): any later primary must be brought in line with it first.
+    const held = this.mirrors === null ? 0 : copyState(this.db.databasePath(scopeOf(key))).version;
     const follower = this.pickFollower(this.watch.view, [this.id, p.primary]);
     const r = await this.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, absent: true }],
       [{ put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: this.id, follower }) }, { put: `${LEADER}${key}`, value: this.id, lease: this.lease }]);
@@ -221,6 +291,7 @@ export class ClusterNode implements Replication {
     closeCopy(this.db.databasePath(scopeOf(key))); // the executors write it from now on
     this.logger.warn({ database: key, epoch: r.revision, from: p.primary }, 'cluster: promoted to primary');
     await this.watch.refresh();
+    if (held > 0) this.grantDelivery(scopeOf(key), held);
   }
 
   private async replaceFollower(key: string, p: Placement, view: View): Promise<void> {

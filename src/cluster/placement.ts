@@ -1,5 +1,6 @@
 // Placement as etcd holds it, read as one view: live nodes, each database's {primary, follower, epoch}, and whose
 // leader key (held by the primary's lease) exists. Polled, so every reader sees one revision (DESIGN.md says why).
+import { createHash } from 'node:crypto';
 import type { Scope } from '../db/contract.ts';
 import type { Etcd, KeyValue } from './etcd.ts';
 
@@ -41,6 +42,24 @@ export function scopeKey(scope: Scope): string {
 export function scopeOf(key: string): Scope {
   const [org, repo, database] = key.split('/') as [string, string, string];
   return { org, repo, database };
+}
+
+/**
+ * Where a database not placed yet should live: the live node with the fewest primaries (placements in `view`, plus
+ * `extra` — databases sent to a node but not in the view yet). Ties go to the node ranked first for this name by
+ * rendezvous hashing, so proxies with the same view agree, and the spread holds when nodes come and go.
+ */
+export function leastLoaded(view: View, key: string, extra: Iterable<string> = []): string | null {
+  const load = new Map<string, number>([...view.nodes.keys()].map((id) => [id, 0]));
+  for (const p of view.placements.values()) if (load.has(p.primary)) load.set(p.primary, load.get(p.primary)! + 1);
+  for (const id of extra) if (load.has(id)) load.set(id, load.get(id)! + 1);
+  let best: { id: string; load: number; rank: number } | null = null;
+  for (const [id, n] of load) {
+    if (best !== null && n > best.load) continue;
+    const rank = createHash('sha256').update(`${key}\n${id}`).digest().readUInt32BE(0);
+    if (best === null || n < best.load || rank > best.rank || (rank === best.rank && id < best.id)) best = { id, load: n, rank };
+  }
+  return best?.id ?? null;
 }
 
 function parse(revision: number, kvs: KeyValue[]): View {

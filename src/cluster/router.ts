@@ -1,13 +1,15 @@
 // The proxy's side: each request goes to its database's primary as placement in etcd says; a database not placed
-// yet goes to a live node chosen by its name (that node claims it). Nothing known → 503, never a guess at data.
-import { createHash } from 'node:crypto';
+// yet goes to the live node with the fewest primaries (that node claims it). Nothing known → 503, never a guess at data.
 import type { DbHandler, DbRequest, DbResponse, Scope } from '../db/contract.ts';
 import { createRemoteDb } from '../db/remote.ts';
 import { pipelineDatabase } from '../db/hrana/index.ts';
 import { ApiError } from '../shared/errors.ts';
 import type { ClusterConfig } from '../shared/config.ts';
 import { Etcd } from './etcd.ts';
-import { PlacementWatch, pollEveryMs, scopeKey } from './placement.ts';
+import { leastLoaded, PlacementWatch, pollEveryMs, scopeKey } from './placement.ts';
+
+/** A database sent to a node to be claimed counts on that node until placement shows it, or this long (a read of a database that does not exist claims nothing). */
+const PENDING_MS = 5_000;
 
 type Remote = DbHandler & { close(): Promise<void> };
 
@@ -29,6 +31,8 @@ export class ClusterRouter implements DbHandler {
   readonly watch: PlacementWatch;
   private readonly remotes = new Map<string, Remote>();
   private readonly rootKey: Buffer;
+  /** Databases not placed yet that this proxy sent to a node: later requests follow, and a burst of new ones spreads. */
+  private readonly pending = new Map<string, { node: string; at: number }>();
 
   constructor(config: ClusterConfig, rootKey: Buffer) {
     this.etcd = new Etcd(config.etcd);
@@ -57,13 +61,23 @@ export class ClusterRouter implements DbHandler {
     const scope: Scope = { org: req.org, repo: req.repo, database };
     const key = scopeKey(scope);
     const p = view.placements.get(key);
-    if (p === undefined) {
-      const h = createHash('sha256').update(key).digest().readUInt32BE(0);
-      return view.nodes.get(live[h % live.length]!)!;
-    }
+    if (p === undefined) return view.nodes.get(this.claimer(key))!;
+    this.pending.delete(key);
     const url = view.nodes.get(p.primary);
     if (url === undefined || !view.leaders.has(key)) throw unavailable(`its primary ${p.primary} is gone and its follower is taking over`);
     return url;
+  }
+
+  /** The node that should claim a new database (DESIGN.md: least-loaded placement). */
+  private claimer(key: string): string {
+    const view = this.watch.view;
+    const now = performance.now();
+    for (const [k, e] of this.pending) if (now - e.at > PENDING_MS || view.placements.has(k) || !view.nodes.has(e.node)) this.pending.delete(k);
+    const held = this.pending.get(key);
+    if (held) return held.node;
+    const node = leastLoaded(view, key, [...this.pending.values()].map((e) => e.node))!;
+    this.pending.set(key, { node, at: now });
+    return node;
   }
 
   async close(): Promise<void> {

@@ -60,10 +60,13 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
 
   app.post('/_cluster/apply', { bodyLimit: 256 * 1024 * 1024 }, async (req) => {
     const t = target(req);
-    const events = jsonBody(req).events as ChangeEvent[] | undefined;
+    const body = jsonBody(req);
+    const events = body.events as ChangeEvent[] | undefined;
     if (!Array.isArray(events) || events.length === 0) throw new ApiError('invalid_request', 'events must be a non-empty array');
+    const cursors = mirrorCursors(body.mirrors);
     return node.serial(t.key, async () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+      if (cursors !== null) node.seedCursors(t.key, cursors);
       await node.releaseCopy(t.key);
       const problem = applyEvents(t.path, events);
       if (problem !== null) return { problem };
@@ -72,11 +75,24 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
     });
   });
 
+  // Mirror cursors without events (src/cluster/shipper.ts pushCursors): where this node's delivery resumes if it takes over.
+  app.post('/_cluster/cursors', async (req) => {
+    const t = target(req);
+    const cursors = mirrorCursors(jsonBody(req).mirrors);
+    if (cursors === null) throw new ApiError('invalid_request', 'mirrors must be an object of mirror name → non-negative integer version');
+    return node.serial(t.key, () => {
+      if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
+      node.seedCursors(t.key, cursors);
+      return {};
+    });
+  });
+
   app.register(async (scoped) => {
     scoped.addContentTypeParser('application/vnd.sqlite3', (_req, payload, done) => done(null, payload));
     scoped.post('/_cluster/snapshot', async (req) => {
       const t = target(req);
       if (typeof (req.body as Readable | undefined)?.pipe !== 'function') throw new ApiError('invalid_request', 'a snapshot is sent as application/vnd.sqlite3');
+      const cursors = mirrorCursors(jsonQuery((req.query as Record<string, string | undefined>).mirrors));
       const received = join(db.temporaryDir, `received-${randomBytes(8).toString('hex')}.sqlite`);
       await pipeline(req.body as Readable, createWriteStream(received));
       try {
@@ -90,6 +106,7 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
             throw new ApiError('invalid_request', `the body is not a scopebase database: ${(e as Error).message.slice(0, 120)}`);
           }
           node.markSynced(t.key, t.epoch);
+          if (cursors !== null) node.seedCursors(t.key, cursors);
           return { version };
         });
       } finally {
@@ -97,4 +114,22 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
       }
     });
   });
+}
+
+/** The primary's mirror cursors shipped with events: absent, or an object of mirror name → acknowledged version. */
+function mirrorCursors(value: unknown): Record<string, number> | null {
+  if (value === undefined || value === null) return null;
+  const bad = () => new ApiError('invalid_request', 'mirrors must be an object of mirror name → non-negative integer version');
+  if (typeof value !== 'object' || Array.isArray(value)) throw bad();
+  for (const v of Object.values(value)) if (!Number.isSafeInteger(v) || (v as number) < 0) throw bad();
+  return value as Record<string, number>;
+}
+
+function jsonQuery(value: string | undefined): unknown {
+  if (value === undefined) return undefined;
+  try {
+    return JSON.parse(value);
+  } catch {
+    throw new ApiError('invalid_request', 'mirrors must be a JSON object of mirror name → version');
+  }
 }

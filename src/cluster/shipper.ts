@@ -19,6 +19,8 @@ interface Lane {
   acked: number | null;
   waiters: Waiter[];
   running: boolean;
+  /** The mirror cursors last sent to this follower (JSON), so an unchanged set is not sent again. */
+  cursorsSent: string;
 }
 
 /** The follower refused this epoch: a newer primary exists, this node must not answer 200 for the database again. */
@@ -33,12 +35,15 @@ export class Shipper {
   private readonly token: string;
   private readonly timeoutMs: number;
   private readonly onSuperseded: (scope: Scope) => void;
+  private readonly cursors: ((scope: Scope) => Record<string, number>) | undefined;
 
-  constructor(opts: { db: DbService; token: string; timeoutMs: number; onSuperseded: (scope: Scope) => void }) {
+  /** `cursors`: what each mirror acknowledged of a database here, shipped along so a follower that takes over resumes there. */
+  constructor(opts: { db: DbService; token: string; timeoutMs: number; onSuperseded: (scope: Scope) => void; cursors?: (scope: Scope) => Record<string, number> }) {
     this.db = opts.db;
     this.token = opts.token;
     this.timeoutMs = opts.timeoutMs;
     this.onSuperseded = opts.onSuperseded;
+    this.cursors = opts.cursors;
   }
 
   /** Resolves once `follower` holds `version` (or later) of the database under `epoch`. */
@@ -47,7 +52,7 @@ export class Shipper {
     let lane = this.lanes.get(key);
     if (!lane || lane.epoch !== epoch || lane.follower !== follower) {
       // A new epoch or follower: a new lane; the old one finishes its own waiters (acked by the follower of their time).
-      lane = { scope, epoch, follower, url, acked: null, waiters: [], running: false };
+      lane = { scope, epoch, follower, url, acked: null, waiters: [], running: false, cursorsSent: '{}' };
       this.lanes.set(key, lane);
     }
     if (lane.acked !== null && lane.acked >= version) return Promise.resolve();
@@ -55,6 +60,21 @@ export class Shipper {
       lane.waiters.push({ version, resolve, reject });
       if (!lane.running) void this.run(lane);
     });
+  }
+
+  /**
+   * Sends the follower the mirror cursors when they moved since the last shipment (a database without writes, a
+   * move's handover): a follower that takes over then repeats less. Only to a follower in line; failures are left
+   * to the next write (which carries them anyway).
+   */
+  async pushCursors(scope: Scope): Promise<void> {
+    const lane = this.lanes.get(scopeKey(scope));
+    const cursors = this.cursors?.(scope);
+    if (!lane || !cursors || lane.running || lane.acked === null) return;
+    const text = JSON.stringify(cursors);
+    if (text === lane.cursorsSent) return;
+    await this.post(lane, '/_cluster/cursors', { mirrors: cursors });
+    lane.cursorsSent = text;
   }
 
   /** The follower may have forgotten what it held in memory (it restarted): ask it again before the next write. */
@@ -114,8 +134,10 @@ export class Shipper {
       carried.push(e);
     }
     if (carried.length === 0) return this.sendSnapshot(lane);
-    const res = await this.post(lane, '/_cluster/apply', { events: carried }) as { version?: number; problem?: string };
+    const mirrors = this.cursors?.(lane.scope);
+    const res = await this.post(lane, '/_cluster/apply', { events: carried, mirrors }) as { version?: number; problem?: string };
     if (res.problem !== undefined) return this.sendSnapshot(lane);
+    if (mirrors) lane.cursorsSent = JSON.stringify(mirrors);
     return res.version!;
   }
 
@@ -123,7 +145,7 @@ export class Shipper {
     const { path } = await this.db.snapshotFile(lane.scope);
     try {
       const res = await this.pool(lane.url).request({
-        method: 'POST', path: `/_cluster/snapshot?${this.query(lane)}`, body: createReadStream(path),
+        method: 'POST', path: `/_cluster/snapshot?${this.query(lane)}${this.cursorsQuery(lane)}`, body: createReadStream(path),
         headers: { 'x-scopebase-proxy-token': this.token, 'content-type': 'application/vnd.sqlite3' }, signal: AbortSignal.timeout(Math.max(this.timeoutMs, 60_000)),
       });
       return ((await this.answer(res.statusCode, await res.body.text())) as { version: number }).version;
@@ -134,6 +156,13 @@ export class Shipper {
 
   private query(lane: Lane): string {
     return new URLSearchParams({ org: lane.scope.org, repo: lane.scope.repo, database: lane.scope.database, epoch: String(lane.epoch) }).toString();
+  }
+
+  /** Mirror cursors travel with a snapshot too (a database with triggers only ever travels so). */
+  private cursorsQuery(lane: Lane): string {
+    const cursors = this.cursors?.(lane.scope);
+    if (cursors) lane.cursorsSent = JSON.stringify(cursors);
+    return cursors && Object.keys(cursors).length > 0 ? `&mirrors=${encodeURIComponent(JSON.stringify(cursors))}` : '';
   }
 
   private async post(lane: Lane, path: string, body: object): Promise<unknown> {

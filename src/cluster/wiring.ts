@@ -4,14 +4,17 @@ import type { DbService } from '../db/service.ts';
 import { proxyToken } from '../db/remote.ts';
 import type { Config } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
-import { ClusterNode } from './node.ts';
+import { ClusterNode, type MirrorGate } from './node.ts';
 import { ClusterRouter } from './router.ts';
 import { registerFollowerRoutes } from './routes.ts';
 
-/** Before the server listens: the follower endpoints registered, the node's lease taken, replication attached. */
-export async function startClusterNode(config: Config, logger: Logger, db: DbService, app: FastifyInstance): Promise<ClusterNode> {
+/**
+ * Before the server listens: the follower endpoints registered, the node's lease taken, replication attached.
+ * `mirrors`: this node's mirror delivery (started gated), which sends only what the node grants.
+ */
+export async function startClusterNode(config: Config, logger: Logger, db: DbService, app: FastifyInstance, mirrors: MirrorGate | null = null): Promise<ClusterNode> {
   const tokens = config.rootKeys.map(proxyToken);
-  const node = new ClusterNode(config.cluster!, db, logger, tokens[0]!);
+  const node = new ClusterNode(config.cluster!, db, logger, tokens[0]!, mirrors);
   registerFollowerRoutes(app, node, db, tokens);
   await node.start();
   db.attachReplication(node);

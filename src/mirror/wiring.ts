@@ -12,7 +12,8 @@ export interface MirrorAttachable extends ChangeFeed {
 /** Starts delivery (on its own thread) when DB_MIRRORS names any mirror; start-up does not wait for the recovery scan. */
 export function startMirrorDelivery(config: Config, logger: Logger, db: MirrorAttachable): MirrorDelivery | null {
   if (config.db.mirrors.length === 0) return null;
-  const delivery = startDeliveryThread({ feed: db, mirrors: config.db.mirrors, dataDir: config.dataDir, logger, ...config.db.mirrorDelivery });
+  // On a cluster node nothing leaves until the node grants it (src/cluster/node.ts): only a primary delivers.
+  const delivery = startDeliveryThread({ feed: db, mirrors: config.db.mirrors, dataDir: config.dataDir, logger, ...config.db.mirrorDelivery, gated: config.cluster !== null });
   db.attachMirrors(delivery);
   return delivery;
 }

@@ -290,7 +290,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
       idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', 60_000, 0, 86_400_000),
       historyDays: clusterNodeOnly(cluster, 'DB_HISTORY_DAYS', 'time travel', int(env, 'DB_HISTORY_DAYS', cluster?.nodeId ? 0 : 7, 0, 3650)),
       historyMaxBytes: int(env, 'DB_HISTORY_MAX_BYTES', 8 * 1024 ** 3, 1 << 20, Number.MAX_SAFE_INTEGER),
-      mirrors: clusterNodeOnly(cluster, 'DB_MIRRORS', 'mirror delivery', parseMirrors(str(env, 'DB_MIRRORS'))),
+      mirrors: parseMirrors(str(env, 'DB_MIRRORS')), // on a cluster node only a database's primary delivers (src/cluster/DESIGN.md)
       mirrorDelivery: {
         timeoutMs: int(env, 'DB_MIRROR_TIMEOUT_MS', 10_000, 50, 600_000),
         maxBackoffMs: int(env, 'DB_MIRROR_MAX_BACKOFF_MS', 60_000, 10, 3_600_000),

@@ -22,13 +22,14 @@ export async function createTables(cluster: TestCluster, databases: string[]): P
   }
 }
 
-export function startWriters(cluster: TestCluster, databases: string[], count: number): Writers {
+/** `count` writers numbered from `first`, writer w on database w mod n; through `cluster.proxy` unless `proxy` is given. */
+export function startWriters(cluster: TestCluster, databases: string[], count: number, { first = 0, proxy = cluster.proxy }: { first?: number; proxy?: TestCluster['proxy'] } = {}): Writers {
   let stopped = false;
   const state: Writers = { acked: [], refused: 0, stop: async () => {} };
   const one = async (w: number) => {
     const database = databases[w % databases.length]!;
     for (let seq = 0; !stopped; seq++) {
-      const res = await cluster.proxy.db(REPO, 'execute', { database, statements: [{ sql: 'INSERT INTO t (writer, seq) VALUES (?, ?)', params: [w, seq] }] });
+      const res = await proxy.db(REPO, 'execute', { database, statements: [{ sql: 'INSERT INTO t (writer, seq) VALUES (?, ?)', params: [w, seq] }] });
       if (res.status === 200) state.acked.push({ database, version: res.json.version, writer: w, seq, at: performance.now() });
       else {
         assert.equal(res.status, 503, res.text); // racing a failover: refused, never a wrong answer
@@ -38,7 +39,7 @@ export function startWriters(cluster: TestCluster, databases: string[], count: n
       }
     }
   };
-  const running = Array.from({ length: count }, (_, w) => one(w));
+  const running = Array.from({ length: count }, (_, i) => one(first + i));
   state.stop = async () => {
     stopped = true;
     await Promise.all(running);

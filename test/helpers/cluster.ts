@@ -57,9 +57,11 @@ export async function startCluster({ nodes = 3, ttlS = 2, env = {} }: { nodes?: 
         node.proc = await spawnProduct(testEnv(node.dataDir, { ...common, PORT: new URL(node.url).port, CLUSTER_NODE_ID: node.id, CLUSTER_ADVERTISE_URL: node.url }), ['serve', 'db']);
         return;
       } catch (e) {
-        // The free port was taken meanwhile (exit 78 names it): another one.
-        if (attempt === 3 || !/exited with 78/.test((e as Error).message)) throw e;
-        node.url = `http://127.0.0.1:${await freePort()}`;
+        // The free port was taken meanwhile (exit 78 names it): another one. etcd slower than the node's first call
+        // allows (a busy disk beside other suites) makes it exit too: start it again.
+        const message = (e as Error).message;
+        if (attempt === 3 || !/exited with 78|etcd unreachable/.test(message)) throw e;
+        if (/exited with 78/.test(message)) node.url = `http://127.0.0.1:${await freePort()}`;
       }
     }
   };

@@ -25,7 +25,18 @@ export interface EtcdProcess {
   resume(): void;
 }
 
+/** A port found free may be taken before etcd binds it (other suites run beside these): a few tries with new ports. */
 export async function startEtcd(): Promise<EtcdProcess> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startEtcdOnce();
+    } catch (e) {
+      if (attempt === 3 || !/^etcd exited/.test((e as Error).message)) throw e;
+    }
+  }
+}
+
+async function startEtcdOnce(): Promise<EtcdProcess> {
   const dir = tempDir('scopebase-etcd-');
   const [client, peer] = [await freePort(), await freePort()];
   const url = `http://127.0.0.1:${client}`;
@@ -39,7 +50,10 @@ export async function startEtcd(): Promise<EtcdProcess> {
   child.stderr!.on('data', (d) => (err += d));
   const deadline = Date.now() + 15_000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`etcd exited with ${child.exitCode}: ${err}`);
+    if (child.exitCode !== null) {
+      rmSync(dir, { recursive: true, force: true });
+      throw new Error(`etcd exited with ${child.exitCode}: ${err}`);
+    }
     try {
       const res = await fetch(`${url}/health`);
       if (res.ok && ((await res.json()) as { health?: string }).health === 'true') break;

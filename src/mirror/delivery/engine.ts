@@ -56,6 +56,8 @@ export interface DeliveryOptions {
   onSaved?(lane: Lane, dropped: boolean): void;
   /** True while the machine has no CPU to spare (cpu-pressure.ts): delivery then trickles. */
   shouldYield?(): boolean;
+  /** A cluster node (gate.ts): may this event leave now? A lane that may not waits for the next notice. */
+  gate?(scope: Scope, version: number): boolean;
 }
 
 export interface DeliveryEngine extends MirrorReport {
@@ -65,6 +67,8 @@ export interface DeliveryEngine extends MirrorReport {
   lanes(): Iterable<Lane>;
   /** Something above `version` may exist in the database's change log: a commit hint, or a status read. */
   notice(scope: Scope, version: number): void;
+  /** Another node reported the mirror to have acknowledged `version` of the database (a cluster's follower): resume from there at least. */
+  seed(scope: Scope, mirror: string, version: number): void;
   close(): Promise<void>;
 }
 
@@ -126,10 +130,21 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
     const mirror = mirrors.get(lane.mirror)!;
     const release = await mirror.limiter.acquire();
     let failed = false;
+    let held = false;
     try {
       for (let sent = 0; !closed && sent < TURN_EVENTS; sent++) {
+        // Not this node's to send (yet): the cluster's next grant notices the lane again. Checked before reading too,
+        // so a follower's lanes read nothing and hold no events in memory.
+        if (opts.gate && !opts.gate(lane.scope, lane.buffer[0]?.version ?? lane.delivered + 1)) {
+          held = true;
+          break;
+        }
         const event = await nextEvent(lane);
         if (event === null || closed) break;
+        if (opts.gate && !opts.gate(lane.scope, event.version)) {
+          held = true;
+          break;
+        }
         if (opts.shouldYield?.()) {
           await yieldSlot();
           if (closed) break;
@@ -150,10 +165,11 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
       saveAcknowledged(lane); // once per turn, not per event: a crash before it only means re-delivery (at least once)
       release();
       lane.active = false;
+      if (lane.seedTo > lane.delivered) raise(lane, lane.seedTo);
     }
     if (closed) return;
     if (failed) scheduleRetry(lane);
-    else if (lane.known > lane.delivered) setImmediate(() => kick(lane)); // next turn, behind databases already waiting
+    else if (!held && lane.known > lane.delivered) setImmediate(() => kick(lane)); // next turn, behind databases already waiting
   }
 
   async function yieldSlot(): Promise<void> {
@@ -279,6 +295,22 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
     opts.onSaved?.(lane, false);
   }
 
+  /** Moves an idle lane's acknowledged version up to a cursor reported by another node (a lower bound of what the mirror holds). */
+  function raise(lane: Lane, version: number): void {
+    lane.seedTo = 0;
+    if (version <= lane.delivered) return;
+    lane.buffer = [];
+    saveAcknowledged(lane);
+    lane.delivered = lane.saved = version;
+    if (version > lane.known) lane.known = version;
+    try {
+      store.raise(lane.mirror, lane.scope, version);
+    } catch (e) {
+      log.error({ err: e, mirror: lane.mirror, ...lane.scope }, 'saving a replicated cursor failed');
+    }
+    opts.onSaved?.(lane, false);
+  }
+
   function scheduleRetry(lane: Lane): void {
     const stalled = lane.isStalled(Date.now(), opts.stallAfterMs);
     // Stalled lanes keep trying at the capped interval; others back off exponentially.
@@ -304,6 +336,13 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
     recovered,
     lanes: allLanes,
     notice,
+    seed(scope: Scope, mirror: string, version: number): void {
+      if (closed || !mirrors.has(mirror)) return;
+      const lane = laneOf(scope, mirror);
+      // A drain in progress owns the lane's buffer and version: the cursor is taken when it ends.
+      if (lane.active) lane.seedTo = Math.max(lane.seedTo, version);
+      else raise(lane, version);
+    },
     states(scope: Scope, currentVersion: number): MirrorState[] {
       if (currentVersion > 0) notice(scope, currentVersion); // a missed hint heals here
       const now = Date.now();

@@ -65,6 +65,13 @@ export class DeliveryStore {
       .run(mirror, scope.org, scope.repo, scope.database, version, error);
   }
 
+  /** A cursor another cluster node reported: the acknowledged version only moves up, the row's other columns stay. */
+  raise(mirror: string, scope: Scope, version: number): void {
+    this.db.prepare(`INSERT INTO delivery (mirror, org, repo, database, delivered_version) VALUES (?, ?, ?, ?, ?)
+      ON CONFLICT DO UPDATE SET delivered_version = max(delivered_version, excluded.delivered_version)`)
+      .run(mirror, scope.org, scope.repo, scope.database, version);
+  }
+
   /** A database that no longer exists: nothing left to deliver. */
   forget(mirror: string, scope: Scope): void {
     this.db.prepare('DELETE FROM delivery WHERE mirror = ? AND org = ? AND repo = ? AND database = ?').run(mirror, scope.org, scope.repo, scope.database);

@@ -12,12 +12,26 @@ export interface ThreadSettings {
   baseBackoffMs?: number;
   /** The main logger's level as a pino number: the thread sends only what would be written. */
   logLevel: number;
+  /** A cluster node: nothing is sent until the node grants it (gate.ts). */
+  gated: boolean;
 }
 
 /** [org, repo, database, version]: the database's change log may hold events up to `version`. */
 export type Hint = [org: string, repo: string, database: string, version: number];
 
-export type ToThread = { type: 'hints'; hints: Hint[] } | { type: 'close' };
+/** [mirror, org, repo, database, version]: a cursor another node reported the mirror to have acknowledged. */
+export type Cursor = [mirror: string, org: string, repo: string, database: string, version: number];
+
+/** A cluster node's delivery rights (gate.ts); `grants` are [org, repo, database, up to version]. */
+export interface GateChange {
+  grants: Hint[];
+  revoked: [org: string, repo: string, database: string][];
+  revokeAll: boolean;
+  /** Until when (performance.timeOrigin + performance.now(), ms) this node's lease lets it act as a primary; null: unchanged. */
+  leaseUntil: number | null;
+}
+
+export type ToThread = { type: 'hints'; hints: Hint[] } | { type: 'gate'; change: GateChange } | { type: 'seed'; cursors: Cursor[] } | { type: 'close' };
 
 /** A lane's state as saved in mirrors.sqlite (so a floor built from these never passes what a restart resumes from). */
 export interface LaneReport {

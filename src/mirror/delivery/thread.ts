@@ -6,6 +6,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { ChangeLogFiles } from './change-log.ts';
 import { CpuPressure, lowerThreadPriority, SAMPLE_EVERY_MS } from './cpu-pressure.ts';
 import { createDeliveryEngine, type DeliveryLog, type DeliveryMetrics } from './engine.ts';
+import { DeliveryGate } from './gate.ts';
 import type { Lane } from './lane.ts';
 import { addLag, emptyTally, type FromThread, type LaneReport, type LogLevel, type Tally, type ThreadSettings, type ToThread } from './thread-protocol.ts';
 
@@ -79,6 +80,7 @@ const sampler = setInterval(() => {
 sampler.unref();
 
 const feed = new ChangeLogFiles(join(settings.dataDir, 'db'));
+const gate = settings.gated ? new DeliveryGate() : null;
 const engine = createDeliveryEngine({
   feed, log, metrics,
   mirrors: settings.mirrors, dataDir: settings.dataDir, timeoutMs: settings.timeoutMs, maxBackoffMs: settings.maxBackoffMs,
@@ -88,12 +90,17 @@ const engine = createDeliveryEngine({
     scheduleReport();
   },
   shouldYield: () => pressure.shouldYield,
+  gate: gate ? (scope, version) => gate.allows(scope, version) : undefined,
 });
 void engine.recovered.then(() => send({ type: 'recovered' }));
 
 port.on('message', (message: ToThread) => {
   if (message.type === 'hints') {
     for (const [org, repo, database, version] of message.hints) feed.hint({ org, repo, database }, version);
+  } else if (message.type === 'gate') {
+    for (const { scope, upTo } of gate?.apply(message.change) ?? []) engine.notice(scope, upTo);
+  } else if (message.type === 'seed') {
+    for (const [mirror, org, repo, database, version] of message.cursors) engine.seed({ org, repo, database }, mirror, version);
   } else if (message.type === 'close') {
     clearInterval(sampler);
     void engine.close().then(() => {

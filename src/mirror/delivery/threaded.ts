@@ -11,7 +11,7 @@ import { backoffDelay } from './backoff.ts';
 import { scopeKey } from './lane.ts';
 import * as m from './metrics.ts';
 import { DeliveryStore } from './store.ts';
-import type { FromThread, Hint, Tally, ThreadSettings, ToThread } from './thread-protocol.ts';
+import type { FromThread, GateChange, Hint, Tally, ThreadSettings, ToThread } from './thread-protocol.ts';
 import { DeliveryView } from './view.ts';
 
 /** How long close() waits for the thread to finish in-flight attempts and save them before stopping it. */
@@ -26,7 +26,24 @@ const HEALTHY_AFTER_MS = 60_000;
 export interface MirrorDelivery extends MirrorReport {
   /** Resolves when the delivery thread's start-up scan of databases on disk has finished. */
   readonly recovered: Promise<void>;
+  /** Only with `gated`: what a cluster node tells delivery (src/cluster/node.ts's MirrorGate). */
+  readonly cluster: ClusterDelivery;
   close(): Promise<void>;
+}
+
+/** A cluster node's hold on delivery (gate.ts): it sends only what it is granted, within its lease. */
+export interface ClusterDelivery {
+  /** This node is the database's primary and its follower holds `upTo`: events up to it may leave. */
+  grant(scope: Scope, upTo: number): void;
+  revoke(scope: Scope): void;
+  /** The node's lease was lost: no grant holds any more. */
+  revokeAll(): void;
+  /** The node may act as a primary until `at` (ms on gate.ts's sharedNow clock). */
+  leaseUntil(at: number): void;
+  /** What each mirror acknowledged of the database, as saved here: shipped to the follower. */
+  cursors(scope: Scope): Record<string, number>;
+  /** Cursors a primary shipped: this node resumes from them if it takes over. */
+  seed(scope: Scope, cursors: Record<string, number>): void;
 }
 
 export interface DeliveryThreadOptions {
@@ -40,6 +57,8 @@ export interface DeliveryThreadOptions {
   stallAfterMs: number;
   concurrency: number;
   baseBackoffMs?: number;
+  /** A cluster node: nothing leaves until `cluster` grants it. */
+  gated?: boolean;
 }
 
 export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery {
@@ -51,7 +70,11 @@ export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery
   const settings: ThreadSettings = {
     mirrors: opts.mirrors, dataDir: opts.dataDir, timeoutMs: opts.timeoutMs, maxBackoffMs: opts.maxBackoffMs,
     stallAfterMs: opts.stallAfterMs, concurrency: opts.concurrency, baseBackoffMs: opts.baseBackoffMs, logLevel: log.levelVal,
+    gated: opts.gated ?? false,
   };
+  // The gate as last told, sent whole to a restarted thread.
+  const grants = new Map<string, Hint>();
+  let leaseUntil = 0;
   const hints = new Map<string, Hint>();
   let hintsQueued = false;
   let hintsSentAt = -Infinity;
@@ -70,6 +93,7 @@ export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery
     yielding = false;
     const w = new Worker(new URL('./thread-entry.js', import.meta.url), { workerData: settings, name: 'mirror-delivery' });
     w.unref(); // delivery alone never keeps a process alive; close() ends it
+    if (settings.gated) w.postMessage({ type: 'gate', change: { grants: [...grants.values()], revoked: [], revokeAll: true, leaseUntil } } satisfies ToThread);
     w.on('message', (message: FromThread) => {
       try {
         onMessage(message);
@@ -150,9 +174,39 @@ export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery
     hint(scope, version);
   });
   const unregister = m.registerLaneSource(() => view.lanes());
+  const gate = (change: Partial<GateChange>) => {
+    if (!closing) post({ type: 'gate', change: { grants: [], revoked: [], revokeAll: false, leaseUntil: null, ...change } });
+  };
+  const cluster: ClusterDelivery = {
+    grant(scope, upTo) {
+      const key = scopeKey(scope);
+      const had = grants.get(key);
+      if (had && had[3] >= upTo) return;
+      const hint: Hint = [scope.org, scope.repo, scope.database, upTo];
+      grants.set(key, hint);
+      gate({ grants: [hint] });
+    },
+    revoke(scope) {
+      if (grants.delete(scopeKey(scope))) gate({ revoked: [[scope.org, scope.repo, scope.database]] });
+    },
+    revokeAll() {
+      grants.clear();
+      gate({ revokeAll: true });
+    },
+    leaseUntil(at) {
+      leaseUntil = at;
+      gate({ leaseUntil: at });
+    },
+    cursors: (scope) => view.cursors(scope),
+    seed(scope, cursors) {
+      const list = Object.entries(cursors).filter(([name, v]) => view.hasMirror(name) && Number.isSafeInteger(v) && v > 0);
+      if (list.length > 0 && !closing) post({ type: 'seed', cursors: list.map(([name, v]) => [name, scope.org, scope.repo, scope.database, v]) });
+    },
+  };
 
   return {
     recovered,
+    cluster,
     states(scope: Scope, currentVersion: number): MirrorState[] {
       view.noteVersion(scope, currentVersion);
       if (currentVersion > (view.floor(scope) ?? currentVersion)) hint(scope, currentVersion); // a missed hint heals here

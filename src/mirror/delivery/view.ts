@@ -68,6 +68,17 @@ export class DeliveryView {
     return floor;
   }
 
+  /** Per mirror with something saved for the database: the saved version (what a cluster's follower is told). */
+  cursors(scope: Scope): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const [name, lane] of this.databases.get(scopeKey(scope))?.lanes ?? []) if (lane.saved > 0) out[name] = lane.saved;
+    return out;
+  }
+
+  hasMirror(name: string): boolean {
+    return this.mirrors.includes(name);
+  }
+
   states(scope: Scope, currentVersion: number): MirrorState[] {
     const db = this.databases.get(scopeKey(scope));
     const now = Date.now();
