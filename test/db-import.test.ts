@@ -137,6 +137,8 @@ COMMIT;
       ['unsafe virtual table', 'database=keep&mode=replace', sampleFile(dir, "CREATE VIRTUAL TABLE vocab USING fts5vocab('docs', 'row');").bytes, SQLITE, 400, /fts5vocab/],
       ['sql ATTACH', 'database=keep&mode=replace', "CREATE TABLE a(x);\nATTACH DATABASE '/tmp/x.db' AS x;", 'application/sql', 400, /statement 1/],
       ['sql internal write', 'database=keep&mode=replace', "INSERT INTO _scopebase_meta VALUES ('version', 99);", 'application/sql', 400, /internal/],
+      ['sql view on internals', 'database=keep&mode=replace', 'CREATE TABLE ok(a);\nCREATE VIEW vv AS SELECT * FROM _scopebase_changes;', 'application/sql', 400, /view vv refers to an internal table/],
+      ['fts5 content from internals', 'database=keep&mode=replace', sampleFile(dir, "CREATE VIRTUAL TABLE f USING fts5(event, content='_scopebase_changes');").bytes, SQLITE, 400, /table f refers to an internal table/],
       ['sql error', 'database=keep&mode=replace', 'CREATE TABLE a(x);\nINSERT INTO nowhere VALUES (1);', 'application/sql', 400, /statement 1.*no such table/],
       ['too big', 'database=keep&mode=replace', Buffer.alloc(2 * 1024 * 1024, 1), SQLITE, 507, /DB_MAX_SIZE_BYTES/],
       ['sql too big once loaded', 'database=keep&mode=replace', `CREATE TABLE big(x);\n${"INSERT INTO big VALUES (randomblob(200000));\n".repeat(8)}`, 'application/sql', 507, /.+/],

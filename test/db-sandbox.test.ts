@@ -212,6 +212,24 @@ describe('the temp schema and the reserved prefix, by every path (issue 11)', ()
     assert.equal((await p.db('web', 'query', { database: 'shadow', sql: 'SELECT count(*) FROM temp.sqlite_schema' })).json.results[0].rows[0][0], 0, 'the temp schema is empty');
   });
 
+  test('no view, virtual table or key may refer to an internal table (SPEC 4.8, any path); status survives a broken content= table', async () => {
+    for (const sql of [
+      'CREATE VIEW vw AS SELECT * FROM _scopebase_changes',
+      "CREATE VIRTUAL TABLE f USING fts5(event, content='_scopebase_changes')",
+      'CREATE TABLE fk(v INTEGER REFERENCES _scopebase_changes(version))',
+      "CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT count(*) FROM _scopebase_meta; END",
+    ]) {
+      const r = await refused('execute', sql, 'not_allowed');
+      assert.match(r.json.error.message, /refers to an internal table/, sql);
+    }
+    // An external-content table whose content table does not exist (yet) is SQLite's to allow: status still answers.
+    assert.equal((await p.db('web', 'execute', { sql: "CREATE VIRTUAL TABLE orphan USING fts5(a, content='nosuch')" })).status, 200);
+    const status = await p.db('web', 'status', {});
+    assert.equal(status.status, 200, status.text);
+    assert.equal(status.json.tables.find((x: { name: string }) => x.name === 'orphan').rows, null, 'its rows cannot be counted');
+    assert.equal((await p.db('web', 'execute', { sql: 'DROP TABLE orphan' })).status, 200);
+  });
+
   test('full-text search and R*Tree virtual tables are allowed', async () => {
     const r = await batch('fts', 'CREATE VIRTUAL TABLE docs USING fts5(body)', "INSERT INTO docs VALUES ('hello world')", 'CREATE VIRTUAL TABLE box USING rtree(id, x0, x1)');
     assert.equal(r.status, 200, r.text);

@@ -119,11 +119,17 @@ export class Sandbox {
         if (!VTABLE_MODULES.has((a2 ?? '').toLowerCase())) return this.deny('not_allowed', `virtual tables of module ${a2} are not allowed; the modules allowed are ${[...VTABLE_MODULES].join(', ')}`);
         this.checksSchema = true;
       // falls through
-      case A.CREATE_TABLE: case A.DROP_TABLE: case A.DROP_VTABLE:
+      case A.CREATE_TABLE:
+        this.checksSchema = true; // a key may reference an internal table
+      // falls through
+      case A.DROP_TABLE: case A.DROP_VTABLE:
         if (isInternal(a1)) return this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`);
         if (a1 !== null) this.written.add(a1);
         return OK;
-      case A.CREATE_VIEW: case A.DROP_VIEW:
+      case A.CREATE_VIEW:
+        this.checksSchema = true;
+      // falls through
+      case A.DROP_VIEW:
         return isInternal(a1) ? this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`) : OK;
       case A.CREATE_TRIGGER:
         this.checksSchema = true;
@@ -159,13 +165,22 @@ function deferringPragma(name: string, value: string): boolean {
 }
 
 /**
- * After a statement that changed the schema in ways the authorizer cannot judge: refuses triggers whose body names
- * an internal table (on the text, so a mention in a literal counts too), and any object other than the internal
- * tables under the reserved prefix (a table renamed into it, a virtual table's shadow tables).
+ * Refuses any object other than the internal tables (and their indexes) whose SQL names an internal table: a trigger,
+ * a view, a virtual table's `content=` or a key that references one. On the text, so a mention in a literal counts too.
+ */
+export function assertNoInternalReference(db: DatabaseSync): void {
+  const internal = INTERNAL_TABLES.map((t) => `'${t}'`).join(', ');
+  const refers = db.prepare(`SELECT type, name FROM main.sqlite_schema WHERE name NOT IN (${internal}) AND tbl_name NOT IN (${internal}) AND lower(sql) LIKE '%\\${INTERNAL_PREFIX.slice(0, -1)}\\_%' ESCAPE '\\' LIMIT 1`).get() as { type: string; name: string } | undefined;
+  if (refers) throw new ApiError('not_allowed', `${refers.type} ${refers.name} refers to an internal table (${INTERNAL_PREFIX}*)`);
+}
+
+/**
+ * After a statement that changed the schema in ways the authorizer cannot judge: refuses objects that refer to an
+ * internal table (SPEC 4.8: by any path), and any object other than the internal tables under the reserved prefix
+ * (a table renamed into it, a virtual table's shadow tables).
  */
 export function assertSchemaClean(db: DatabaseSync): void {
-  const trigger = db.prepare(`SELECT name FROM main.sqlite_schema WHERE type = 'trigger' AND sql LIKE '%\\${INTERNAL_PREFIX.slice(0, -1)}\\_%' ESCAPE '\\' LIMIT 1`).get() as { name: string } | undefined;
-  if (trigger) throw new ApiError('not_allowed', `trigger ${trigger.name} refers to an internal table (${INTERNAL_PREFIX}*)`);
+  assertNoInternalReference(db);
   const reserved = db.prepare(`SELECT name FROM main.sqlite_schema WHERE lower(name) LIKE '\\${INTERNAL_PREFIX.slice(0, -1)}\\_%' ESCAPE '\\' AND name NOT IN (${INTERNAL_TABLES.map((t) => `'${t}'`).join(', ')}) LIMIT 1`).get() as { name: string } | undefined;
   if (reserved) throw new ApiError('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved (${reserved.name})`);
 }

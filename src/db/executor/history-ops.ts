@@ -8,12 +8,13 @@ import { DatabaseSync } from 'node:sqlite';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import { Archiver, historyDirOf } from '../history/archive.ts';
 import { index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
-import { INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
+import { assertNoInternalReference, INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
 import { splitStatements } from '../statement-end.ts';
 import { DbHandle, type ExecutorLimits } from './handles.ts';
 import { replaceContent, withSource } from './install.ts';
 import { failure, type Reply } from './reply.ts';
 import { recordChange, type GroupContext } from './write-ops.ts';
+import { rowCount } from './read-ops.ts';
 
 /** After a commit that moved the version: its page images go to the history. Never fails the write itself. */
 export function keepHistory(h: DbHandle, prevVersion: number, version: number): void {
@@ -115,12 +116,10 @@ function checkImport(source: string): void {
     }
     for (const o of db.prepare('SELECT type, name, sql FROM sqlite_schema').all() as { type: string; name: string; sql: string | null }[]) {
       if (o.name.toLowerCase().startsWith(INTERNAL_PREFIX)) throw new ApiError('not_allowed', `the file holds ${o.type} ${o.name}: the ${INTERNAL_PREFIX}* names are reserved`);
-      if ((o.type === 'trigger' || o.type === 'view') && (o.sql ?? '').toLowerCase().includes(INTERNAL_PREFIX)) {
-        throw new ApiError('not_allowed', `${o.type} ${o.name} refers to an internal table (${INTERNAL_PREFIX}*)`);
-      }
       const module = /^CREATE\s+VIRTUAL\s+TABLE\s+.+?\s+USING\s+([A-Za-z0-9_]+)/is.exec(o.sql ?? '')?.[1]?.toLowerCase();
       if (module !== undefined && !VTABLE_MODULES.has(module)) throw new ApiError('not_allowed', `virtual table ${o.name} uses module ${module}; allowed: ${[...VTABLE_MODULES].join(', ')}`);
     }
+    assertNoInternalReference(db);
   } finally {
     db.close();
   }
@@ -146,6 +145,7 @@ function loadSql(sqlPath: string, target: string, limits: ExecutorLimits): void 
       }
     });
     h.sandbox.mode = 'internal';
+    assertNoInternalReference(h.db); // what the text built obeys the file's rules: no view or content= on internals
     h.internal('COMMIT').run();
   } finally {
     h.close();
@@ -167,7 +167,7 @@ export function importDatabase(h: DbHandle, head: ImportHeader, ctx: GroupContex
     }
     const version = install(h, source, ctx, { type: 'database.imported', operation: 'import' });
     const tables = (h.internal("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name").all() as { name: string }[])
-      .map(({ name }) => ({ name, rows: Number((h.db.prepare(`SELECT count(*) AS n FROM "${name.replaceAll('"', '""')}"`).get() as { n: number }).n) }));
+      .map(({ name }) => ({ name, rows: rowCount(h, name) }));
     return { status: 200, body: JSON.stringify({ database: head.database, version, tables }), version };
   } catch (e) {
     return failure(e, null);

@@ -57,6 +57,15 @@ function describe(h: DbHandle, sql: string): Reply {
   }
 }
 
+/** A table's row count; null when it cannot be read (a virtual table whose `content=` table is gone): status still answers. */
+export function rowCount(h: DbHandle, name: string): number | null {
+  try {
+    return Number((h.db.prepare(`SELECT count(*) AS n FROM ${quoteIdent(name)}`).get() as { n: number }).n);
+  } catch {
+    return null;
+  }
+}
+
 const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
 export function status(h: DbHandle, history: { oldestVersion: number | null; oldestTime: string | null }): Reply {
@@ -65,7 +74,7 @@ export function status(h: DbHandle, history: { oldestVersion: number | null; old
     const version = h.version();
     const pages = h.internal('SELECT page_count * page_size AS size FROM pragma_page_count, pragma_page_size').get() as { size: number };
     const names = h.internal("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name").all() as { name: string }[];
-    const tables = names.map(({ name }) => ({ name, rows: Number((h.db.prepare(`SELECT count(*) AS n FROM ${quoteIdent(name)}`).get() as { n: number }).n) }));
+    const tables = names.map(({ name }) => ({ name, rows: rowCount(h, name) }));
     const applied = h.internal('SELECT count(*) AS n, (SELECT id FROM _scopebase_migrations ORDER BY seq DESC LIMIT 1) AS latest FROM _scopebase_migrations').get() as { n: number; latest: string | null };
     return { status: 200, body: JSON.stringify({ version, sizeBytes: Number(pages.size), tables, migrations: { applied: Number(applied.n), latest: applied.latest }, history }) };
   } finally {
