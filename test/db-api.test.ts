@@ -32,6 +32,17 @@ describe('values (4.2)', () => {
     assert.deepEqual(r.json.results[0].rows, [['integer', 'real', 'integer']]);
   });
 
+  test('an integer past ±(2^53−1) as a JSON number is refused (JSON parsing rounded it), never stored wrong', async () => {
+    for (const raw of ['9007199254740993', '-9007199254740993', '9223372036854775807']) {
+      const r = await p.db('web', 'query', undefined, { rawBody: `{"database":"values","sql":"SELECT ?","params":[${raw}]}` });
+      assert.equal(r.status, 400, `${raw}: ${r.text}`);
+      assert.equal(r.json.error.code, 'invalid_request');
+      assert.match(r.json.error.message, /params\[0\].*past ±\(2\^53−1\).*\$bigint/);
+    }
+    const real = await p.db('web', 'query', { database: 'values', sql: 'SELECT typeof(?)', params: [1e300] });
+    assert.deepEqual(real.json.results[0].rows, [['real']], 'past the 64-bit range a number can only be a REAL');
+  });
+
   test('named parameters with :name, @name and $name are keyed by the bare name', async () => {
     const r = await p.db('web', 'execute', { database: 'values', sql: 'SELECT :a AS a, @b AS b, $c AS c', params: { a: 1, b: 'x', c: null } });
     assert.equal(r.status, 200, r.text);

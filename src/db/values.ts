@@ -12,7 +12,11 @@ const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 export function decodeValue(v: unknown, where: string): SqlValue {
   switch (typeof v) {
     case 'string': return v;
-    case 'number': return Number.isSafeInteger(v) ? BigInt(v) : v;
+    case 'number':
+      if (Number.isSafeInteger(v)) return BigInt(v);
+      // JSON.parse has already rounded such an integer (9007199254740993 arrives as …992): refuse it, never store it wrong.
+      if (Number.isInteger(v) && Math.abs(v) <= 2 ** 63) throw new ApiError('invalid_request', `${where}: the integer ${v} is past ±(2^53−1), where a JSON number loses digits; send {"$bigint": "<decimal>"}`);
+      return v;
     case 'boolean': return v ? 1n : 0n;
     case 'object': {
       if (v === null) return null;
