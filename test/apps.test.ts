@@ -118,6 +118,14 @@ describe('forwarding', () => {
     assert.ok(!String(r.json.headers['x-forwarded-for']).includes('10.9.9.9'), 'an untrusted client cannot add to x-forwarded-for');
   });
 
+  test('identity headers other auth proxies use never reach the app (Remote-User, X-Auth-Request-*, X-WEBAUTH-*, …)', async () => {
+    const forged = { 'x-auth-user': 'root', 'X-Auth-Request-User': 'root', 'x-auth-request-email': 'root@example.com', 'Remote-User': 'root', remote_user: 'root', 'X-Remote-User': 'root', 'X-WEBAUTH-USER': 'admin', 'x-user': 'root', 'x-email': 'root@example.com', 'x-org': 'other', 'x-repo': 'other' };
+    const r = await p.call('/web/', { headers: forged });
+    assert.equal(r.status, 200);
+    const reached = Object.keys(r.json.headers).filter((name) => Object.keys(forged).some((f) => f.toLowerCase().replaceAll('_', '-') === name.toLowerCase().replaceAll('_', '-')));
+    assert.deepEqual(reached, []);
+  });
+
   test('no app configured is 404 not_found; reserved paths never reach an app', async () => {
     for (const path of ['/docs/', '/docs', '/web/_db/query/extra', '/web/_account/nope']) {
       const r = await p.call(path, { method: 'GET' });

@@ -8,10 +8,16 @@ export const INTERNAL_PREFIX = 'x-scopebase-';
 
 const folded = (name: string) => (name.includes('_') ? name.toLowerCase().replaceAll('_', '-') : name.toLowerCase());
 
+/**
+ * Identity headers other auth proxies set and apps are often told to trust (oauth2-proxy's `X-Auth-Request-*`,
+ * Apache's and nginx's `Remote-User`, Grafana's `X-WEBAUTH-*`): an app behind scopebase must never get a client's.
+ */
+const FOREIGN_IDENTITY = /^(x-auth-user|x-auth-request-.*|(x-)?remote-user|x-webauth-.*|x-user|x-email|x-org|x-repo)$/;
+
 /** Identity and internal headers: only the proxy sets them, whoever the client is. */
 export function isProxyOnly(name: string): boolean {
   const n = folded(name);
-  return n.startsWith(INTERNAL_PREFIX) || n.startsWith('x-auth-user-');
+  return n.startsWith(INTERNAL_PREFIX) || n.startsWith('x-auth-user-') || FOREIGN_IDENTITY.test(n);
 }
 
 /** Forwarding headers: the proxy sets them, keeping a trusted load balancer's own copies (forwardedHeaders). */
