@@ -91,6 +91,8 @@ describe('migrations (4.6)', () => {
     const missing = await p.db('web', 'migrate', { migrations: [TAGS] });
     assert.equal(missing.status, 409);
     assert.equal(missing.json.error.details.id, '0001_init');
+    // Another id where 0001_init stands: both checksums still named (SPEC 4.6), with the id the request has there.
+    assert.deepEqual(missing.json.error.details, { id: '0001_init', appliedChecksum: sha(INIT.sql), requestedChecksum: sha(TAGS.sql), requestedId: '0002_tags' });
   });
 
   test('pending migrations apply all or none', async () => {

@@ -220,7 +220,7 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
       if (!r || r.id !== a.id || sum !== a.checksum) {
         h.internal('ROLLBACK').run();
         const why = !r ? `applied migration ${a.id} is missing from the request` : r.id !== a.id ? `migration ${i} is ${a.id} in the database but ${r.id} in the request` : `migration ${a.id} was applied with different SQL`;
-        return errorReply({ code: 'migration_conflict', message: why, details: { id: a.id, appliedChecksum: a.checksum, requestedChecksum: r && r.id === a.id ? sum : null, ...(r && r.id !== a.id ? { requestedId: r.id } : {}) } });
+        return errorReply({ code: 'migration_conflict', message: why, details: { id: a.id, appliedChecksum: a.checksum, requestedChecksum: sum, ...(r && r.id !== a.id ? { requestedId: r.id } : {}) } });
       }
     }
     const pending = requested.slice(applied.length);
