@@ -247,6 +247,28 @@ describe('a transaction left open', () => {
       await q.close();
     }
   });
+
+  test('a write behind a transaction open longer than DB_QUEUE_TIMEOUT_MS gets 503 in time, saying what it waits for', async () => {
+    const q = await startProduct({ DB_STREAM_IDLE_MS: '5000', DB_QUEUE_TIMEOUT_MS: '400' });
+    try {
+      const auth = { authorization: `Bearer ${q.secret('acme', 'web')}` };
+      const begin = await q.call('/web/_db/v2/pipeline', { body: { baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }, { type: 'execute', stmt: { sql: 'BEGIN' } }, { type: 'execute', stmt: { sql: 'INSERT INTO t VALUES (1)' } }] }, headers: auth });
+      assert.equal(begin.status, 200, begin.text);
+      const t0 = performance.now();
+      const write = await q.db('web', 'execute', { sql: 'INSERT INTO t VALUES (2)' });
+      const waited = performance.now() - t0;
+      assert.equal(write.status, 503, write.text);
+      assert.equal(write.headers['retry-after'], '1');
+      assert.equal(write.json.error.details.committed, false);
+      assert.match(write.json.error.message, /wait behind an interactive transaction \(a libSQL stream\) open for \d+ ms; this write waited 400 ms/);
+      assert.ok(waited < 3000, `answered after ${Math.round(waited)} ms, not when the transaction ended`);
+      const commit = await q.call('/web/_db/v2/pipeline', { body: { baton: begin.json.baton, requests: [{ type: 'execute', stmt: { sql: 'COMMIT' } }, { type: 'close' }] }, headers: auth });
+      assert.equal(commit.json.results[0].type, 'ok', commit.text);
+      assert.deepEqual((await q.db('web', 'query', { sql: 'SELECT x FROM t' })).json.results[0].rows, [[1]], 'the refused write did not run');
+    } finally {
+      await q.close();
+    }
+  });
 });
 
 describe('Kysely (@libsql/kysely-libsql)', () => {

@@ -70,6 +70,8 @@ interface Lane {
   queue: WriteItem[];
   /** When its queue was last empty (each group takes all it can): see maxWait. */
   lastEmptyAt: number;
+  /** Since when an interactive transaction holds it, or null. */
+  heldSince: number | null;
 }
 
 const MAX_GROUP = 256;
@@ -136,12 +138,25 @@ export class ExecutorPool {
     if (this.closing) return item.reject(new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' }));
     let lane = this.lanes.get(path);
     if (!lane) {
-      lane = { scope, busy: false, queue: [], lastEmptyAt: performance.now() };
+      lane = { scope, busy: false, queue: [], lastEmptyAt: performance.now(), heldSince: null };
       this.lanes.set(path, lane);
     }
     if (lane.queue.length >= this.maxLane) return item.reject(overloaded(`${this.maxLane} writes to this database already wait`));
     lane.queue.push(item);
+    if (lane.heldSince !== null) this.waitBehindHold(lane, item);
     if (!lane.busy) void this.flush(path, lane);
+  }
+
+  /** A write behind an open interactive transaction waits DB_QUEUE_TIMEOUT_MS at most, and is told why it waited. */
+  private waitBehindHold(lane: Lane, item: WriteItem): void {
+    if (item.op === 'hold') return; // a BEGIN waits its turn: TxQuota and the transaction limits bound it
+    setTimeout(() => {
+      const at = lane.queue.indexOf(item);
+      if (at === -1 || lane.heldSince === null) return;
+      lane.queue.splice(at, 1);
+      const open = Math.round(performance.now() - lane.heldSince);
+      item.reject(new ApiError('unavailable', `this database's writes wait behind an interactive transaction (a libSQL stream) open for ${open} ms; this write waited ${this.timeoutMs} ms (DB_QUEUE_TIMEOUT_MS) and did not start: retry after a second (an idle transaction is rolled back after DB_STREAM_IDLE_MS, any after DB_TRANSACTION_MAX_MS)`, { committed: false }, { 'retry-after': '1' }));
+    }, Math.max(0, item.at + this.timeoutMs - performance.now())).unref();
   }
 
   /** Waits for the writes queued ahead, then holds the database's lane until `release()` (Hrana streams). */
@@ -231,7 +246,10 @@ export class ExecutorPool {
       const items = this.take(lane);
       if (lane.queue.length === 0) lane.lastEmptyAt = now;
       if (items[0]!.op === 'hold') {
+        lane.heldSince = performance.now();
+        for (const waiting of lane.queue) this.waitBehindHold(lane, waiting);
         await this.hold(path, lane, items[0]!);
+        lane.heldSince = null;
         lane.lastEmptyAt = performance.now(); // the wait behind a transaction is not overload: DB_QUEUE_TIMEOUT_MS bounds it
       }
       else await this.runGroup(path, lane, items, items.length > 1);
