@@ -83,10 +83,17 @@ describe('limits (quota_exceeded, result_too_large, payload_too_large)', () => {
     assert.equal(r.status, 200);
   });
 
-  test('a string over DB_MAX_VALUE_BYTES is refused', async () => {
+  test('a string or blob parameter over DB_MAX_VALUE_BYTES is refused before it reaches an executor, naming it', async () => {
     const r = await p.db('web', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: ['x'.repeat(20 * 1024)] });
     assert.equal(r.status, 507);
     assert.equal(r.json.error.code, 'quota_exceeded');
+    assert.match(r.json.error.message, /request\.params\[0\] is 20480 bytes, over the length limit of 16384 \(DB_MAX_VALUE_BYTES\)/);
+    const euros = await p.db('web', 'query', { statements: [{ sql: 'SELECT :v', params: { v: '€'.repeat(6000) } }] });
+    assert.match(euros.json.error.message, /statements\[0\]\.params\.v is 18000 bytes/, 'bytes, not characters');
+    const blob = await p.db('web', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: [{ $blob: Buffer.alloc(17 * 1024).toString('base64') }] });
+    assert.equal(blob.status, 507, blob.text);
+    const under = await p.db('web', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: ['€'.repeat(3000)] });
+    assert.equal(under.status, 200, 'well under the limit (9,000 bytes) it is written');
   });
 
   test('DB_MAX_RESULT_BYTES counts bytes of the reply as sent, not characters', async () => {

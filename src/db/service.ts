@@ -198,7 +198,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const body = parseBody(op, req.body);
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
     this.authorize(req);
-    validate(op, body, this.config.db.maxStatements);
+    validate(op, body, this.config.db.maxStatements, this.config.db.maxValueBytes);
     if (this.replication !== null) await this.replication.admit(scope, WRITES.has(op));
     return this.run(op, scope, body, req.body);
   }
@@ -221,7 +221,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const backend: HranaBackend = {
       run: async (kind, statements, foreignKeysOff) => {
         const body: Record<string, unknown> = { database: scope.database, statements };
-        validate(kind === 'read' ? 'query' : 'execute', body, this.config.db.maxStatements);
+        validate(kind === 'read' ? 'query' : 'execute', body, this.config.db.maxStatements, this.config.db.maxValueBytes);
         body.rows = 'hrana'; // after validate, as foreignKeysOff: no client can send either
         if (foreignKeysOff && kind === 'write') body.foreignKeysOff = true;
         const raw = Buffer.from(JSON.stringify(body));
