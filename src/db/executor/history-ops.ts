@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import { Archiver, historyDirOf } from '../history/archive.ts';
-import { index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
+import { committedAtOf, index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
 import { INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
 import { splitStatements } from '../statement-end.ts';
 import { DbHandle, type ExecutorLimits } from './handles.ts';
@@ -54,6 +54,13 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext, tmpDi
       target = at.version;
     }
     if (!first || target < first.version) throw gone();
+    if (target === current) {
+      // Restoring the version it is at changes nothing (SPEC 4.5): no new version, no event, no history record.
+      const at = committedAtOf(idx, target);
+      if (!at) throw gone();
+      const restoredTo = { version: target, committedAt: at.committedAt === null ? null : new Date(at.committedAt).toISOString() };
+      return { status: 200, body: JSON.stringify({ restoredTo, version: current, dryRun: body.dryRun === true }) };
+    }
     const copy = join(tmpDir, `restore-${randomBytes(8).toString('hex')}.sqlite`);
     try {
       const built = rebuild(idx, target, copy);
