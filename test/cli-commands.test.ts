@@ -135,6 +135,9 @@ test('restore-db brings a version back (--dry-run changes nothing); import loads
   assert.equal(real.code, 0, real.stderr);
   assert.match(real.stdout, new RegExp(`restored acme/history/main to version ${v2} \\(committed .*\\), as version ${v2 + 2}`));
   assert.deepEqual(JSON.parse((await cli(['query', 'acme/history', 'SELECT body FROM notes', '--json'])).stdout).rows, [['kept']]);
+  const same = await cli(['restore-db', 'acme/history', '--to-version', String(v2 + 2)]);
+  assert.equal(same.code, 0, same.stderr);
+  assert.match(same.stdout, new RegExp(`acme/history/main is at version ${v2 + 2} \\(committed .*\\) already: nothing changed`));
   const future = await cli(['restore-db', 'acme/history', '--to-version', '999']);
   assert.equal(future.code, 1);
   oneLine(future, /not reached yet/);

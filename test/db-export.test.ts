@@ -11,6 +11,7 @@ import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { DbHandle } from '../src/db/executor/handles.ts';
 import { snapshot } from '../src/db/executor/read-ops.ts';
 import { exportDatabase } from '../src/db/executor/export-ops.ts';
+import { splitStatements } from '../src/db/statement-end.ts';
 
 const SETUP = [
   'CREATE TABLE todo(id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, big INTEGER, data BLOB, ratio REAL)',
@@ -113,6 +114,45 @@ describe('export', () => {
       assert.deepEqual(content(shell), content(live), 'the sqlite3 shell loads it too');
     }
     for (const db of [local, live, again]) db.close();
+  });
+
+  test('sql: schema, then rows (SPEC 4.12): every table, then every row, then indexes, views and triggers', async () => {
+    // A table made before the one it refers to, and a trigger that would add rows if it fired during the load.
+    const made = await p.db('web', 'execute', { database: 'ordered', statements: [
+      { sql: 'CREATE TABLE child(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL REFERENCES parent(id))' },
+      { sql: 'CREATE TABLE parent(id INTEGER PRIMARY KEY, name TEXT)' },
+      { sql: 'CREATE TABLE log(what TEXT)' },
+      { sql: "CREATE TRIGGER child_log AFTER INSERT ON child BEGIN INSERT INTO log VALUES ('child ' || new.id); END" },
+      { sql: 'CREATE INDEX child_parent ON child(parent)' },
+      { sql: 'CREATE VIEW named AS SELECT child.id, parent.name FROM child JOIN parent ON parent.id = child.parent' },
+      { sql: "INSERT INTO parent VALUES (1, 'one'), (2, 'two')" },
+      { sql: 'INSERT INTO child VALUES (10, 1), (11, 2), (12, 2)' },
+    ] });
+    assert.equal(made.status, 200, made.text);
+    const r = await exportOf({ database: 'ordered', format: 'sql' });
+    assert.equal(r.status, 200, r.bytes.toString());
+    const { statements, rest } = splitStatements(r.bytes.toString('utf8'));
+    assert.equal(rest, '');
+    const kinds = statements.map((sql) => (/^CREATE (VIRTUAL )?TABLE /.test(sql) ? 'table'
+      : /^INSERT INTO /.test(sql) ? 'row'
+        : /^CREATE (UNIQUE )?INDEX |^CREATE VIEW |^CREATE TRIGGER /.test(sql) ? 'object' : sql.replace(/;$/, '')));
+    const order = kinds.filter((k, i) => k !== kinds[i - 1]);
+    assert.deepEqual(order, ['PRAGMA foreign_keys=OFF', 'BEGIN TRANSACTION', 'table', 'row', 'object', 'COMMIT'], statements.join('\n'));
+    assert.equal(kinds.filter((k) => k === 'table').length, 3);
+    assert.equal(kinds.filter((k) => k === 'row').length, 8, 'two parents, three children, three log rows');
+    assert.deepEqual(statements.filter((sql) => /^CREATE (INDEX|VIEW|TRIGGER)/.test(sql)).map((sql) => sql.split(' ')[1]), ['TRIGGER', 'INDEX', 'VIEW'], 'in the order they were made');
+
+    const imported = await p.call('/web/_db/import?database=ordered2', { method: 'POST', rawBody: r.bytes, headers: { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/sql' } });
+    assert.equal(imported.status, 200, imported.text);
+    assert.deepEqual(imported.json.tables, [{ name: 'child', rows: 3 }, { name: 'log', rows: 3 }, { name: 'parent', rows: 2 }], 'the trigger did not fire on the loaded rows');
+    const live = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'ordered.sqlite'), { readOnly: true });
+    const again = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'ordered2.sqlite'), { readOnly: true });
+    assert.deepEqual(content(again), content(live), 'export → import is the identity');
+    for (const db of [live, again]) db.close();
+    const fired = await p.db('web', 'execute', { database: 'ordered2', sql: 'INSERT INTO child VALUES (13, 1)' });
+    assert.equal(fired.status, 200, fired.text);
+    const logged = await p.db('web', 'query', { database: 'ordered2', sql: 'SELECT count(*) FROM log' });
+    assert.deepEqual(logged.json.results[0].rows, [[4]], 'the trigger is in place after the import');
   });
 
   test('consistent while writes go on: each write adds two rows, every export holds an even count', async () => {

@@ -124,10 +124,14 @@ describe('time travel', () => {
           const r = await p.db(repo, 'restore', { toVersion: target });
           assert.equal(r.status, 200, r.text);
           assert.equal(r.json.restoredTo.version, target);
-          assert.equal(r.json.version, current + 1, 'a restore is one new version');
-          current = r.json.version;
-          expected.set(current, expected.get(target)!);
-          versions.push(current);
+          if (target === current) {
+            assert.equal(r.json.version, current, 'restoring the version it is at changes nothing (SPEC 4.5)');
+          } else {
+            assert.equal(r.json.version, current + 1, 'a restore is one new version');
+            current = r.json.version;
+            expected.set(current, expected.get(target)!);
+            versions.push(current);
+          }
           assert.equal(await remoteContent(p, repo), expected.get(target), `restored to version ${target}`);
         }
         // Forward again: to the version just before the first restore.
@@ -187,6 +191,39 @@ describe('time travel', () => {
     assert.equal(missing.status, 404);
     const wrong = await p.db('timed', 'restore', { database, toVersion: 1 }, { secret: 'nope' });
     assert.equal(wrong.status, 401);
+  });
+
+  test('a restore to the version it is at changes nothing: same version, no event (SPEC 4.5)', async () => {
+    const repo = 'noop';
+    const database = 'main';
+    for (let i = 0; i < 5; i++) {
+      const w = await p.db(repo, 'execute', { database, sql: i === 0 ? 'CREATE TABLE t(x)' : `INSERT INTO t VALUES (${i})` });
+      assert.equal(w.status, 200, w.text);
+    }
+    const before = await p.db(repo, 'status', { database });
+    const at = before.json.version as number;
+    assert.equal(at, 5, before.text);
+    const [last] = (await p.db(repo, 'changes', { database, since: at - 1 })).json.events;
+    assert.equal(last.version, at);
+    let committedAt: string | undefined;
+    for (const body of [{ toVersion: at }, { toTime: '2099-01-01T00:00:00Z' }, { toVersion: at, dryRun: true }, { toTime: '2099-01-01T00:00:00Z', dryRun: true }]) {
+      const r = await p.db(repo, 'restore', { database, ...body });
+      assert.equal(r.status, 200, `${JSON.stringify(body)}: ${r.text}`);
+      committedAt ??= r.json.restoredTo.committedAt as string;
+      assert.ok(Math.abs(Date.parse(committedAt) - Date.parse(last.committedAt)) < 1000, r.text);
+      assert.deepEqual(r.json, { restoredTo: { version: at, committedAt }, version: at, dryRun: body.dryRun === true }, JSON.stringify(body));
+      const changes = await p.db(repo, 'changes', { database, since: at });
+      assert.equal(changes.status, 200, changes.text);
+      assert.deepEqual(changes.json.events, [], `${JSON.stringify(body)}: no change event`);
+      assert.equal((await p.db(repo, 'status', { database })).json.version, at, `${JSON.stringify(body)}: the version stays`);
+    }
+    assert.deepEqual((await p.db(repo, 'query', { database, sql: 'SELECT x FROM t ORDER BY x' })).json.results[0].rows, [[1], [2], [3], [4]]);
+    // History was not touched: the next write is version 6, and every earlier version still restores.
+    const w6 = await p.db(repo, 'execute', { database, sql: 'INSERT INTO t VALUES (5)' });
+    assert.equal(w6.json.version, at + 1, w6.text);
+    const back = await p.db(repo, 'restore', { database, toVersion: at });
+    assert.equal(back.json.version, at + 2, back.text);
+    assert.deepEqual((await p.db(repo, 'query', { database, sql: 'SELECT x FROM t ORDER BY x' })).json.results[0].rows, [[1], [2], [3], [4]]);
   });
 
   test('kill -9 of every executor during a restore: the database is as before or as restored, never in between', async () => {

@@ -34,6 +34,8 @@ Examples:
       const when = r.restoredTo.committedAt ? ` (committed ${r.restoredTo.committedAt})` : '';
       process.stdout.write(r.dryRun
         ? `would restore ${t.org}/${t.repo}/${t.database} to version ${r.restoredTo.version}${when}; it is at version ${r.version} (dry run: nothing changed)\n`
-        : `restored ${t.org}/${t.repo}/${t.database} to version ${r.restoredTo.version}${when}, as version ${r.version}\n`);
+        : r.restoredTo.version === r.version
+          ? `${t.org}/${t.repo}/${t.database} is at version ${r.version}${when} already: nothing changed\n`
+          : `restored ${t.org}/${t.repo}/${t.database} to version ${r.restoredTo.version}${when}, as version ${r.version}\n`);
     });
 }

@@ -49,10 +49,12 @@ function writeDump(copy: DatabaseSync, target: string): void {
     const schema = copy.prepare('SELECT type, name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY rowid').all() as { type: string; name: string; sql: string }[];
     const virtual = schema.filter((o) => o.type === 'table' && /^CREATE\s+VIRTUAL/i.test(o.sql)).map((o) => o.name);
     const shadow = (name: string) => virtual.some((v) => name.startsWith(`${v}_`));
+    // SPEC 4.12: schema, then rows. Every table first; then every row; then indexes, views and triggers, in the
+    // order they were made, so an import builds each index once and fires no trigger on the rows it loads.
+    const tables = schema.filter((o) => o.type === 'table' && isUser(o.name) && !shadow(o.name));
     out('PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n');
-    for (const o of schema) {
-      if (o.type !== 'table' || !isUser(o.name) || shadow(o.name)) continue;
-      out(`${o.sql};\n`);
+    for (const o of tables) out(`${o.sql};\n`);
+    for (const o of tables) {
       // A virtual table's rows go in through the table itself (its index is rebuilt); others keep their rowids.
       const cols = (copy.prepare('SELECT name, hidden FROM pragma_table_xinfo(?)').all(o.name) as { name: string; hidden: number }[]).filter((c) => c.hidden === 0).map((c) => q(c.name));
       let rowid = !virtual.includes(o.name);

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import { Archiver, historyDirOf } from '../history/archive.ts';
-import { index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
+import { committedAtOf, index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
 import { assertNoInternalReference, INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
 import { splitStatements } from '../statement-end.ts';
 import { DbHandle, type ExecutorLimits } from './handles.ts';
@@ -55,6 +55,13 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext, tmpDi
       target = at.version;
     }
     if (!first || target < first.version) throw gone();
+    if (target === current) {
+      // Restoring the version it is at changes nothing (SPEC 4.5): no new version, no event, no history record.
+      const at = committedAtOf(idx, target);
+      if (!at) throw gone();
+      const restoredTo = { version: target, committedAt: at.committedAt === null ? null : new Date(at.committedAt).toISOString() };
+      return { status: 200, body: JSON.stringify({ restoredTo, version: current, dryRun: body.dryRun === true }) };
+    }
     const copy = join(tmpDir, `restore-${randomBytes(8).toString('hex')}.sqlite`);
     try {
       const built = rebuild(idx, target, copy);
@@ -125,13 +132,19 @@ function checkImport(source: string): void {
   }
 }
 
-/** Runs a SQL text (a dump) into a new database under the sandbox; the dump's own BEGIN/COMMIT are the import's. */
+/**
+ * Runs a SQL text (a dump) into a new database under the sandbox; the dump's own BEGIN/COMMIT are the import's.
+ * Foreign keys are enforced as deferred constraints: actions (ON DELETE …) run, violations refuse the whole text.
+ */
 function loadSql(sqlPath: string, target: string, limits: ExecutorLimits): void {
   const h = new DbHandle(target, true, { ...limits, history: undefined });
   try {
     const { statements, rest } = splitStatements(readFileSync(sqlPath, 'utf8'));
     if (rest) statements.push(rest);
     h.internal('BEGIN IMMEDIATE').run();
+    // A dump makes every table before any row (SPEC 4.12), so a row may refer to one its table's turn has not
+    // loaded yet: references are checked once, when the whole text has run.
+    h.internal('PRAGMA defer_foreign_keys = ON').run();
     statements.forEach((sql, i) => {
       if (/^(BEGIN|COMMIT|END)(\s+TRANSACTION)?\s*;?$/i.test(sql) || /^PRAGMA\s+foreign_keys\s*=\s*(OFF|ON|0|1)\s*;?$/i.test(sql)) return;
       h.sandbox.mode = 'write';
@@ -146,6 +159,8 @@ function loadSql(sqlPath: string, target: string, limits: ExecutorLimits): void 
     });
     h.sandbox.mode = 'internal';
     assertNoInternalReference(h.db); // what the text built obeys the file's rules: no view or content= on internals
+    const broken = h.internal('PRAGMA main.foreign_key_check').all() as { table: string }[];
+    if (broken.length) throw new ApiError('constraint_violation', `FOREIGN KEY constraint failed: ${broken.length} row(s) of ${broken[0]!.table} refer to missing rows`);
     h.internal('COMMIT').run();
   } finally {
     h.close();

@@ -40,6 +40,19 @@ export function versionAt(idx: Indexed[], time: number): { version: number; comm
   return found;
 }
 
+/**
+ * When `version` was committed, as `rebuild` would report it, without building anything: the time of its record, or
+ * of the group commit that holds it; null for version 0 of a database whose history starts at creation; undefined
+ * when history does not reach it.
+ */
+export function committedAtOf(idx: Indexed[], version: number): { committedAt: number | null } | undefined {
+  const exact = find(idx, version);
+  if (exact) return { committedAt: exact.seg.records[exact.i]!.committedAt };
+  if (version === 0 && idx[0]?.records[0]?.prevVersion === 0) return { committedAt: null };
+  for (const seg of idx) for (const r of seg.records) if (r.prevVersion < version && version < r.version) return { committedAt: r.committedAt };
+  return undefined;
+}
+
 /** Writes base + records[0..upto] of a segment into `target`: the database right after that record's commit. */
 function build(seg: Indexed, upto: number, target: string): void {
   copyFileSync(join(seg.dir, 'base'), target);
