@@ -1,10 +1,15 @@
 // `npm run faults`: the product as a real process under writers, hurt over and over (docs/reliability.md):
 //   - kill -9 of the whole process tree at a random moment, then a restart on the same DATA_DIR, N times in a row;
 //   - kill -9 of one executor process while writes go on;
-//   - SIGSTOP of one executor process for a while: writes to every database keep being acknowledged.
+//   - SIGSTOP of one executor process for a while: writes to every database keep being acknowledged;
+//   - a mirror that accepts connections and never answers (bench/faults/mirror.ts), from early on until the end
+//     (through every restart): writes keep their pace; once it answers again it gets every version of every database;
+//   - a wall-clock jump of the whole product (test/helpers/clock-shift.ts, a preload): +2 h, then 4 h back, and a
+//     restart while the clock is still 2 h behind: writes keep being acknowledged, nothing is refused for it.
 // After every restart, every acknowledged write must be there, and every batch whole. Exit 1 otherwise.
-//   --cycles N   kill/restart cycles (default 20; --short: 3)    --stop-seconds S   SIGSTOP length (10; --short: 3)
-import { mkdtempSync, rmSync } from 'node:fs';
+//   --cycles N   kill/restart cycles (default 20; --short: 3)    --stop-seconds S   SIGSTOP, hang and jump phases (10; --short: 3)
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -13,6 +18,7 @@ import { Agent } from 'undici';
 import { sendJson, type JsonAnswer } from './lib/http.ts';
 import { processTree } from './lib/proc.ts';
 import { startInstance, type Instance } from './scopebase/instance.ts';
+import { startFaultMirror } from './faults/mirror.ts';
 
 const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, cycles: { type: 'string' }, 'stop-seconds': { type: 'string' } } });
 const CYCLES = Number(args.cycles ?? (args.short ? 3 : 20));
@@ -81,10 +87,44 @@ const signal = (pid: number, sig: NodeJS.Signals) => {
   }
 };
 
+/** Writes acknowledged per database while `ms` pass. */
+async function during(writers: ReturnType<typeof startWriters>, ms: number): Promise<number[]> {
+  const before = writers.acked();
+  await sleep(ms);
+  const after = writers.acked();
+  return DATABASES.map((d) => after.get(d)! - before.get(d)!);
+}
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+
+/** Until every database's delivered version for the mirror is its version; returns the versions, or null on timeout. */
+async function drained(inst: Instance, mirror: string, timeoutMs: number): Promise<Map<string, number> | null> {
+  const until = performance.now() + timeoutMs;
+  while (performance.now() < until) {
+    const versions = new Map<string, number>();
+    for (const database of DATABASES) {
+      const r = await db(inst, 'status', { database });
+      const m = (r.json?.mirrors ?? []).find((x: { name: string }) => x.name === mirror);
+      if (r.status === 200 && m?.deliveredVersion === r.json.version) versions.set(database, r.json.version);
+    }
+    if (versions.size === DATABASES.length) return versions;
+    await sleep(500);
+  }
+  return null;
+}
+
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'scopebase-faults-'));
   const rootKeyHex = randomBytes(32).toString('hex');
-  const start = () => startInstance({ mode: 'one', dataDir, rootKeyHex, env: { DB_SYNC: 'full' } });
+  const mirror = await startFaultMirror();
+  const clockFile = join(dataDir, 'clock-shift');
+  const shiftClock = (ms: number) => writeFileSync(clockFile, String(ms)); // the preload reads it every 50 ms
+  shiftClock(0);
+  const env = {
+    DB_SYNC: 'full', DB_MIRROR_MAX_BACKOFF_MS: '5000', // default attempt timeout (10 s); a shorter backoff cap for a short run
+    DB_MIRRORS: JSON.stringify([{ name: 'hang', url: mirror.url, secret: `whsec_${randomBytes(24).toString('base64')}` }]),
+    CLOCK_SHIFT_FILE: clockFile, NODE_OPTIONS: `--import=${fileURLToPath(new URL('../test/helpers/clock-shift.ts', import.meta.url))}`,
+  };
+  const start = () => startInstance({ mode: 'one', dataDir, rootKeyHex, env });
   let inst = await start();
   const t0 = performance.now();
   try {
@@ -93,9 +133,16 @@ async function main(): Promise<void> {
       if (r.status !== 200) throw new Error(`migrate: ${JSON.stringify(r.json)}`);
     }
 
-    // One executor stopped (SIGSTOP): the databases whose writes it was not running keep being written.
+    // A mirror that accepts connections and never answers: writes keep their pace. It stays so until the end.
     let writers = startWriters(inst);
     await sleep(500);
+    const answering = await during(writers, STOP_SECONDS * 1000);
+    mirror.mode = 'hang';
+    const hanging = await during(writers, STOP_SECONDS * 1000);
+    log(`writes per database in ${STOP_SECONDS} s with the mirror answering ${answering.join(', ')}; with it hanging ${hanging.join(', ')} (${mirror.hung} deliveries left unanswered)`);
+    if (sum(hanging) < sum(answering) / 3) failures.push(`a hanging mirror slowed writes: ${sum(answering)} → ${sum(hanging)} in ${STOP_SECONDS} s`);
+
+    // One executor stopped (SIGSTOP): the databases whose writes it was not running keep being written.
     const stopped = executors(inst)[0];
     if (stopped !== undefined) {
       const before = writers.acked();
@@ -103,9 +150,9 @@ async function main(): Promise<void> {
       await sleep(STOP_SECONDS * 1000);
       const after = writers.acked();
       signal(stopped, 'SIGCONT');
-      const during = DATABASES.map((d) => after.get(d)! - before.get(d)!);
-      log(`an executor stopped for ${STOP_SECONDS} s: writes acknowledged meanwhile per database ${during.join(', ')}`);
-      if (during.filter((n) => n > 0).length < DATABASES.length - 1) failures.push(`while one executor was stopped, more than one database stopped being written (${during.join(', ')})`);
+      const meanwhile = DATABASES.map((d) => after.get(d)! - before.get(d)!);
+      log(`an executor stopped for ${STOP_SECONDS} s: writes acknowledged meanwhile per database ${meanwhile.join(', ')}`);
+      if (meanwhile.filter((n) => n > 0).length < DATABASES.length - 1) failures.push(`while one executor was stopped, more than one database stopped being written (${meanwhile.join(', ')})`);
     }
     // One executor killed (-9) under writes.
     const victim = executors(inst)[0];
@@ -114,9 +161,23 @@ async function main(): Promise<void> {
     await writers.stop();
     await check(inst, 'after an executor was killed');
 
+    // The wall clock jumps 2 h ahead, then 4 h back: every database keeps being written; the first restart below
+    // happens while the clock is still 2 h behind, the second after it came back (a jump across a restart).
+    writers = startWriters(inst);
+    await sleep(500);
+    for (const [shift, what] of [[2 * 3_600_000, '2 h ahead'], [-2 * 3_600_000, '4 h back, to 2 h behind']] as const) {
+      shiftClock(shift);
+      const n = await during(writers, STOP_SECONDS * 1000);
+      log(`the clock jumped ${what}: writes per database in the next ${STOP_SECONDS} s ${n.join(', ')}`);
+      if (n.some((x) => x === 0)) failures.push(`after the clock jumped ${what} a database took no writes (${n.join(', ')})`);
+    }
+    await writers.stop();
+    await check(inst, 'after the clock jumps');
+
     // kill -9 of everything, restart on the same files, CYCLES times.
     let restartMs = 0;
     for (let c = 1; c <= CYCLES; c++) {
+      if (c === 2) shiftClock(0);
       writers = startWriters(inst);
       await sleep(200 + Math.random() * 800);
       for (const pid of [...processTree(inst.pids[0]!).keys()]) signal(pid, 'SIGKILL');
@@ -130,15 +191,29 @@ async function main(): Promise<void> {
       const total = [...acknowledged.values()].reduce((n, l) => n + l.length, 0);
       log(`cycle ${c}/${CYCLES}: restarted in ${(performance.now() - r0).toFixed(0)} ms; ${total} acknowledged writes so far, ${failures.length} failures`);
     }
+    // The mirror answers again: it gets every version of every database, all the while hung included.
+    mirror.mode = 'answer';
+    const r0 = performance.now();
+    const versions = await drained(inst, 'hang', 60_000);
+    if (versions === null) failures.push('the mirror that hung did not catch up within 60 s of answering again');
+    for (const [database, version] of versions ?? []) {
+      const got = mirror.received.get(database) ?? new Set();
+      const missing = Array.from({ length: version }, (_, i) => i + 1).filter((v) => !got.has(v));
+      if (missing.length) failures.push(`the mirror never got ${missing.length} versions of ${database} (first ${missing[0]})`);
+    }
+    log(`the mirror that hung (${mirror.hung} deliveries unanswered) answers again: caught up in ${((performance.now() - r0) / 1000).toFixed(1)} s, versions ${[...(versions ?? new Map()).values()].join(', ')}, every one received`);
     const total = [...acknowledged.values()].reduce((n, l) => n + l.length, 0);
     log(`${CYCLES} kill -9 cycles in ${((performance.now() - t0) / 1000).toFixed(1)} s; ${total} acknowledged writes, all checked after every restart; slowest restart ${restartMs.toFixed(0)} ms`);
   } finally {
     await inst.stop();
     await agent.close();
+    await mirror.close();
     rmSync(dataDir, { recursive: true, force: true });
   }
   if (failures.length) {
-    for (const f of failures.slice(0, 20)) log(`FAIL ${f}`);
+    const distinct = new Map<string, number>();
+    for (const f of failures) distinct.set(f, (distinct.get(f) ?? 0) + 1);
+    for (const [f, n] of [...distinct].slice(0, 20)) log(`FAIL ${f}${n > 1 ? ` (×${n})` : ''}`);
     process.exit(1);
   }
   log('OK: no acknowledged write lost, no batch half applied, every restart served');
