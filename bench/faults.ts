@@ -4,11 +4,14 @@
 //   - SIGSTOP of one executor process for a while: writes to every database keep being acknowledged;
 //   - a mirror that accepts connections and never answers (bench/faults/mirror.ts), from early on until the end
 //     (through every restart): writes keep their pace; once it answers again it gets every version of every database;
+//   - a damaged database file (its first page overwritten while the product is down, at the third restart): that
+//     database answers 500 naming the damage, the others keep being written, every later restart serves;
+//   - a full disk under writers (bench/faults/disk-full.ts, its own process on a real small tmpfs; root only);
 //   - a wall-clock jump of the whole product (test/helpers/clock-shift.ts, a preload): +2 h, then 4 h back, and a
 //     restart while the clock is still 2 h behind: writes keep being acknowledged, nothing is refused for it.
 // After every restart, every acknowledged write must be there, and every batch whole. Exit 1 otherwise.
 //   --cycles N   kill/restart cycles (default 20; --short: 3)    --stop-seconds S   SIGSTOP, hang and jump phases (10; --short: 3)
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,13 +20,15 @@ import { parseArgs } from 'node:util';
 import { Agent } from 'undici';
 import { sendJson, type JsonAnswer } from './lib/http.ts';
 import { processTree } from './lib/proc.ts';
-import { startInstance, type Instance } from './scopebase/instance.ts';
+import { ORG, REPO, startInstance, type Instance } from './scopebase/instance.ts';
 import { startFaultMirror } from './faults/mirror.ts';
+import { diskFullUnderLoad } from './faults/disk-full.ts';
 
 const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, cycles: { type: 'string' }, 'stop-seconds': { type: 'string' } } });
 const CYCLES = Number(args.cycles ?? (args.short ? 3 : 20));
 const STOP_SECONDS = Number(args['stop-seconds'] ?? (args.short ? 3 : 10));
 const DATABASES = ['d0', 'd1', 'd2', 'd3'];
+const DAMAGED = 'damaged'; // not written by the writers: its file is damaged at the third restart
 const WRITERS = 8;
 const log = (s: string) => process.stderr.write(`[faults] ${s}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -87,6 +92,28 @@ const signal = (pid: number, sig: NodeJS.Signals) => {
   }
 };
 
+/** Its first page overwritten, its WAL gone: SQLite no longer recognises the file. */
+function damage(file: string): void {
+  const fd = openSync(file, 'r+');
+  writeSync(fd, Buffer.alloc(100, 'garbage '), 0, 100, 0);
+  closeSync(fd);
+  rmSync(`${file}-wal`, { force: true });
+}
+
+/** The damaged database answers 500 naming the damage (no path), on a read and a write; the log names the file. */
+async function checkDamaged(inst: Instance, restart: number, first: boolean): Promise<void> {
+  for (const [op, body] of [['query', { sql: 'SELECT * FROM t' }], ['execute', { sql: 'INSERT INTO t VALUES (2)' }]] as const) {
+    const r = await db(inst, op, { database: DAMAGED, ...body });
+    if (r.status !== 500 || r.json?.error?.code !== 'internal' || !/the database file is damaged \(SQLITE_NOTADB/.test(r.json?.error?.message) || JSON.stringify(r.json).includes(inst.dataDir)) {
+      failures.push(`the damaged database's ${op} answered ${r.status} ${JSON.stringify(r.json).slice(0, 200)}`);
+    }
+  }
+  await sleep(100);
+  const named = inst.servers[0]!.output().split('\n').some((l) => l.includes('database request failed') && l.includes(`${DAMAGED}.sqlite`));
+  if (first && !named) failures.push('the log does not name the damaged file');
+  if (first && named) log(`a damaged database file since restart #${restart}: 500 "the database file is damaged (SQLITE_NOTADB …)" on a read and a write, the log names the file; the others go on`);
+}
+
 /** Writes acknowledged per database while `ms` pass. */
 async function during(writers: ReturnType<typeof startWriters>, ms: number): Promise<number[]> {
   const before = writers.acked();
@@ -132,6 +159,7 @@ async function main(): Promise<void> {
       const r = await db(inst, 'migrate', { database, migrations: [{ id: '1', sql: 'CREATE TABLE a(k TEXT PRIMARY KEY); CREATE TABLE b(k TEXT PRIMARY KEY);' }] });
       if (r.status !== 200) throw new Error(`migrate: ${JSON.stringify(r.json)}`);
     }
+    if ((await db(inst, 'execute', { database: DAMAGED, statements: [{ sql: 'CREATE TABLE t(x)' }, { sql: 'INSERT INTO t VALUES (1)' }] })).status !== 200) throw new Error('create the database to damage');
 
     // A mirror that accepts connections and never answers: writes keep their pace. It stays so until the end.
     let writers = startWriters(inst);
@@ -176,6 +204,7 @@ async function main(): Promise<void> {
 
     // kill -9 of everything, restart on the same files, CYCLES times.
     let restartMs = 0;
+    const damageAt = Math.min(3, CYCLES);
     for (let c = 1; c <= CYCLES; c++) {
       if (c === 2) shiftClock(0);
       writers = startWriters(inst);
@@ -184,10 +213,12 @@ async function main(): Promise<void> {
       await writers.stop();
       await agent.close();
       agent = new Agent({ connections: 64 });
+      if (c === damageAt) damage(join(dataDir, 'db', ORG, REPO, `${DAMAGED}.sqlite`));
       const r0 = performance.now();
       inst = await start();
       restartMs = Math.max(restartMs, performance.now() - r0);
       await check(inst, `after kill -9 #${c}`);
+      if (c >= damageAt) await checkDamaged(inst, damageAt, c === damageAt);
       const total = [...acknowledged.values()].reduce((n, l) => n + l.length, 0);
       log(`cycle ${c}/${CYCLES}: restarted in ${(performance.now() - r0).toFixed(0)} ms; ${total} acknowledged writes so far, ${failures.length} failures`);
     }
@@ -210,6 +241,7 @@ async function main(): Promise<void> {
     await mirror.close();
     rmSync(dataDir, { recursive: true, force: true });
   }
+  await diskFullUnderLoad(log, failures);
   if (failures.length) {
     const distinct = new Map<string, number>();
     for (const f of failures) distinct.set(f, (distinct.get(f) ?? 0) + 1);
