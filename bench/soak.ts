@@ -7,6 +7,8 @@
 // runaway in flight.
 //   --short   60 s, 40 databases in 8 orgs      --seconds S  --orgs N  --dbs N   (full: 600 s, 50 orgs, 500 dbs)
 //   --runaway-every S   one runaway statement (past DB_QUERY_TIMEOUT_MS) started every S seconds (8; 0: none)
+//   --clock-jump        the product's wall clock (test/helpers/clock-shift.ts) jumps 2 h ahead at a third of the run
+//                       and back at two thirds; the receiver, on the real clock, refuses deliveries meanwhile
 import { parseArgs } from 'node:util';
 import { createServer } from 'node:http';
 import { fork } from 'node:child_process';
@@ -26,7 +28,7 @@ import { svgLines } from './soak/plot.ts';
 import { checkReceiver, compareReplicas, drain } from './soak/converge.ts';
 import type { ReceiverReport } from './soak/receiver.ts';
 
-const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, orgs: { type: 'string' }, dbs: { type: 'string' }, 'runaway-every': { type: 'string' } } });
+const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, orgs: { type: 'string' }, dbs: { type: 'string' }, 'runaway-every': { type: 'string' }, 'clock-jump': { type: 'boolean', default: false } } });
 const RUNAWAY_EVERY_S = Number(args['runaway-every'] ?? 8);
 const SECONDS = Number(args.seconds ?? (args.short ? 60 : 600));
 const ORGS = Number(args.orgs ?? (args.short ? 8 : 50));
@@ -49,7 +51,9 @@ const env = testEnv(dataDir, {
     { name: 'receiver', url: `http://127.0.0.1:${receiverPort}/events`, secret: receiverSecret },
   ]),
   APPS: JSON.stringify({ 'org0/app': `http://127.0.0.1:${(upstream.address() as { port: number }).port}` }),
+  ...(args['clock-jump'] ? { CLOCK_SHIFT_FILE: join(dataDir, 'clock-shift'), NODE_OPTIONS: `--import=${fileURLToPath(new URL('../test/helpers/clock-shift.ts', import.meta.url))}` } : {}),
 });
+const shiftClock = (ms: number) => args['clock-jump'] && writeFileSync(join(dataDir, 'clock-shift'), String(ms));
 const config = loadConfig(env);
 const orgs = Array.from({ length: ORGS }, (_, i) => `org${i}`);
 const cookies = new Map<string, string>();
@@ -138,6 +142,7 @@ const runawayTimer = RUNAWAY_EVERY_S > 0 ? setInterval(() => {
   }));
 }, RUNAWAY_EVERY_S * 1000) : null;
 const until = t0 + SECONDS * 1000;
+const jumps = [setTimeout(() => shiftClock(2 * 3_600_000), SECONDS * 333), setTimeout(() => shiftClock(0), SECONDS * 667)];
 await Promise.all(Array.from({ length: 16 }, async () => {
   while (performance.now() < until) {
     const [name, , run] = pick(weighted);
@@ -155,6 +160,8 @@ await Promise.all(Array.from({ length: 16 }, async () => {
   }
 }));
 clearInterval(sampler);
+for (const j of jumps) clearTimeout(j);
+shiftClock(0);
 if (runawayTimer) clearInterval(runawayTimer);
 await Promise.all(runaway.all);
 
@@ -198,7 +205,8 @@ log(`reference mirror: ${replicas.tables} tables, ${replicas.rows} rows compared
 const report = await new Promise<ReceiverReport>((r) => { receiver.once('message', r); receiver.send({ report: true }); });
 const events = await checkReceiver(drained.versions, dbCall, report);
 bad.push(...events.mismatches);
-log(`webhook receiver: ${events.events} change-log events checked in order, ${events.redelivered} re-deliveries, ${report.refused} refused by it on purpose (503): ${events.mismatches.length} mismatches`);
+if (report.stale && !args['clock-jump']) bad.push(`the receiver refused ${report.stale} deliveries for their timestamp with no clock jump`);
+log(`webhook receiver: ${events.events} change-log events checked in order, ${events.redelivered} re-deliveries, ${report.refused} refused by it on purpose (503), ${report.stale} for a timestamp off its clock: ${events.mismatches.length} mismatches`);
 if (growth(atMinute.rss, end.rss) > 10) bad.push(`RSS grew ${growth(atMinute.rss, end.rss).toFixed(1)} % after warm-up`);
 if (growth(atMinute.fds, end.fds) > 10) bad.push(`open fds grew ${growth(atMinute.fds, end.fds).toFixed(1)} % after warm-up`);
 for (const b of [...new Set(bad)].slice(0, 30)) log(`FAIL ${b}`);

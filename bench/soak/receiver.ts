@@ -15,9 +15,11 @@ export interface ReceiverReport {
   /** "org/repo/database" → [event id, version] acknowledged, in order (a re-delivery appears again). */
   events: Record<string, [string, number][]>;
   refused: number;
+  /** Refused for a webhook-timestamp more than 5 minutes from this process's clock (the product's clock jumped). */
+  stale: number;
   invalid: string[];
 }
-const report: ReceiverReport = { events: {}, refused: 0, invalid: [] };
+const report: ReceiverReport = { events: {}, refused: 0, stale: 0, invalid: [] };
 
 const server = createServer((req, res) => {
   const chunks: Buffer[] = [];
@@ -28,7 +30,8 @@ const server = createServer((req, res) => {
     try {
       event = hook.verify(body, req.headers as Record<string, string>) as typeof event;
     } catch (e) {
-      if (report.invalid.length < 20) report.invalid.push(`${req.headers['webhook-id']}: ${(e as Error).message}`);
+      if (/timestamp too (new|old)/.test((e as Error).message)) report.stale++;
+      else if (report.invalid.length < 20) report.invalid.push(`${req.headers['webhook-id']}: ${(e as Error).message}`);
       res.writeHead(400).end();
       return;
     }
