@@ -122,12 +122,12 @@ const ops: [string, number, () => Promise<number>][] = [
 ];
 const weighted = ops.flatMap((o) => Array.from({ length: o[1] }, () => o));
 
-const resources: { t: number; rss: number; fds: number }[] = [];
+const resources: { t: number; rss: number; fds: number; procs: number }[] = [];
 const sampler = setInterval(() => {
   const tree = processTree(product.child.pid!);
   let fds = 0;
   for (const pid of tree.keys()) { try { fds += readdirSync(`/proc/${pid}/fd`).length; } catch { /* gone */ } }
-  resources.push({ t: (performance.now() - t0) / 1000, rss: treeRss(product.child.pid!) / 2 ** 20, fds });
+  resources.push({ t: (performance.now() - t0) / 1000, rss: treeRss(product.child.pid!) / 2 ** 20, fds, procs: tree.size });
 }, 5_000);
 const RUNAWAY_SQL = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
 const runawayTimer = RUNAWAY_EVERY_S > 0 ? setInterval(() => {
@@ -178,12 +178,19 @@ const series = [...samples].map(([name, per]) => ({ name, points: per.map((xs, i
 const plots = args.short ? tmpdir() : fileURLToPath(new URL('../docs', import.meta.url)); // CI's run leaves docs/ alone
 writeFileSync(join(plots, 'soak-p99.svg'), svgLines(`p99 per operation over ${WINDOW_S} s windows (ms)`, series));
 writeFileSync(join(plots, 'soak-memory.svg'), svgLines('RSS of the product (MiB) and open fds', [{ name: 'RSS MiB', points: resources.map((r) => [r.t, r.rss]) }, { name: 'open fds', points: resources.map((r) => [r.t, r.fds]) }]));
-const atMinute = resources.find((r) => r.t >= Math.min(60, SECONDS / 2)) ?? resources[0]!;
-const end = resources.at(-1)!;
+// "At one minute" and "at the end" are medians over a span (30 s; a quarter of a shorter run) of 5-s samples: the
+// tree's size moves with its process count (an extra executor while a runaway holds one, retired 5 s idle after),
+// and a leak shows as a trend, not as one sample.
+const SPAN_S = Math.min(30, SECONDS / 4);
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+const over = (rs: typeof resources) => ({ t: rs[0]?.t ?? 0, rss: median(rs.map((r) => r.rss)), fds: median(rs.map((r) => r.fds)), procs: median(rs.map((r) => r.procs)) });
+const atMinute = over(resources.filter((r) => r.t >= Math.min(60, SECONDS / 2) && r.t < Math.min(60, SECONDS / 2) + SPAN_S));
+const end = over(resources.filter((r) => r.t >= SECONDS - SPAN_S));
 const growth = (a: number, b: number) => ((b - a) / a) * 100;
 log(`plots in ${plots}`);
 log(`${checked} acknowledged writes checked, ${migrated.size} second migrations applied; statuses ${JSON.stringify(statuses)}`);
-log(`RSS ${atMinute.rss.toFixed(0)} MiB at ${atMinute.t.toFixed(0)} s → ${end.rss.toFixed(0)} MiB at the end (${growth(atMinute.rss, end.rss).toFixed(1)} %); fds ${atMinute.fds} → ${end.fds} (${growth(atMinute.fds, end.fds).toFixed(1)} %)`);
+log(`medians over ${SPAN_S.toFixed(0)} s: RSS ${atMinute.rss.toFixed(0)} MiB from ${atMinute.t.toFixed(0)} s → ${end.rss.toFixed(0)} MiB at the end (${growth(atMinute.rss, end.rss).toFixed(1)} %); fds ${atMinute.fds} → ${end.fds} (${growth(atMinute.fds, end.fds).toFixed(1)} %); processes ${atMinute.procs} → ${end.procs}`);
+log(`samples (s: MiB/fds/processes) ${resources.map((r) => `${r.t.toFixed(0)}: ${r.rss.toFixed(0)}/${r.fds}/${r.procs}`).join(', ')}`);
 for (const s of series) log(`  ${s.name.padEnd(17)} p99 per window ${s.points.map((p) => p[1].toFixed(0)).join(' ')} ms`);
 if (runawayTimer) {
   log(`runaways (${runawayDb.org}/${runawayDb.repo}): ${JSON.stringify(runaway.statuses)}, answered in ${Math.min(...runaway.ms).toFixed(0)}–${Math.max(...runaway.ms).toFixed(0)} ms`);
