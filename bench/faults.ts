@@ -222,6 +222,13 @@ async function main(): Promise<void> {
       const total = [...acknowledged.values()].reduce((n, l) => n + l.length, 0);
       log(`cycle ${c}/${CYCLES}: restarted in ${(performance.now() - r0).toFixed(0)} ms; ${total} acknowledged writes so far, ${failures.length} failures`);
     }
+    // Status shows the hanging mirror: its backlog, and the last attempt's error (each ends at DB_MIRROR_TIMEOUT_MS).
+    let st = await db(inst, 'status', { database: DATABASES[0] });
+    for (let i = 0; i < 50 && st.status === 503; i++) st = await db(inst, 'status', { database: DATABASES[0] }); // shed under the writers
+    const state = st.json?.mirrors?.[0];
+    if (!state) log(`status: ${st.status} ${JSON.stringify(st.json)}`);
+    log(`status of ${DATABASES[0]} after hanging all along: ${JSON.stringify(state)}`);
+    if (!(state?.pendingEvents > 0) || typeof state?.lastError !== 'string') failures.push(`status does not show the hanging mirror's backlog and error: ${JSON.stringify(state)}`);
     // The mirror answers again: it gets every version of every database, all the while hung included.
     mirror.mode = 'answer';
     const r0 = performance.now();
