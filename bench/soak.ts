@@ -1,10 +1,17 @@
-// `npm run soak`: mixed traffic for minutes against one real product process with the reference mirror configured:
-// point and range reads, writes, batches, migrations, /verify, credential writes and reads, app traffic, over many
-// databases in many orgs. Checks: no 5xx but 503, every acknowledged write present at the end, RSS and open fds
-// flat after warm-up; writes p99 per operation per interval and an SVG plot (docs/soak-p99.svg).
-//   --short   60 s, 40 databases in 8 orgs (CI)      --seconds S  --orgs N  --dbs N   (full: 600 s, 50 orgs, 500 dbs)
+// `npm run soak`: mixed traffic for minutes against one real product process with two mirrors configured (the
+// reference mirror and a webhook receiver, bench/soak/receiver.ts): point and range reads, writes, batches,
+// migrations, /verify, credential writes and reads, app traffic, over many databases in many orgs, and one repo
+// running a runaway statement at a steady rate. Checks: no 5xx but 503, every acknowledged write present at the
+// end, both mirrors drained and converged (bench/soak/converge.ts), RSS and open fds flat after warm-up; writes p99
+// per operation per interval and an SVG plot (docs/soak-p99.svg), and the other repos' p99 with and without a
+// runaway in flight.
+//   --short   60 s, 40 databases in 8 orgs      --seconds S  --orgs N  --dbs N   (full: 600 s, 50 orgs, 500 dbs)
+//   --runaway-every S   one runaway statement (past DB_QUERY_TIMEOUT_MS) started every S seconds (8; 0: none)
+//   --clock-jump        the product's wall clock (test/helpers/clock-shift.ts) jumps 2 h ahead at a third of the run
+//                       and back at two thirds; the receiver, on the real clock, refuses deliveries meanwhile
 import { parseArgs } from 'node:util';
 import { createServer } from 'node:http';
+import { fork } from 'node:child_process';
 import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
@@ -18,8 +25,11 @@ import { freePort, processTree, treeRss } from './lib/proc.ts';
 import { spawnProduct, tempDir, testEnv, ROOT_KEY } from '../test/helpers/product.ts';
 import { signInUser } from '../test/helpers/session.ts';
 import { svgLines } from './soak/plot.ts';
+import { checkReceiver, compareReplicas, drain } from './soak/converge.ts';
+import type { ReceiverReport } from './soak/receiver.ts';
 
-const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, orgs: { type: 'string' }, dbs: { type: 'string' } } });
+const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, orgs: { type: 'string' }, dbs: { type: 'string' }, 'runaway-every': { type: 'string' }, 'clock-jump': { type: 'boolean', default: false } } });
+const RUNAWAY_EVERY_S = Number(args['runaway-every'] ?? 8);
 const SECONDS = Number(args.seconds ?? (args.short ? 60 : 600));
 const ORGS = Number(args.orgs ?? (args.short ? 8 : 50));
 const DBS = Number(args.dbs ?? (args.short ? 40 : 500));
@@ -29,19 +39,27 @@ const log = (s: string) => process.stderr.write(`[soak] ${s}\n`);
 const dataDir = tempDir('scopebase-soak-');
 const [port, mirrorPort] = [await freePort(), await freePort()];
 const mirrorSecret = `whsec_${randomBytes(32).toString('base64')}`;
+const receiverSecret = `whsec_${randomBytes(32).toString('base64')}`;
+const receiver = fork(fileURLToPath(new URL('./soak/receiver.ts', import.meta.url)), { env: { ...process.env, RECEIVER_SECRET: receiverSecret } });
+const receiverPort = await new Promise<number>((r) => receiver.once('message', (m: { port: number }) => r(m.port)));
 const upstream = createServer((req, res) => { req.resume(); res.end('app'); });
 await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
 const env = testEnv(dataDir, {
   PORT: String(port), MIRROR_PORT: String(mirrorPort), MIRROR_SECRET: mirrorSecret, MIRROR_SOURCE_URL: `http://127.0.0.1:${port}`,
-  DB_MIRRORS: JSON.stringify([{ name: 'reference', url: `http://127.0.0.1:${mirrorPort}/hook`, secret: mirrorSecret }]),
+  DB_MIRRORS: JSON.stringify([
+    { name: 'reference', url: `http://127.0.0.1:${mirrorPort}/hook`, secret: mirrorSecret },
+    { name: 'receiver', url: `http://127.0.0.1:${receiverPort}/events`, secret: receiverSecret },
+  ]),
   APPS: JSON.stringify({ 'org0/app': `http://127.0.0.1:${(upstream.address() as { port: number }).port}` }),
+  ...(args['clock-jump'] ? { CLOCK_SHIFT_FILE: join(dataDir, 'clock-shift'), NODE_OPTIONS: `--import=${fileURLToPath(new URL('../test/helpers/clock-shift.ts', import.meta.url))}` } : {}),
 });
+const shiftClock = (ms: number) => args['clock-jump'] && writeFileSync(join(dataDir, 'clock-shift'), String(ms));
 const config = loadConfig(env);
 const orgs = Array.from({ length: ORGS }, (_, i) => `org${i}`);
 const cookies = new Map<string, string>();
 for (const o of orgs) cookies.set(o, (await signInUser({ dataDir, config }, o, 'soaker')).cookie);
 const product = await spawnProduct(env);
-process.on('exit', () => { try { product.killAll(); } catch { /* already gone */ } }); // also when the script throws
+process.on('exit', () => { try { product.killAll(); } catch { /* already gone */ } receiver.kill(); }); // also when the script throws
 const rootKey = Buffer.from(ROOT_KEY, 'hex');
 const agent = new Agent({ connections: 64, keepAliveTimeout: 10_000 });
 const dbs = Array.from({ length: DBS }, (_, i) => ({ org: orgs[i % ORGS]!, repo: `r${Math.floor(i / ORGS) % 10}`, database: `d${i}` }));
@@ -59,11 +77,16 @@ for (const d of dbs) {
   }
   if (r.status !== 200) throw new Error(`migrate ${JSON.stringify(d)}: ${r.status} ${JSON.stringify(r.json)}`);
 }
-log(`${DBS} databases in ${ORGS} orgs migrated; ${SECONDS} s of mixed traffic, ${WINDOW_S} s windows`);
+// The runaway repo: its own database, where a statement that never ends on its own starts every RUNAWAY_EVERY_S.
+const runawayDb: Db = { org: orgs[0]!, repo: 'runaway', database: 'main' };
+if ((await dbCall(runawayDb, 'migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE t(x)' }] })).status !== 200) throw new Error('migrate the runaway repo');
+log(`${DBS} databases in ${ORGS} orgs migrated; ${SECONDS} s of mixed traffic, ${WINDOW_S} s windows; a runaway every ${RUNAWAY_EVERY_S} s`);
 
 const acked = new Map<Db, Set<number>>(dbs.map((d) => [d, new Set()]));
 const migrated = new Set<Db>();
 const samples = new Map<string, number[][]>(); // op → per window latencies
+const split = new Map<string, [number[], number[]]>(); // op → latencies [with no runaway in flight, with one]
+const runaway = { inFlight: 0, statuses: {} as Record<string, number>, ms: [] as number[], all: [] as Promise<void>[] };
 const statuses: Record<string, Record<number, number>> = {};
 const bad: string[] = [];
 const t0 = performance.now();
@@ -99,28 +122,48 @@ const ops: [string, number, () => Promise<number>][] = [
 ];
 const weighted = ops.flatMap((o) => Array.from({ length: o[1] }, () => o));
 
-const resources: { t: number; rss: number; fds: number }[] = [];
+const resources: { t: number; rss: number; fds: number; procs: number }[] = [];
 const sampler = setInterval(() => {
   const tree = processTree(product.child.pid!);
   let fds = 0;
   for (const pid of tree.keys()) { try { fds += readdirSync(`/proc/${pid}/fd`).length; } catch { /* gone */ } }
-  resources.push({ t: (performance.now() - t0) / 1000, rss: treeRss(product.child.pid!) / 2 ** 20, fds });
+  resources.push({ t: (performance.now() - t0) / 1000, rss: treeRss(product.child.pid!) / 2 ** 20, fds, procs: tree.size });
 }, 5_000);
+const RUNAWAY_SQL = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
+const runawayTimer = RUNAWAY_EVERY_S > 0 ? setInterval(() => {
+  runaway.inFlight++;
+  const s = performance.now();
+  runaway.all.push(dbCall(runawayDb, 'query', { sql: RUNAWAY_SQL }).then((r) => {
+    runaway.inFlight--;
+    runaway.ms.push(performance.now() - s);
+    const outcome = `${r.status} ${r.json?.error?.code ?? ''}`.trim();
+    runaway.statuses[outcome] = (runaway.statuses[outcome] ?? 0) + 1;
+    if (outcome !== '422 query_timeout' && r.status !== 503) bad.push(`the runaway statement answered ${outcome}`);
+  }));
+}, RUNAWAY_EVERY_S * 1000) : null;
 const until = t0 + SECONDS * 1000;
+const jumps = [setTimeout(() => shiftClock(2 * 3_600_000), SECONDS * 333), setTimeout(() => shiftClock(0), SECONDS * 667)];
 await Promise.all(Array.from({ length: 16 }, async () => {
   while (performance.now() < until) {
     const [name, , run] = pick(weighted);
     const s = performance.now();
+    const during = runaway.inFlight > 0 ? 1 : 0;
     const status = await run();
     const w = windowOf();
     const per = samples.get(name) ?? [];
     samples.set(name, per);
     (per[w] ??= []).push(performance.now() - s);
+    if (!split.has(name)) split.set(name, [[], []]);
+    split.get(name)![during].push(performance.now() - s);
     (statuses[name] ??= {})[status] = (statuses[name]![status] ?? 0) + 1;
     if ((status >= 500 && status !== 503) || status === 0) bad.push(`${name} answered ${status}`);
   }
 }));
 clearInterval(sampler);
+for (const j of jumps) clearTimeout(j);
+shiftClock(0);
+if (runawayTimer) clearInterval(runawayTimer);
+await Promise.all(runaway.all);
 
 let checked = 0;
 for (const [d, ids] of acked) {
@@ -135,19 +178,49 @@ const series = [...samples].map(([name, per]) => ({ name, points: per.map((xs, i
 const plots = args.short ? tmpdir() : fileURLToPath(new URL('../docs', import.meta.url)); // CI's run leaves docs/ alone
 writeFileSync(join(plots, 'soak-p99.svg'), svgLines(`p99 per operation over ${WINDOW_S} s windows (ms)`, series));
 writeFileSync(join(plots, 'soak-memory.svg'), svgLines('RSS of the product (MiB) and open fds', [{ name: 'RSS MiB', points: resources.map((r) => [r.t, r.rss]) }, { name: 'open fds', points: resources.map((r) => [r.t, r.fds]) }]));
-const atMinute = resources.find((r) => r.t >= Math.min(60, SECONDS / 2)) ?? resources[0]!;
-const end = resources.at(-1)!;
+// "At one minute" and "at the end" are medians over a span (30 s; a quarter of a shorter run) of 5-s samples: the
+// tree's size moves with its process count (an extra executor while a runaway holds one, retired 5 s idle after),
+// and a leak shows as a trend, not as one sample.
+const SPAN_S = Math.min(30, SECONDS / 4);
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+const over = (rs: typeof resources) => ({ t: rs[0]?.t ?? 0, rss: median(rs.map((r) => r.rss)), fds: median(rs.map((r) => r.fds)), procs: median(rs.map((r) => r.procs)) });
+const atMinute = over(resources.filter((r) => r.t >= Math.min(60, SECONDS / 2) && r.t < Math.min(60, SECONDS / 2) + SPAN_S));
+const end = over(resources.filter((r) => r.t >= SECONDS - SPAN_S));
 const growth = (a: number, b: number) => ((b - a) / a) * 100;
 log(`plots in ${plots}`);
 log(`${checked} acknowledged writes checked, ${migrated.size} second migrations applied; statuses ${JSON.stringify(statuses)}`);
-log(`RSS ${atMinute.rss.toFixed(0)} MiB at ${atMinute.t.toFixed(0)} s → ${end.rss.toFixed(0)} MiB at the end (${growth(atMinute.rss, end.rss).toFixed(1)} %); fds ${atMinute.fds} → ${end.fds} (${growth(atMinute.fds, end.fds).toFixed(1)} %)`);
+log(`medians over ${SPAN_S.toFixed(0)} s: RSS ${atMinute.rss.toFixed(0)} MiB from ${atMinute.t.toFixed(0)} s → ${end.rss.toFixed(0)} MiB at the end (${growth(atMinute.rss, end.rss).toFixed(1)} %); fds ${atMinute.fds} → ${end.fds} (${growth(atMinute.fds, end.fds).toFixed(1)} %); processes ${atMinute.procs} → ${end.procs}`);
+log(`samples (s: MiB/fds/processes) ${resources.map((r) => `${r.t.toFixed(0)}: ${r.rss.toFixed(0)}/${r.fds}/${r.procs}`).join(', ')}`);
 for (const s of series) log(`  ${s.name.padEnd(17)} p99 per window ${s.points.map((p) => p[1].toFixed(0)).join(' ')} ms`);
+if (runawayTimer) {
+  log(`runaways (${runawayDb.org}/${runawayDb.repo}): ${JSON.stringify(runaway.statuses)}, answered in ${Math.min(...runaway.ms).toFixed(0)}–${Math.max(...runaway.ms).toFixed(0)} ms`);
+  log('other repos, p99 with no runaway in flight → with one in flight (requests):');
+  for (const [name, [calm, during]] of split) log(`  ${name.padEnd(17)} ${p99(calm).toFixed(0)} ms (${calm.length}) → ${p99(during).toFixed(0)} ms (${during.length})`);
+}
+
+// Both mirrors: drained, then the reference mirror's replicas row by row and the receiver's events against the logs.
+const mirrorQuery = (d: Db, body: Record<string, unknown>) => sendJson(`http://127.0.0.1:${mirrorPort}/${d.repo}/_db/query`, {
+  body: { database: d.database, ...body }, dispatcher: agent,
+  headers: { host: `${d.org}.${config.baseDomain}:${mirrorPort}`, authorization: `Bearer ${repoSecret(rootKey, d.org, d.repo)}` },
+});
+const drained = await drain([...dbs, runawayDb], dbCall, ['reference', 'receiver'], Math.max(120, SECONDS / 2) * 1000);
+bad.push(...drained.stuck);
+log(`mirrors drained in ${(drained.ms / 1000).toFixed(1)} s (${drained.versions.size} databases, ${drained.stuck.length} not)`);
+const replicas = await compareReplicas(drained.versions, dbCall, mirrorQuery);
+bad.push(...replicas.mismatches);
+log(`reference mirror: ${replicas.tables} tables, ${replicas.rows} rows compared row by row with the primary: ${replicas.mismatches.length} mismatches`);
+const report = await new Promise<ReceiverReport>((r) => { receiver.once('message', r); receiver.send({ report: true }); });
+const events = await checkReceiver(drained.versions, dbCall, report);
+bad.push(...events.mismatches);
+if (report.stale && !args['clock-jump']) bad.push(`the receiver refused ${report.stale} deliveries for their timestamp with no clock jump`);
+log(`webhook receiver: ${events.events} change-log events checked in order, ${events.redelivered} re-deliveries, ${report.refused} refused by it on purpose (503), ${report.stale} for a timestamp off its clock: ${events.mismatches.length} mismatches`);
 if (growth(atMinute.rss, end.rss) > 10) bad.push(`RSS grew ${growth(atMinute.rss, end.rss).toFixed(1)} % after warm-up`);
 if (growth(atMinute.fds, end.fds) > 10) bad.push(`open fds grew ${growth(atMinute.fds, end.fds).toFixed(1)} % after warm-up`);
-for (const b of new Set(bad)) log(`FAIL ${b}`);
+for (const b of [...new Set(bad)].slice(0, 30)) log(`FAIL ${b}`);
 log(bad.length ? `${new Set(bad).size} distinct failures` : 'no failures');
 product.killAll();
 upstream.close();
+receiver.kill();
 await agent.close();
 rmSync(dataDir, { recursive: true, force: true });
 process.exit(bad.length ? 1 : 0);

@@ -183,7 +183,7 @@ export class ChannelClient {
   private readonly connections: ChannelConnection[] = [];
   private connecting = 0;
   private next = 0;
-  /** Until then, the caller should use HTTP (the service refused the upgrade or could not be reached). */
+  /** Until then (performance.now(): a wall-clock jump must not lengthen it), the caller uses HTTP (the upgrade was refused or failed). */
   private retryAt = 0;
   private closed = false;
 
@@ -197,7 +197,7 @@ export class ChannelClient {
   /** A request over the channel, or null when no connection is ready (the caller uses HTTP meanwhile). */
   trySend(req: DbRequest): Promise<DbResponse> | null {
     if (this.closed) return null;
-    if (this.connections.length + this.connecting < this.size && Date.now() >= this.retryAt) this.connect();
+    if (this.connections.length + this.connecting < this.size && performance.now() >= this.retryAt) this.connect();
     if (this.connections.length === 0) return null;
     const conn = this.connections[this.next++ % this.connections.length]!;
     return conn.send(req);
@@ -211,7 +211,7 @@ export class ChannelClient {
     });
     const failed = () => {
       this.connecting--;
-      this.retryAt = Date.now() + 1000;
+      this.retryAt = performance.now() + 1000;
     };
     req.on('upgrade', (_res, socket, head) => {
       this.connecting--;

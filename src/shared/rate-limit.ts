@@ -17,11 +17,14 @@ export class RateLimiter {
     this.opts = { maxClients: 10_000, ...opts };
   }
 
-  /** Takes one token for `key` or throws 429 rate_limited with Retry-After. */
-  take(key: string, now = Date.now()): void {
+  /**
+   * Takes one token for `key` or throws 429 rate_limited with Retry-After. `now` is monotonic (performance.now()):
+   * with the wall clock, a clock set back an hour refused every known key for an hour (docs/reliability.md).
+   */
+  take(key: string, now = performance.now()): void {
     const perMs = this.opts.perMinute / 60_000;
     const prev = this.buckets.get(key);
-    const tokens = prev ? Math.min(this.opts.burst, prev.tokens + (now - prev.at) * perMs) : this.opts.burst;
+    const tokens = prev ? Math.min(this.opts.burst, prev.tokens + Math.max(0, now - prev.at) * perMs) : this.opts.burst;
     this.buckets.delete(key); // re-inserted last: the Map's order is least recently used first
     if (tokens < 1) {
       this.buckets.set(key, { tokens, at: now });

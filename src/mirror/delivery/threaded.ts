@@ -89,7 +89,7 @@ export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery
   start();
 
   function start(): void {
-    const startedAt = Date.now();
+    const startedAt = performance.now();
     yielding = false;
     const w = new Worker(new URL('./thread-entry.js', import.meta.url), { workerData: settings, name: 'mirror-delivery' });
     w.unref(); // delivery alone never keeps a process alive; close() ends it
@@ -107,7 +107,7 @@ export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery
     w.on('exit', (code) => {
       if (closing) return;
       // Deliveries resume from mirrors.sqlite; the new thread's start-up scan finds every backlog, hinted or not.
-      restarts = Date.now() - startedAt > HEALTHY_AFTER_MS ? 1 : restarts + 1;
+      restarts = performance.now() - startedAt > HEALTHY_AFTER_MS ? 1 : restarts + 1;
       const delay = backoffDelay({ baseMs: 500, maxMs: 60_000 }, restarts);
       log.error({ code, restartInMs: delay }, 'mirror delivery thread stopped; restarting it');
       setTimeout(() => {
