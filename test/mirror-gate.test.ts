@@ -10,9 +10,9 @@ import { MemoryFeed, newSecret, range, Receiver, scopeOf, startEngine, tempDir, 
 import { join } from 'node:path';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const change = (c: Partial<Parameters<DeliveryGate['apply']>[0]>) => ({ grants: [], revoked: [], revokeAll: false, leaseUntil: null, ...c });
 
-test('gated delivery: only granted versions within the lease leave; a grant or a renewed lease resumes the lane', async (t) => {
+/** A delivery engine to one receiver, gated as a cluster node gates it. */
+async function gatedEngine() {
   const dataDir = tempDir();
   const feed = new MemoryFeed();
   const receiver = await new Receiver().start();
@@ -21,6 +21,12 @@ test('gated delivery: only granted versions within the lease leave; a grant or a
     feed, dataDir, logger: createLogger('silent'), mirrors: [{ name: 'hook', url: receiver.url, secret: newSecret() }],
     timeoutMs: 1000, maxBackoffMs: 50, baseBackoffMs: 5, stallAfterMs: 60_000, concurrency: 4, gate: (scope, v) => gate.allows(scope, v),
   });
+  return { dataDir, feed, receiver, gate, w };
+}
+const change = (c: Partial<Parameters<DeliveryGate['apply']>[0]>) => ({ grants: [], revoked: [], revokeAll: false, leaseUntil: null, ...c });
+
+test('gated delivery: only granted versions within the lease leave; a grant or a renewed lease resumes the lane', async (t) => {
+  const { dataDir, feed, receiver, gate, w } = await gatedEngine();
   t.after(async () => {
     await w.close();
     await receiver.stop();
@@ -58,14 +64,7 @@ test('gated delivery: only granted versions within the lease leave; a grant or a
 });
 
 test('cursors from another node raise a lane and its saved row, never lower them', async (t) => {
-  const dataDir = tempDir();
-  const feed = new MemoryFeed();
-  const receiver = await new Receiver().start();
-  const gate = new DeliveryGate();
-  const w = startEngine({
-    feed, dataDir, logger: createLogger('silent'), mirrors: [{ name: 'hook', url: receiver.url, secret: newSecret() }],
-    timeoutMs: 1000, maxBackoffMs: 50, baseBackoffMs: 5, stallAfterMs: 60_000, concurrency: 4, gate: (scope, v) => gate.allows(scope, v),
-  });
+  const { dataDir, feed, receiver, gate, w } = await gatedEngine();
   t.after(async () => {
     await receiver.stop();
     rmSync(dataDir, { recursive: true, force: true });

@@ -1,7 +1,7 @@
 // A `serve db` node in a cluster: holds a lease, claims new databases, answers only for those it is primary of
 // (within its lease), ships each write to the follower before the 200, and as a follower applies what it is sent,
 // fences lower epochs, and promotes itself when its primary's leader key is gone.
-import type { Replication, Scope } from '../db/contract.ts';
+import type { MirrorGate, Replication, Scope } from '../db/contract.ts';
 import type { DbService } from '../db/service.ts';
 import { ApiError } from '../shared/errors.ts';
 import type { ClusterConfig } from '../shared/config.ts';
@@ -11,19 +11,6 @@ import { LEADER, MOVE, NODES, PLACEMENT, PlacementWatch, pollEveryMs, scopeKey, 
 import { Shipper } from './shipper.ts';
 import { closeCopy, copyState } from './follower-copy.ts';
 
-/**
- * What a node tells mirror delivery (src/mirror's ClusterDelivery, handed over by src/cli/start.ts; cluster never
- * imports mirror): only a primary within its lease delivers, and only events its follower already holds.
- */
-export interface MirrorGate {
-  grant(scope: Scope, upTo: number): void;
-  revoke(scope: Scope): void;
-  revokeAll(): void;
-  /** `at` in ms on a clock all threads share: performance.timeOrigin + performance.now(). */
-  leaseUntil(at: number): void;
-  cursors(scope: Scope): Record<string, number>;
-  seed(scope: Scope, cursors: Record<string, number>): void;
-}
 
 /** Writes stop this long before the lease's end as this node measures it: clocks run at slightly different rates. */
 const LEASE_MARGIN_MS = 250;

@@ -4,7 +4,8 @@ import type { DbService } from '../db/service.ts';
 import { proxyToken } from '../db/remote.ts';
 import type { Config } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
-import { ClusterNode, type MirrorGate } from './node.ts';
+import { ClusterNode } from './node.ts';
+import type { MirrorGate } from '../db/contract.ts';
 import { ClusterRouter } from './router.ts';
 import { registerFollowerRoutes } from './routes.ts';
 

@@ -89,3 +89,22 @@ export interface Replication {
   /** After a write committed `version`: resolves once the follower holds it durably; throws a 503 ApiError otherwise. */
   replicated(scope: Scope, version: number): Promise<void>;
 }
+
+/**
+ * What a cluster node tells mirror delivery (implemented in src/mirror, driven by src/cluster, joined by
+ * src/cli/start.ts; neither imports the other): only a primary within its lease delivers, and only events its
+ * follower already holds.
+ */
+export interface MirrorGate {
+  /** This node is the database's primary and its follower holds `upTo`: events up to it may leave. */
+  grant(scope: Scope, upTo: number): void;
+  revoke(scope: Scope): void;
+  /** The node's lease was lost: no grant holds any more. */
+  revokeAll(): void;
+  /** The node may act as a primary until `at` (ms on gate.ts's sharedNow clock). */
+  leaseUntil(at: number): void;
+  /** What each mirror acknowledged of the database, as saved here: shipped to the follower. */
+  cursors(scope: Scope): Record<string, number>;
+  /** Cursors a primary shipped: this node resumes from them if it takes over. */
+  seed(scope: Scope, cursors: Record<string, number>): void;
+}

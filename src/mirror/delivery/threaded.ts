@@ -4,7 +4,7 @@
 // behind that work, and its CPU (HTTP client, signing, change-log reads, acknowledgements) can use another core.
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import type { ChangeFeed, MirrorReport, MirrorState, Scope } from '../../db/contract.ts';
+import type { ChangeFeed, MirrorGate, MirrorReport, MirrorState, Scope } from '../../db/contract.ts';
 import type { MirrorConfig } from '../../shared/config.ts';
 import type { Logger } from '../../shared/log.ts';
 import { backoffDelay } from './backoff.ts';
@@ -26,25 +26,12 @@ const HEALTHY_AFTER_MS = 60_000;
 export interface MirrorDelivery extends MirrorReport {
   /** Resolves when the delivery thread's start-up scan of databases on disk has finished. */
   readonly recovered: Promise<void>;
-  /** Only with `gated`: what a cluster node tells delivery (src/cluster/node.ts's MirrorGate). */
-  readonly cluster: ClusterDelivery;
+  /** Only with `gated`: what a cluster node tells delivery (db/contract.ts's MirrorGate). */
+  readonly cluster: MirrorGate;
   close(): Promise<void>;
 }
 
 /** A cluster node's hold on delivery (gate.ts): it sends only what it is granted, within its lease. */
-export interface ClusterDelivery {
-  /** This node is the database's primary and its follower holds `upTo`: events up to it may leave. */
-  grant(scope: Scope, upTo: number): void;
-  revoke(scope: Scope): void;
-  /** The node's lease was lost: no grant holds any more. */
-  revokeAll(): void;
-  /** The node may act as a primary until `at` (ms on gate.ts's sharedNow clock). */
-  leaseUntil(at: number): void;
-  /** What each mirror acknowledged of the database, as saved here: shipped to the follower. */
-  cursors(scope: Scope): Record<string, number>;
-  /** Cursors a primary shipped: this node resumes from them if it takes over. */
-  seed(scope: Scope, cursors: Record<string, number>): void;
-}
 
 export interface DeliveryThreadOptions {
   /** Only the commit hints are taken from the db service: the thread reads change logs from the files itself. */
@@ -177,7 +164,7 @@ export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery
   const gate = (change: Partial<GateChange>) => {
     if (!closing) post({ type: 'gate', change: { grants: [], revoked: [], revokeAll: false, leaseUntil: null, ...change } });
   };
-  const cluster: ClusterDelivery = {
+  const cluster: MirrorGate = {
     grant(scope, upTo) {
       const key = scopeKey(scope);
       const had = grants.get(key);
