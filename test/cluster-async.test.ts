@@ -28,6 +28,8 @@ describe('cluster: async durability', () => {
     const follower = cluster.node(p.follower!);
     const writers = startWriters(cluster, ['a0'], 4);
     await sleep(500);
+    // Delivery begins once placement grants it (a poll away; longer on a busy machine): let it start before the pause.
+    await waitFor(() => receiver.all.some((r) => r.event.database === 'a0'), 15_000, 'the mirror to get a first event');
     const pausedAt = performance.now();
     process.kill(-follower.proc!.child.pid!, 'SIGSTOP');
     let during;
@@ -52,7 +54,7 @@ describe('cluster: async durability', () => {
     for (const a of writers.acked) assert.ok(caughtUp.has(a.version), `version ${a.version} reached the follower once it answered`);
     await assertAllAcknowledgedKept(cluster, ['a0'], writers.acked);
     const log = eventIds(cluster.node(now.primary), ORG, REPO, 'a0');
-    await waitFor(() => new Set(receiver.all.filter((r) => r.event.database === 'a0').map((r) => r.event.id)).size === log.size, 10_000, 'the mirror to catch up');
+    await waitFor(() => new Set(receiver.all.filter((r) => r.event.database === 'a0').map((r) => r.event.id)).size === log.size, 30_000, 'the mirror to catch up');
     for (const r of receiver.all) assert.equal(log.get(r.event.version), r.event.id, `version ${r.event.version} as the primary has it`);
   });
 });
