@@ -87,6 +87,19 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.equal((await p.db('web', 'query', { sql: 'SELECT count(*) AS n FROM described' })).json.results[0].rows[0][0], 0);
   });
 
+  test('a text of two statements is refused on every path, an interactive transaction too: none is silently dropped', async () => {
+    await pipeline({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE twice(x)' } }, { type: 'close' }] });
+    const two = { sql: 'INSERT INTO twice VALUES (1); INSERT INTO twice VALUES (2)' };
+    const begun = await pipeline({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'BEGIN' } }, { type: 'execute', stmt: two }, { type: 'execute', stmt: { sql: 'INSERT INTO twice VALUES (3)' } }] });
+    assert.deepEqual(begun.json.results.map((r: { type: string }) => r.type), ['ok', 'error', 'ok'], begun.text);
+    assert.match(begun.json.results[1].error.message, /more than one statement/);
+    const committed = await pipeline({ baton: begun.json.baton, requests: [{ type: 'execute', stmt: { sql: 'COMMIT' } }, { type: 'close' }] });
+    assert.equal(committed.json.results[0].type, 'ok', committed.text);
+    const alone = await pipeline({ baton: null, requests: [{ type: 'execute', stmt: two }, { type: 'describe', sql: two.sql }, { type: 'close' }] });
+    assert.deepEqual(alone.json.results.slice(0, 2).map((r: { type: string }) => r.type), ['error', 'error']);
+    assert.deepEqual((await p.db('web', 'query', { sql: 'SELECT x FROM twice' })).json.results[0].rows, [[3]], 'neither half of the refused text ran');
+  });
+
   test('StmtResult fields: cols with decltype, typed values, affected_row_count, last_insert_rowid as text, want_rows', async () => {
     const stmt = (sql: string, extra: Record<string, unknown> = {}) => ({ type: 'execute', stmt: { sql, ...extra } });
     const res = await pipeline({

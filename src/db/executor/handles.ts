@@ -4,6 +4,8 @@ import { pathToFileURL } from 'node:url';
 import { Sandbox, type Mode } from '../sandbox.ts';
 import { paramSlots, type ParamSlots } from '../params.ts';
 import { INTERNAL_SCHEMA } from './schema.ts';
+import { ApiError } from '../../shared/errors.ts';
+import { hasSecondStatement } from '../statement-end.ts';
 import type { Archiver, HistoryOptions } from '../history/archive.ts';
 
 export interface ExecutorLimits {
@@ -86,6 +88,9 @@ export class DbHandle {
     sb.ddl = false;
     sb.defersForeignKeys = false;
     sb.checksSchema = false;
+    // node:sqlite prepares the first statement and drops the rest without a word: a second one is refused, on
+    // every path (JSON requests check it earlier, with their own wording; a transaction's statements do not).
+    if (mode !== 'internal' && hasSecondStatement(sql)) throw new ApiError('sql_error', 'the SQL text holds more than one statement: send one statement at a time (the rest would be ignored)');
     const stmt = this.db.prepare(sql);
     const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, params: paramSlots(sql) };
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
