@@ -21,7 +21,6 @@ Commands that talk to a running instance read SCOPEBASE_URL, SCOPEBASE_REPO, SCO
 SCOPEBASE_SECRET when their option is not given, and PORT, BASE_DOMAIN, RUNTIME_ROOT_KEY and DATA_DIR as the
 server does. Reference: docs/cli.md.`;
 
-
 async function start(part: 'all' | 'proxy' | 'db' | 'account' | 'mirror'): Promise<void> {
   const { startCommand } = await import('./start.ts'); // the server's code loads only when a server starts
   await startCommand(part);

@@ -48,7 +48,6 @@ export function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value) + '\n');
 }
 
-/** A client error as one line with what to do, and its exit code. */
 /** The server speaks of its HTTP API; a person at the CLI needs the command that does it. */
 function cliHint(e: ScopebaseError): string {
   if (e.code === 'read_only') return '; writes go through `scopebase execute`';
@@ -57,6 +56,7 @@ function cliHint(e: ScopebaseError): string {
   return '';
 }
 
+/** A client error as one line with what to do, and its exit code. */
 export function explain(e: ScopebaseError, ctx: { url: string; org: string; repo: string }): CliError {
   const where = `${ctx.org}/${ctx.repo} at ${ctx.url}`;
   switch (e.code) {

@@ -17,6 +17,9 @@ export function parseRepoPath(value: string): { org: string; repo: string } {
   return { org, repo };
 }
 
+/** Where a development root key lives: DATA_DIR's runtime-root.key (src/shared/config.ts makes it). */
+const keyFileOf = (env: Record<string, string | undefined>) => join(resolve(env.DATA_DIR || './data'), 'runtime-root.key');
+
 /** The secret the server would expect, without creating a key: a client command must not invent one. */
 export function derivedSecret(org: string, repo: string, env: Record<string, string | undefined> = process.env): string {
   const raw = env.RUNTIME_ROOT_KEY;
@@ -28,7 +31,7 @@ export function derivedSecret(org: string, repo: string, env: Record<string, str
       throw new ConfigError(`RUNTIME_ROOT_KEY: ${(e as Error).message}`);
     }
   } else {
-    const file = join(resolve(env.DATA_DIR || './data'), 'runtime-root.key');
+    const file = keyFileOf(env);
     if (!existsSync(file)) {
       throw new ConfigError(`no secret for ${org}/${repo}: pass --secret (print it with \`npx scopebase secret ${org}/${repo}\` where the server runs), or set RUNTIME_ROOT_KEY or DATA_DIR as the server has them (no key in ${file})`);
     }
@@ -51,7 +54,7 @@ Example:
   curl -H "Authorization: Bearer $(npx scopebase secret acme/web)" -d '{}' http://acme.localhost:8080/web/_db/status`)
     .action((target: string) => {
       const { org, repo } = parseRepoPath(target);
-      const keyFile = join(resolve(process.env.DATA_DIR || './data'), 'runtime-root.key');
+      const keyFile = keyFileOf(process.env);
       const creating = !process.env.RUNTIME_ROOT_KEY && !existsSync(keyFile);
       process.umask(0o077); // a key it creates is owner-only, as `start` makes it
       const config = loadConfig();

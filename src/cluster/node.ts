@@ -11,7 +11,6 @@ import { LEADER, MOVE, NODES, PLACEMENT, PlacementWatch, pollEveryMs, scopeKey, 
 import { Shipper } from './shipper.ts';
 import { closeCopy, copyState } from './follower-copy.ts';
 
-
 /** Writes stop this long before the lease's end as this node measures it: clocks run at slightly different rates. */
 const LEASE_MARGIN_MS = 250;
 

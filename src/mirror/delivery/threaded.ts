@@ -31,8 +31,6 @@ export interface MirrorDelivery extends MirrorReport {
   close(): Promise<void>;
 }
 
-/** A cluster node's hold on delivery (gate.ts): it sends only what it is granted, within its lease. */
-
 export interface DeliveryThreadOptions {
   /** Only the commit hints are taken from the db service: the thread reads change logs from the files itself. */
   feed: Pick<ChangeFeed, 'onCommit'>;
