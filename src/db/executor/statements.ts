@@ -101,7 +101,7 @@ function columnsOf(stmt: StatementSync): string {
 
 /** A read (/_db/query): `{"columns":[...],"rows":[...]}`. */
 export function runRead(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): string {
-  const since = performance.now();
+  const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
   const args = bind(decodeParams(spec.params, `statements[${index}]`));
   const p = h.prepare(spec.sql, 'read');
   checkParams(p.params, spec.params, index);
@@ -122,7 +122,7 @@ export interface WriteOutcome {
 
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
 export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): WriteOutcome {
-  const since = performance.now();
+  const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
   const args = bind(decodeParams(spec.params, `statements[${index}]`));
   if (MENTIONS.test(spec.sql)) {
     const altered = alterColumn(h, spec.sql);
