@@ -229,6 +229,10 @@ describe('the temp schema and the reserved prefix, by every path (issue 11)', ()
       const r = await refused('execute', sql, 'not_allowed');
       assert.match(r.json.error.message, /refers to an internal table/, sql);
     }
+    const migrated = await p.db('web', 'migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }, { id: 'sneaky', sql: 'CREATE VIEW sneaky AS SELECT * FROM _scopebase_migrations' }] });
+    assert.equal(migrated.status, 400, migrated.text);
+    assert.equal(migrated.json.error.code, 'not_allowed');
+    assert.match(migrated.json.error.message, /view sneaky refers to an internal table/);
     // An external-content table whose content table does not exist (yet) is SQLite's to allow: status still answers.
     assert.equal((await p.db('web', 'execute', { sql: "CREATE VIRTUAL TABLE orphan USING fts5(a, content='nosuch')" })).status, 200);
     const status = await p.db('web', 'status', {});
