@@ -41,7 +41,6 @@ export interface RawServing {
 
 const JSON_TYPE = 'application/json; charset=utf-8';
 
-
 /** SPEC 3's error shape as a reply (raw routes, the db channel, /verify). */
 export function errorReply(err: ApiError): RawReply {
   return { status: err.status, headers: { 'content-type': JSON_TYPE, ...err.headers }, body: JSON.stringify(err.toBody()) };
