@@ -206,7 +206,7 @@ export class Scheduler {
       // The tenant's own reads hold its share: hold its reads back so they drain and the write can start.
       if (t.onProcs.size >= this.opts.perTenant) return false;
     }
-    const read = t.peekRead();
+    const read = t.peekRead(performance.now() - this.opts.queueTargetMs);
     if (!read) return false;
     let best: ExecutorProcess | undefined;
     for (const p of ready) {

@@ -1,5 +1,7 @@
 // One tenant's (repo's) share of the scheduler: its waiting reads and writes, oldest first, and the processes
-// its started jobs occupy.
+// its started jobs occupy. Reads are served oldest first until the oldest has waited past the target, then newest
+// first (adaptive LIFO, "Fail at Scale", Facebook 2015): under overload the requests served are served promptly,
+// and the old ones, which would be served late or not at all, are the ones refused.
 import type { Frame } from './protocol.ts';
 import type { ExecutorProcess } from './process.ts';
 
@@ -22,9 +24,11 @@ export interface Job {
   copies?: number;
   /** A read whose process died under it runs once more; a second death is reported (it may be the read's doing). */
   retried?: boolean;
+  /** Put back at the head of its queue (hedged, or to run once more): served next even while reads go newest first. */
+  urgent?: boolean;
 }
 
-/** A FIFO with O(1) shift that compacts itself. */
+/** Jobs oldest first, taken from either end in O(1) (shift compacts itself). */
 class Queue<T> {
   private items: T[] = [];
   private head = 0;
@@ -35,6 +39,14 @@ class Queue<T> {
 
   peek(): T | undefined {
     return this.items[this.head];
+  }
+
+  peekLast(): T | undefined {
+    return this.length > 0 ? this.items[this.items.length - 1] : undefined;
+  }
+
+  pop(): T | undefined {
+    return this.length > 0 ? this.items.pop() : undefined;
   }
 
   push(item: T): void {
@@ -85,6 +97,7 @@ export class Tenant {
 
   push(job: Job, front: boolean): void {
     const q = job.write ? this.writes : this.reads;
+    job.urgent = front;
     if (front) q.unshift(job);
     else q.push(job);
   }
@@ -93,17 +106,21 @@ export class Tenant {
     return this.writes.peek();
   }
 
-  peekRead(): Job | undefined {
-    return this.reads.peek();
+  /** The read to serve next: the oldest, or the newest once the oldest has waited since before `lifoBefore`. */
+  peekRead(lifoBefore: number): Job | undefined {
+    const oldest = this.reads.peek();
+    return oldest && !oldest.urgent && oldest.enqueuedAt < lifoBefore ? this.reads.peekLast() : oldest;
   }
 
   writeWaiting(): boolean {
     return this.writes.length > 0;
   }
 
-  /** Removes `job`, which is the head of its queue (from peekRead/peekWrite). */
+  /** Removes `job`, which is the head or the tail of its queue (from peekRead/peekWrite). */
   take(job: Job): Job {
-    (job.write ? this.writes : this.reads).shift();
+    const q = job.write ? this.writes : this.reads;
+    if (q.peek() === job) q.shift();
+    else q.pop();
     if (this.queued === 0) this.lastEmptyAt = performance.now();
     return job;
   }
