@@ -187,14 +187,21 @@ export class ClusterNode implements Replication {
       const moveTo = view.moves.get(key);
       if (moveTo !== undefined && this.primaryHere(view, key, p)) void this.handOver(key, p, view, moveTo).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: move failed (retried)'));
       // Made primary by another node's txn (a move): the fence and the copy's connection follow at once.
-      if (p.primary === this.id && view.leaders.get(key) === this.id && (this.highestEpoch.get(key) ?? 0) < p.epoch) {
-        this.highestEpoch.set(key, p.epoch);
-        this.released.delete(key);
-        const path = this.db.databasePath(scopeOf(key));
-        const held = this.mirrors === null ? 0 : copyState(path).version; // before any write here: all of it is the handed-over history
-        closeCopy(path);
-        if (held > 0) this.grantDelivery(scopeOf(key), held);
-      }
+      if (p.primary === this.id && view.leaders.get(key) === this.id && (this.highestEpoch.get(key) ?? 0) < p.epoch) this.adopt(key, p);
+    }
+  }
+
+  /** Takes up a database made primary here by another node's txn; a failure is logged and tried at the next read. */
+  private adopt(key: string, p: Placement): void {
+    try {
+      const path = this.db.databasePath(scopeOf(key));
+      const held = this.mirrors === null ? 0 : copyState(path).version; // before any write here: all of it is the handed-over history
+      closeCopy(path);
+      this.highestEpoch.set(key, p.epoch);
+      this.released.delete(key);
+      if (held > 0) this.grantDelivery(scopeOf(key), held);
+    } catch (e) {
+      this.logger.warn({ err: e, database: key }, 'cluster: taking up a moved database failed (tried again at the next read)');
     }
   }
 
