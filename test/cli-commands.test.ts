@@ -192,6 +192,16 @@ test('migrate names the files it will not use, --dry-run shows the SQL, a folder
   assert.deepEqual(r.applied, ['0001_projects']);
   assert.deepEqual(r.skipped.map((s: { file: string }) => s.file), ['init.sql', 'meta', 'notes.md']);
 
+  // Numbers of different widths would run out of order by file name (10_ before 9_): refused, nothing sent.
+  const widths = join(work, 'widths');
+  mkdirSync(widths);
+  writeFileSync(join(widths, '9_first.sql'), 'CREATE TABLE first(x);');
+  writeFileSync(join(widths, '10_second.sql'), 'CREATE TABLE second(x);');
+  const mixed = await cli(['migrate', widths, 'acme/web']);
+  assert.equal(mixed.code, 2);
+  oneLine(mixed, /10_second\.sql and 9_first\.sql are numbered with different widths, so file-name order would apply 10_second\.sql first: give every file the same number of digits \(e\.g\. 09_first\.sql\)/);
+  assert.equal(JSON.parse((await cli(['status', 'acme/web', '--json'])).stdout).migrations.applied, 1, 'nothing more was applied');
+
   const missing = await cli(['migrate', join(work, 'no-such-folder'), 'acme/web']);
   assert.equal(missing.code, 2);
   oneLine(missing, /no folder .*no-such-folder/);

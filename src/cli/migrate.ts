@@ -2,7 +2,7 @@
 // order (SPEC 4.6), naming every file it will not use and why; `--dry-run` shows the SQL and applies nothing.
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
-import { readMigrationFolder, type MigrationFolder } from '../client/index.ts';
+import { MigrationOrderError, readMigrationFolder, type MigrationFolder } from '../client/index.ts';
 import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
 import { CliError, EXIT, printJson, usageError } from './output.ts';
 import { REPO_PATH } from './database.ts';
@@ -11,6 +11,7 @@ async function readFolder(dir: string): Promise<MigrationFolder> {
   try {
     return await readMigrationFolder(dir);
   } catch (e) {
+    if (e instanceof MigrationOrderError) throw usageError(e.message);
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') throw usageError(`no folder ${dir}: give the folder of NNNN_name.sql files, e.g. scopebase migrate ./migrations`);
     if (code === 'ENOTDIR') throw usageError(`${dir} is a file: give the folder that holds the NNNN_name.sql files`);
@@ -28,7 +29,7 @@ function namingFile(e: unknown, folder: MigrationFolder): unknown {
 
 export function addMigrateCommand(program: Command): void {
   addTargetOptions(program.command('migrate')
-    .description("apply a folder of NNNN_name.sql migration files (drizzle-kit / wrangler layout) in file-name order; each id is the file name without .sql; files it will not use are named with the reason")
+    .description("apply a folder of NNNN_name.sql migration files (drizzle-kit / wrangler layout) in file-name order; each id is the file name without .sql; files it will not use are named with the reason; numbers of different widths that would run out of order (10_b before 9_a) are refused")
     .argument('<dir>', 'the folder, e.g. ./migrations')
     .argument('[org/repo]', 'the repo (or --repo / --org)')
     .option('--dry-run', 'show the SQL of the pending migrations and check them in a rolled-back transaction; changes nothing')

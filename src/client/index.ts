@@ -3,13 +3,13 @@
 import { errorFor, ScopebaseError } from './errors.ts';
 import { decodeValue, encodeParams, type Params, type Value } from './values.ts';
 import { defaultSender, fetchSender, NoReply, type FileBody, type Progress, type SaveTo, type Send } from './transport.ts';
-import { readMigrationFolder, type Migration } from './migrations.ts';
+import { MigrationOrderError, readMigrationFolder, type Migration } from './migrations.ts';
 
 export * from './errors.ts';
 export type { Value, WireValue, InValue, Params } from './values.ts';
 export type { Migration, MigrationFolder, SkippedFile } from './migrations.ts';
 export type { Progress } from './transport.ts';
-export { readMigrationFolder } from './migrations.ts';
+export { MigrationOrderError, readMigrationFolder } from './migrations.ts';
 
 export interface ClientOptions {
   /** The repo's URL (`http://acme.localhost:8080/web`), or the server's (`http://127.0.0.1:8080`) with `org` and `repo`. */
@@ -141,7 +141,9 @@ export function createClient(opts: ClientOptions) {
 
   async function migrationList(list: Migration[] | string): Promise<Migration[]> {
     if (typeof list !== 'string') return list;
-    const folder = await readMigrationFolder(list);
+    const folder = await readMigrationFolder(list).catch((e: unknown) => {
+      throw e instanceof MigrationOrderError ? errorFor(0, 'invalid_request', e.message) : e;
+    });
     if (folder.migrations.length === 0) {
       const why = folder.skipped.map((s) => `${s.file}: ${s.reason}`).join('; ');
       throw errorFor(0, 'invalid_request', `no migration files (NNNN_name.sql) in ${list}${why ? ` (${why})` : ''}`);

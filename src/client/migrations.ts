@@ -6,6 +6,9 @@ export interface SkippedFile { file: string; reason: string }
 export interface MigrationFolder { dir: string; migrations: (Migration & { file: string })[]; skipped: SkippedFile[] }
 
 const FILE = /^\d+_.+\.sql$/;
+
+/** The folder's numbers have different widths, so file-name order is not number order (`10_b` before `9_a`). */
+export class MigrationOrderError extends Error {}
 const ID = /^[A-Za-z0-9._-]{1,128}$/;
 
 function whyNot(name: string, isFile: boolean): string | null {
@@ -30,5 +33,13 @@ export async function readMigrationFolder(dir: string): Promise<MigrationFolder>
     if (reason) skipped.push({ file: entry.name, reason });
     else migrations.push({ file: entry.name, id: entry.name.slice(0, -4), sql: await readFile(join(dir, entry.name), 'utf8') });
   }
+  for (let i = 1; i < migrations.length; i++) {
+    const [a, b] = [migrations[i - 1]!.file, migrations[i]!.file];
+    if (number(a) > number(b)) {
+      throw new MigrationOrderError(`${a} and ${b} are numbered with different widths, so file-name order would apply ${a} first: give every file the same number of digits (e.g. ${b.replace(/^\d+/, (n) => n.padStart(a.indexOf('_'), '0'))})`);
+    }
+  }
   return { dir, migrations, skipped };
 }
+
+const number = (file: string): bigint => BigInt(file.slice(0, file.indexOf('_')));
