@@ -2,7 +2,7 @@
 // the write rate it sustains. Prints the figures docs/performance.md ("Tenants and overload") quotes.
 //   --short        a few seconds per phase, for CI (exit 0 when the server survived and answered)
 //   --seconds S    seconds per measured phase (default 10)
-//   --only starvation|overload   one of the two
+//   --only starvation|overload|ratelimit   one of the three (ratelimit: the flood again, with DB_RATE_LIMIT_PER_REPO on)
 // BENCH_SCOPEBASE_MAIN=<other checkout>/bin/scopebase.js runs the same load against another version.
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
@@ -58,22 +58,29 @@ function quiet(inst: Instance, until: number): Promise<[Sample[], Sample[]]> {
   ]);
 }
 
-async function starvation(inst: Instance): Promise<void> {
-  await post(inst, 'quiet', 'execute', { statements: [{ sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }, { sql: 'INSERT INTO t(v) VALUES (0)' }] }, 'other');
-  for (let d = 0; d < 8; d++) await post(inst, 'hog', 'execute', { database: `d${d}`, sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' });
+const p99Of = (samples: Sample[]) => {
+  const ok = samples.filter((s) => s.status === 200).map((s) => s.ms).sort((a, b) => a - b);
+  return ok[Math.min(ok.length - 1, Math.floor(ok.length * 0.99))] ?? NaN;
+};
+
+/** Repo "quiet" alone, then while repo "hog" floods with 64 writers (and `runaways` runaway statements). */
+async function starvation(inst: Instance, runaways: number): Promise<void> {
+  await post(inst, 'quiet', 'execute', { sql: 'INSERT OR IGNORE INTO t(id, v) VALUES (1, 0)' }, 'other');
+  for (let d = 0; d < 8; d++) await post(inst, 'hog', 'execute', { database: `d${d}`, sql: 'CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v)' });
   const [r0, w0] = await quiet(inst, performance.now() + SECONDS * 1000);
   log(`quiet repo alone: read ${summary(r0)}`);
   log(`quiet repo alone: write ${summary(w0)}`);
   const until = performance.now() + SECONDS * 1000;
   const hog = Promise.all([
     loops(64, until, (i) => post(inst, 'hog', 'execute', { database: `d${i % 8}`, sql: 'INSERT INTO t(v) VALUES (?)', params: [i] })),
-    loops(4, until, (i) => post(inst, 'hog', 'query', { database: `d${i % 8}`, sql: RUNAWAY })),
+    loops(runaways, until, (i) => post(inst, 'hog', 'query', { database: `d${i % 8}`, sql: RUNAWAY })),
   ]);
   const [r1, w1] = await quiet(inst, until);
   const [hw, hr] = await hog;
-  log(`quiet repo while another repo runs 64 writers and 4 runaway statements: read ${summary(r1)}`);
-  log(`quiet repo while another repo runs 64 writers and 4 runaway statements: write ${summary(w1)}`);
-  log(`the flooding repo: writes ${summary(hw)}; runaways ${summary(hr)}`);
+  const what = `64 writers${runaways ? ` and ${runaways} runaway statements` : ''}`;
+  log(`quiet repo while another repo runs ${what}: read ${summary(r1)} (p99 ${(p99Of(r1) / p99Of(r0)).toFixed(1)}x alone)`);
+  log(`quiet repo while another repo runs ${what}: write ${summary(w1)} (p99 ${(p99Of(w1) / p99Of(w0)).toFixed(1)}x alone)`);
+  log(`the flooding repo: writes ${summary(hw)}${runaways ? `; runaways ${summary(hr)}` : ''}`);
 }
 
 /**
@@ -109,18 +116,36 @@ async function overload(inst: Instance): Promise<void> {
   log(`right after, one client: ${summary(after)}`);
 }
 
-const inst = await startInstance({ mode: 'one', env: { DB_RATE_LIMIT_PER_REPO: '0' } });
-let failed = false;
+/** One fresh instance for `phase`; fails the run unless it still answers after. */
+async function withInstance(env: Record<string, string>, phase: (inst: Instance) => Promise<void>): Promise<boolean> {
+  const inst = await startInstance({ mode: 'one', env });
+  try {
+    await post(inst, 'quiet', 'execute', { sql: 'CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v)' }, 'other');
+    await phase(inst);
+    const alive = await post(inst, 'quiet', 'query', { sql: 'SELECT count(*) FROM t' }, 'other');
+    log(alive.status === 200 ? 'the server survived and answers' : `the server does not answer (${alive.status})`);
+    return alive.status === 200;
+  } finally {
+    await inst.stop();
+  }
+}
+
+const RATE = 500; // the ratelimit phase's DB_RATE_LIMIT_PER_REPO: well above what the quiet repo asks, far below the flood
+let ok = true;
 try {
   log(`${SECONDS} s per phase; ${process.env.BENCH_SCOPEBASE_MAIN ?? 'this checkout'}`);
-  if (args.only !== 'overload') await starvation(inst);
-  else await post(inst, 'quiet', 'execute', { sql: 'CREATE TABLE IF NOT EXISTS t(x)' }, 'other');
-  if (args.only !== 'starvation') await overload(inst);
-  const alive = await post(inst, 'quiet', 'query', { sql: 'SELECT count(*) FROM t' }, 'other');
-  failed = alive.status !== 200;
-  log(alive.status === 200 ? 'the server survived and answers' : `the server does not answer (${alive.status})`);
+  // Fairness of the scheduler alone: no rate limit, the flooding repo also runs away.
+  if (!args.only || args.only === 'starvation' || args.only === 'overload') {
+    ok = await withInstance({ DB_RATE_LIMIT_PER_REPO: '0' }, async (inst) => {
+      if (args.only !== 'overload') await starvation(inst, 4);
+      if (args.only !== 'starvation') await overload(inst);
+    });
+  }
+  if (!args.only || args.only === 'ratelimit') {
+    log(`with DB_RATE_LIMIT_PER_REPO=${RATE}: the flooding repo is refused past it (429), the quiet one is not`);
+    ok = (await withInstance({ DB_RATE_LIMIT_PER_REPO: String(RATE), DB_RATE_LIMIT_BURST: String(RATE) }, (inst) => starvation(inst, 0))) && ok;
+  }
 } finally {
-  await inst.stop();
   await agent.close();
 }
-process.exitCode = failed ? 1 : 0;
+process.exitCode = ok ? 0 : 1;
