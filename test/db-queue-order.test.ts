@@ -1,6 +1,7 @@
 // The order in which one repo's waiting reads are served (src/db/executor/tenant.ts): oldest first while the queue
-// is prompt, newest first once the oldest has waited past DB_QUEUE_TARGET_MS (adaptive LIFO), so that under
-// overload the reads that are served are served promptly and the stale ones are the ones refused.
+// is prompt, newest first while the repo sheds or once the oldest has waited past DB_QUEUE_TARGET_MS (adaptive
+// LIFO; the scheduler decides which, see Scheduler.lifoBefore), so that under overload the reads that are served
+// are served promptly and the stale ones are the ones refused.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Tenant, type Job } from '../src/db/executor/tenant.ts';
@@ -30,6 +31,12 @@ test('once the oldest read has waited past the target, the newest goes first; th
   // With the oldest now within the target, the order is oldest first again.
   assert.equal(t.take(t.peekRead(105)!).enqueuedAt, 110);
   assert.equal(t.queued, 0);
+});
+
+test('while the repo sheds (the scheduler passes Infinity), reads go newest first whatever their age', () => {
+  const t = new Tenant('acme/web');
+  for (const at of [100, 110, 120]) t.push(job(t, at), false);
+  assert.deepEqual([1, 2, 3].map(() => t.take(t.peekRead(Infinity)!).enqueuedAt), [120, 110, 100]);
 });
 
 test('a read put back at the head (hedged, or to run once more) is served next even while reads go newest first', () => {

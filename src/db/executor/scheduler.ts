@@ -103,6 +103,7 @@ export class Scheduler {
       if (this.closing) return reject(new LostError('unstarted'));
       const t = this.tenant(tenantKey);
       if (t.queued >= this.opts.maxQueuedPerTenant || this.queued >= this.opts.maxQueued) {
+        t.lastShedAt = performance.now();
         const which = t.queued >= this.opts.maxQueuedPerTenant ? `${this.opts.maxQueuedPerTenant} requests of this repo` : `${this.opts.maxQueued} requests`;
         return reject(new QueueError('full', `the database service is overloaded: ${which} already wait for an executor; nothing of this request ran, retry after a second`));
       }
@@ -158,6 +159,7 @@ export class Scheduler {
         this.queued--;
         if (job.settled || job.started) continue; // a hedged copy: the job still runs where it was sent first
         job.settled = true;
+        t.lastShedAt = now;
         job.reject(waitedTooLong(now - job.enqueuedAt));
       }
     }
@@ -206,7 +208,7 @@ export class Scheduler {
       // The tenant's own reads hold its share: hold its reads back so they drain and the write can start.
       if (t.onProcs.size >= this.opts.perTenant) return false;
     }
-    const read = t.peekRead(performance.now() - this.opts.queueTargetMs);
+    const read = t.peekRead(this.lifoBefore(t));
     if (!read) return false;
     let best: ExecutorProcess | undefined;
     for (const p of ready) {
@@ -214,6 +216,17 @@ export class Scheduler {
       if (!best || p.inflight < best.inflight) best = p;
     }
     return best ? this.dispatch(best, t.take(read)) : false;
+  }
+
+  /**
+   * Reads enqueued before this go newest first (see tenant.ts): all of them while the repo sheds (a refusal within
+   * STANDING_AFTER_MS: it is overloaded, and its oldest reads would be refused anyway), else once the oldest has
+   * waited the target (the onset of an overload, before anything is refused). A queue that waits less than the
+   * target, as a pool of clients slightly past the executors makes, stays first come, first served.
+   */
+  private lifoBefore(t: Tenant): number {
+    const now = performance.now();
+    return now - t.lastShedAt < STANDING_AFTER_MS ? Infinity : now - this.opts.queueTargetMs;
   }
 
   private dispatch(p: ExecutorProcess, job: Job): boolean {
@@ -224,6 +237,7 @@ export class Scheduler {
       const now = performance.now();
       if (now - job.enqueuedAt > maxWait(job.tenant.lastEmptyAt, now, this.opts.queueTimeoutMs, this.opts.queueTargetMs)) {
         job.settled = true;
+        job.tenant.lastShedAt = now;
         job.reject(waitedTooLong(now - job.enqueuedAt));
         return true;
       }

@@ -1,7 +1,7 @@
 // One tenant's (repo's) share of the scheduler: its waiting reads and writes, oldest first, and the processes
-// its started jobs occupy. Reads are served oldest first until the oldest has waited past the target, then newest
-// first (adaptive LIFO, "Fail at Scale", Facebook 2015): under overload the requests served are served promptly,
-// and the old ones, which would be served late or not at all, are the ones refused.
+// its started jobs occupy. Reads are served oldest first, but newest first while the repo is overloaded (adaptive
+// LIFO, "Fail at Scale", Facebook 2015): the reads served are then served promptly, and the old ones, which would be
+// served late or not at all, are the ones refused.
 import type { Frame } from './protocol.ts';
 import type { ExecutorProcess } from './process.ts';
 
@@ -86,6 +86,8 @@ export class Tenant {
   inRing = false;
   /** When its queue was last empty: a queue not empty for a while is standing (see Scheduler.maxWait). */
   lastEmptyAt = performance.now();
+  /** When one of its requests was last refused for overload (waited too long, or the queue was full). */
+  lastShedAt = -Infinity;
 
   constructor(key: string) {
     this.key = key;
@@ -106,7 +108,7 @@ export class Tenant {
     return this.writes.peek();
   }
 
-  /** The read to serve next: the oldest, or the newest once the oldest has waited since before `lifoBefore`. */
+  /** The read to serve next: the oldest, or the newest if the oldest has waited since before `lifoBefore`. */
   peekRead(lifoBefore: number): Job | undefined {
     const oldest = this.reads.peek();
     return oldest && !oldest.urgent && oldest.enqueuedAt < lifoBefore ? this.reads.peekLast() : oldest;
