@@ -162,7 +162,8 @@ describe('sessions', () => {
 });
 
 describe('return_to', () => {
-  for (const bad of ['//evil.example', 'https://evil.example', '/\\evil.example', 'http://globex.localhost/web/', '/\t/evil.example', 'javascript:alert(1)', '']) {
+  for (const bad of ['//evil.example', 'https://evil.example', '/\\evil.example', 'http://globex.localhost/web/', '/\t/evil.example', 'javascript:alert(1)', '',
+    '/.//evil.example', '/web/..//evil.example', '/%2e//evil.example', '/a/b/../..//evil.example/x']) {
     test(`${JSON.stringify(bad)} falls back to /{repo}/`, async () => {
       const { location } = await signIn(p, { returnTo: bad });
       assert.equal(location, `${origin()}/web/`);

@@ -13,7 +13,9 @@ export function safeReturnTo(raw: unknown, repo: string): string {
     // Resolving against a dummy origin must keep that origin: no scheme or authority slipped through.
     const u = new URL(raw, 'http://same.invalid');
     if (u.origin !== 'http://same.invalid') return fallback;
-    return u.pathname + u.search + u.hash;
+    // Dot segments are resolved by the parse: `/.//evil` or `/a/..//evil` come out as `//evil`, another host.
+    const path = u.pathname + u.search + u.hash;
+    return path.startsWith('//') ? fallback : path;
   } catch {
     return fallback;
   }
