@@ -20,6 +20,12 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
   test('version probes; stored SQL; autocommit; describe; close; conditions of every kind', async () => {
     assert.equal((await p.call('/web/_db/v2')).status, 200);
     assert.equal((await p.call('/web/_db/main/v3')).status, 200);
+    // SPEC 2: a database name that breaks its rule is 400 invalid_name on the probe too, as on the pipeline.
+    for (const bad of ['Main', 'a.b', '_x', 'x%20y']) {
+      const probe = await p.call(`/web/_db/${bad}/v2`);
+      assert.equal(probe.status, 400, bad);
+      assert.equal(probe.json.error.code, 'invalid_name', bad);
+    }
     const res = await pipeline({
       baton: null,
       requests: [

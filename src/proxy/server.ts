@@ -9,7 +9,7 @@ import { OPENAPI_PATH, openApiJson } from '../shared/openapi.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { DbHandler } from '../db/contract.ts';
-import { pipelineDatabase, VERSION_PROBE } from '../db/hrana/index.ts';
+import { pipelineDatabase, probeDatabase } from '../db/hrana/index.ts';
 import { orgFromHost } from '../shared/host.ts';
 import { stripSpoofableHeaders } from '../shared/headers.ts';
 import { sessionView, trustedPeers } from './forward.ts';
@@ -72,7 +72,7 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
   const dbRoute = async (req: FastifyRequest<{ Params: { repo: string; op: string } }>, reply: FastifyReply, op = req.params.op) => {
     const repo = checkRepo(req.params.repo);
     // SPEC 4.10's version probe (GET …/_db/v2): libSQL clients ask it before they speak.
-    if (req.method === 'GET' && VERSION_PROBE.test(op)) return reply.type('application/json; charset=utf-8').send('{}');
+    if (req.method === 'GET' && probeDatabase(op) !== null) return reply.type('application/json; charset=utf-8').send('{}');
     if (req.method !== 'POST') throw new ApiError('not_found', `/_db/${op.slice(0, 40)} takes POST`);
     const res = await opts.db.handle({
       op, org: req.org, repo, authorization: req.headers.authorization,
@@ -93,7 +93,7 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     method: ['GET', 'POST'], url: '/:repo/_db/*',
     handler: async (req: FastifyRequest<{ Params: { repo: string; '*': string } }>, reply: FastifyReply) => {
       const rest = req.params['*'];
-      if (VERSION_PROBE.test(rest) || pipelineDatabase(rest) !== null) return dbRoute(req as unknown as FastifyRequest<{ Params: { repo: string; op: string } }>, reply, rest);
+      if (probeDatabase(rest) !== null || pipelineDatabase(rest) !== null) return dbRoute(req as unknown as FastifyRequest<{ Params: { repo: string; op: string } }>, reply, rest);
       throw new ApiError('not_found', `no route /_db/${rest.slice(0, 60)}: the libSQL protocol is at /_db/v2/pipeline (or /_db/{database}/v2/pipeline)`);
     },
   });

@@ -11,13 +11,19 @@ export type { HranaBackend, Statement } from './pipeline.ts';
 /** `[{database}/]v2/pipeline` or `…/v3/pipeline` after `/{repo}/_db/` (v3 takes the same JSON requests). */
 const PIPELINE = /^(?:([^/]+)\/)?v[23]\/pipeline$/;
 /** `[{database}/]v2` or `…/v3`: the version probe, answered 200 by the proxy. */
-export const VERSION_PROBE = /^(?:[^/]+\/)?v[23]$/;
+const VERSION_PROBE = /^(?:([^/]+)\/)?v[23]$/;
 
 /** The database a Hrana pipeline op names (`main` when none), or null when the op is not one. */
 export function pipelineDatabase(op: string): string | null {
   const m = PIPELINE.exec(op);
   if (!m) return null;
   return checkDatabase(m[1] ?? 'main');
+}
+
+/** The database a version probe names (`main` when none; SPEC 2: a bad name is 400), or null when the op is not one. */
+export function probeDatabase(op: string): string | null {
+  const m = VERSION_PROBE.exec(op);
+  return m ? checkDatabase(m[1] ?? 'main') : null;
 }
 
 export class Hrana {
