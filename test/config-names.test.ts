@@ -2,7 +2,8 @@
 // with the closest real one; every variable README documents is one the configuration reads.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { loadConfig } from '../src/shared/config.ts';
 import { spawnProduct, tempDir, testEnv } from './helpers/product.ts';
 
@@ -33,5 +34,27 @@ test('start says it in its banner and its log', async () => {
     assert.match(p.stdout(), /"level":40.*DB_QUERY_TIMEOUT is not a scopebase setting/);
   } finally {
     p.killAll();
+  }
+});
+
+test('SPEC 9.1: an APPS or DB_MIRRORS value with a misspelt field or an unreachable name stops the start, naming the variable', () => {
+  const secret = 'whsec_' + Buffer.alloc(24, 7).toString('base64');
+  const cases: [string, string, RegExp][] = [
+    // A misspelt requireSession would otherwise leave the app open to anonymous visitors.
+    ['APPS', JSON.stringify({ 'acme/web': { url: 'http://127.0.0.1:9', requireSesion: true } }), /APPS: value of acme\/web: unknown field "requireSesion"/],
+    ['APPS', JSON.stringify({ '-acme/web': 'http://127.0.0.1:9' }), /APPS: key "-acme\/web" must be "org\/repo"/],
+    ['APPS', JSON.stringify({ 'acme/.web': 'http://127.0.0.1:9' }), /APPS: key "acme\/.web" must be "org\/repo"/],
+    ['APPS', JSON.stringify({ [`acme/${'a'.repeat(101)}`]: 'http://127.0.0.1:9' }), /APPS: key .* must be "org\/repo"/],
+    ['DB_MIRRORS', JSON.stringify([{ name: 'm', url: 'http://127.0.0.1:9/h', secret, timeoutMs: 5 }]), /DB_MIRRORS: entry 0: unknown field "timeoutMs"/],
+  ];
+  for (const [name, value, message] of cases) {
+    const dir = tempDir();
+    try {
+      const r = spawnSync(process.execPath, ['src/cli/main.ts', 'start'], { env: { ...process.env, ...testEnv(dir, { [name]: value }) }, encoding: 'utf8', timeout: 20_000 });
+      assert.equal(r.status, 78, `${value}: ${r.stderr}`);
+      assert.match(r.stderr, message);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }
 });

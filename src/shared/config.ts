@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
 import { parseRootKeys } from './secrets.ts';
+import { isOrgName, isRepoName } from './names.ts';
 
 export interface MirrorConfig { name: string; url: string; secret: string }
 export interface AppRoute { url: string; requireSession: boolean }
@@ -167,6 +168,11 @@ function parseEncryptionKeys(value: string): Buffer[] {
   return parts.map((p) => Buffer.from(p, 'hex'));
 }
 
+function unknownKeys(name: string, what: string, o: Record<string, unknown>, known: string[]): void {
+  const extra = Object.keys(o).find((k) => !known.includes(k));
+  if (extra !== undefined) fail(name, `${what}: unknown field ${JSON.stringify(extra.slice(0, 40))}; the fields are ${known.map((k) => JSON.stringify(k)).join(', ')}`);
+}
+
 function parseMirrors(raw: string | undefined): MirrorConfig[] {
   if (raw === undefined) return [];
   let list: unknown;
@@ -182,6 +188,7 @@ function parseMirrors(raw: string | undefined): MirrorConfig[] {
     if (typeof o !== 'object' || o === null || typeof o.name !== 'string' || typeof o.url !== 'string' || typeof o.secret !== 'string') {
       fail('DB_MIRRORS', `entry ${i} must be {"name","url","secret"} with string values`);
     }
+    unknownKeys('DB_MIRRORS', `entry ${i}`, o, ['name', 'url', 'secret']);
     if (!/^[A-Za-z0-9._-]{1,64}$/.test(o.name)) fail('DB_MIRRORS', `entry ${i}: name must match ^[A-Za-z0-9._-]{1,64}$`);
     if (names.has(o.name)) fail('DB_MIRRORS', `entry ${i}: duplicate name ${JSON.stringify(o.name)}`);
     names.add(o.name);
@@ -202,9 +209,13 @@ function parseApps(raw: string | undefined): Map<string, AppRoute> {
   }
   if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) fail('APPS', 'must be a JSON object');
   for (const [key, value] of Object.entries(obj)) {
-    if (!/^[a-z0-9-]+\/[a-z0-9._-]+$/.test(key)) fail('APPS', `key ${JSON.stringify(key)} must be "org/repo" in lowercase`);
+    // A key no request can reach (a name SPEC 2 refuses) would configure an app that never answers.
+    const [org, repo, ...more] = key.split('/');
+    if (more.length || !isOrgName(org!) || !isRepoName(repo ?? '')) fail('APPS', `key ${JSON.stringify(key)} must be "org/repo" in lowercase, with names as SPEC 2 allows them`);
     const v = typeof value === 'string' ? { url: value, requireSession: false } : (value as Record<string, unknown>);
     if (typeof v !== 'object' || v === null || typeof v.url !== 'string') fail('APPS', `value of ${key} must be a URL or {"url", "requireSession"}`);
+    // A misspelt "requireSession" must not leave the app open to anonymous visitors without a word.
+    unknownKeys('APPS', `value of ${key}`, v, ['url', 'requireSession']);
     if (v.requireSession !== undefined && typeof v.requireSession !== 'boolean') fail('APPS', `requireSession of ${key} must be true or false`);
     apps.set(key, { url: url({ APPS: v.url }, 'APPS')!, requireSession: v.requireSession === true });
   }
