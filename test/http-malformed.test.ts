@@ -43,6 +43,9 @@ const cases: [string, string | Buffer, number, RegExp][] = [
   ['a 20 KiB header', `GET / HTTP/1.1\r\n${host}X-Big: ${'a'.repeat(20 * 1024)}\r\n\r\n`, 431, /over 16 KiB/],
   ['a 78 KB URL', `GET /${'a'.repeat(78 * 1000)} HTTP/1.1\r\n${host}\r\n`, 431, /over 16 KiB/],
   ['an undecodable URL', `POST /web%FF/_db/status HTTP/1.1\r\n${host}Content-Length: 0\r\n\r\n`, 400, /percent-encoded|invalid/],
+  // RFC 9112 3.2: a front proxy picking the other Host would route to one org while this serves another.
+  ['two Host headers', `POST /web/_db/status HTTP/1.1\r\n${host}Host: globex.localhost\r\nContent-Length: 2\r\n\r\n{}`, 400, /more than one Host/],
+  ['an absolute-form target naming another host', `POST http://globex.localhost/web/_db/status HTTP/1.1\r\n${host}Content-Length: 2\r\n\r\n{}`, 400, /another host/],
   ['HTTP/1.1 without Host', 'GET /web/_db/status HTTP/1.1\r\nConnection: close\r\n\r\n', 404, /host/i],
 ];
 

@@ -53,11 +53,38 @@ export function logAccess(logger: Logger, reqId: string, method: string | undefi
   logger.info({ reqId, method, path: (url ?? '').split('?')[0], status, ms: Math.round(ms * 10) / 10, ...extra }, 'request');
 }
 
+/**
+ * Why the request's Host cannot be trusted, or null. RFC 9112 3.2: more than one Host is a 400; so is an absolute-form
+ * target whose authority is not the Host (the target wins there, and every part reads the org from Host). A proxy in
+ * front that picks another of them than Node (the first) would otherwise route to one org while this serves another.
+ */
+function hostConflict(req: IncomingMessage): string | null {
+  const raw = req.rawHeaders;
+  let hosts = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === 4 && raw[i]!.toLowerCase() === 'host') hosts++;
+  if (hosts > 1) return 'the request has more than one Host header';
+  const url = req.url ?? '';
+  if (url.startsWith('/') || url === '*') return null;
+  try {
+    const target = new URL(url);
+    // Both through the URL parser, so a default port (`:80`) written on one side only is still the same host.
+    if (target.host === new URL(`${target.protocol}//${req.headers.host ?? ''}`).host) return null;
+  } catch {
+    return 'the request target is neither a path nor an absolute URL matching the Host header';
+  }
+  return 'the absolute request target names another host than the Host header';
+}
+
 /** Answers 503 while closing, else serves the request if `router` takes it; returns false to hand it to Fastify. */
 export function serveRaw(router: RawRouter | undefined, serving: RawServing, req: IncomingMessage, res: ServerResponse): boolean {
   if (serving.closing()) {
     // Fastify's own 503 is not SPEC-shaped; and the connection closes so the client reconnects elsewhere.
     sendRaw(res, requestIdOf(req), errorReply(new ApiError('unavailable', 'the server is shutting down', undefined, { 'retry-after': '1', connection: 'close' })));
+    return true;
+  }
+  const conflict = hostConflict(req);
+  if (conflict !== null) {
+    sendRaw(res, requestIdOf(req), errorReply(new ApiError('invalid_request', conflict, undefined, { connection: 'close' })));
     return true;
   }
   const handler = router?.(req);
