@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type Server } from 'node:http';
 import { createHash } from 'node:crypto';
 import { rmSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import type { Duplex } from 'node:stream';
@@ -223,6 +223,27 @@ describe('WebSocket upgrades', () => {
 
   test('requireSession refuses an anonymous upgrade', async () => {
     await assert.rejects(open('/private/live'), /no upgrade: 401/);
+  });
+
+  test('SPEC 3 on upgrades: the 101 and every refusal carry x-request-id; two Host headers are refused', async () => {
+    assert.equal((await upgrade('/web/live', p, { 'x-request-id': 'ws-probe-1' })).headers['x-request-id'], 'ws-probe-1');
+    const rawUpgrade = (head: string) => new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(p.port), '127.0.0.1', () => socket.write(`${head}Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`));
+      let text = '';
+      socket.on('data', (d) => (text += d));
+      socket.on('close', () => resolve(text));
+      socket.on('error', reject);
+    });
+    const host = `Host: acme.localhost:${p.port}\r\n`;
+    for (const [head, status] of [
+      [`GET /private/live HTTP/1.1\r\n${host}x-request-id: ws-probe-2\r\n`, 401],
+      [`GET /nothing-here/live HTTP/1.1\r\n${host}x-request-id: ws-probe-2\r\n`, 404],
+      [`GET /web/live HTTP/1.1\r\n${host}Host: globex.localhost:${p.port}\r\nx-request-id: ws-probe-2\r\n`, 400],
+    ] as const) {
+      const answer = await rawUpgrade(head);
+      assert.match(answer, new RegExp(`^HTTP/1.1 ${status} `), answer);
+      assert.match(answer, /\r\nx-request-id: ws-probe-2\r\n/i, answer);
+    }
   });
 
   test('behind a trusted TLS-terminating proxy, an upgrade finds the __Host- session cookie', async () => {

@@ -12,6 +12,7 @@ import { identityHeaders } from '../account/identity-headers.ts';
 import { endToEndHeaders, forwardedHeaders, sessionView } from './forward.ts';
 import { stripSpoofableHeaders } from '../shared/headers.ts';
 import { orgFromHost } from '../shared/host.ts';
+import { hostConflict, requestIdOf } from '../shared/raw-route.ts';
 import { appTarget, upstreamUrl } from './apps.ts';
 
 export interface WsOptions {
@@ -37,6 +38,13 @@ function rawHead(status: number, message: string, rawHeaders: string[]): string 
   return head + '\r\n';
 }
 
+/** An app's own x-request-id gives way to the proxy's (one per answer). */
+function withoutRequestId(raw: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() !== 'x-request-id') out.push(raw[i]!, raw[i + 1]!);
+  return out;
+}
+
 /** Registers an 'upgrade' listener on the proxy's server; returns the function that removes it. */
 export function attachWebSocketProxy(server: Server, opts: WsOptions): () => void {
   // Upgraded sockets are no longer the HTTP server's: close them ourselves when the proxy stops.
@@ -48,13 +56,17 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     track(socket);
     socket.on('error', () => socket.destroy());
-    handle(req, socket, head).catch((err) => {
+    // SPEC 3: every answer carries x-request-id, the refusals and the relayed 101 included.
+    const requestId = ['x-request-id', requestIdOf(req)];
+    handle(req, socket, head, requestId).catch((err) => {
       if (!(err instanceof ApiError)) opts.logger.error({ err }, 'websocket upgrade failed');
-      refuse(socket, err instanceof ApiError ? err : new ApiError('internal', 'internal error'));
+      refuse(socket, err instanceof ApiError ? err : new ApiError('internal', 'internal error'), requestId);
     });
   };
 
-  async function handle(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  async function handle(req: IncomingMessage, socket: Duplex, head: Buffer, requestId: string[]): Promise<void> {
+    const conflict = hostConflict(req);
+    if (conflict !== null) throw new ApiError('invalid_request', conflict);
     stripSpoofableHeaders(req.headers);
     if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') throw new ApiError('not_found', 'only WebSocket upgrades are forwarded');
     const org = orgFromHost(req.headers.host, opts.baseDomain);
@@ -64,7 +76,7 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     const session = await opts.resolveSession(view);
     // Whatever the answer (101, the app's refusal, 503), a renewed session's cookie goes with it, as for HTTP.
     const renewed = opts.renewalCookie?.(view);
-    const cookieHeaders = renewed ? ['set-cookie', renewed] : [];
+    const cookieHeaders = [...requestId, ...(renewed ? ['set-cookie', renewed] : [])];
     if (!session && target.route.requireSession) throw new ApiError('unauthenticated', 'this app requires a signed-in session');
     const url = upstreamUrl(target.route, target.rest);
     const headers = {
@@ -78,13 +90,13 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     upstream.on('error', () => refuse(socket, new ApiError('unavailable', 'the app is not reachable right now', undefined, { 'retry-after': '5' }), cookieHeaders));
     upstream.on('response', (res) => {
       // The app declined the upgrade: relay its answer as an ordinary response.
-      socket.write(rawHead(res.statusCode ?? 502, res.statusMessage ?? '', [...res.rawHeaders, ...cookieHeaders]));
+      socket.write(rawHead(res.statusCode ?? 502, res.statusMessage ?? '', [...withoutRequestId(res.rawHeaders), ...cookieHeaders]));
       res.pipe(socket);
     });
     upstream.on('upgrade', (res, upSocket, upHead) => {
       track(upSocket);
       upSocket.setTimeout(0);
-      socket.write(rawHead(101, 'Switching Protocols', [...res.rawHeaders, ...cookieHeaders]));
+      socket.write(rawHead(101, 'Switching Protocols', [...withoutRequestId(res.rawHeaders), ...cookieHeaders]));
       if (upHead.length) socket.write(upHead);
       if (head.length) upSocket.write(head);
       upSocket.on('error', () => socket.destroy());

@@ -58,7 +58,7 @@ export function logAccess(logger: Logger, reqId: string, method: string | undefi
  * target whose authority is not the Host (the target wins there, and every part reads the org from Host). A proxy in
  * front that picks another of them than Node (the first) would otherwise route to one org while this serves another.
  */
-function hostConflict(req: IncomingMessage): string | null {
+export function hostConflict(req: IncomingMessage): string | null {
   const raw = req.rawHeaders;
   let hosts = 0;
   for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === 4 && raw[i]!.toLowerCase() === 'host') hosts++;
