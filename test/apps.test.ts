@@ -86,6 +86,13 @@ describe('forwarding', () => {
         assert.equal(res.statusCode, 200, path);
         assert.equal(body.url, expected, path);
       }
+      // Dot segments behind an encoded slash: an upstream that decodes %2F first would climb out of /base there.
+      for (const path of ['/web/..%2Fprivate/x', '/web/a%2F..%2F..%2Fprivate', '/web/%2e%2e%5Cprivate', '/web/x/..%5c..%5cprivate', '/web/.%2F']) {
+        const res = await client.request({ method: 'GET', path, headers: { host: `acme.localhost:${p.port}` } });
+        const body = await res.body.json() as { error: { code: string } };
+        assert.equal(res.statusCode, 400, path);
+        assert.equal(body.error.code, 'invalid_request', path);
+      }
     } finally {
       await client.close();
     }

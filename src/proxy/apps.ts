@@ -50,6 +50,16 @@ export function appTarget(org: string, url: string, apps: Map<string, AppRoute>)
   return { route, repo, rawRepo, rest: rest + (m[3] ?? '') };
 }
 
+const ENCODED_DOT_SEGMENT = /(^|[/\\])\.\.?([/\\]|$)/;
+
+function safeDecode(path: string): string {
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return path;
+  }
+}
+
 /**
  * The upstream URL for a request path. The path is normalized under a fixed host first, so `//host`, `\\host`
  * and dot segments can neither change the upstream host nor climb out of the app's base path (SSRF, and
@@ -59,6 +69,9 @@ export function upstreamUrl(route: AppRoute, rest: string): URL {
   const base = new URL(route.url);
   const q = rest.indexOf('?');
   const normalized = new URL(`http://app.invalid${q === -1 ? rest : rest.slice(0, q)}`).pathname;
+  // `..%2F` or `%2F..` survive that normalization, and an upstream that decodes `%2F` before resolving dot segments
+  // (nginx, many frameworks) would climb out of the base path there: refused, as no real page needs them.
+  if (ENCODED_DOT_SEGMENT.test(safeDecode(normalized))) throw new ApiError('invalid_request', 'the path has a dot segment hidden behind an encoded / or \\');
   const url = new URL(base.origin);
   url.pathname = base.pathname.replace(/\/+$/, '') + normalized; // the pathname setter never changes the host
   url.search = q === -1 ? '' : rest.slice(q);
