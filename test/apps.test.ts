@@ -21,6 +21,8 @@ let upstreamUrl: string;
 const wsSockets: Duplex[] = [];
 let p: AccountsProduct;
 
+const PLANTED = ['session=planted; Path=/', '__Host-session=planted; Path=/; Secure', 'scopebase-login=planted; Path=/'];
+
 function echo(req: IncomingMessage, body: string) {
   return { method: req.method, url: req.url, headers: req.headers, body };
 }
@@ -31,7 +33,8 @@ before(async () => {
     req.on('data', (d) => (body += d));
     req.on('end', () => {
       res.setHeader('content-type', 'application/json');
-      res.setHeader('set-cookie', 'app=1; Path=/');
+      // `/plant-session`: an app trying to set the org's session cookie (fixation), besides its own.
+      res.setHeader('set-cookie', req.url!.includes('plant-session') ? ['app=1; Path=/', ...PLANTED] : 'app=1; Path=/');
       res.end(JSON.stringify(echo(req, body)));
     });
   });
@@ -39,7 +42,8 @@ before(async () => {
   upstream.on('upgrade', (req, socket) => {
     wsSockets.push(socket);
     const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
-    socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+    const planted = req.url!.includes('plant-session') ? ['app=1; Path=/', ...PLANTED].map((c) => `Set-Cookie: ${c}\r\n`).join('') : '';
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n${planted}\r\n`);
     const text = Buffer.from(JSON.stringify({ url: req.url, user: req.headers['x-auth-user-id'] ?? null, prefix: req.headers['x-forwarded-prefix'] }));
     socket.write(Buffer.concat([Buffer.from([0x81, text.length]), text]));
   });
@@ -96,6 +100,12 @@ describe('forwarding', () => {
     } finally {
       await client.close();
     }
+  });
+
+  test('an app cannot set the org\'s session or sign-in cookies (session fixation across repos); its own pass', async () => {
+    const r = await p.call('/web/plant-session');
+    assert.equal(r.status, 200);
+    assert.deepEqual([r.headers['set-cookie']].flat(), ['app=1; Path=/']);
   });
 
   test('request bodies stream through, any method', async () => {
@@ -226,6 +236,10 @@ describe('WebSocket upgrades', () => {
   test('upgrades are forwarded to the app with the same rules', async () => {
     const msg = JSON.parse(await open('/web/live'));
     assert.deepEqual(msg, { url: '/base/live', user: null, prefix: '/web' });
+  });
+
+  test('an app\'s 101 cannot set the org\'s session cookie either', async () => {
+    assert.deepEqual([(await upgrade('/web/plant-session')).headers['set-cookie']].flat(), ['app=1; Path=/']);
   });
 
   test('requireSession refuses an anonymous upgrade', async () => {

@@ -9,7 +9,7 @@ import type { AppRoute } from '../shared/config.ts';
 import type { SessionResolver } from '../account/contract.ts';
 import { withoutCookies } from '../account/cookies.ts';
 import { identityHeaders } from '../account/identity-headers.ts';
-import { endToEndHeaders, forwardedHeaders, sessionView } from './forward.ts';
+import { endToEndHeaders, forwardedHeaders, sessionView, setsCookie } from './forward.ts';
 import { stripSpoofableHeaders } from '../shared/headers.ts';
 import { orgFromHost } from '../shared/host.ts';
 import { hostConflict, requestIdOf } from '../shared/raw-route.ts';
@@ -38,10 +38,14 @@ function rawHead(status: number, message: string, rawHeaders: string[]): string 
   return head + '\r\n';
 }
 
-/** An app's own x-request-id gives way to the proxy's (one per answer). */
-function withoutRequestId(raw: string[]): string[] {
+/** An app's answer as relayed: its own x-request-id gives way to the proxy's, and it may not set the private cookies. */
+function relayed(raw: string[], privateCookies: string[]): string[] {
   const out: string[] = [];
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() !== 'x-request-id') out.push(raw[i]!, raw[i + 1]!);
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toLowerCase();
+    if (name === 'x-request-id' || (name === 'set-cookie' && setsCookie(raw[i + 1]!, privateCookies))) continue;
+    out.push(raw[i]!, raw[i + 1]!);
+  }
   return out;
 }
 
@@ -90,13 +94,13 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     upstream.on('error', () => refuse(socket, new ApiError('unavailable', 'the app is not reachable right now', undefined, { 'retry-after': '5' }), cookieHeaders));
     upstream.on('response', (res) => {
       // The app declined the upgrade: relay its answer as an ordinary response.
-      socket.write(rawHead(res.statusCode ?? 502, res.statusMessage ?? '', [...withoutRequestId(res.rawHeaders), ...cookieHeaders]));
+      socket.write(rawHead(res.statusCode ?? 502, res.statusMessage ?? '', [...relayed(res.rawHeaders, opts.privateCookies), ...cookieHeaders]));
       res.pipe(socket);
     });
     upstream.on('upgrade', (res, upSocket, upHead) => {
       track(upSocket);
       upSocket.setTimeout(0);
-      socket.write(rawHead(101, 'Switching Protocols', [...withoutRequestId(res.rawHeaders), ...cookieHeaders]));
+      socket.write(rawHead(101, 'Switching Protocols', [...relayed(res.rawHeaders, opts.privateCookies), ...cookieHeaders]));
       if (upHead.length) socket.write(upHead);
       if (head.length) upSocket.write(head);
       upSocket.on('error', () => socket.destroy());

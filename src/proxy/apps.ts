@@ -27,7 +27,10 @@ const appRequests = new Counter({ name: 'scopebase_app_requests_total', help: 'R
 
 /** Paths the product reserves under every repo; they never reach an app. */
 const RESERVED = /^\/(_db|_account)(\/|$)/;
-/** Apps never see the session token: it is valid for every repo of the org, and the user is passed as headers instead. */
+/**
+ * Apps never see the session token: it is valid for every repo of the org, and the user is passed as headers instead.
+ * Nor may they set it: one repo's app would otherwise sign the org's visitors into a session of its choosing.
+ */
 const PRIVATE_COOKIES = [SESSION_COOKIE.https, SESSION_COOKIE.http, LOGIN_COOKIE.https, LOGIN_COOKIE.http];
 
 export interface AppTarget { route: AppRoute; repo: string; rawRepo: string; rest: string }
@@ -102,7 +105,7 @@ export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsyn
       ...forwardedHeaders(req.raw, isTrusted(req.socket.remoteAddress), `/${target.rawRepo}`),
       ...(session ? identityHeaders(session.user) : {}),
     };
-    return forwardHttp(req, reply, upstreamUrl(target.route, target.rest), headers, agent, 'app');
+    return forwardHttp(req, reply, upstreamUrl(target.route, target.rest), headers, agent, 'app', PRIVATE_COOKIES);
   };
 
   const plugin: FastifyPluginAsync = async (app) => {

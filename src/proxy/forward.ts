@@ -72,14 +72,25 @@ export function endToEndHeaders(headers: IncomingHttpHeaders, dropCookie?: (cook
   return out;
 }
 
-export function responseHeaders(headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>): Record<string, string | string[]> {
+export function responseHeaders(headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>, privateCookies: string[] = []): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   const listed = new Set(String(headers.connection ?? '').toLowerCase().split(',').map((s) => s.trim()));
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name)) continue;
+    if (name === 'set-cookie' && privateCookies.length) {
+      const kept = [value].flat().filter((line) => !setsCookie(line, privateCookies));
+      if (kept.length) out[name] = kept;
+      continue;
+    }
     out[name] = value;
   }
   return out;
+}
+
+/** Whether a Set-Cookie line sets one of `names` (an app may not plant or clear the org's session: fixation). */
+export function setsCookie(line: string, names: string[]): boolean {
+  const eq = line.indexOf('=');
+  return eq !== -1 && names.includes(line.slice(0, eq).trim());
 }
 
 /** Lets a plugin stream request bodies instead of buffering them (Fastify's parsers are replaced in this context only). */
@@ -97,7 +108,7 @@ export function createAgent(): Agent {
 }
 
 /** Streams the request to `target` and the answer back; an unreachable upstream is 503 unavailable. */
-export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string): Promise<FastifyReply> {
+export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string, privateCookies: string[] = []): Promise<FastifyReply> {
   const abort = new AbortController();
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort();
@@ -113,6 +124,6 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
     throw new ApiError('unavailable', `the ${what} is not reachable right now`, undefined, { 'retry-after': '5' });
   }
   reply.code(res.statusCode);
-  for (const [name, value] of Object.entries(responseHeaders(res.headers))) reply.header(name, value);
+  for (const [name, value] of Object.entries(responseHeaders(res.headers, privateCookies))) reply.header(name, value);
   return reply.send(res.body);
 }
