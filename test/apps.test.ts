@@ -75,6 +75,23 @@ describe('forwarding', () => {
     assert.equal(root.json.url, '/base/');
   });
 
+  test('the repo segment is the same name percent-encoded or in capitals, as on /_db and /_account (SPEC 2)', async () => {
+    const client = new Client(p.url);
+    try {
+      for (const path of ['/%77eb/some/page', '/W%45B/some/page', '/%57eb/some/page']) {
+        const res = await client.request({ method: 'GET', path, headers: { host: `acme.localhost:${p.port}` } });
+        const body = await res.body.json() as { url: string };
+        assert.equal(res.statusCode, 200, path);
+        assert.equal(body.url, '/base/some/page', path);
+      }
+      const bad = await client.request({ method: 'GET', path: '/w%2Feb/x', headers: { host: `acme.localhost:${p.port}` } });
+      assert.equal(bad.statusCode, 400);
+      assert.equal((await bad.body.json() as { error: { code: string } }).error.code, 'invalid_name');
+    } finally {
+      await client.close();
+    }
+  });
+
   test('a crafted path can neither change the upstream host nor leave the app\'s base path', async () => {
     // Raw paths as an attacker's client sends them (a URL parser on this side would normalize them away).
     const client = new Client(p.url);

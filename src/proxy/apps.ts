@@ -33,6 +33,11 @@ const RESERVED = /^\/(_db|_account)(\/|$)/;
  */
 const PRIVATE_COOKIES = [SESSION_COOKIE.https, SESSION_COOKIE.http, LOGIN_COOKIE.https, LOGIN_COOKIE.http];
 
+/** The repo of a raw first path segment: escapes decoded first (`/%77eb/` is `/web/`), as the /_db and /_account routes do. */
+export function repoSegment(raw: string): string {
+  return checkRepo(raw.includes('%') ? safeDecode(raw) : raw);
+}
+
 export interface AppTarget { route: AppRoute; repo: string; rawRepo: string; rest: string }
 
 /** Splits `/{repo}{rest}?query` and finds the app for (org, repo); throws SPEC 3 errors otherwise. */
@@ -41,7 +46,7 @@ export function appTarget(org: string, url: string, apps: Map<string, AppRoute>)
   if (!m) throw new ApiError('not_found', 'no such route');
   const rawRepo = m[1]!;
   if (rawRepo === '') throw new ApiError('not_found', `this is the host of the organization ${org}: each repository is at /{repo}/, e.g. /web/`);
-  const repo = checkRepo(rawRepo);
+  const repo = repoSegment(rawRepo);
   const rest = m[2] || '/';
   if (RESERVED.test(rest)) throw new ApiError('not_found', `no route for ${url.split('?')[0]!.slice(0, 200)}`);
   const route = apps.get(`${org}/${repo}`);
@@ -87,7 +92,7 @@ export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsyn
 
   const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     if (isLandingRequest(req)) {
-      const repo = checkRepo(/^\/([^/?]+)/.exec(req.url)![1]!);
+      const repo = repoSegment(/^\/([^/?]+)/.exec(req.url)![1]!);
       if (!opts.apps.has(`${req.org}/${repo}`)) return sendLanding(req, reply, repo, await opts.resolveSession(req));
     }
     const target = appTarget(req.org, req.url, opts.apps);
