@@ -37,7 +37,7 @@ test('start says it in its banner and its log', async () => {
   }
 });
 
-test('SPEC 9.1: an APPS or DB_MIRRORS value with a misspelt field or an unreachable name stops the start, naming the variable', () => {
+test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT or HOST stops the start with exit 78, naming the variable', () => {
   const secret = 'whsec_' + Buffer.alloc(24, 7).toString('base64');
   const cases: [string, string, RegExp][] = [
     // A misspelt requireSession would otherwise leave the app open to anonymous visitors.
@@ -46,6 +46,10 @@ test('SPEC 9.1: an APPS or DB_MIRRORS value with a misspelt field or an unreacha
     ['APPS', JSON.stringify({ 'acme/.web': 'http://127.0.0.1:9' }), /APPS: key "acme\/.web" must be "org\/repo"/],
     ['APPS', JSON.stringify({ [`acme/${'a'.repeat(101)}`]: 'http://127.0.0.1:9' }), /APPS: key .* must be "org\/repo"/],
     ['DB_MIRRORS', JSON.stringify([{ name: 'm', url: 'http://127.0.0.1:9/h', secret, timeoutMs: 5 }]), /DB_MIRRORS: entry 0: unknown field "timeoutMs"/],
+    // Before: LOG_LEVEL crashed with exit 1 and pino's words, LOG_FORMAT=xml was ignored, HOST crashed at listen.
+    ['LOG_LEVEL', 'verbose', /LOG_LEVEL: must be one of silent, fatal, error, warn, info, debug, trace/],
+    ['LOG_FORMAT', 'xml', /LOG_FORMAT: must be one of json, pretty/],
+    ['HOST', '192.0.2.1', /HOST: "192.0.2.1" is not an address of this machine/],
   ];
   for (const [name, value, message] of cases) {
     const dir = tempDir();

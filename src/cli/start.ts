@@ -110,9 +110,13 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
   return { main, url, mirrorUrl };
 }
 
-/** A port already taken, named by the variable that sets it (one line instead of a stack trace). */
-function portInUse(e: unknown, config: Config): ConfigError | null {
-  const err = e as { code?: string; port?: number; address?: string };
+/** A port already taken, or a HOST this machine lacks, named by the variable that sets it (one line instead of a stack trace). */
+function listenFailure(e: unknown, config: Config): ConfigError | null {
+  const err = e as { code?: string; port?: number; address?: string; hostname?: string; syscall?: string };
+  // HOST names no address of this machine: that is the variable to fix, not a crash.
+  if (err?.syscall === 'getaddrinfo' || err?.code === 'EADDRNOTAVAIL') {
+    return new ConfigError(`HOST: ${JSON.stringify(config.host)} is not an address of this machine (${err.code}): use an address it has, e.g. 127.0.0.1 or 0.0.0.0`);
+  }
   if (err?.code !== 'EADDRINUSE' && err?.code !== 'EACCES') return null;
   const names = [['PORT', config.port], ['ADMIN_PORT', config.adminPort], ['MIRROR_PORT', config.mirror.port]] as const;
   const name = names.find(([, port]) => port === err.port)?.[0] ?? 'PORT';
@@ -132,13 +136,13 @@ export async function startCommand(part: Part): Promise<number> {
   process.umask(0o077);
   const config = loadConfig();
   ownerOnly(config.dataDir);
-  const logger = createLogger(config.logLevel, await logDestination(process.env.LOG_FORMAT));
+  const logger = createLogger(config.logLevel, await logDestination(config.logFormat ?? undefined));
   for (const warning of config.warnings) logger.warn(warning);
   let running: Running;
   try {
     running = await startParts(part, config, logger);
   } catch (e) {
-    throw portInUse(e, config) ?? e;
+    throw listenFailure(e, config) ?? e;
   }
   printBanner(running, config);
   let stopping = false;

@@ -77,6 +77,8 @@ export interface Config {
   /** Scale-out on etcd (docs/scaling.md); null without CLUSTER_ETCD: one node, as before. */
   cluster: ClusterConfig | null;
   logLevel: string;
+  /** LOG_FORMAT: `json`, `pretty`, or null to choose by whether stdout is a terminal. */
+  logFormat: 'json' | 'pretty' | null;
   /** Set variables that look like settings but are not (typos): said at start, never fatal. */
   warnings: string[];
 }
@@ -166,6 +168,14 @@ function parseEncryptionKeys(value: string): Buffer[] {
   const parts = value.split(',').map((p) => p.trim());
   if (parts.some((p) => !/^[0-9a-fA-F]{64}$/.test(p))) throw new Error('must be a comma-separated list of keys of exactly 64 hex digits');
   return parts.map((p) => Buffer.from(p, 'hex'));
+}
+
+const LOG_LEVELS = ['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
+
+function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[]): T | undefined {
+  const v = str(env, name);
+  if (v !== undefined && !(allowed as readonly string[]).includes(v)) fail(name, `must be one of ${allowed.join(', ')}, got ${JSON.stringify(v.slice(0, 20))}`);
+  return v as T | undefined;
 }
 
 function unknownKeys(name: string, what: string, o: Record<string, unknown>, known: string[]): void {
@@ -329,7 +339,8 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     apps: parseApps(str(env, 'APPS')),
     services: { dbUrl: url(env, 'DB_SERVICE_URL') ?? null, accountUrl: url(env, 'ACCOUNT_SERVICE_URL') ?? null },
     cluster,
-    logLevel: str(env, 'LOG_LEVEL') ?? 'info',
+    logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS) ?? 'info',
+    logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'pretty'] as const) ?? null,
   };
 }
 
