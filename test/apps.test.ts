@@ -153,7 +153,11 @@ describe('forwarding', () => {
   });
 
   test('identity headers other auth proxies use never reach the app (Remote-User, X-Auth-Request-*, X-WEBAUTH-*, …)', async () => {
-    const forged = { 'x-auth-user': 'root', 'X-Auth-Request-User': 'root', 'x-auth-request-email': 'root@example.com', 'Remote-User': 'root', remote_user: 'root', 'X-Remote-User': 'root', 'X-WEBAUTH-USER': 'admin', 'x-user': 'root', 'x-email': 'root@example.com', 'x-org': 'other', 'x-repo': 'other' };
+    const forged = { 'x-auth-user': 'root', 'X-Auth-Request-User': 'root', 'x-auth-request-email': 'root@example.com', 'Remote-User': 'root', remote_user: 'root', 'X-Remote-User': 'root', 'X-WEBAUTH-USER': 'admin', 'x-user': 'root', 'x-email': 'root@example.com', 'x-org': 'other', 'x-repo': 'other',
+      // Cloud front doors' identity headers (IAP, ALB, Azure, Cloudflare Access, Kong): an app moved from behind one trusts them.
+      'X-Goog-Authenticated-User-Email': 'accounts.google.com:root@example.com', 'X-Goog-IAP-JWT-Assertion': 'x', 'X-Amzn-Oidc-Identity': 'root',
+      'X-Amzn-Oidc-Data': 'x', 'X-MS-Client-Principal-Name': 'root', 'X-MS-Client-Principal': 'x', 'Cf-Access-Authenticated-User-Email': 'root@example.com',
+      'Cf-Access-Jwt-Assertion': 'x', 'X-Consumer-Username': 'root', 'X-Authenticated-Userid': 'root', X_Authenticated_User: 'root' };
     const r = await p.call('/web/', { headers: forged });
     assert.equal(r.status, 200);
     const reached = Object.keys(r.json.headers).filter((name) => Object.keys(forged).some((f) => f.toLowerCase().replaceAll('_', '-') === name.toLowerCase().replaceAll('_', '-')));

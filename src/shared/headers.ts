@@ -10,9 +10,12 @@ const folded = (name: string) => (name.includes('_') ? name.toLowerCase().replac
 
 /**
  * Identity headers other auth proxies set and apps are often told to trust (oauth2-proxy's `X-Auth-Request-*`,
- * Apache's and nginx's `Remote-User`, Grafana's `X-WEBAUTH-*`): an app behind scopebase must never get a client's.
+ * Apache's and nginx's `Remote-User`, Grafana's `X-WEBAUTH-*`; the cloud front doors an app may have moved from:
+ * Google IAP `X-Goog-Authenticated-User-*`/`X-Goog-IAP-JWT-Assertion`, AWS ALB `X-Amzn-OIDC-*`, Azure
+ * `X-MS-Client-Principal*`, Cloudflare Access `Cf-Access-*`, Kong `X-Consumer-*`/`X-Authenticated-*`):
+ * an app behind scopebase must never get a client's.
  */
-const FOREIGN_IDENTITY = /^(x-auth-user|x-auth-request-.*|(x-)?remote-user|x-webauth-.*|x-user|x-email|x-org|x-repo)$/;
+const FOREIGN_IDENTITY = /^(x-auth-user|x-auth-request-.*|(x-)?remote-user|x-webauth-.*|x-user|x-email|x-org|x-repo|x-goog-authenticated-user-.*|x-goog-iap-jwt-assertion|x-amzn-oidc-.*|x-ms-client-principal.*|cf-access-.*|x-consumer-.*|x-authenticated-.*)$/;
 
 /** Identity and internal headers: only the proxy sets them, whoever the client is. */
 export function isProxyOnly(name: string): boolean {
