@@ -35,6 +35,7 @@ before(async () => {
       res.setHeader('content-type', 'application/json');
       // `/plant-session`: an app trying to set the org's session cookie (fixation), besides its own.
       res.setHeader('set-cookie', req.url!.includes('plant-session') ? ['app=1; Path=/', ...PLANTED] : 'app=1; Path=/');
+      if (req.url!.includes('own-request-id')) res.setHeader('x-request-id', 'the-app-own-id');
       res.end(JSON.stringify(echo(req, body)));
     });
   });
@@ -123,6 +124,15 @@ describe('forwarding', () => {
     const r = await p.call('/web/plant-session');
     assert.equal(r.status, 200);
     assert.deepEqual([r.headers['set-cookie']].flat(), ['app=1; Path=/']);
+  });
+
+  test('SPEC 3: the caller\'s x-request-id is echoed even when the app sets its own, and the app is given the same id', async () => {
+    const echoed = await p.call('/web/own-request-id', { headers: { 'x-request-id': 'caller-id-1' } });
+    assert.equal(echoed.headers['x-request-id'], 'caller-id-1');
+    assert.equal(echoed.json.headers['x-request-id'], 'caller-id-1');
+    const fresh = await p.call('/web/own-request-id');
+    assert.match(String(fresh.headers['x-request-id']), /^[0-9a-f-]{36}$/);
+    assert.equal(fresh.json.headers['x-request-id'], fresh.headers['x-request-id'], 'the app logs under the id the caller sees');
   });
 
   test('request bodies stream through, any method', async () => {

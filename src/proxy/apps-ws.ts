@@ -87,7 +87,7 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
       ...endToEndHeaders(req.headers, (c) => withoutCookies(c, opts.privateCookies)),
       ...forwardedHeaders(req, trusted, `/${target.rawRepo}`),
       ...(session ? identityHeaders(session.user) : {}),
-      connection: 'Upgrade', upgrade: 'websocket',
+      connection: 'Upgrade', upgrade: 'websocket', 'x-request-id': requestId[1]!,
     };
     const upstream = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { method: 'GET', headers, timeout: 10_000 });
     upstream.on('timeout', () => upstream.destroy(new Error('upstream timeout')));

@@ -116,7 +116,8 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
   let res: Dispatcher.ResponseData;
   try {
     res = await request(target, {
-      method: req.method as Dispatcher.HttpMethod, headers, dispatcher, signal: abort.signal,
+      // The upstream logs under the proxy's request id, the one the caller gets back (SPEC 3: echoed if it sent one).
+      method: req.method as Dispatcher.HttpMethod, headers: { ...headers, 'x-request-id': req.id }, dispatcher, signal: abort.signal,
       body: hasBody(req.raw) ? req.raw : undefined,
     });
   } catch (err) {
@@ -124,6 +125,8 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
     throw new ApiError('unavailable', `the ${what} is not reachable right now`, undefined, { 'retry-after': '5' });
   }
   reply.code(res.statusCode);
-  for (const [name, value] of Object.entries(responseHeaders(res.headers, privateCookies))) reply.header(name, value);
+  for (const [name, value] of Object.entries(responseHeaders(res.headers, privateCookies))) {
+    if (name !== 'x-request-id') reply.header(name, value); // the proxy's stays: one id per answer, the caller's if it sent one
+  }
   return reply.send(res.body);
 }
