@@ -37,9 +37,9 @@ test('start says it in its banner and its log', async () => {
   }
 });
 
-test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT or HOST stops the start with exit 78, naming the variable', () => {
+test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADMIN_PORT stops the start with exit 78, naming the variable', () => {
   const secret = 'whsec_' + Buffer.alloc(24, 7).toString('base64');
-  const cases: [string, string, RegExp][] = [
+  const cases: [string, string, RegExp, Record<string, string>?][] = [
     // A misspelt requireSession would otherwise leave the app open to anonymous visitors.
     ['APPS', JSON.stringify({ 'acme/web': { url: 'http://127.0.0.1:9', requireSesion: true } }), /APPS: value of acme\/web: unknown field "requireSesion"/],
     ['APPS', JSON.stringify({ '-acme/web': 'http://127.0.0.1:9' }), /APPS: key "-acme\/web" must be "org\/repo"/],
@@ -50,11 +50,13 @@ test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT or HOST stop
     ['LOG_LEVEL', 'verbose', /LOG_LEVEL: must be one of silent, fatal, error, warn, info, debug, trace/],
     ['LOG_FORMAT', 'xml', /LOG_FORMAT: must be one of json, pretty/],
     ['HOST', '192.0.2.1', /HOST: "192.0.2.1" is not an address of this machine/],
+    // Before: "PORT: port 18931 … is already in use (another scopebase or server is running there)".
+    ['ADMIN_PORT', '18931', /ADMIN_PORT: must differ from PORT \(both are 18931\)/, { PORT: '18931' }],
   ];
-  for (const [name, value, message] of cases) {
+  for (const [name, value, message, more] of cases) {
     const dir = tempDir();
     try {
-      const r = spawnSync(process.execPath, ['src/cli/main.ts', 'start'], { env: { ...process.env, ...testEnv(dir, { [name]: value }) }, encoding: 'utf8', timeout: 20_000 });
+      const r = spawnSync(process.execPath, ['src/cli/main.ts', 'start'], { env: { ...process.env, ...testEnv(dir, { [name]: value, ...more }) }, encoding: 'utf8', timeout: 20_000 });
       assert.equal(r.status, 78, `${value}: ${r.stderr}`);
       assert.match(r.stderr, message);
     } finally {

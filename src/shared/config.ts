@@ -276,12 +276,16 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   const cluster = clusterConfig(env);
   const rateLimitPerRepo = int(env, 'DB_RATE_LIMIT_PER_REPO', 10_000, 0, 100_000_000);
   if (!isIP(host) && !/^[a-z0-9.-]+$/i.test(host)) fail('HOST', 'must be an IP address or a host name, e.g. 0.0.0.0 to listen on every interface');
+  const port = int(env, 'PORT', 8080, 0, 65535);
+  const adminPort = int(env, 'ADMIN_PORT', 9090, 0, 65535);
+  // Both are listened on by every part: the same number would fail at start as if another server held it.
+  if (port !== 0 && port === adminPort) fail('ADMIN_PORT', `must differ from PORT (both are ${port})`);
   return {
     production,
     generatedKeys, // filled by the keyList calls below
     host,
-    port: int(env, 'PORT', 8080, 0, 65535),
-    adminPort: int(env, 'ADMIN_PORT', 9090, 0, 65535),
+    port,
+    adminPort,
     baseDomain,
     dataDir,
     rootKeys: keyList(env, 'RUNTIME_ROOT_KEY', dataDir, production, 'runtime-root.key', parseRootKeys, generatedKeys),
