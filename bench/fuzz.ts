@@ -14,7 +14,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { rmSync } from 'node:fs';
 import fc from 'fast-check';
 import { request } from 'undici';
-import { agent, judge, send, type Failure, type Req } from './fuzz/judge.ts';
+import { agent, judge, send, shape, type Failure, type Req } from './fuzz/judge.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 import { startInstance, type Instance } from './scopebase/instance.ts';
 import { LANE_EVERY, prepareLanes } from './fuzz/lanes.ts';
@@ -173,7 +173,7 @@ async function main(): Promise<void> {
           const why = judge(r, res);
           if (why) failures.push({ req: `${what} ${typeof r.body === 'string' ? r.body.slice(0, 200) : ''}`, status: res.status, why });
         } catch (e) {
-          failures.push({ req: what, status: 0, why: `no answer: ${(e as Error).message}` });
+          failures.push({ req: `${what} ${shape(r)}`, status: 0, why: `no answer: ${(e as Error).message}` });
         }
         if (++done % 10_000 === 0) log(`${done} requests, ${((performance.now() - t0) / 1000).toFixed(0)} s, ${failures.length} failures`);
       }

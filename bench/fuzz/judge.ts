@@ -52,3 +52,6 @@ export function errorCode(res: Reply): string | undefined {
 }
 
 export const describe = (r: Req) => `${r.method} (${r.base}) ${r.path.slice(0, 120)}`;
+
+/** The shape of a request, for a failure without an answer: header names and sizes, body size. */
+export const shape = (r: Req) => `headers ${Object.entries(r.headers).map(([k, v]) => `${k}:${v.length}`).join(' ')}; body ${r.body === undefined ? 'none' : Buffer.byteLength(r.body)}`;

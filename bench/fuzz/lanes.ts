@@ -14,7 +14,7 @@ import { freePort } from '../lib/proc.ts';
 import { sendJson } from '../lib/http.ts';
 import { compareReplicas, drain, type SoakDb } from '../soak/converge.ts';
 import type { Instance } from '../scopebase/instance.ts';
-import { agent, describe, errorCode, judge, send, type Failure, type Reply } from './judge.ts';
+import { agent, describe, errorCode, judge, send, shape, type Failure, type Reply } from './judge.ts';
 import { appRequest, appsEnv, judgeApp, startUpstream, type AppReq } from './apps.ts';
 import { concrete, judgeMirror, mirrorRequest, startRecorder } from './mirror.ts';
 
@@ -66,7 +66,7 @@ export async function prepareLanes(seed: number, hang: boolean) {
           const why = judge(r, reply) ?? judgeMirror(r, reply);
           return why ? { req: `${describe(r)} [${r.change}] ${String(r.body ?? '').slice(0, 160)}`, status: reply.status, why } : null;
         } catch (e) {
-          return { req: `${describe(r)} [${r.change}]`, status: 0, why: `no answer: ${(e as Error).message}` };
+          return { req: `${describe(r)} [${r.change}] ${shape(r)}`, status: 0, why: `no answer: ${(e as Error).message}` };
         }
       },
     };
@@ -83,7 +83,7 @@ export async function prepareLanes(seed: number, hang: boolean) {
           error = (e as Error).message;
         }
         const why = judgeApp(r, reply, error, session.userId, token);
-        return why ? { req: `${describe(r)} session=${r.session} spoofed=${r.spoofed.join(',')}`, status: reply?.status ?? 0, why } : null;
+        return why ? { req: `${describe(r)} session=${r.session} spoofed=${r.spoofed.join(',')}${reply ? '' : ` ${shape(r)}`}`, status: reply?.status ?? 0, why } : null;
       },
     };
     // Started at once, checked at the end: an app that never answers (the proxy's upstream timeout, 60 s: not in --short).
