@@ -14,7 +14,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { rmSync } from 'node:fs';
 import fc from 'fast-check';
 import { request } from 'undici';
-import { agent, judge, send, shape, type Failure, type Req } from './fuzz/judge.ts';
+import { again, agent, judge, send, shape, type Failure, type Req } from './fuzz/judge.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 import { startInstance, type Instance } from './scopebase/instance.ts';
 import { LANE_EVERY, prepareLanes } from './fuzz/lanes.ts';
@@ -143,6 +143,7 @@ async function main(): Promise<void> {
     log(`seed ${SEED}, ${TOTAL} requests, ${CONCURRENCY} at a time, and a model lane`);
 
     const arb = arbitraryRequest(inst, `acme.localhost:${adminPort}`);
+    const bases = { proxy: inst.proxyUrl, admin: adminUrl };
     let next = 0;
     let done = 0;
     let modelWrites = 0;
@@ -168,12 +169,12 @@ async function main(): Promise<void> {
         const r = take(i);
         const what = `${r.method} ${r.base === 'admin' ? '(admin) ' : ''}${r.path.slice(0, 120)}`;
         try {
-          const res = await send({ proxy: inst.proxyUrl, admin: adminUrl }, r);
+          const res = await send(bases, r);
           statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
           const why = judge(r, res);
           if (why) failures.push({ req: `${what} ${typeof r.body === 'string' ? r.body.slice(0, 200) : ''}`, status: res.status, why });
         } catch (e) {
-          failures.push({ req: `${what} ${shape(r)}`, status: 0, why: `no answer: ${(e as Error).message}` });
+          failures.push({ req: `${what} ${shape(r)}`, status: 0, why: `no answer: ${(e as Error).message}${await again(bases, r)}` });
         }
         if (++done % 10_000 === 0) log(`${done} requests, ${((performance.now() - t0) / 1000).toFixed(0)} s, ${failures.length} failures`);
       }

@@ -72,7 +72,7 @@ export function judgeApp(r: AppReq, reply: Reply | null, error: string | null, u
     if (bad) return bad;
     // Only plain paths: others may be refused first (a malformed path), climb to another repo, or be reserved.
     const plain = /^(\/?|\/(x|slow\/a|reset|status\/\d+|big|a\/b\?c=d))$/.test(r.rest);
-    if (plain && (r.app === 'down' || (r.rest === '/reset' && (r.app === 'app' || (r.app === 'private' && r.session))))) {
+    if (plain && (r.app === 'down' || (r.rest === '/reset' && (r.app === 'app' || (r.app === 'private' && r.session)))) && (reply.status < 400 || reply.status >= 500)) {
       const unavailable = errorCode(reply) === 'unavailable' || reply.type.startsWith('text/html') || r.method === 'HEAD';
       return reply.status === 503 && unavailable ? null : `an app down or resetting answered ${reply.status} ${reply.text.slice(0, 160)}, not 503 unavailable`;
     }

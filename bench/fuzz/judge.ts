@@ -55,3 +55,14 @@ export const describe = (r: Req) => `${r.method} (${r.base}) ${r.path.slice(0, 1
 
 /** The shape of a request, for a failure without an answer: header names and sizes, body size. */
 export const shape = (r: Req) => `headers ${Object.entries(r.headers).map(([k, v]) => `${k}:${v.length}`).join(' ')}; body ${r.body === undefined ? 'none' : Buffer.byteLength(r.body)}`;
+
+/** After a request got no answer: the same request once more, to tell a request that hangs from a connection that did. */
+export async function again(bases: Record<string, string>, r: Req): Promise<string> {
+  const t0 = performance.now();
+  try {
+    const res = await send(bases, r);
+    return `; sent again: ${res.status} in ${(performance.now() - t0).toFixed(0)} ms`;
+  } catch (e) {
+    return `; sent again: no answer either (${(e as Error).message})`;
+  }
+}

@@ -14,7 +14,7 @@ import { freePort } from '../lib/proc.ts';
 import { sendJson } from '../lib/http.ts';
 import { compareReplicas, drain, type SoakDb } from '../soak/converge.ts';
 import type { Instance } from '../scopebase/instance.ts';
-import { agent, describe, errorCode, judge, send, shape, type Failure, type Reply } from './judge.ts';
+import { again, agent, describe, errorCode, judge, send, shape, type Failure, type Reply } from './judge.ts';
 import { appRequest, appsEnv, judgeApp, startUpstream, type AppReq } from './apps.ts';
 import { concrete, judgeMirror, mirrorRequest, startRecorder } from './mirror.ts';
 
@@ -66,7 +66,7 @@ export async function prepareLanes(seed: number, hang: boolean) {
           const why = judge(r, reply) ?? judgeMirror(r, reply);
           return why ? { req: `${describe(r)} [${r.change}] ${String(r.body ?? '').slice(0, 160)}`, status: reply.status, why } : null;
         } catch (e) {
-          return { req: `${describe(r)} [${r.change}] ${shape(r)}`, status: 0, why: `no answer: ${(e as Error).message}` };
+          return { req: `${describe(r)} [${r.change}] ${shape(r)}`, status: 0, why: `no answer: ${(e as Error).message}${await again(bases, r)}` };
         }
       },
     };
@@ -83,6 +83,7 @@ export async function prepareLanes(seed: number, hang: boolean) {
           error = (e as Error).message;
         }
         const why = judgeApp(r, reply, error, session.userId, token);
+        if (why && !reply) return { req: `${describe(r)} session=${r.session} spoofed=${r.spoofed.join(',')} ${shape(r)}`, status: 0, why: `${why}${await again(bases, r)}` };
         return why ? { req: `${describe(r)} session=${r.session} spoofed=${r.spoofed.join(',')}${reply ? '' : ` ${shape(r)}`}`, status: reply?.status ?? 0, why } : null;
       },
     };

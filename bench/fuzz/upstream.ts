@@ -35,7 +35,7 @@ if (process.send) {
           res.write('{"partial":');
           setTimeout(() => req.socket.destroy(), 20);
           return;
-        case 'slow': setTimeout(() => res.writeHead(200, head(200)).end(echo()), 300 + Math.floor(Math.random() * 700)); return;
+        case 'slow': setTimeout(() => res.writeHead(200, head(200)).end(echo()), 50 + Math.floor(Math.random() * 250)); return;
         case 'big': res.writeHead(200, head(200)).end(JSON.stringify({ big: 'b'.repeat(2 * 1024 * 1024) })); return;
         case 'status': {
           const status = Number(seg[2] ?? 200);
