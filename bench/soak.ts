@@ -27,6 +27,7 @@ import { signInUser } from '../test/helpers/session.ts';
 import { svgLines } from './soak/plot.ts';
 import { checkReceiver, compareReplicas, drain } from './soak/converge.ts';
 import type { ReceiverReport } from './soak/receiver.ts';
+import { signInOnce, startIdp } from './soak/signin.ts';
 
 const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, orgs: { type: 'string' }, dbs: { type: 'string' }, 'runaway-every': { type: 'string' }, 'clock-jump': { type: 'boolean', default: false } } });
 const RUNAWAY_EVERY_S = Number(args['runaway-every'] ?? 8);
@@ -42,6 +43,7 @@ const mirrorSecret = `whsec_${randomBytes(32).toString('base64')}`;
 const receiverSecret = `whsec_${randomBytes(32).toString('base64')}`;
 const receiver = fork(fileURLToPath(new URL('./soak/receiver.ts', import.meta.url)), { env: { ...process.env, RECEIVER_SECRET: receiverSecret } });
 const receiverPort = await new Promise<number>((r) => receiver.once('message', (m: { port: number }) => r(m.port)));
+const idp = await startIdp(); // an OIDC issuer in its own process, for the sign-in op
 const upstream = createServer((req, res) => { req.resume(); res.end('app'); });
 await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
 const env = testEnv(dataDir, {
@@ -50,6 +52,7 @@ const env = testEnv(dataDir, {
     { name: 'reference', url: `http://127.0.0.1:${mirrorPort}/hook`, secret: mirrorSecret },
     { name: 'receiver', url: `http://127.0.0.1:${receiverPort}/events`, secret: receiverSecret },
   ]),
+  ...idp.env,
   APPS: JSON.stringify({ 'org0/app': `http://127.0.0.1:${(upstream.address() as { port: number }).port}` }),
   ...(args['clock-jump'] ? { CLOCK_SHIFT_FILE: join(dataDir, 'clock-shift'), NODE_OPTIONS: `--import=${fileURLToPath(new URL('../test/helpers/clock-shift.ts', import.meta.url))}` } : {}),
 });
@@ -59,7 +62,7 @@ const orgs = Array.from({ length: ORGS }, (_, i) => `org${i}`);
 const cookies = new Map<string, string>();
 for (const o of orgs) cookies.set(o, (await signInUser({ dataDir, config }, o, 'soaker')).cookie);
 const product = await spawnProduct(env);
-process.on('exit', () => { try { product.killAll(); } catch { /* already gone */ } receiver.kill(); }); // also when the script throws
+process.on('exit', () => { try { product.killAll(); } catch { /* already gone */ } receiver.kill(); idp.stop(); }); // also when the script throws
 const rootKey = Buffer.from(ROOT_KEY, 'hex');
 const agent = new Agent({ connections: 64, keepAliveTimeout: 10_000 });
 const dbs = Array.from({ length: DBS }, (_, i) => ({ org: orgs[i % ORGS]!, repo: `r${Math.floor(i / ORGS) % 10}`, database: `d${i}` }));
@@ -119,6 +122,7 @@ const ops: [string, number, () => Promise<number>][] = [
   ['credential write', 4, async () => { const o = pick(orgs); return (await call(o, 'PUT', `/r0/_account/credentials/soak/c${Math.floor(Math.random() * 5)}`, { value: { token: String(nextId) } }, { cookie: cookies.get(o)! })).status; }],
   ['credential read', 6, async () => { const o = pick(orgs); return (await call(o, 'GET', '/r0/_account/credentials', undefined, { cookie: cookies.get(o)! })).status; }],
   ['app', 8, async () => (await call('org0', 'GET', `/app/page${nextId % 10}`)).status],
+  ['sign-in', 2, () => { const o = pick(orgs); return signInOnce({ proxyUrl: product.url, host: `${o}.${config.baseDomain}:${port}`, org: o, dispatcher: agent, fail: (why) => bad.push(why) }); }],
 ];
 const weighted = ops.flatMap((o) => Array.from({ length: o[1] }, () => o));
 

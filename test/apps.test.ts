@@ -196,6 +196,25 @@ describe('forwarding', () => {
       await q.close();
     }
   });
+
+  // Found by the fuzz's apps lane: the 503 left a large body partly read, and the connection stuck on it.
+  test('after a 503 for an unreachable upstream with a large body, the same connection serves the next request', async () => {
+    const q = await startAccounts({ APPS: JSON.stringify({ 'acme/web': 'http://127.0.0.1:1' }) });
+    const client = new Client(q.url, { headersTimeout: 5_000, bodyTimeout: 5_000 }); // one connection, kept alive
+    try {
+      for (let i = 0; i < 3; i++) {
+        const r = await client.request({ path: '/web/upload', method: 'POST', headers: { host: 'acme.localhost' }, body: Buffer.alloc(1_500_000, 0x61) });
+        assert.equal(r.statusCode, 503);
+        await r.body.dump();
+        const next = await client.request({ path: '/web/', method: 'GET', headers: { host: 'acme.localhost' } });
+        assert.equal(next.statusCode, 503);
+        await next.body.dump();
+      }
+    } finally {
+      await client.close();
+      await q.close();
+    }
+  });
 });
 
 describe('sessions and apps', () => {

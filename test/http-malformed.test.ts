@@ -3,6 +3,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
+import { request } from 'undici';
 import { startProduct, type Product } from './helpers/product.ts';
 import { newSecret } from './helpers/mirror.ts';
 
@@ -67,3 +68,14 @@ for (const listener of ['the proxy', 'the reference mirror', 'the admin port'] a
     }
   });
 }
+
+// Found by the fuzz's apps lane: a HEAD whose headers are over the limit got the JSON body as well, which a client
+// (undici: "Data after `Connection: close`") could not parse.
+test('HEAD with headers over the limit: 431 without a body, readable by a real client', async () => {
+  const r = await raw(p.url, `HEAD /web/ HTTP/1.1\r\n${host}X-Big: ${'a'.repeat(20 * 1024)}\r\n\r\n`);
+  assert.equal(r.status, 431);
+  assert.equal(r.body, '');
+  const res = await request(`${p.url}/app/`, { method: 'HEAD', headers: { host: 'acme.localhost', 'x-big': 'a'.repeat(40_000) } });
+  assert.equal(res.statusCode, 431);
+  assert.equal(await res.body.text(), '');
+});

@@ -6,7 +6,7 @@ const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 
 export interface HttpResponse { status: number; headers: Record<string, string | string[] | undefined>; body: string }
 
-export function http(url: string, opts: { method?: string; headers?: Record<string, string>; body?: string; timeoutMs?: number } = {}): Promise<HttpResponse> {
+export function http(url: string, opts: { method?: string; headers?: Record<string, string>; body?: string | Buffer; timeoutMs?: number } = {}): Promise<HttpResponse> {
   return new Promise((resolve, reject) => {
     const req = request(url, { method: opts.method ?? 'GET', headers: opts.headers, agent, timeout: opts.timeoutMs ?? 60_000 }, (res) => {
       const chunks: Buffer[] = [];

@@ -1,6 +1,7 @@
 // Streaming HTTP forwarding with undici, and SPEC 8's x-forwarded-* rules (kept and extended only from TRUSTED_PROXIES).
 import { BlockList, isIP } from 'node:net';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError } from '../shared/errors.ts';
@@ -113,14 +114,22 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort();
   });
+  // undici destroys the body stream it is given when the upstream fails. Given req.raw itself, that left the rest
+  // of the body unread and the socket stopped: the connection hung, and the client's next request on it was never
+  // answered. So it gets a pipe, and on failure the rest of the body is read and dropped (as Node does with a body
+  // nobody read) before the 503 goes out on a connection that still works.
+  const body = hasBody(req.raw) ? req.raw.pipe(new PassThrough()) : undefined;
   let res: Dispatcher.ResponseData;
   try {
     res = await request(target, {
       // The upstream logs under the proxy's request id, the one the caller gets back (SPEC 3: echoed if it sent one).
-      method: req.method as Dispatcher.HttpMethod, headers: { ...headers, 'x-request-id': req.id }, dispatcher, signal: abort.signal,
-      body: hasBody(req.raw) ? req.raw : undefined,
+      method: req.method as Dispatcher.HttpMethod, headers: { ...headers, 'x-request-id': req.id }, dispatcher, signal: abort.signal, body,
     });
   } catch (err) {
+    if (body && !req.raw.readableEnded) {
+      req.raw.unpipe(body);
+      req.raw.resume();
+    }
     req.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code }, upstream: target.origin }, `${what} unreachable`);
     throw new ApiError('unavailable', `the ${what} is not reachable right now`, undefined, { 'retry-after': '5' });
   }

@@ -45,7 +45,7 @@ export function limitSlowClients(server: Server): void {
 const answered = new WeakSet<Duplex>();
 
 /** Answers what the parser rejects in SPEC 3's shape (Fastify's `clientErrorHandler`: the one handler of the event). */
-export function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
+export function answerClientError(err: Error & { code?: string; rawPacket?: unknown }, socket: Duplex): void {
   if (answered.has(socket)) return; // the rest of a request already answered: still being read and dropped
   // A reset or a half-written response: nobody is left to read an answer.
   if (err.code === 'ECONNRESET' || !socket.writable || (socket as Duplex & { _httpMessage?: unknown })._httpMessage) {
@@ -55,7 +55,11 @@ export function answerClientError(err: Error & { code?: string }, socket: Duplex
   answered.add(socket);
   const r = refusal(err.code);
   const body = JSON.stringify({ error: { code: r.code, message: r.message } });
-  socket.end(`HTTP/1.1 ${r.status} ${STATUS_CODES[r.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${body}`);
+  // A reply to HEAD has no body (RFC 9110 9.3.2): a client reads none, and the bytes would break its parser. The
+  // method is read from the bytes that failed, which hold the request line when the request came in one piece (as
+  // an oversized header from a client on loopback or behind a proxy does).
+  const head = Buffer.isBuffer(err.rawPacket) && err.rawPacket.toString('latin1', 0, 5) === 'HEAD ';
+  socket.end(`HTTP/1.1 ${r.status} ${STATUS_CODES[r.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${head ? '' : body}`);
   // What the client is still sending is read and dropped: closing with it unread would reset the connection,
   // and the client would lose the answer. A client that never stops is cut after a second.
   socket.resume();
