@@ -1,5 +1,5 @@
 // The order in which one repo's waiting reads are served (src/db/executor/tenant.ts): oldest first while the queue
-// is prompt, newest first while the repo sheds or once the oldest has waited past DB_QUEUE_TARGET_MS (adaptive
+// is prompt, newest first while the repo is overloaded or once the oldest has waited past DB_QUEUE_TARGET_MS (adaptive
 // LIFO; the scheduler decides which, see Scheduler.lifoBefore), so that under overload the reads that are served
 // are served promptly and the stale ones are the ones refused.
 import { test } from 'node:test';
@@ -33,7 +33,7 @@ test('once the oldest read has waited past the target, the newest goes first; th
   assert.equal(t.queued, 0);
 });
 
-test('while the repo sheds (the scheduler passes Infinity), reads go newest first whatever their age', () => {
+test('while the repo is overloaded (the scheduler passes Infinity), reads go newest first whatever their age', () => {
   const t = new Tenant('acme/web');
   for (const at of [100, 110, 120]) t.push(job(t, at), false);
   assert.deepEqual([1, 2, 3].map(() => t.take(t.peekRead(Infinity)!).enqueuedAt), [120, 110, 100]);

@@ -103,7 +103,6 @@ export class Scheduler {
       if (this.closing) return reject(new LostError('unstarted'));
       const t = this.tenant(tenantKey);
       if (t.queued >= this.opts.maxQueuedPerTenant || this.queued >= this.opts.maxQueued) {
-        t.lastShedAt = performance.now();
         const which = t.queued >= this.opts.maxQueuedPerTenant ? `${this.opts.maxQueuedPerTenant} requests of this repo` : `${this.opts.maxQueued} requests`;
         return reject(new QueueError('full', `the database service is overloaded: ${which} already wait for an executor; nothing of this request ran, retry after a second`));
       }
@@ -159,7 +158,6 @@ export class Scheduler {
         this.queued--;
         if (job.settled || job.started) continue; // a hedged copy: the job still runs where it was sent first
         job.settled = true;
-        t.lastShedAt = now;
         job.reject(waitedTooLong(now - job.enqueuedAt));
       }
     }
@@ -219,14 +217,16 @@ export class Scheduler {
   }
 
   /**
-   * Reads enqueued before this go newest first (see tenant.ts): all of them while the repo sheds (a refusal within
-   * STANDING_AFTER_MS: it is overloaded, and its oldest reads would be refused anyway), else once the oldest has
-   * waited the target (the onset of an overload, before anything is refused). A queue that waits less than the
-   * target, as a pool of clients slightly past the executors makes, stays first come, first served.
+   * Reads enqueued before this go newest first (see tenant.ts): all of them while served in order the newest would
+   * wait past the target (its queue's length × its reads' service time ÷ the processes it may use): it is
+   * overloaded, and its oldest reads would be refused anyway; else once the oldest has waited the target (a burst).
+   * A pool of clients a little past the executors waits less than the target and stays first come, first served:
+   * newest first would starve its oldest into refusals that first come, first served does not make.
    */
   private lifoBefore(t: Tenant): number {
     const now = performance.now();
-    return now - t.lastShedAt < STANDING_AFTER_MS ? Infinity : now - this.opts.queueTargetMs;
+    const lanes = Math.max(1, Math.min(this.opts.perTenant, this.opts.processes));
+    return (t.readsQueued * t.readServiceMs) / lanes > this.opts.queueTargetMs ? Infinity : now - this.opts.queueTargetMs;
   }
 
   private dispatch(p: ExecutorProcess, job: Job): boolean {
@@ -237,12 +237,12 @@ export class Scheduler {
       const now = performance.now();
       if (now - job.enqueuedAt > maxWait(job.tenant.lastEmptyAt, now, this.opts.queueTimeoutMs, this.opts.queueTargetMs)) {
         job.settled = true;
-        job.tenant.lastShedAt = now;
         job.reject(waitedTooLong(now - job.enqueuedAt));
         return true;
       }
     }
     job.started = true;
+    const sentAt = performance.now();
     job.sentTo = p;
     job.copies = (job.copies ?? 0) + 1;
     const t = job.tenant;
@@ -250,6 +250,7 @@ export class Scheduler {
     p.send(job.header, job.body, job.budgetMs, job).then((frame) => {
       job.copies!--;
       done();
+      if (!job.write) t.readServiceMs += (performance.now() - sentAt - t.readServiceMs) / 16;
       if (job.settled) return;
       job.settled = true;
       job.resolve(frame);

@@ -1,7 +1,7 @@
 // One tenant's (repo's) share of the scheduler: its waiting reads and writes, oldest first, and the processes
 // its started jobs occupy. Reads are served oldest first, but newest first while the repo is overloaded (adaptive
-// LIFO, "Fail at Scale", Facebook 2015): the reads served are then served promptly, and the old ones, which would be
-// served late or not at all, are the ones refused.
+// LIFO, "Fail at Scale", Facebook 2015; the scheduler judges when, see Scheduler.lifoBefore): the reads served are
+// then served promptly, and the old ones, which would be served late or not at all, are the ones refused.
 import type { Frame } from './protocol.ts';
 import type { ExecutorProcess } from './process.ts';
 
@@ -86,8 +86,8 @@ export class Tenant {
   inRing = false;
   /** When its queue was last empty: a queue not empty for a while is standing (see Scheduler.maxWait). */
   lastEmptyAt = performance.now();
-  /** When one of its requests was last refused for overload (waited too long, or the queue was full). */
-  lastShedAt = -Infinity;
+  /** How long its reads take once sent to a process (ms, a moving average): with the queue's length, the wait ahead. */
+  readServiceMs = 0;
 
   constructor(key: string) {
     this.key = key;
@@ -95,6 +95,10 @@ export class Tenant {
 
   get queued(): number {
     return this.reads.length + this.writes.length;
+  }
+
+  get readsQueued(): number {
+    return this.reads.length;
   }
 
   push(job: Job, front: boolean): void {
