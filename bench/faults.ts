@@ -11,7 +11,7 @@
 //     restart while the clock is still 2 h behind: writes keep being acknowledged, nothing is refused for it.
 // After every restart, every acknowledged write must be there, and every batch whole. Exit 1 otherwise.
 //   --cycles N   kill/restart cycles (default 20; --short: 3)    --stop-seconds S   SIGSTOP, hang and jump phases (10; --short: 3)
-import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,6 +23,7 @@ import { processTree } from './lib/proc.ts';
 import { ORG, REPO, startInstance, type Instance } from './scopebase/instance.ts';
 import { startFaultMirror } from './faults/mirror.ts';
 import { diskFullUnderLoad } from './faults/disk-full.ts';
+import { damage, DAMAGED_MESSAGE } from './faults/damage.ts';
 
 const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, cycles: { type: 'string' }, 'stop-seconds': { type: 'string' } } });
 const CYCLES = Number(args.cycles ?? (args.short ? 3 : 20));
@@ -92,19 +93,11 @@ const signal = (pid: number, sig: NodeJS.Signals) => {
   }
 };
 
-/** Its first page overwritten, its WAL gone: SQLite no longer recognises the file. */
-function damage(file: string): void {
-  const fd = openSync(file, 'r+');
-  writeSync(fd, Buffer.alloc(100, 'garbage '), 0, 100, 0);
-  closeSync(fd);
-  rmSync(`${file}-wal`, { force: true });
-}
-
 /** The damaged database answers 500 naming the damage (no path), on a read and a write; the log names the file. */
 async function checkDamaged(inst: Instance, restart: number, first: boolean): Promise<void> {
   for (const [op, body] of [['query', { sql: 'SELECT * FROM t' }], ['execute', { sql: 'INSERT INTO t VALUES (2)' }]] as const) {
     const r = await db(inst, op, { database: DAMAGED, ...body });
-    if (r.status !== 500 || r.json?.error?.code !== 'internal' || !/the database file is damaged \(SQLITE_NOTADB/.test(r.json?.error?.message) || JSON.stringify(r.json).includes(inst.dataDir)) {
+    if (r.status !== 500 || r.json?.error?.code !== 'internal' || !DAMAGED_MESSAGE.test(r.json?.error?.message) || JSON.stringify(r.json).includes(inst.dataDir)) {
       failures.push(`the damaged database's ${op} answered ${r.status} ${JSON.stringify(r.json).slice(0, 200)}`);
     }
   }

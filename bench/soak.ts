@@ -9,6 +9,9 @@
 //   --runaway-every S   one runaway statement (past DB_QUERY_TIMEOUT_MS) started every S seconds (8; 0: none)
 //   --clock-jump        the product's wall clock (test/helpers/clock-shift.ts) jumps 2 h ahead at a third of the run
 //                       and back at two thirds; the receiver, on the real clock, refuses deliveries meanwhile
+//   --faults            the faults of bench/soak/faults.ts during the traffic (with --clock-jump): kill -9 of the
+//                       product and of an executor (--cycles N each: 20; --short 3), SIGSTOP of an executor and a full
+//                       disk (--stop-seconds S: 10; --short 3), a damaged database file, a mirror that never answers
 import { parseArgs } from 'node:util';
 import { createServer } from 'node:http';
 import { fork } from 'node:child_process';
@@ -28,8 +31,13 @@ import { svgLines } from './soak/plot.ts';
 import { checkReceiver, compareReplicas, drain } from './soak/converge.ts';
 import type { ReceiverReport } from './soak/receiver.ts';
 import { signInOnce, startIdp } from './soak/signin.ts';
+import { FaultWindows, runFaults } from './soak/faults.ts';
+import { startFaultMirror } from './faults/mirror.ts';
+import { canMount, mountTmpfs } from './faults/tmpfs.ts';
 
-const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, orgs: { type: 'string' }, dbs: { type: 'string' }, 'runaway-every': { type: 'string' }, 'clock-jump': { type: 'boolean', default: false } } });
+const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, orgs: { type: 'string' }, dbs: { type: 'string' }, 'runaway-every': { type: 'string' }, 'clock-jump': { type: 'boolean', default: false }, faults: { type: 'boolean', default: false }, cycles: { type: 'string' }, 'stop-seconds': { type: 'string' } } });
+const FAULTS = args.faults;
+if (FAULTS) args['clock-jump'] = true;
 const RUNAWAY_EVERY_S = Number(args['runaway-every'] ?? 8);
 const SECONDS = Number(args.seconds ?? (args.short ? 60 : 600));
 const ORGS = Number(args.orgs ?? (args.short ? 8 : 50));
@@ -37,7 +45,11 @@ const DBS = Number(args.dbs ?? (args.short ? 40 : 500));
 const WINDOW_S = Math.max(5, Math.round(SECONDS / 30));
 const log = (s: string) => process.stderr.write(`[soak] ${s}\n`);
 
-const dataDir = tempDir('scopebase-soak-');
+// With --faults, DATA_DIR is a real tmpfs of its own (root only), so that a ballast file can fill it.
+const tmpfs = FAULTS && canMount() ? mountTmpfs('scopebase-soak-', args.short ? 1024 : 4096) : null;
+const dataDir = tmpfs?.dir ?? tempDir('scopebase-soak-');
+const hangMirror = FAULTS ? await startFaultMirror() : null;
+const windows = new FaultWindows();
 const [port, mirrorPort] = [await freePort(), await freePort()];
 const mirrorSecret = `whsec_${randomBytes(32).toString('base64')}`;
 const receiverSecret = `whsec_${randomBytes(32).toString('base64')}`;
@@ -51,7 +63,10 @@ const env = testEnv(dataDir, {
   DB_MIRRORS: JSON.stringify([
     { name: 'reference', url: `http://127.0.0.1:${mirrorPort}/hook`, secret: mirrorSecret },
     { name: 'receiver', url: `http://127.0.0.1:${receiverPort}/events`, secret: receiverSecret },
+    ...(hangMirror ? [{ name: 'hang', url: hangMirror.url, secret: `whsec_${randomBytes(32).toString('base64')}` }] : []),
   ]),
+  // Errors are logged (the damaged file must be named); a shorter backoff cap so the hanging mirror catches up.
+  ...(FAULTS ? { LOG_LEVEL: 'error', DB_MIRROR_MAX_BACKOFF_MS: '5000' } : {}),
   ...idp.env,
   APPS: JSON.stringify({ 'org0/app': `http://127.0.0.1:${(upstream.address() as { port: number }).port}` }),
   ...(args['clock-jump'] ? { CLOCK_SHIFT_FILE: join(dataDir, 'clock-shift'), NODE_OPTIONS: `--import=${fileURLToPath(new URL('../test/helpers/clock-shift.ts', import.meta.url))}` } : {}),
@@ -61,8 +76,8 @@ const config = loadConfig(env);
 const orgs = Array.from({ length: ORGS }, (_, i) => `org${i}`);
 const cookies = new Map<string, string>();
 for (const o of orgs) cookies.set(o, (await signInUser({ dataDir, config }, o, 'soaker')).cookie);
-const product = await spawnProduct(env);
-process.on('exit', () => { try { product.killAll(); } catch { /* already gone */ } receiver.kill(); idp.stop(); }); // also when the script throws
+let product = await spawnProduct(env);
+process.on('exit', () => { try { product.killAll(); } catch { /* already gone */ } receiver.kill(); idp.stop(); tmpfs?.unmount(); }); // also when the script throws
 const rootKey = Buffer.from(ROOT_KEY, 'hex');
 const agent = new Agent({ connections: 64, keepAliveTimeout: 10_000 });
 const dbs = Array.from({ length: DBS }, (_, i) => ({ org: orgs[i % ORGS]!, repo: `r${Math.floor(i / ORGS) % 10}`, database: `d${i}` }));
@@ -83,6 +98,9 @@ for (const d of dbs) {
 // The runaway repo: its own database, where a statement that never ends on its own starts every RUNAWAY_EVERY_S.
 const runawayDb: Db = { org: orgs[0]!, repo: 'runaway', database: 'main' };
 if ((await dbCall(runawayDb, 'migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE t(x)' }] })).status !== 200) throw new Error('migrate the runaway repo');
+// With --faults: a database outside the traffic, whose file is damaged while the product is down.
+const damagedDb: Db = { org: orgs[0]!, repo: 'r0', database: 'damaged' };
+if (FAULTS && (await dbCall(damagedDb, 'execute', { statements: [{ sql: 'CREATE TABLE t(x)' }, { sql: 'INSERT INTO t VALUES (1)' }] })).status !== 200) throw new Error('create the database to damage');
 log(`${DBS} databases in ${ORGS} orgs migrated; ${SECONDS} s of mixed traffic, ${WINDOW_S} s windows; a runaway every ${RUNAWAY_EVERY_S} s`);
 
 const acked = new Map<Db, Set<number>>(dbs.map((d) => [d, new Set()]));
@@ -122,7 +140,14 @@ const ops: [string, number, () => Promise<number>][] = [
   ['credential write', 4, async () => { const o = pick(orgs); return (await call(o, 'PUT', `/r0/_account/credentials/soak/c${Math.floor(Math.random() * 5)}`, { value: { token: String(nextId) } }, { cookie: cookies.get(o)! })).status; }],
   ['credential read', 6, async () => { const o = pick(orgs); return (await call(o, 'GET', '/r0/_account/credentials', undefined, { cookie: cookies.get(o)! })).status; }],
   ['app', 8, async () => (await call('org0', 'GET', `/app/page${nextId % 10}`)).status],
-  ['sign-in', 2, () => { const o = pick(orgs); return signInOnce({ proxyUrl: product.url, host: `${o}.${config.baseDomain}:${port}`, org: o, dispatcher: agent, fail: (why) => bad.push(why) }); }],
+  ['sign-in', 2, () => {
+    const [o, s] = [pick(orgs), performance.now()];
+    // A fault explains it: the product down, its disk full, or its clock 2 h off the issuer's (the ID token's
+    // timestamps then fail validation: a 401 that names the claim, as any OpenID relying party answers).
+    const excused = (why: string) => windows.covers('down', s) || windows.covers('full', s) || (windows.covers('clock', s) && /JWT timestamp claim/.test(why));
+    const fail = (why: string) => { if (!excused(why)) bad.push(why); };
+    return signInOnce({ proxyUrl: product.url, host: `${o}.${config.baseDomain}:${port}`, org: o, dispatcher: agent, fail });
+  }],
 ];
 const weighted = ops.flatMap((o) => Array.from({ length: o[1] }, () => o));
 
@@ -138,6 +163,7 @@ const runawayTimer = RUNAWAY_EVERY_S > 0 ? setInterval(() => {
   runaway.inFlight++;
   const s = performance.now();
   runaway.all.push(dbCall(runawayDb, 'query', { sql: RUNAWAY_SQL }).then((r) => {
+    if (windows.excuses(r.status, s)) r = { status: 503, json: null }; // the product was down meanwhile
     runaway.inFlight--;
     runaway.ms.push(performance.now() - s);
     const outcome = `${r.status} ${r.json?.error?.code ?? ''}`.trim();
@@ -146,7 +172,27 @@ const runawayTimer = RUNAWAY_EVERY_S > 0 ? setInterval(() => {
   }));
 }, RUNAWAY_EVERY_S * 1000) : null;
 const until = t0 + SECONDS * 1000;
-const jumps = [setTimeout(() => shiftClock(2 * 3_600_000), SECONDS * 333), setTimeout(() => shiftClock(0), SECONDS * 667)];
+const jumps = [
+  setTimeout(() => { if (shiftClock(2 * 3_600_000) !== false) windows.begin('clock'); }, SECONDS * 333),
+  setTimeout(() => { if (shiftClock(0) !== false) windows.end('clock'); }, SECONDS * 667),
+];
+const faults = FAULTS ? runFaults({
+  product: () => product,
+  restart: async (whileDown) => {
+    const killed = performance.now();
+    const exited = new Promise((r) => product.child.once('exit', r));
+    product.killAll();
+    await exited;
+    whileDown();
+    product = await spawnProduct(env);
+    return performance.now() - killed;
+  },
+  damagedDb: (op, body) => dbCall(damagedDb, op, body),
+  hangMirror: hangMirror!, windows, log, bad,
+}, {
+  seconds: SECONDS, cycles: Number(args.cycles ?? (args.short ? 3 : 20)), stopSeconds: Number(args['stop-seconds'] ?? (args.short ? 3 : 10)),
+  tmpfsDir: tmpfs?.dir ?? null, damagedFile: join(dataDir, 'db', damagedDb.org, damagedDb.repo, `${damagedDb.database}.sqlite`),
+}) : Promise.resolve();
 await Promise.all(Array.from({ length: 16 }, async () => {
   while (performance.now() < until) {
     const [name, , run] = pick(weighted);
@@ -160,7 +206,7 @@ await Promise.all(Array.from({ length: 16 }, async () => {
     if (!split.has(name)) split.set(name, [[], []]);
     split.get(name)![during].push(performance.now() - s);
     (statuses[name] ??= {})[status] = (statuses[name]![status] ?? 0) + 1;
-    if ((status >= 500 && status !== 503) || status === 0) bad.push(`${name} answered ${status}`);
+    if (((status >= 500 && status !== 503) || status === 0) && !windows.excuses(status, s)) bad.push(`${name} answered ${status}`);
   }
 }));
 clearInterval(sampler);
@@ -168,6 +214,7 @@ for (const j of jumps) clearTimeout(j);
 shiftClock(0);
 if (runawayTimer) clearInterval(runawayTimer);
 await Promise.all(runaway.all);
+await faults; // each fault was logged as it happened
 
 let checked = 0;
 for (const [d, ids] of acked) {
@@ -180,8 +227,8 @@ for (const [d, ids] of acked) {
 const p99 = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor(s.length * 0.99))] ?? 0; };
 const series = [...samples].map(([name, per]) => ({ name, points: per.map((xs, i) => [(i + 1) * WINDOW_S, xs ? p99(xs) : 0] as [number, number]).filter((_, i) => per[i]) }));
 const plots = args.short ? tmpdir() : fileURLToPath(new URL('../docs', import.meta.url)); // CI's run leaves docs/ alone
-writeFileSync(join(plots, 'soak-p99.svg'), svgLines(`p99 per operation over ${WINDOW_S} s windows (ms)`, series));
-writeFileSync(join(plots, 'soak-memory.svg'), svgLines('RSS of the product (MiB) and open fds', [{ name: 'RSS MiB', points: resources.map((r) => [r.t, r.rss]) }, { name: 'open fds', points: resources.map((r) => [r.t, r.fds]) }]));
+writeFileSync(join(plots, `soak${FAULTS ? '-faults' : ''}-p99.svg`), svgLines(`p99 per operation over ${WINDOW_S} s windows (ms)`, series));
+writeFileSync(join(plots, `soak${FAULTS ? '-faults' : ''}-memory.svg`), svgLines('RSS of the product (MiB) and open fds', [{ name: 'RSS MiB', points: resources.map((r) => [r.t, r.rss]) }, { name: 'open fds', points: resources.map((r) => [r.t, r.fds]) }]));
 // "At one minute" and "at the end" are medians over a span (30 s; a quarter of a shorter run) of 5-s samples: the
 // tree's size moves with its process count (an extra executor while a runaway holds one, retired 5 s idle after),
 // and a leak shows as a trend, not as one sample.
@@ -207,7 +254,7 @@ const mirrorQuery = (d: Db, body: Record<string, unknown>) => sendJson(`http://1
   body: { database: d.database, ...body }, dispatcher: agent,
   headers: { host: `${d.org}.${config.baseDomain}:${mirrorPort}`, authorization: `Bearer ${repoSecret(rootKey, d.org, d.repo)}` },
 });
-const drained = await drain([...dbs, runawayDb], dbCall, ['reference', 'receiver'], Math.max(120, SECONDS / 2) * 1000);
+const drained = await drain([...dbs, runawayDb], dbCall, ['reference', 'receiver', ...(FAULTS ? ['hang'] : [])], Math.max(120, SECONDS / 2) * 1000);
 bad.push(...drained.stuck);
 log(`mirrors drained in ${(drained.ms / 1000).toFixed(1)} s (${drained.versions.size} databases, ${drained.stuck.length} not)`);
 const replicas = await compareReplicas(drained.versions, dbCall, mirrorQuery);
@@ -218,13 +265,16 @@ const events = await checkReceiver(drained.versions, dbCall, report);
 bad.push(...events.mismatches);
 if (report.stale && !args['clock-jump']) bad.push(`the receiver refused ${report.stale} deliveries for their timestamp with no clock jump`);
 log(`webhook receiver: ${events.events} change-log events checked in order, ${events.redelivered} re-deliveries, ${report.refused} refused by it on purpose (503), ${report.stale} for a timestamp off its clock: ${events.mismatches.length} mismatches`);
-if (growth(atMinute.rss, end.rss) > 10) bad.push(`RSS grew ${growth(atMinute.rss, end.rss).toFixed(1)} % after warm-up`);
-if (growth(atMinute.fds, end.fds) > 10) bad.push(`open fds grew ${growth(atMinute.fds, end.fds).toFixed(1)} % after warm-up`);
+// Restarts start the product's memory over: flatness is judged on a run without --faults.
+if (!FAULTS && growth(atMinute.rss, end.rss) > 10) bad.push(`RSS grew ${growth(atMinute.rss, end.rss).toFixed(1)} % after warm-up`);
+if (!FAULTS && growth(atMinute.fds, end.fds) > 10) bad.push(`open fds grew ${growth(atMinute.fds, end.fds).toFixed(1)} % after warm-up`);
 for (const b of [...new Set(bad)].slice(0, 30)) log(`FAIL ${b}`);
 log(bad.length ? `${new Set(bad).size} distinct failures` : 'no failures');
 product.killAll();
 upstream.close();
 receiver.kill();
 await agent.close();
-rmSync(dataDir, { recursive: true, force: true });
+await hangMirror?.close();
+if (tmpfs) tmpfs.unmount();
+else rmSync(dataDir, { recursive: true, force: true });
 process.exit(bad.length ? 1 : 0);

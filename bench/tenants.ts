@@ -15,7 +15,7 @@ const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c 
 const agent = new Agent({ connections: 4096, pipelining: 1, keepAliveTimeout: 30_000 });
 const log = (s: string) => process.stderr.write(`[tenants] ${s}\n`);
 
-interface Sample { ms: number; status: number }
+interface Sample { ms: number; status: number; retryAfterS?: number }
 
 async function post(inst: Instance, repo: string, op: string, body: unknown, org = 'acme'): Promise<Sample> {
   const t0 = performance.now();
@@ -26,7 +26,8 @@ async function post(inst: Instance, repo: string, op: string, body: unknown, org
     });
     if (process.env.TENANTS_DEBUG && res.statusCode !== 200) log(`${op} ${res.statusCode}: ${(await res.body.text()).slice(0, 200)}`);
     else await res.body.dump();
-    return { ms: performance.now() - t0, status: res.statusCode };
+    const retryAfter = Number(res.headers['retry-after']);
+    return { ms: performance.now() - t0, status: res.statusCode, ...(retryAfter > 0 ? { retryAfterS: retryAfter } : {}) };
   } catch (e) {
     if (process.env.TENANTS_DEBUG) log(`${op}: ${(e as Error).message}`);
     return { ms: performance.now() - t0, status: 0 };
@@ -41,20 +42,25 @@ function summary(samples: Sample[]): string {
   return `n ${samples.length}, p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${at(1)} ms, statuses ${JSON.stringify(codes)}`;
 }
 
-/** Runs `fn` in `clients` closed loops until `until`. */
-async function loops(clients: number, until: number, fn: (i: number) => Promise<Sample>): Promise<Sample[]> {
+/** Runs `fn` in `clients` closed loops until `until`; a loop starts a request at most every `periodMs`. */
+async function loops(clients: number, until: number, fn: (i: number) => Promise<Sample>, periodMs = 0): Promise<Sample[]> {
   const out: Sample[] = [];
   await Promise.all(Array.from({ length: clients }, async (_, c) => {
-    for (let i = 0; performance.now() < until; i++) out.push(await fn(c * 1_000_000 + i));
+    for (let i = 0; performance.now() < until; i++) {
+      const start = performance.now();
+      out.push(await fn(c * 1_000_000 + i));
+      const rest = start + periodMs - performance.now();
+      if (rest > 0) await new Promise((r) => setTimeout(r, rest));
+    }
   }));
   return out;
 }
 
-/** Repo "quiet" of org "other": one reader and one writer, as a small app would be. */
+/** Repo "quiet" of org "other": one reader and one writer, as a small app would be (100 and 50 requests/s). */
 function quiet(inst: Instance, until: number): Promise<[Sample[], Sample[]]> {
   return Promise.all([
-    loops(1, until, () => post(inst, 'quiet', 'query', { sql: 'SELECT v FROM t WHERE id = 1' }, 'other')),
-    loops(1, until, (i) => post(inst, 'quiet', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: [i] }, 'other')),
+    loops(1, until, () => post(inst, 'quiet', 'query', { sql: 'SELECT v FROM t WHERE id = 1' }, 'other'), 10),
+    loops(1, until, (i) => post(inst, 'quiet', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: [i] }, 'other'), 20),
   ]);
 }
 
@@ -63,8 +69,11 @@ const p99Of = (samples: Sample[]) => {
   return ok[Math.min(ok.length - 1, Math.floor(ok.length * 0.99))] ?? NaN;
 };
 
-/** Repo "quiet" alone, then while repo "hog" floods with 64 writers (and `runaways` runaway statements). */
-async function starvation(inst: Instance, runaways: number): Promise<void> {
+/**
+ * Repo "quiet" alone, then while repo "hog" floods with 64 writers (and `runaways` runaway statements). A `polite`
+ * flood waits the Retry-After of a 429 as @scopebase/client does; the other sends its next request at once.
+ */
+async function starvation(inst: Instance, runaways: number, polite = false): Promise<void> {
   await post(inst, 'quiet', 'execute', { sql: 'INSERT OR IGNORE INTO t(id, v) VALUES (1, 0)' }, 'other');
   for (let d = 0; d < 8; d++) await post(inst, 'hog', 'execute', { database: `d${d}`, sql: 'CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v)' });
   const [r0, w0] = await quiet(inst, performance.now() + SECONDS * 1000);
@@ -72,12 +81,16 @@ async function starvation(inst: Instance, runaways: number): Promise<void> {
   log(`quiet repo alone: write ${summary(w0)}`);
   const until = performance.now() + SECONDS * 1000;
   const hog = Promise.all([
-    loops(64, until, (i) => post(inst, 'hog', 'execute', { database: `d${i % 8}`, sql: 'INSERT INTO t(v) VALUES (?)', params: [i] })),
+    loops(64, until, async (i) => {
+      const r = await post(inst, 'hog', 'execute', { database: `d${i % 8}`, sql: 'INSERT INTO t(v) VALUES (?)', params: [i] });
+      if (polite && r.status === 429 && r.retryAfterS) await new Promise((done) => setTimeout(done, Math.min(r.retryAfterS! * 1000, until - performance.now())));
+      return r;
+    }),
     loops(runaways, until, (i) => post(inst, 'hog', 'query', { database: `d${i % 8}`, sql: RUNAWAY })),
   ]);
   const [r1, w1] = await quiet(inst, until);
   const [hw, hr] = await hog;
-  const what = `64 writers${runaways ? ` and ${runaways} runaway statements` : ''}`;
+  const what = `64 writers${polite ? ' that wait the Retry-After of a 429' : ''}${runaways ? ` and ${runaways} runaway statements` : ''}`;
   log(`quiet repo while another repo runs ${what}: read ${summary(r1)} (p99 ${(p99Of(r1) / p99Of(r0)).toFixed(1)}x alone)`);
   log(`quiet repo while another repo runs ${what}: write ${summary(w1)} (p99 ${(p99Of(w1) / p99Of(w0)).toFixed(1)}x alone)`);
   log(`the flooding repo: writes ${summary(hw)}${runaways ? `; runaways ${summary(hr)}` : ''}`);
@@ -130,7 +143,7 @@ async function withInstance(env: Record<string, string>, phase: (inst: Instance)
   }
 }
 
-const RATE = 500; // the ratelimit phase's DB_RATE_LIMIT_PER_REPO: well above what the quiet repo asks, far below the flood
+const RATE = 200; // the ratelimit phase's DB_RATE_LIMIT_PER_REPO: above what the quiet repo asks (150/s), far below the flood
 let ok = true;
 try {
   log(`${SECONDS} s per phase; ${process.env.BENCH_SCOPEBASE_MAIN ?? 'this checkout'}`);
@@ -143,7 +156,10 @@ try {
   }
   if (!args.only || args.only === 'ratelimit') {
     log(`with DB_RATE_LIMIT_PER_REPO=${RATE}: the flooding repo is refused past it (429), the quiet one is not`);
-    ok = (await withInstance({ DB_RATE_LIMIT_PER_REPO: String(RATE), DB_RATE_LIMIT_BURST: String(RATE) }, (inst) => starvation(inst, 0))) && ok;
+    ok = (await withInstance({ DB_RATE_LIMIT_PER_REPO: String(RATE), DB_RATE_LIMIT_BURST: String(RATE) }, async (inst) => {
+      await starvation(inst, 0, true);
+      await starvation(inst, 0);
+    })) && ok;
   }
 } finally {
   await agent.close();

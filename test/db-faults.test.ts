@@ -6,7 +6,9 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, openSync, rmSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { startProduct, tempDir } from './helpers/product.ts';
+import { signIn } from './helpers/session.ts';
 
 test('a damaged database file: that database answers 500 naming the damage, on every operation; the others serve on', async () => {
   const dir = tempDir('scopebase-damaged-');
@@ -40,7 +42,7 @@ test('a damaged database file: that database answers 500 naming the damage, on e
   }
 });
 
-test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500; reads go on; after space returns, writes resume and nothing is corrupt', async (t) => {
+test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500, in the database and the account service; reads go on; after space returns, writes resume and nothing is corrupt', async (t) => {
   if (process.getuid?.() !== 0) return t.skip('mounting a tmpfs needs root (CI runs as root)');
   const dir = tempDir('scopebase-full-');
   mkdirSync(dir, { recursive: true });
@@ -48,6 +50,7 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500; reads 
   let p;
   try {
     p = await startProduct({ DATA_DIR: dir, DB_HISTORY_DAYS: '1' });
+    const cookie = await signIn(p, 'acme', 'filler');
     assert.equal((await p.db('web', 'execute', { sql: 'CREATE TABLE big(id INTEGER PRIMARY KEY, pad BLOB)' })).status, 200);
     writeFileSync(join(dir, 'ballast'), Buffer.alloc(2 << 20)); // given back later, as an operator frees space
     const statuses = new Map<number, number>();
@@ -59,6 +62,19 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500; reads 
     }
     assert.ok(refused, `the disk filled up: ${JSON.stringify([...statuses])}`);
     assert.ok(refused.status === 507 || refused.status === 503, `a full disk is 507 or 503, not ${refused.status}: ${refused.text}`);
+    // A database not opened yet, and the account service's own store, answer the same: 507, not a 500.
+    const fresh = await p.db('web', 'execute', { database: 'fresh', sql: 'CREATE TABLE t(x)' });
+    assert.ok(fresh.status === 507 || fresh.status === 503, `a new database on a full disk: ${fresh.status} ${fresh.text}`);
+    if (fresh.status === 507) assert.match(fresh.json.error.message, /disk is full|size limit/);
+    let put;
+    for (let i = 0; i < 8 && (!put || put.status === 200); i++) { // each about 60 KB: the disk may have had a little left
+      put = await p.call(`/web/_account/credentials/plug/key${i}`, { method: 'PUT', body: { value: { token: randomBytes(30_000).toString('hex') } }, headers: { cookie } });
+    }
+    assert.equal(put!.status, 507, `a credential write on a full disk: ${put!.text}`);
+    assert.equal(put!.json.error.code, 'quota_exceeded');
+    assert.match(put!.json.error.message, /disk is full/);
+    const verify = await p.call('/web/_account/verify', { headers: { cookie } });
+    assert.equal(verify.status, 200, `sign-in checks go on: ${verify.text}`);
     const count = await p.db('web', 'query', { sql: 'SELECT count(*) FROM big' });
     assert.equal(count.status, 200, `reads go on: ${count.text}`);
     const acknowledged = count.json.results[0].rows[0][0];

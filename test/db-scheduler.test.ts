@@ -187,6 +187,28 @@ describe('rate limit per repo', () => {
     const stranger = await p.db('web', 'execute', { sql: 'SELECT 1' }, { secret: 'wrong' });
     assert.equal(stranger.status, 401, 'authentication comes first: a stranger cannot spend a repo\'s allowance');
   });
+
+  test('a repo that ignores Retry-After past a burst of refusals (more refusals in a second than its burst) gets further refusals held 1 s; waiting as told is answered at once', async () => {
+    const timed = async (repo: string) => {
+      const t0 = performance.now();
+      const r = await p.db(repo, 'execute', { sql: 'SELECT 1' });
+      return { status: r.status, ms: performance.now() - t0, retryAfter: Number(r.headers['retry-after']) };
+    };
+    for (let i = 0; i < 3; i++) assert.equal((await timed('spin')).status, 200, 'the burst');
+    for (let i = 0; i < 3; i++) {
+      const r = await timed('spin');
+      assert.equal(r.status, 429);
+      assert.ok(r.ms < 900, `a refusal within a burst's worth is answered at once (${r.ms.toFixed(0)} ms)`);
+    }
+    const held = await timed('spin');
+    assert.equal(held.status, 429);
+    assert.ok(held.ms >= 900, `the fourth refusal in a row is held (${held.ms.toFixed(0)} ms)`);
+    const other = await timed('spun-not');
+    assert.ok(other.status === 200 && other.ms < 900, 'another repo is not held');
+    await pause(held.retryAfter * 1000);
+    const polite = await timed('spin');
+    assert.ok(polite.status === 200 && polite.ms < 900, `after waiting Retry-After: ${polite.status} in ${polite.ms.toFixed(0)} ms`);
+  });
 });
 
 describe('a request behind a killed runaway', () => {

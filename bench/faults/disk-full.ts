@@ -3,26 +3,25 @@
 // once writes are refused, a ballast file is deleted (as an operator frees space). What must hold: writes get 507
 // or 503 while it is full, never 500; reads keep answering 200; writes resume once space returns; every
 // acknowledged row is there and integrity_check is ok, before and after a kill -9 and restart.
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Agent } from 'undici';
 import { sendJson, type JsonAnswer } from '../lib/http.ts';
 import { processTree } from '../lib/proc.ts';
 import { startInstance, type Instance } from '../scopebase/instance.ts';
+import { canMount, mountTmpfs } from './tmpfs.ts';
 
 const DATABASES = ['f0', 'f1', 'f2', 'f3'];
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function diskFullUnderLoad(log: (s: string) => void, failures: string[], sizeMiB = 48): Promise<void> {
-  if (process.getuid?.() !== 0) {
+  if (!canMount()) {
     log('full disk: skipped (mounting a tmpfs needs root)');
     return;
   }
-  const dir = mkdtempSync(join(tmpdir(), 'scopebase-full-'));
-  execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeMiB}m`, 'tmpfs', dir]);
+  const fs = mountTmpfs('scopebase-full-', sizeMiB);
+  const dir = fs.dir;
   let agent = new Agent({ connections: 32 });
   const rootKeyHex = randomBytes(32).toString('hex');
   const start = () => startInstance({ mode: 'one', dataDir: dir, rootKeyHex, env: { DB_SYNC: 'full', DB_HISTORY_DAYS: '1' } });
@@ -91,8 +90,7 @@ export async function diskFullUnderLoad(log: (s: string) => void, failures: stri
   } finally {
     await inst.stop();
     await agent.close().catch(() => undefined);
-    execFileSync('umount', ['-l', dir]);
-    rmSync(dir, { recursive: true, force: true });
+    fs.unmount();
   }
 }
 

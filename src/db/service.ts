@@ -172,6 +172,8 @@ export class DbService implements DbHandler, ChangeFeed {
       return res;
     } catch (e) {
       requests.inc({ op, status: e instanceof ApiError ? e.status : 500 });
+      const hold = e instanceof ApiError && e.code === 'rate_limited' ? this.limiter?.holdMs(`${req.org}/${req.repo}`) : 0;
+      if (hold) await new Promise((r) => setTimeout(r, hold)); // it ignores Retry-After: slow it down, not others
       throw e;
     }
   }

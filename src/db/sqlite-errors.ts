@@ -1,5 +1,5 @@
 // Maps SQLite failures to SPEC 3 codes. Messages are SQLite's own (they name the table/column, never a value).
-import type { ErrorCode } from '../shared/errors.ts';
+import { SQLITE_IOERR_SHMSIZE, type ErrorCode } from '../shared/errors.ts';
 
 export interface ExecError {
   code: ErrorCode;
@@ -10,7 +10,7 @@ export interface ExecError {
 const EXTENDED: Record<number, string> = {
   1: 'SQLITE_ERROR', 5: 'SQLITE_BUSY', 6: 'SQLITE_LOCKED', 7: 'SQLITE_NOMEM', 8: 'SQLITE_READONLY', 9: 'SQLITE_INTERRUPT',
   10: 'SQLITE_IOERR', 11: 'SQLITE_CORRUPT', 13: 'SQLITE_FULL', 14: 'SQLITE_CANTOPEN', 26: 'SQLITE_NOTADB', 18: 'SQLITE_TOOBIG', 19: 'SQLITE_CONSTRAINT',
-  20: 'SQLITE_MISMATCH', 21: 'SQLITE_MISUSE', 23: 'SQLITE_AUTH', 25: 'SQLITE_RANGE',
+  4874: 'SQLITE_IOERR_SHMSIZE', 20: 'SQLITE_MISMATCH', 21: 'SQLITE_MISUSE', 23: 'SQLITE_AUTH', 25: 'SQLITE_RANGE',
   275: 'SQLITE_CONSTRAINT_CHECK', 531: 'SQLITE_CONSTRAINT_COMMITHOOK', 787: 'SQLITE_CONSTRAINT_FOREIGNKEY',
   1043: 'SQLITE_CONSTRAINT_FUNCTION', 1299: 'SQLITE_CONSTRAINT_NOTNULL', 1555: 'SQLITE_CONSTRAINT_PRIMARYKEY',
   1811: 'SQLITE_CONSTRAINT_TRIGGER', 2067: 'SQLITE_CONSTRAINT_UNIQUE', 2323: 'SQLITE_CONSTRAINT_VTAB',
@@ -31,6 +31,8 @@ export function mapSqliteError(e: unknown, denied: ExecError | null): ExecError 
   }
   const sqliteCode = sqliteCodeName(err.errcode);
   const details = { sqliteCode };
+  // Opening a database on a full disk fails growing its shared-memory file: that is the disk, not damage.
+  if (err.errcode === SQLITE_IOERR_SHMSIZE) return { code: 'quota_exceeded', message: 'the server\'s disk is full', details };
   switch (err.errcode & 0xff) {
     case 19: return { code: 'constraint_violation', message, details };
     case 23: return denied ?? { code: 'not_allowed', message: 'the sandbox refused this statement', details };

@@ -46,3 +46,6 @@ export class ApiError extends Error {
 export function statusOf(code: ErrorCode): number {
   return STATUS[code];
 }
+
+/** SQLite's extended code when the shared-memory file cannot grow: on a full disk, opening a database fails so. */
+export const SQLITE_IOERR_SHMSIZE = 4874;

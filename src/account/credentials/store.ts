@@ -233,7 +233,7 @@ export class CredentialStore {
       this.db.exec('COMMIT');
       return out;
     } catch (e) {
-      this.db.exec('ROLLBACK');
+      if (this.db.isTransaction) this.db.exec('ROLLBACK'); // a full disk (SQLITE_FULL) has rolled it back already
       throw e;
     }
   }

@@ -134,7 +134,8 @@ channel.on('data', (chunk: Buffer) => {
     try {
       out = handle(frame);
     } catch (e) {
-      out = encodeFrame(frame.seq, { s: 500 }, failure(e, null).body);
+      const reply = failure(e, null); // opening the file failed: damaged (500), a full disk (507), …
+      out = encodeFrame(frame.seq, { s: reply.status }, reply.body);
     }
     channel.write(out);
     if (write) {

@@ -141,8 +141,10 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
     const reply = failure(e, h.sandbox.denied, i < statements.length ? i : undefined);
     endDeferral(h, false);
     try { session.close(); } catch { /* closed by recordChange */ }
-    h.internal('ROLLBACK TO request').run();
-    h.internal('RELEASE request').run();
+    if (h.db.isTransaction) { // else a full disk (SQLITE_FULL) or I/O error has rolled it all back already
+      h.internal('ROLLBACK TO request').run();
+      h.internal('RELEASE request').run();
+    }
     return reply;
   }
 }
@@ -180,6 +182,9 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], ctx: GroupContext, foreign
     let version = start;
     for (const body of bodies) {
       const { carried, ...reply } = executeOne(h, body, ctx, version);
+      // A full disk or an I/O error rolled back the whole group: none of it is on disk, and the rest must not run
+      // outside a transaction (each would commit on its own) — every request of the group gets that failure.
+      if (!h.db.isTransaction) return bodies.map(() => ({ status: reply.status, body: reply.body }));
       if (reply.version !== undefined) {
         version = reply.version;
         prune(h, ctx, version);
@@ -252,7 +257,7 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
     } catch (e) {
       session.close();
       endDeferral(h, false);
-      h.internal('ROLLBACK').run();
+      if (h.db.isTransaction) h.internal('ROLLBACK').run(); // a full disk (SQLITE_FULL) has rolled it back already
       return failure(e, h.sandbox.denied, undefined, { migration: current.id });
     }
     // A dry run ran every migration, so it fails exactly where the real run would; then nothing of it stays.
