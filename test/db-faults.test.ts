@@ -49,9 +49,12 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500, in the
   execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=8m', 'tmpfs', dir]);
   let p;
   try {
-    p = await startProduct({ DATA_DIR: dir, DB_HISTORY_DAYS: '1' });
+    // Idle connections close after 200 ms: a database not in use has no connection, and must be opened to be read.
+    p = await startProduct({ DATA_DIR: dir, DB_HISTORY_DAYS: '1', DB_IDLE_CLOSE_MS: '200' });
     const cookie = await signIn(p, 'acme', 'filler');
+    assert.equal((await p.db('web', 'execute', { database: 'idle', statements: [{ sql: 'CREATE TABLE t(x)' }, { sql: 'INSERT INTO t VALUES (42)' }] })).status, 200);
     assert.equal((await p.db('web', 'execute', { sql: 'CREATE TABLE big(id INTEGER PRIMARY KEY, pad BLOB)' })).status, 200);
+    await new Promise((r) => setTimeout(r, 600)); // past DB_IDLE_CLOSE_MS: the idle database's connection is closed
     writeFileSync(join(dir, 'ballast'), Buffer.alloc(2 << 20)); // given back later, as an operator frees space
     const statuses = new Map<number, number>();
     let refused = null;
@@ -75,13 +78,22 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500, in the
     assert.match(put!.json.error.message, /disk is full/);
     const verify = await p.call('/web/_account/verify', { headers: { cookie } });
     assert.equal(verify.status, 200, `sign-in checks go on: ${verify.text}`);
+    // A database with no open connection: SQLite cannot make its shared-memory file, and reads it from its file alone.
+    const fd = openSync(join(dir, 'rest'), 'w'); // and the last bytes taken (a refused 100 KB row may have left some)
+    try { for (;;) writeSync(fd, Buffer.alloc(4096)); } catch { /* ENOSPC */ } finally { closeSync(fd); }
+    const idle = await p.db('web', 'query', { database: 'idle', sql: 'SELECT x FROM t' });
+    assert.equal(idle.status, 200, `a read of a database not open on a full disk: ${idle.text}`);
+    assert.deepEqual(idle.json.results[0].rows, [[42]]);
     const count = await p.db('web', 'query', { sql: 'SELECT count(*) FROM big' });
     assert.equal(count.status, 200, `reads go on: ${count.text}`);
     const acknowledged = count.json.results[0].rows[0][0];
     rmSync(join(dir, 'ballast'));
+    rmSync(join(dir, 'rest'));
     const again = await p.db('web', 'execute', { sql: 'INSERT INTO big(pad) VALUES (randomblob(1000))' });
     assert.equal(again.status, 200, `writes resume once space returns: ${again.text}`);
     const after = await p.db('web', 'query', { statements: [{ sql: 'SELECT count(*) FROM big' }, { sql: 'PRAGMA integrity_check' }] });
+    const never = await p.db('web', 'query', { database: 'fresh', sql: 'SELECT 1' });
+    assert.equal(never.status, 404, `the database refused for the full disk was not left behind as an empty file: ${never.text}`);
     assert.equal(after.json.results[0].rows[0][0], acknowledged + 1, 'every acknowledged row, and the new one');
     assert.deepEqual(after.json.results[1].rows, [['ok']]);
   } finally {

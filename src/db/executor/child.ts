@@ -34,6 +34,7 @@ function open(path: string, create: boolean): DbHandle | null {
     return handles.get(path, create);
   } catch (e) {
     if (/unable to open database file/.test(String((e as Error).message))) return null;
+    if (create) unlinkDatabase(path); // a new database that could not be set up (a full disk) leaves no empty file
     throw e;
   }
 }
@@ -55,14 +56,26 @@ function handle(frame: Frame): Buffer {
       return encodeFrame(frame.seq, { s: reply.status }, reply.body);
     }
     case 'query': case 'status': case 'changes': case 'snapshot': {
-      const db = open(path, false);
+      let db: DbHandle | null;
+      let once = false;
+      try {
+        db = open(path, false);
+      } catch (e) {
+        db = h.op === 'snapshot' ? null : handles.readWhileDiskFull(path, e); // reads go on while the disk is full
+        if (!db) throw e;
+        once = true;
+      }
       if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
-      const body = h.op === 'query' ? JSON.parse(frame.body.toString('utf8')) : null;
-      const reply = h.op === 'query' ? query(db, body, limits.maxResultBytes)
-        : h.op === 'status' ? status(db, historyOf(db))
-        : h.op === 'changes' ? changes(db, h.since, h.limit)
-        : snapshot(db, h.target);
-      return encodeFrame(frame.seq, { s: reply.status }, reply.body);
+      try {
+        const body = h.op === 'query' ? JSON.parse(frame.body.toString('utf8')) : null;
+        const reply = h.op === 'query' ? query(db, body, limits.maxResultBytes)
+          : h.op === 'status' ? status(db, historyOf(db))
+          : h.op === 'changes' ? changes(db, h.since, h.limit)
+          : snapshot(db, h.target);
+        return encodeFrame(frame.seq, { s: reply.status }, reply.body);
+      } finally {
+        if (once) db.close();
+      }
     }
     case 'execute': case 'migrate': {
       const db = open(path, h.create === true);

@@ -4,7 +4,8 @@ import { pathToFileURL } from 'node:url';
 import { Sandbox, type Mode } from '../sandbox.ts';
 import { paramSlots, type ParamSlots } from '../params.ts';
 import { INTERNAL_SCHEMA } from './schema.ts';
-import { ApiError } from '../../shared/errors.ts';
+import { ApiError, SQLITE_IOERR_SHMSIZE } from '../../shared/errors.ts';
+import { statSync } from 'node:fs';
 import { hasSecondStatement } from '../statement-end.ts';
 import type { Archiver, HistoryOptions } from '../history/archive.ts';
 
@@ -55,23 +56,33 @@ export class DbHandle {
   /** Records each commit into the database's history (history/archive.ts); made at the first commit. */
   archiver: Archiver | null = null;
 
-  constructor(path: string, create: boolean, limits: ExecutorLimits) {
+  /** `immutable`: read-only, no lock and no shared memory (see readWhileDiskFull); for one operation, never cached. */
+  constructor(path: string, create: boolean, limits: ExecutorLimits, immutable = false) {
     this.path = path;
     this.history = limits.history ?? null;
     const url = pathToFileURL(path);
-    url.searchParams.set('mode', create ? 'rwc' : 'rw');
+    url.searchParams.set('mode', immutable ? 'ro' : create ? 'rwc' : 'rw');
+    if (immutable) url.searchParams.set('immutable', '1');
     this.db = new DatabaseSync(url, {
       timeout: 10_000, // busy wait between executor processes; writes are serialized upstream, so this is only a backstop
       enableForeignKeyConstraints: true,
       allowExtension: false,
       defensive: true,
+      readOnly: immutable,
       limits: { length: limits.maxValueBytes, attach: 0 },
     } as ConstructorParameters<typeof DatabaseSync>[1]);
-    this.sandbox.install(this.db);
-    this.db.exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=${limits.sync === 'full' ? 'FULL' : 'NORMAL'}; PRAGMA cache_size=-2000; PRAGMA trusted_schema=OFF`);
-    const pageSize = Number((this.db.prepare('PRAGMA page_size').get() as { page_size: number }).page_size);
-    this.db.exec(`PRAGMA max_page_count=${Math.max(16, Math.floor(limits.maxSizeBytes / pageSize))}`);
-    if (create) this.db.exec(INTERNAL_SCHEMA);
+    try {
+      this.sandbox.install(this.db);
+      this.db.exec('PRAGMA cache_size=-2000; PRAGMA trusted_schema=OFF');
+      if (immutable) return;
+      this.db.exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=${limits.sync === 'full' ? 'FULL' : 'NORMAL'}`);
+      const pageSize = Number((this.db.prepare('PRAGMA page_size').get() as { page_size: number }).page_size);
+      this.db.exec(`PRAGMA max_page_count=${Math.max(16, Math.floor(limits.maxSizeBytes / pageSize))}`);
+      if (create) this.db.exec(INTERNAL_SCHEMA);
+    } catch (e) {
+      this.db.close(); // else each failed open (a full disk, a damaged file) would keep its file descriptors
+      throw e;
+    }
   }
 
   /** Prepares (or reuses) a statement under `mode`; the sandbox decides at prepare time. */
@@ -158,6 +169,24 @@ export class HandleCache {
       this.open.delete(path);
       handle.close();
     }
+  }
+
+  /**
+   * A handle for one read when opening `path` as usual failed for a full disk: SQLite must create its
+   * shared-memory file to open a database, and cannot. When the database has no WAL content (no connection has it
+   * open: the last to close checkpointed it into the file), the file alone is the database, and an immutable,
+   * read-only connection reads it with no file of its own. Null otherwise (the caller answers the disk-full error).
+   * The caller closes it after the operation.
+   */
+  readWhileDiskFull(path: string, err: unknown): DbHandle | null {
+    const code = (err as { errcode?: number }).errcode;
+    if (code !== SQLITE_IOERR_SHMSIZE && (code === undefined || (code & 0xff) !== 13)) return null;
+    try {
+      if (statSync(`${path}-wal`).size > 0) return null;
+    } catch {
+      // no WAL file: nothing outside the main file
+    }
+    return new DbHandle(path, false, this.limits, true);
   }
 
   forget(path: string): void {
