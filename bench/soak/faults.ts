@@ -89,7 +89,7 @@ export async function runFaults(host: FaultHost, plan: FaultPlan): Promise<void>
   const t0 = performance.now();
   const at = (share: number) => t0 + share * plan.seconds * 1000;
   const random = () => 0.1 + Math.random() * 0.75;
-  const note = (line: string) => host.log(`fault: ${line}`); // as it happens: a run is long
+  const note = (line: string) => host.log(`fault at ${((performance.now() - t0) / 1000).toFixed(0)} s: ${line}`); // as it happens: a run is long
   let restarts = 0;
   let damaged = false;
   const events: { when: number; what: string; run(): Promise<void> }[] = [];
