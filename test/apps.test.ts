@@ -162,6 +162,16 @@ describe('forwarding', () => {
     assert.ok(!String(r.json.headers['x-forwarded-for']).includes('10.9.9.9'), 'an untrusted client cannot add to x-forwarded-for');
   });
 
+  test('client-address headers of CDNs and load balancers never reach the app from a client (True-Client-IP, CF-Connecting-IP, …)', async () => {
+    const forged = { 'Client-IP': '10.9.9.9', 'X-Client-IP': '10.9.9.9', 'True-Client-IP': '10.9.9.9', 'CF-Connecting-IP': '10.9.9.9', 'CF-Connecting-IPv6': '::9',
+      'Fastly-Client-IP': '10.9.9.9', 'X-Cluster-Client-IP': '10.9.9.9', 'X-Original-Forwarded-For': '10.9.9.9', 'X-Originating-IP': '10.9.9.9',
+      'X-Remote-IP': '10.9.9.9', 'X-Remote-Addr': '10.9.9.9', 'X-Envoy-External-Address': '10.9.9.9', true_client_ip: '10.9.9.9' };
+    const r = await p.call('/web/', { headers: forged });
+    assert.equal(r.status, 200);
+    assert.deepEqual(Object.entries(r.json.headers).filter(([, v]) => String(v).includes('10.9.9.9') || v === '::9'), []);
+    assert.ok(r.json.headers['x-forwarded-for'], 'the client\'s address as the proxy saw it is still there');
+  });
+
   test('identity headers other auth proxies use never reach the app (Remote-User, X-Auth-Request-*, X-WEBAUTH-*, …)', async () => {
     const forged = { 'x-auth-user': 'root', 'X-Auth-Request-User': 'root', 'x-auth-request-email': 'root@example.com', 'Remote-User': 'root', remote_user: 'root', 'X-Remote-User': 'root', 'X-WEBAUTH-USER': 'admin', 'x-user': 'root', 'x-email': 'root@example.com', 'x-org': 'other', 'x-repo': 'other',
       // Cloud front doors' identity headers (IAP, ALB, Azure, Cloudflare Access, Kong): an app moved from behind one trusts them.

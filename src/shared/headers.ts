@@ -23,10 +23,16 @@ export function isProxyOnly(name: string): boolean {
   return n.startsWith(INTERNAL_PREFIX) || n.startsWith('x-auth-user-') || FOREIGN_IDENTITY.test(n);
 }
 
-/** Forwarding headers: the proxy sets them, keeping a trusted load balancer's own copies (forwardedHeaders). */
+/**
+ * Client-address headers CDNs and load balancers set (Cloudflare, Akamai, Fastly, F5, Envoy, Rackspace, …), which
+ * an app may trust for rate limits or audit logs: a client's own would let it pose as any address.
+ */
+const CLIENT_ADDRESS = /^(x-real-ip|client-ip|x-client-ip|true-client-ip|cf-connecting-ip(v6)?|fastly-client-ip|x-cluster-client-ip|x-original-forwarded-for|x-originating-ip|x-remote-ip|x-remote-addr|x-envoy-external-address)$/;
+
+/** Forwarding headers: the proxy sets them (x-forwarded-*), keeping a trusted load balancer's own copies (forwardedHeaders). */
 export function isForwarding(name: string): boolean {
   const n = folded(name);
-  return n.startsWith('x-forwarded-') || n === 'forwarded' || n === 'x-real-ip';
+  return n.startsWith('x-forwarded-') || n === 'forwarded' || CLIENT_ADDRESS.test(n);
 }
 
 /** Drops a client's proxy-only headers in any spelling, and forwarding headers spelled with `_` (never a real proxy's). */
