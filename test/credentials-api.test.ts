@@ -126,6 +126,10 @@ describe('the user with a session', () => {
       }
     }
     const port = new URL(p.url).port;
+    // The same host on another scheme is another site (schemeful same-site): served over http, https:// is foreign.
+    const otherScheme = await asUser(alice, 'PUT', '/credentials/github/token', { value: 'evil' }, { headers: { origin: `https://acme.localhost:${port}` } });
+    assert.equal(otherScheme.status, 403, otherScheme.text);
+    assert.match(otherScheme.json.error.message, /TRUSTED_PROXIES/, 'the likely cause is named');
     const r = await asUser(alice, 'PUT', '/credentials/github/token', { value: 'fine' }, { headers: { origin: `http://acme.localhost:${port}`, 'sec-fetch-site': 'same-origin' } });
     assert.equal(r.status, 200, r.text);
     const got = await asRuntime('GET', '/credentials/github/token', alice.userId);
