@@ -131,6 +131,20 @@ describe('sessions', () => {
     assert.equal(replay.status, 401, 'the old token is revoked, not just forgotten by the browser');
   });
 
+  test('signing in again in the same browser ends the session it held (no orphan session left valid)', async () => {
+    const { browser } = await signIn(p);
+    const first = browser.cookies(`acme.localhost:${p.port}`).get('session')!;
+    assert.equal((await p.call('/web/_account/verify', { headers: { cookie: `session=${first}` } })).status, 200);
+    // The same browser on the product's host (its session cookie goes along); a fresh one at the provider.
+    const again = new Browser();
+    again.cookies(`acme.localhost:${p.port}`).set('session', first);
+    await signIn(p, { browser: again, email: 'other@example.test' });
+    const second = again.cookies(`acme.localhost:${p.port}`).get('session')!;
+    assert.notEqual(second, first);
+    assert.equal((await p.call('/web/_account/verify', { headers: { cookie: `session=${second}` } })).status, 200);
+    assert.equal((await p.call('/web/_account/verify', { headers: { cookie: `session=${first}` } })).status, 401, 'the earlier session ended');
+  });
+
   test('a form sign-out goes back to the account page (303)', async () => {
     const { browser } = await signIn(p);
     const out = await browser.fetch(`${origin()}/web/_account/logout`, { method: 'POST', connectTo: p.url, body: 'return_to=%2F%2Fevil.example', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: origin() } });

@@ -43,8 +43,13 @@ export class Sessions {
     return session;
   };
 
-  /** Starts a session for `userId` in the request's org and sets the cookie on `reply`. */
+  /**
+   * Starts a session for `userId` in the request's org and sets the cookie on `reply`. A session the browser
+   * still held ends: its cookie is replaced, and left valid it would outlive every sign-out of the new one.
+   */
   issue(req: FastifyRequest, reply: FastifyReply, userId: string): void {
+    const previous = this.token(req);
+    if (previous) this.store.deleteSession(previous);
     const { token } = this.store.createSession(req.org, userId, this.ttlMs);
     const https = requestInfo(req).https;
     reply.header('set-cookie', serializeCookie(cookieName(SESSION_COOKIE, https), token, this.ttlMs / 1000, https));
