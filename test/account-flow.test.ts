@@ -31,6 +31,15 @@ describe('sign-in with the development provider', () => {
     assert.doesNotMatch(cookie, /Domain=|Secure/);
   });
 
+  test('the development provider answers with x-request-id too (echoed, or its own)', async () => {
+    const browser = new Browser();
+    const login = await browser.fetch(`${origin()}/web/_account/login`, { connectTo: p.url });
+    const echoed = await browser.fetch(login.location!, { headers: { 'x-request-id': 'trace-dev-idp-1' } });
+    assert.equal(echoed.headers['x-request-id'], 'trace-dev-idp-1');
+    const own = await browser.fetch(login.location!);
+    assert.match(String(own.headers['x-request-id']), /^[0-9a-f-]{36}$/);
+  });
+
   test('verify answers the SPEC 7 shape with x-auth-user-id and x-auth-user-email', async () => {
     const { browser } = await signIn(p, { email: 'ada@example.com' });
     const v = await browser.fetch(`${origin()}/web/_account/verify`, { connectTo: p.url });

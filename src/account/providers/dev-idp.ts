@@ -7,6 +7,7 @@ import type { Ctx, Provider as OidcProvider } from 'oidc-provider';
 import type { Logger } from '../../shared/log.ts';
 import { escapeHtml, page, PAGE_CSP } from '../../shared/html-page.ts';
 import { MemoryAdapter } from './dev-idp-adapter.ts';
+import { requestIdOf } from '../../shared/raw-route.ts';
 
 export interface DevIdp { issuer: string; clientId: string; clientSecret: string; close(): Promise<void> }
 
@@ -98,6 +99,7 @@ export async function startDevIdp(opts: { logger: Logger; host?: string; callbac
   };
 
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    res.setHeader('x-request-id', requestIdOf(req)); // SPEC 3: every response, the development provider's too
     const m = /^\/interaction\/([A-Za-z0-9_-]{1,64})$/.exec(req.url?.split('?')[0] ?? '');
     (ready ??= build()).then(({ provider, handle }) => (m ? interaction(provider, req, res, m[1]!) : handle(req, res))).catch((err) => {
       opts.logger.warn({ err: { message: (err as Error).message } }, 'development sign-in failed');
