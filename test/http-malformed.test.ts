@@ -69,6 +69,14 @@ for (const listener of ['the proxy', 'the reference mirror', 'the admin port'] a
   });
 }
 
+test('a Host with UTF-8 bytes is named as sent in the error, not as Latin-1 mojibake', async () => {
+  const r = await raw(p.url, Buffer.concat([Buffer.from('GET /web/ HTTP/1.1\r\nHost: '), Buffer.from('bücher.localhost', 'utf8'), Buffer.from('\r\nConnection: close\r\n\r\n')]));
+  const json = JSON.parse(Buffer.from(r.body, 'latin1').toString('utf8'));
+  assert.ok(r.status === 400 || r.status === 404, r.body);
+  assert.match(json.error.message, /bücher/);
+  assert.ok(!json.error.message.includes('Ã'), json.error.message);
+});
+
 // Found by the fuzz's apps lane: a HEAD whose headers are over the limit got the JSON body as well, which a client
 // (undici: "Data after `Connection: close`") could not parse.
 test('HEAD with headers over the limit: 431 without a body, readable by a real client', async () => {

@@ -2,8 +2,10 @@
 import { ApiError } from './errors.ts';
 import { checkOrg, quote } from './names.ts';
 
-export function orgFromHost(host: string | undefined, baseDomain: string): string {
-  if (!host) throw new ApiError('unknown_host', 'the request has no Host header');
+export function orgFromHost(raw: string | undefined, baseDomain: string): string {
+  if (!raw) throw new ApiError('unknown_host', 'the request has no Host header');
+  // Node reads header bytes as Latin-1: a UTF-8 name (never valid here) is shown as the person typed it.
+  const host = /[\x80-\xff]/.test(raw) ? Buffer.from(raw, 'latin1').toString('utf8') : raw;
   let name = host.toLowerCase();
   if (name.startsWith('[')) throw new ApiError('unknown_host', `host ${quote(host)} is not an organization host`);
   const colon = name.lastIndexOf(':');
