@@ -3,22 +3,14 @@
 // a repo over its rate gets 429.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:net';
 import { call, spawnProduct, startProduct, tempDir, testEnv, type Product, type SpawnedProduct } from './helpers/product.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 import { ROOT_KEY } from './helpers/product.ts';
+import { freePort } from './helpers/ports.ts';
 import { newSecret } from './helpers/mirror.ts';
 
 const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
 
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

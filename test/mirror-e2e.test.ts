@@ -1,23 +1,14 @@
 // Mirrors against the real product: events from real writes, the reference mirror's replicas, restarts and kill -9.
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:net';
 import { rmSync } from 'node:fs';
 import { Webhook } from 'standardwebhooks';
 import { call, ROOT_KEY, spawnProduct, startProduct, tempDir, testEnv, type Product } from './helpers/product.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
+import { freePort } from './helpers/ports.ts';
 import { newSecret, range, Receiver, waitFor } from './helpers/mirror.ts';
 import fc from 'fast-check';
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const mirrorsEnv = (list: { name: string; url: string; secret: string }[]) => JSON.stringify(list);
 

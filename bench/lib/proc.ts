@@ -1,7 +1,6 @@
 // Child processes under test: start them, wait until they are ready, and read their process tree's CPU and RSS from /proc.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 
 const CLK_TCK = 100; // USER_HZ on Linux
 const PAGE = 4096;
@@ -146,13 +145,4 @@ export function treeRss(root: number): number {
   return pages * PAGE;
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+export { freePort } from '../../test/helpers/ports.ts';

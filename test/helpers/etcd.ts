@@ -1,20 +1,11 @@
 // A real etcd (Debian's etcd-server) for cluster tests: its own data dir, free loopback ports, stopped by the test.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tempDir } from './product.ts';
 
-/** A loopback port nothing listens on right now. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
+import { freePort } from './ports.ts';
+
+export { freePort };
 
 export interface EtcdProcess {
   url: string;
