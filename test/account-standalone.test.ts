@@ -103,6 +103,14 @@ describe('scopebase serve account behind scopebase serve proxy', () => {
     assert.equal(spoofed.headers['x-auth-user-id'], ok.json.user.id);
     const spoofedAnon = await viaProxy('/web/_account/verify', { headers: { 'x-scopebase-org': 'acme', 'x-auth-user-id': ok.json.user.id } });
     assert.equal(spoofedAnon.status, 401);
+
+    // SPEC 7's own path, called straight on the account service (forward auth from another proxy): org from Host.
+    const direct = await call(account.url, 'localhost', '/verify', { headers: { cookie: s.cookie } });
+    assert.equal(direct.status, 200, direct.text);
+    assert.equal(direct.json.user.id, ok.json.user.id);
+    assert.equal(direct.headers['x-auth-user-id'], ok.json.user.id);
+    assert.equal((await call(account.url, 'localhost', '/verify')).status, 401);
+    assert.equal((await call(account.url, 'localhost', '/verify', { org: 'globex', headers: { cookie: s.cookie } })).status, 401, 'another org');
   });
 
   test('the account page renders who is signed in, and a sign-in prompt without a session', async () => {

@@ -12,6 +12,7 @@ import { stripSpoofableHeaders } from '../shared/headers.ts';
 import { orgFromHost } from '../shared/host.ts';
 import { setForwardedInfo } from './request-info.ts';
 import type { AccountService } from './service.ts';
+import { sendVerify } from './routes/session.ts';
 
 export function proxyToken(rootKey: Buffer): string {
   return deriveKey(rootKey, 'proxy-token').toString('base64url');
@@ -60,5 +61,8 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
     }
   });
   app.register(opts.service.plugin, { prefix: '/:repo/_account' });
+  // SPEC 7's own path: a forward-auth check (nginx auth_request, Traefik ForwardAuth) calls `{account_url}/verify`,
+  // the org from Host; a session is per org, so no repo is needed.
+  app.get('/verify', (req, reply) => sendVerify(opts.service.sessions, req, reply));
   return app;
 }

@@ -1,5 +1,5 @@
 // GET /verify (forward-auth check) and POST /logout (server-side revocation), SPEC 7.
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../../shared/errors.ts';
 import { checkRepo } from '../../shared/names.ts';
 import { errorReply, type RawReply } from '../../shared/raw-route.ts';
@@ -32,11 +32,16 @@ export async function verify(sessions: Sessions, req: FastifyRequest): Promise<R
   return { status: 200, headers, body: JSON.stringify(body) };
 }
 
+/** Sends GET /verify's answer through Fastify (under /{repo}/_account, and at the root of `serve account`). */
+export async function sendVerify(sessions: Sessions, req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const answer = await verify(sessions, req);
+  return reply.code(answer.status).headers(answer.headers ?? {}).send(answer.body);
+}
+
 export async function sessionRoutes(app: FastifyInstance, deps: { sessions: Sessions }): Promise<void> {
   app.get('/verify', async (req: Req, reply) => {
     checkRepo(req.params.repo);
-    const answer = await verify(deps.sessions, req);
-    return reply.code(answer.status).headers(answer.headers ?? {}).send(answer.body);
+    return sendVerify(deps.sessions, req, reply);
   });
 
   app.post('/logout', async (req: Req, reply) => {
