@@ -49,6 +49,8 @@ const log = (s: string) => process.stderr.write(`[soak] ${s}\n`);
 const tmpfs = FAULTS && canMount() ? mountTmpfs('scopebase-soak-', args.short ? 1024 : 4096) : null;
 const dataDir = tmpfs?.dir ?? tempDir('scopebase-soak-');
 const hangMirror = FAULTS ? await startFaultMirror() : null;
+// Outside DATA_DIR: the clock must be able to jump while the disk is full (CI's run crashed so).
+const clockFile = join(tmpdir(), `scopebase-soak-clock-${process.pid}`);
 const windows = new FaultWindows();
 const [port, mirrorPort] = [await freePort(), await freePort()];
 const mirrorSecret = `whsec_${randomBytes(32).toString('base64')}`;
@@ -69,9 +71,9 @@ const env = testEnv(dataDir, {
   ...(FAULTS ? { LOG_LEVEL: 'error', DB_MIRROR_MAX_BACKOFF_MS: '5000' } : {}),
   ...idp.env,
   APPS: JSON.stringify({ 'org0/app': `http://127.0.0.1:${(upstream.address() as { port: number }).port}` }),
-  ...(args['clock-jump'] ? { CLOCK_SHIFT_FILE: join(dataDir, 'clock-shift'), NODE_OPTIONS: `--import=${fileURLToPath(new URL('../test/helpers/clock-shift.ts', import.meta.url))}` } : {}),
+  ...(args['clock-jump'] ? { CLOCK_SHIFT_FILE: clockFile, NODE_OPTIONS: `--import=${fileURLToPath(new URL('../test/helpers/clock-shift.ts', import.meta.url))}` } : {}),
 });
-const shiftClock = (ms: number) => args['clock-jump'] && writeFileSync(join(dataDir, 'clock-shift'), String(ms));
+const shiftClock = (ms: number) => args['clock-jump'] && writeFileSync(clockFile, String(ms));
 const config = loadConfig(env);
 const orgs = Array.from({ length: ORGS }, (_, i) => `org${i}`);
 const cookies = new Map<string, string>();
@@ -277,6 +279,7 @@ upstream.close();
 receiver.kill();
 await agent.close();
 await hangMirror?.close();
+rmSync(clockFile, { force: true });
 if (tmpfs) tmpfs.unmount();
 else rmSync(dataDir, { recursive: true, force: true });
 process.exit(bad.length ? 1 : 0);

@@ -74,7 +74,10 @@ const signal = (pid: number, sig: NodeJS.Signals) => {
 async function checkDamaged(host: FaultHost, plan: FaultPlan): Promise<void> {
   for (const [op, body] of [['query', { sql: 'SELECT * FROM t' }], ['execute', { sql: 'INSERT INTO t VALUES (2)' }], ['status', {}]] as const) {
     let r = await host.damagedDb(op, body);
-    for (let i = 0; i < 20 && r.status === 503; i++) r = await host.damagedDb(op, body); // shed under the soak's load
+    for (let i = 0; i < 80 && (r.status === 503 || r.status === 507); i++) { // shed under load, or the disk full meanwhile
+      await sleep(250);
+      r = await host.damagedDb(op, body);
+    }
     if (r.status !== 500 || r.json?.error?.code !== 'internal' || !DAMAGED_MESSAGE.test(r.json?.error?.message) || JSON.stringify(r.json).includes(plan.damagedFile)) {
       host.bad.push(`the damaged database's ${op} answered ${r.status} ${JSON.stringify(r.json).slice(0, 200)}`);
     }
