@@ -94,17 +94,15 @@ export async function runFaults(host: FaultHost, plan: FaultPlan): Promise<void>
   const random = () => 0.1 + Math.random() * 0.75;
   const note = (line: string) => host.log(`fault at ${((performance.now() - t0) / 1000).toFixed(0)} s: ${line}`); // as it happens: a run is long
   let restarts = 0;
-  let damaged = false;
   const events: { when: number; what: string; run(): Promise<void> }[] = [];
   for (let i = 0; i < plan.cycles; i++) {
     events.push({ when: at(random()), what: 'kill -9 of the product', run: async () => {
       host.windows.begin('down');
-      const damageNow = !damaged && restarts === 1; // the second restart
+      const damageNow = restarts === 1; // the second restart
       const ms = await host.restart(() => { if (damageNow) damage(plan.damagedFile); });
       host.windows.end('down');
       restarts++;
       if (damageNow) {
-        damaged = true;
         await checkDamaged(host, plan);
         note(`a damaged database file since restart #${restarts}: 500 "the database file is damaged (SQLITE_NOTADB …)" on query, execute and status; the log names the file`);
       }

@@ -49,3 +49,10 @@ export function statusOf(code: ErrorCode): number {
 
 /** SQLite's extended code when the shared-memory file cannot grow: on a full disk, opening a database fails so. */
 export const SQLITE_IOERR_SHMSIZE = 4874;
+
+/** A full disk, as node:sqlite (SQLITE_FULL, or SQLITE_IOERR_SHMSIZE opening a database) or the file system reports it. */
+export function isDiskFull(err: unknown): boolean {
+  const e = err as { code?: string; errcode?: number } | null;
+  if (e?.code === 'ENOSPC') return true;
+  return e?.code === 'ERR_SQLITE_ERROR' && typeof e.errcode === 'number' && ((e.errcode & 0xff) === 13 || e.errcode === SQLITE_IOERR_SHMSIZE);
+}

@@ -2,7 +2,7 @@
 import { createServer, type IncomingMessage } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { sendErrorPage, wantsHtml } from './html-page.ts';
-import { ApiError, SQLITE_IOERR_SHMSIZE } from './errors.ts';
+import { ApiError, isDiskFull } from './errors.ts';
 import type { Logger } from './log.ts';
 import { logAccess, requestIdOf, serveRaw, type RawRouter } from './raw-route.ts';
 import { answerClientError, limitSlowClients } from './client-errors.ts';
@@ -100,8 +100,8 @@ export function toApiError(err: unknown, req?: FastifyRequest): ApiError {
   const e = err as { statusCode?: number; code?: string; message?: string };
   if (e.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new ApiError('payload_too_large', 'request body is over the size limit');
   if (e.statusCode === 503) return new ApiError('unavailable', 'the server is shutting down', undefined, { 'retry-after': '1' });
-  const full = diskFull(err);
-  if (full) return full;
+  // A full disk under the account store or any file this service writes: 507, as SPEC 3 says, not a 500.
+  if (isDiskFull(err)) return new ApiError('quota_exceeded', 'the server\'s disk is full; retry once its operator has freed space');
   if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
     if (e.statusCode === 404) return new ApiError('not_found', 'not found');
     return new ApiError('invalid_request', e.message?.slice(0, 200) ?? 'invalid request');
@@ -110,13 +110,6 @@ export function toApiError(err: unknown, req?: FastifyRequest): ApiError {
   return new ApiError('internal', 'internal error');
 }
 
-/** A full disk under the account store or any file this service writes: 507, as SPEC 3 says, not a 500. */
-function diskFull(err: unknown): ApiError | null {
-  const e = err as { code?: string; errcode?: number };
-  const sqliteFull = e.code === 'ERR_SQLITE_ERROR' && typeof e.errcode === 'number' && ((e.errcode & 0xff) === 13 || e.errcode === SQLITE_IOERR_SHMSIZE);
-  if (!sqliteFull && e.code !== 'ENOSPC') return null;
-  return new ApiError('quota_exceeded', 'the server\'s disk is full; retry once its operator has freed space');
-}
 
 /** A person's browser gets the error as a page; API clients keep SPEC 3's JSON. */
 export function answerError(req: FastifyRequest, reply: FastifyReply, err: ApiError): FastifyReply {

@@ -13,6 +13,7 @@ import { exportDatabase } from './export-ops.ts';
 import { dropHistory } from '../history/archive.ts';
 import { removeCopy } from '../history/rebuild.ts';
 import { dirname } from 'node:path';
+import { statSync } from 'node:fs';
 
 flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or lives as long as the server
 // `systemctl stop`, Ctrl-C and many supervisors signal the whole process group: the parent drains, finishes the
@@ -34,8 +35,17 @@ function open(path: string, create: boolean): DbHandle | null {
     return handles.get(path, create);
   } catch (e) {
     if (/unable to open database file/.test(String((e as Error).message))) return null;
-    if (create) unlinkDatabase(path); // a new database that could not be set up (a full disk) leaves no empty file
+    // A new database that could not be set up (a full disk) leaves no empty file; one with content is never touched.
+    if (create && emptyFile(path)) unlinkDatabase(path);
     throw e;
+  }
+}
+
+function emptyFile(path: string): boolean {
+  try {
+    return statSync(path).size === 0;
+  } catch {
+    return false;
   }
 }
 

@@ -4,7 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { Sandbox, type Mode } from '../sandbox.ts';
 import { paramSlots, type ParamSlots } from '../params.ts';
 import { INTERNAL_SCHEMA } from './schema.ts';
-import { ApiError, SQLITE_IOERR_SHMSIZE } from '../../shared/errors.ts';
+import { ApiError, isDiskFull } from '../../shared/errors.ts';
 import { statSync } from 'node:fs';
 import { hasSecondStatement } from '../statement-end.ts';
 import type { Archiver, HistoryOptions } from '../history/archive.ts';
@@ -179,8 +179,7 @@ export class HandleCache {
    * The caller closes it after the operation.
    */
   readWhileDiskFull(path: string, err: unknown): DbHandle | null {
-    const code = (err as { errcode?: number }).errcode;
-    if (code !== SQLITE_IOERR_SHMSIZE && (code === undefined || (code & 0xff) !== 13)) return null;
+    if (!isDiskFull(err)) return null;
     try {
       if (statSync(`${path}-wal`).size > 0) return null;
     } catch {
