@@ -5,7 +5,9 @@
 //   --only starvation|overload|ratelimit   one of the three (ratelimit: the flood again, with DB_RATE_LIMIT_PER_REPO on)
 // BENCH_SCOPEBASE_MAIN=<other checkout>/bin/scopebase.js runs the same load against another version.
 import { parseArgs } from 'node:util';
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { Agent, request } from 'undici';
+import { retryDelayMs } from '../src/client/retry.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 import { startInstance, type Instance } from './scopebase/instance.ts';
 
@@ -15,9 +17,12 @@ const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c 
 const agent = new Agent({ connections: 4096, pipelining: 1, keepAliveTimeout: 30_000 });
 const log = (s: string) => process.stderr.write(`[tenants] ${s}\n`);
 
-interface Sample { ms: number; status: number; retryAfterS?: number }
+interface Sample { ms: number; status: number; retryAfterMs?: number }
 
-async function post(inst: Instance, repo: string, op: string, body: unknown, org = 'acme'): Promise<Sample> {
+/** Where requests go: an Instance, or what of it a worker thread is given. */
+type Target = Pick<Instance, 'proxyUrl' | 'host' | 'rootKey'>;
+
+async function post(inst: Target, repo: string, op: string, body: unknown, org = 'acme'): Promise<Sample> {
   const t0 = performance.now();
   try {
     const res = await request(`${inst.proxyUrl}/${repo}/_db/${op}`, {
@@ -26,8 +31,9 @@ async function post(inst: Instance, repo: string, op: string, body: unknown, org
     });
     if (process.env.TENANTS_DEBUG && res.statusCode !== 200) log(`${op} ${res.statusCode}: ${(await res.body.text()).slice(0, 200)}`);
     else await res.body.dump();
-    const retryAfter = Number(res.headers['retry-after']);
-    return { ms: performance.now() - t0, status: res.statusCode, ...(retryAfter > 0 ? { retryAfterS: retryAfter } : {}) };
+    const header = res.headers['retry-after'];
+    const retryAfterMs = typeof header === 'string' ? retryDelayMs(res.statusCode, header) : null;
+    return { ms: performance.now() - t0, status: res.statusCode, ...(retryAfterMs ? { retryAfterMs } : {}) };
   } catch (e) {
     if (process.env.TENANTS_DEBUG) log(`${op}: ${(e as Error).message}`);
     return { ms: performance.now() - t0, status: 0 };
@@ -56,8 +62,20 @@ async function loops(clients: number, until: number, fn: (i: number) => Promise<
   return out;
 }
 
-/** Repo "quiet" of org "other": one reader and one writer, as a small app would be (100 and 50 requests/s). */
+/**
+ * Repo "quiet" of org "other": one reader and one writer, as a small app would be (100 and 50 requests/s). It runs in
+ * a worker thread, as another app would be another process: on the flood's event loop its answers would wait
+ * behind the flood's, a delay of the load generator's and not of the server's.
+ */
 function quiet(inst: Instance, until: number): Promise<[Sample[], Sample[]]> {
+  const worker = new Worker(new URL(import.meta.url), { workerData: { ms: until - performance.now(), proxyUrl: inst.proxyUrl, host: inst.host, rootKey: inst.rootKey } });
+  return new Promise((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+}
+
+async function quietLoops(inst: Target, until: number): Promise<[Sample[], Sample[]]> {
   return Promise.all([
     loops(1, until, () => post(inst, 'quiet', 'query', { sql: 'SELECT v FROM t WHERE id = 1' }, 'other'), 10),
     loops(1, until, (i) => post(inst, 'quiet', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: [i] }, 'other'), 20),
@@ -71,7 +89,7 @@ const p99Of = (samples: Sample[]) => {
 
 /**
  * Repo "quiet" alone, then while repo "hog" floods with 64 writers (and `runaways` runaway statements). A `polite`
- * flood waits the Retry-After of a 429 as @scopebase/client does; the other sends its next request at once.
+ * flood waits the Retry-After of a 429 as @scopebase/client does (with its jitter); the other sends its next request at once.
  */
 async function starvation(inst: Instance, runaways: number, polite = false): Promise<void> {
   await post(inst, 'quiet', 'execute', { sql: 'INSERT OR IGNORE INTO t(id, v) VALUES (1, 0)' }, 'other');
@@ -83,7 +101,7 @@ async function starvation(inst: Instance, runaways: number, polite = false): Pro
   const hog = Promise.all([
     loops(64, until, async (i) => {
       const r = await post(inst, 'hog', 'execute', { database: `d${i % 8}`, sql: 'INSERT INTO t(v) VALUES (?)', params: [i] });
-      if (polite && r.status === 429 && r.retryAfterS) await new Promise((done) => setTimeout(done, Math.min(r.retryAfterS! * 1000, until - performance.now())));
+      if (polite && r.status === 429 && r.retryAfterMs) await new Promise((done) => setTimeout(done, Math.min(r.retryAfterMs!, until - performance.now())));
       return r;
     }),
     loops(runaways, until, (i) => post(inst, 'hog', 'query', { database: `d${i % 8}`, sql: RUNAWAY })),
@@ -143,25 +161,33 @@ async function withInstance(env: Record<string, string>, phase: (inst: Instance)
   }
 }
 
-const RATE = 200; // the ratelimit phase's DB_RATE_LIMIT_PER_REPO: above what the quiet repo asks (150/s), far below the flood
-let ok = true;
-try {
-  log(`${SECONDS} s per phase; ${process.env.BENCH_SCOPEBASE_MAIN ?? 'this checkout'}`);
-  // Fairness of the scheduler alone: no rate limit, the flooding repo also runs away.
-  if (!args.only || args.only === 'starvation' || args.only === 'overload') {
-    ok = await withInstance({ DB_RATE_LIMIT_PER_REPO: '0' }, async (inst) => {
-      if (args.only !== 'overload') await starvation(inst, 4);
-      if (args.only !== 'starvation') await overload(inst);
-    });
-  }
-  if (!args.only || args.only === 'ratelimit') {
-    log(`with DB_RATE_LIMIT_PER_REPO=${RATE}: the flooding repo is refused past it (429), the quiet one is not`);
-    ok = (await withInstance({ DB_RATE_LIMIT_PER_REPO: String(RATE), DB_RATE_LIMIT_BURST: String(RATE) }, async (inst) => {
-      await starvation(inst, 0, true);
-      await starvation(inst, 0);
-    })) && ok;
-  }
-} finally {
+if (!isMainThread) {
+  const { ms, ...target } = workerData as Target & { ms: number };
+  parentPort!.postMessage(await quietLoops({ ...target, rootKey: Buffer.from(target.rootKey) }, performance.now() + ms));
   await agent.close();
+} else await main();
+
+async function main(): Promise<void> {
+  const RATE = 200; // the ratelimit phase's DB_RATE_LIMIT_PER_REPO: above what the quiet repo asks (150/s), far below the flood
+  let ok = true;
+  try {
+    log(`${SECONDS} s per phase; ${process.env.BENCH_SCOPEBASE_MAIN ?? 'this checkout'}`);
+    // Fairness of the scheduler alone: no rate limit, the flooding repo also runs away.
+    if (!args.only || args.only === 'starvation' || args.only === 'overload') {
+      ok = await withInstance({ DB_RATE_LIMIT_PER_REPO: '0' }, async (inst) => {
+        if (args.only !== 'overload') await starvation(inst, 4);
+        if (args.only !== 'starvation') await overload(inst);
+      });
+    }
+    if (!args.only || args.only === 'ratelimit') {
+      log(`with DB_RATE_LIMIT_PER_REPO=${RATE}: the flooding repo is refused past it (429), the quiet one is not`);
+      ok = (await withInstance({ DB_RATE_LIMIT_PER_REPO: String(RATE), DB_RATE_LIMIT_BURST: String(RATE) }, async (inst) => {
+        await starvation(inst, 0, true);
+        await starvation(inst, 0);
+      })) && ok;
+    }
+  } finally {
+    await agent.close();
+  }
+  process.exitCode = ok ? 0 : 1;
 }
-process.exitCode = ok ? 0 : 1;

@@ -121,6 +121,36 @@ test('retries only where safe: reads on 503/429 with Retry-After; a write only w
   }
 });
 
+test('clients refused together with Retry-After: 1 come back after it, spread over the next half second', async () => {
+  const times: number[] = [];
+  let refused = 0;
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    req.resume();
+    if (refused < 8) {
+      refused++;
+      res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '1' }).end(JSON.stringify({ error: { code: 'rate_limited', message: 'slow down' } }));
+      return;
+    }
+    times.push(performance.now());
+    res.writeHead(ok.status, { 'content-type': 'application/json' }).end(JSON.stringify(ok.body));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    const port = (server.address() as { port: number }).port;
+    const t0 = performance.now();
+    const clients = Array.from({ length: 8 }, () => createClient({ url: `http://127.0.0.1:${port}`, org: 'acme', repo: 'web', secret: 's' }));
+    await Promise.all(clients.map((c) => c.query('SELECT 1 AS one')));
+    const after = times.map((t) => t - t0).sort((a, b) => a - b);
+    assert.equal(after.length, 8);
+    assert.ok(after[0]! >= 1000, `none came back before Retry-After (first after ${after[0]!.toFixed(0)} ms)`);
+    assert.ok(after[7]! < 1500 + 250, `all came back within Retry-After and half of it (last after ${after[7]!.toFixed(0)} ms)`);
+    assert.ok(after[7]! - after[0]! > 50, `the retries are spread, not one burst (${after.map((t) => t.toFixed(0)).join(', ')} ms)`);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+  }
+});
+
 test('timeouts, AbortSignal and an unreachable server are typed errors, never a hang', async () => {
   const hang = await scripted(['hang']);
   try {

@@ -4,6 +4,7 @@ import { errorFor, ScopebaseError } from './errors.ts';
 import { decodeValue, encodeParams, type Params, type Value } from './values.ts';
 import { defaultSender, fetchSender, NoReply, type FileBody, type Progress, type SaveTo, type Send } from './transport.ts';
 import { MigrationOrderError, readMigrationFolder, type Migration } from './migrations.ts';
+import { retryDelayMs } from './retry.ts';
 
 export * from './errors.ts';
 export type { Value, WireValue, InValue, Params } from './values.ts';
@@ -244,14 +245,6 @@ async function describeFile(path: string): Promise<{ size: number; format: 'sqli
 export interface RestoreResult { restoredTo: { version: number; committedAt: string | null }; version: number; dryRun: boolean }
 export interface ImportResult { database: string; version: number; tables: { name: string; rows: number }[] }
 export { ScopebaseError };
-
-/** Seconds of Retry-After on a 429/503, in ms (capped at 60 s); null when the server did not invite a retry. */
-function retryDelayMs(status: number, header: string | undefined): number | null {
-  if ((status !== 429 && status !== 503) || header === undefined) return null;
-  const seconds = /^\d+$/.test(header.trim()) ? Number(header) : (Date.parse(header) - Date.now()) / 1000;
-  if (!Number.isFinite(seconds)) return null;
-  return Math.min(Math.max(seconds, 0), 60) * 1000;
-}
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {

@@ -40,13 +40,14 @@ export class RateLimiter {
   }
 
   /**
-   * How long to hold the refusal just made for `key` before answering it: 0, or HOLD_MS once it was refused more
-   * times within a second than its burst or its rate per second allow — it ignores Retry-After (clients that wait
-   * as told come back at most once a second each), and its refusals answered at once would let it spin at
-   * thousands of requests a second on the CPU other keys need.
+   * How long to hold the refusal just made for `key` before answering it: 0, or HOLD_MS and up to half as long again
+   * once it was refused more times within a second than its burst or its rate per second allow — it ignores
+   * Retry-After (clients that wait as told come back at most once a second each), and its refusals answered at once
+   * would let it spin at thousands of requests a second on the CPU other keys need. The random part spreads the held
+   * requests out: held alike, they would all come back in the same instant, a burst every second.
    */
   holdMs(key: string): number {
     const refused = this.buckets.get(key)?.refused ?? 0;
-    return refused > Math.max(this.opts.burst, this.opts.perMinute / 60) ? HOLD_MS : 0;
+    return refused > Math.max(this.opts.burst, this.opts.perMinute / 60) ? HOLD_MS * (1 + Math.random() / 2) : 0;
   }
 }
