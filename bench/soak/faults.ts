@@ -18,6 +18,8 @@ import type { FaultMirror } from '../faults/mirror.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const GRACE_MS = 2_000; // answers that were on their way when a fault ended
+/** From this share of the run on, nothing is faulted: the product's last lifetime, where its RSS and fds are judged. */
+export const QUIET_AFTER = 0.7;
 
 export type Kind = 'down' | 'full' | 'clock';
 
@@ -87,11 +89,15 @@ async function checkDamaged(host: FaultHost, plan: FaultPlan): Promise<void> {
   if (!out.split('\n').some((l) => l.includes('database request failed') && l.includes('damaged.sqlite'))) host.bad.push('the log does not name the damaged file');
 }
 
-/** Runs every fault at its random moment in [10 %, 85 %] of the run, logging each; resolves once the last is over. */
-export async function runFaults(host: FaultHost, plan: FaultPlan): Promise<void> {
+/**
+ * Runs every fault at its random moment in [10 %, 65 %] of the run (each over by QUIET_AFTER: a full disk or a stop
+ * lasts seconds), logging each. Resolves, once the hanging mirror answers again at QUIET_AFTER and the last fault is
+ * over (one may run late behind the others), with that moment (performance.now()).
+ */
+export async function runFaults(host: FaultHost, plan: FaultPlan): Promise<number> {
   const t0 = performance.now();
   const at = (share: number) => t0 + share * plan.seconds * 1000;
-  const random = () => 0.1 + Math.random() * 0.75;
+  const random = () => 0.1 + Math.random() * (QUIET_AFTER - 0.15);
   const note = (line: string) => host.log(`fault at ${((performance.now() - t0) / 1000).toFixed(0)} s: ${line}`); // as it happens: a run is long
   let restarts = 0;
   const events: { when: number; what: string; run(): Promise<void> }[] = [];
@@ -133,7 +139,7 @@ export async function runFaults(host: FaultHost, plan: FaultPlan): Promise<void>
   }
   events.sort((a, b) => a.when - b.when);
   host.hangMirror.mode = 'hang';
-  const answerAt = setTimeout(() => { host.hangMirror.mode = 'answer'; }, plan.seconds * 850);
+  const answerAt = setTimeout(() => { host.hangMirror.mode = 'answer'; }, plan.seconds * 1000 * QUIET_AFTER);
   for (const e of events) {
     await sleep(Math.max(0, e.when - performance.now()));
     try {
@@ -142,8 +148,9 @@ export async function runFaults(host: FaultHost, plan: FaultPlan): Promise<void>
       host.bad.push(`${e.what}: ${(err as Error).message}`);
     }
   }
-  await sleep(Math.max(0, at(0.85) - performance.now()));
+  await sleep(Math.max(0, at(QUIET_AFTER) - performance.now()));
   clearTimeout(answerAt);
   host.hangMirror.mode = 'answer';
-  note(`a mirror that accepts connections and never answers, from the start to 85 % of the run: ${host.hangMirror.hung} deliveries left unanswered`);
+  note(`a mirror that accepts connections and never answers, from the start to ${QUIET_AFTER * 100} % of the run: ${host.hangMirror.hung} deliveries left unanswered`);
+  return performance.now();
 }
