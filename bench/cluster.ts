@@ -6,7 +6,7 @@
 import { parseArgs } from 'node:util';
 import { rmSync } from 'node:fs';
 import { startCluster } from '../test/helpers/cluster.ts';
-import { freePort } from '../test/helpers/etcd.ts';
+import { freePort } from '../test/helpers/ports.ts';
 import { spawnProduct, startProduct, tempDir, testEnv, type Product } from '../test/helpers/product.ts';
 
 const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, writers: { type: 'string' } } });

@@ -11,7 +11,6 @@ import { newSecret } from './helpers/mirror.ts';
 
 const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
 
-
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function p99(samples: number[]): number {

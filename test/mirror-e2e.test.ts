@@ -9,7 +9,6 @@ import { freePort } from './helpers/ports.ts';
 import { newSecret, range, Receiver, waitFor } from './helpers/mirror.ts';
 import fc from 'fast-check';
 
-
 const mirrorsEnv = (list: { name: string; url: string; secret: string }[]) => JSON.stringify(list);
 
 test('real writes: one signed event per changing request, none for a no-op, migrations carry their SQL, status shows delivery', async (t) => {

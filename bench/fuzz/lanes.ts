@@ -10,7 +10,7 @@ import fc from 'fast-check';
 import { repoSecret } from '../../src/shared/secrets.ts';
 import { signInUser } from '../../test/helpers/session.ts';
 import type { Config } from '../../src/shared/config.ts';
-import { freePort } from '../lib/proc.ts';
+import { freePort } from '../../test/helpers/ports.ts';
 import { sendJson } from '../lib/http.ts';
 import { compareReplicas, drain, type SoakDb } from '../soak/converge.ts';
 import type { Instance } from '../scopebase/instance.ts';

@@ -144,5 +144,3 @@ export function treeRss(root: number): number {
   for (const st of processTree(root).values()) pages += st.rssPages;
   return pages * PAGE;
 }
-
-export { freePort } from '../../test/helpers/ports.ts';

@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { repoSecret } from '../../src/shared/secrets.ts';
 import { postJson } from '../lib/http.ts';
-import { freePort, startServer, type Server } from '../lib/proc.ts';
+import { startServer, type Server } from '../lib/proc.ts';
+import { freePort } from '../../test/helpers/ports.ts';
 import { ROWS, SCHEMA, seedSql } from '../servers/seed.ts';
 
 // The package's bin, as `npm start` and `npx scopebase` run it; BENCH_SCOPEBASE_MAIN: another entry point with the

@@ -25,11 +25,12 @@ export function isProxyOnly(name: string): boolean {
 
 /**
  * Client-address headers CDNs and load balancers set (Cloudflare, Akamai, Fastly, F5, Envoy, Rackspace, …), which
- * an app may trust for rate limits or audit logs: a client's own would let it pose as any address.
+ * an app may trust for rate limits or audit logs: a client's own would let it pose as any address. Dropped even from
+ * a trusted peer: the address it vouches for reaches apps in x-forwarded-for.
  */
 const CLIENT_ADDRESS = /^(x-real-ip|client-ip|x-client-ip|true-client-ip|cf-connecting-ip(v6)?|fastly-client-ip|x-cluster-client-ip|x-original-forwarded-for|x-originating-ip|x-remote-ip|x-remote-addr|x-envoy-external-address)$/;
 
-/** Forwarding headers: the proxy sets them (x-forwarded-*), keeping a trusted load balancer's own copies (forwardedHeaders). */
+/** Forwarding headers: dropped from every client; the proxy sets x-forwarded-* itself, a trusted peer's copies extended (forwardedHeaders). */
 export function isForwarding(name: string): boolean {
   const n = folded(name);
   return n.startsWith('x-forwarded-') || n === 'forwarded' || CLIENT_ADDRESS.test(n);

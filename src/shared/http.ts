@@ -110,7 +110,6 @@ export function toApiError(err: unknown, req?: FastifyRequest): ApiError {
   return new ApiError('internal', 'internal error');
 }
 
-
 /** A person's browser gets the error as a page; API clients keep SPEC 3's JSON. */
 export function answerError(req: FastifyRequest, reply: FastifyReply, err: ApiError): FastifyReply {
   // The database API answers JSON whatever the Accept (libSQL clients and fetch may ask for anything).

@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { Etcd } from '../../src/cluster/etcd.ts';
 import { PLACEMENT, type Placement } from '../../src/cluster/placement.ts';
 import { spawnProduct, startProduct, tempDir, testEnv, type Product, type SpawnedProduct } from './product.ts';
-import { freePort, startEtcd, type EtcdProcess } from './etcd.ts';
+import { startEtcd, type EtcdProcess } from './etcd.ts';
+import { freePort } from './ports.ts';
 
 export interface ClusterNodeProcess {
   id: string;

@@ -2,10 +2,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { tempDir } from './product.ts';
-
 import { freePort } from './ports.ts';
-
-export { freePort };
 
 export interface EtcdProcess {
   url: string;
