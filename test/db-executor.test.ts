@@ -3,28 +3,17 @@
 // when idle).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
-import { executorPids } from './helpers/processes.ts';
+import { executorPids, openFiles } from './helpers/processes.ts';
 import { ExecutorPool } from '../src/db/executor/pool.ts';
 
 const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
 
 
 /** Paths of the database files (.sqlite, -wal, -shm) a process holds open. */
-function openSqlitePaths(pid: number): string[] {
-  const paths: string[] = [];
-  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
-    try {
-      const target = readlinkSync(`/proc/${pid}/fd/${fd}`);
-      if (/\.sqlite(-wal|-shm)?$/.test(target)) paths.push(target);
-    } catch {
-      // fd closed meanwhile
-    }
-  }
-  return paths;
-}
+const openSqlitePaths = (pid: number): string[] => openFiles(pid).filter((f) => /\.sqlite(-wal|-shm)?$/.test(f));
 
 const openSqliteFiles = (pid: number): number => openSqlitePaths(pid).length;
 

@@ -4,11 +4,17 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, openSync, rmSync, writeFileSync, writeSync, closeSync } from 'node:fs';
+import { mkdirSync, openSync, rmSync, statSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { startProduct, tempDir } from './helpers/product.ts';
 import { signIn } from './helpers/session.ts';
+
+/** Writes `file` until the disk refuses 4 KiB more. */
+function takeEveryByte(file: string): void {
+  const fd = openSync(file, 'w');
+  try { for (;;) writeSync(fd, Buffer.alloc(4096)); } catch { /* ENOSPC */ } finally { closeSync(fd); }
+}
 
 test('a damaged database file: that database answers 500 naming the damage, on every operation; the others serve on', async () => {
   const dir = tempDir('scopebase-damaged-');
@@ -56,6 +62,7 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500, in the
     assert.equal((await p.db('web', 'execute', { sql: 'CREATE TABLE big(id INTEGER PRIMARY KEY, pad BLOB)' })).status, 200);
     await new Promise((r) => setTimeout(r, 600)); // past DB_IDLE_CLOSE_MS: the idle database's connection is closed
     writeFileSync(join(dir, 'ballast'), Buffer.alloc(2 << 20)); // given back later, as an operator frees space
+    writeFileSync(join(dir, 'reserve'), Buffer.alloc(256 << 10)); // given back while full, for one more database
     const statuses = new Map<number, number>();
     let refused = null;
     for (let i = 0; i < 200 && !refused; i++) {
@@ -78,9 +85,23 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500, in the
     assert.match(put!.json.error.message, /disk is full/);
     const verify = await p.call('/web/_account/verify', { headers: { cookie } });
     assert.equal(verify.status, 200, `sign-in checks go on: ${verify.text}`);
-    // A database with no open connection: SQLite cannot make its shared-memory file, and reads it from its file alone.
-    const fd = openSync(join(dir, 'rest'), 'w'); // and the last bytes taken (a refused 100 KB row may have left some)
-    try { for (;;) writeSync(fd, Buffer.alloc(4096)); } catch { /* ENOSPC */ } finally { closeSync(fd); }
+    // A database whose WAL holds commits its file does not: written in the last free bytes, its connection closed
+    // on the full disk (which refuses the checkpoint), and its shared-memory file gone (as when another writer takes
+    // the bytes its truncation gives back). SQLite cannot make that file, and reads the WAL with its index in memory.
+    rmSync(join(dir, 'reserve'));
+    const walled = await p.db('web', 'execute', { database: 'walled', statements: [{ sql: 'CREATE TABLE t(x)' }, { sql: 'INSERT INTO t VALUES (7), (8)' }] });
+    assert.equal(walled.status, 200, walled.text);
+    takeEveryByte(join(dir, 'rest'));
+    await new Promise((r) => setTimeout(r, 600)); // past DB_IDLE_CLOSE_MS
+    const walledFile = join(dir, 'db', 'acme', 'web', 'walled.sqlite');
+    assert.ok(statSync(`${walledFile}-wal`).size > 0, 'the full disk kept the WAL from its checkpoint');
+    rmSync(`${walledFile}-shm`, { force: true });
+    takeEveryByte(join(dir, 'rest2'));
+    const inWal = await p.db('web', 'query', { database: 'walled', sql: 'SELECT x FROM t ORDER BY x' });
+    assert.equal(inWal.status, 200, `a read of a database whose WAL holds its last commits, on a full disk: ${inWal.text}`);
+    assert.deepEqual(inWal.json.results[0].rows, [[7], [8]]);
+    assert.equal((await p.db('web', 'status', { database: 'walled' })).json.version, 1);
+    // A database with no open connection and no WAL content: read from its file alone.
     const idle = await p.db('web', 'query', { database: 'idle', sql: 'SELECT x FROM t' });
     assert.equal(idle.status, 200, `a read of a database not open on a full disk: ${idle.text}`);
     assert.deepEqual(idle.json.results[0].rows, [[42]]);
@@ -89,6 +110,7 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500, in the
     const acknowledged = count.json.results[0].rows[0][0];
     rmSync(join(dir, 'ballast'));
     rmSync(join(dir, 'rest'));
+    rmSync(join(dir, 'rest2'));
     const again = await p.db('web', 'execute', { sql: 'INSERT INTO big(pad) VALUES (randomblob(1000))' });
     assert.equal(again.status, 200, `writes resume once space returns: ${again.text}`);
     const after = await p.db('web', 'query', { statements: [{ sql: 'SELECT count(*) FROM big' }, { sql: 'PRAGMA integrity_check' }] });

@@ -7,7 +7,7 @@ import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
-import { executorPids } from './helpers/processes.ts';
+import { executorPids, openFiles } from './helpers/processes.ts';
 
 const SQLITE = 'application/vnd.sqlite3';
 
@@ -162,6 +162,8 @@ COMMIT;
     assert.equal(created.status, 400);
     assert.equal((await p.db('bad', 'status', { database: 'fresh' })).json.exists, false, 'a refused create leaves no database');
     assert.deepEqual(readdirSync(join(p.dataDir, 'tmp')), [], 'no upload is left behind');
+    const held = executorPids().flatMap(openFiles).filter((f) => f.startsWith(join(p.dataDir, 'tmp')));
+    assert.deepEqual(held, [], 'no refused upload is left open in an executor');
   });
 
   test('kill -9 of every executor during an import: the database is as before or fully imported, never in between', async () => {

@@ -3,8 +3,9 @@
 // body it hands to the sender is the stored event byte for byte.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { closeSync, mkdirSync, openSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { ChangeLogFiles } from '../src/mirror/delivery/change-log.ts';
 import { eventBody } from '../src/mirror/delivery/sender.ts';
@@ -85,4 +86,35 @@ test('a database deleted and made again under the same name is read anew; missin
   writeFileSync(join(dataDir, 'db/acme/web/fresh.sqlite'), '');
   assert.deepEqual(await feed.readChanges(scopeOf('fresh'), 0, 100), { events: [], version: 0 });
   assert.equal(await feed.currentVersion(scopeOf('fresh')), 0);
+});
+
+test('a read the full disk refuses leaves no connection behind: the database is not held locked for later readers', async (t) => {
+  if (process.getuid?.() !== 0) return t.skip('mounting a tmpfs needs root (CI runs as root)');
+  const dir = tempDir('scopebase-full-feed-');
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', dir]);
+  const feed = new ChangeLogFiles(join(dir, 'db'));
+  t.after(() => {
+    feed.close();
+    execFileSync('umount', ['-l', dir]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const file = join(dir, 'db/acme/web/main.sqlite');
+  mkdirSync(dirname(file), { recursive: true });
+  // Committed to the WAL by a process that is then killed (as an executor can be): the WAL keeps them, and the
+  // shared-memory file, removed, must be made again by the next reader: on a full disk it cannot be.
+  const writer = `const { DatabaseSync } = require('node:sqlite'); const db = new DatabaseSync(${JSON.stringify(file)});
+    db.exec("PRAGMA journal_mode=WAL; CREATE TABLE _scopebase_meta(key TEXT PRIMARY KEY, value); CREATE TABLE _scopebase_changes(version INTEGER PRIMARY KEY, event TEXT); INSERT INTO _scopebase_meta VALUES ('version', 1)");
+    process.kill(process.pid, 'SIGKILL');`;
+  spawnSync(process.execPath, ['-e', writer]);
+  assert.ok(statSync(`${file}-wal`).size > 0, 'the WAL holds the commits');
+  rmSync(`${file}-shm`);
+  const fd = openSync(join(dir, 'ballast'), 'w');
+  try { for (;;) writeSync(fd, Buffer.alloc(4096)); } catch { /* ENOSPC: the disk is full */ } finally { closeSync(fd); }
+  await assert.rejects(feed.readChanges(scopeOf(), 0, 10), /disk I\/O error/);
+  // A reader that needs the database to itself (as the executors' read on a full disk does) gets it: the refused
+  // read kept no lock.
+  const alone = new DatabaseSync(file, { timeout: 0 });
+  t.after(() => alone.close());
+  alone.exec('PRAGMA locking_mode=EXCLUSIVE');
+  assert.deepEqual({ ...alone.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() }, { value: 1 });
 });

@@ -2,7 +2,8 @@
 // a placement change), written here — never by the executors, which are told to forget it first.
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
+import type { DatabaseSync } from 'node:sqlite';
+import { openSqlite } from '../shared/sqlite-open.ts';
 import type { ChangeEvent } from '../db/contract.ts';
 import { applyEvent, readVersion } from '../db/apply-event.ts';
 import { removeCopy } from '../db/history/rebuild.ts';
@@ -16,9 +17,10 @@ export interface CopyState {
 
 function open(path: string): DatabaseSync {
   // FK actions off: the changeset already holds their effects; synchronous=FULL: the ack means on disk.
-  const db = new DatabaseSync(path, { enableForeignKeyConstraints: false, timeout: 10_000 });
-  db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL');
-  return db;
+  return openSqlite(path, { enableForeignKeyConstraints: false, timeout: 10_000 }, (db) => {
+    db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL');
+    return db;
+  });
 }
 
 /** Open copies, kept between applies (an open per apply cost more than the apply); at most MAX_OPEN, oldest closed first. */

@@ -1,5 +1,5 @@
 // The processes a test's product runs: executors are children of the test process (startProduct runs in-process).
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 
 /** Descendant pids of this test process (the executor processes). */
 export function executorPids(): number[] {
@@ -15,4 +15,17 @@ export function executorPids(): number[] {
   };
   walk(process.pid);
   return out;
+}
+
+/** What a process holds open: the paths its file descriptors point to (a deleted file's ends in " (deleted)"). */
+export function openFiles(pid: number): string[] {
+  const paths: string[] = [];
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      paths.push(readlinkSync(`/proc/${pid}/fd/${fd}`));
+    } catch {
+      // fd closed meanwhile
+    }
+  }
+  return paths;
 }

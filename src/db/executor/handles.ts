@@ -1,10 +1,11 @@
 // One open database inside an executor process: its connection, sandbox and statement cache; and the LRU bounding them.
-import { DatabaseSync, type StatementSync } from 'node:sqlite';
+import type { DatabaseSync, DatabaseSyncOptions, StatementSync } from 'node:sqlite';
 import { pathToFileURL } from 'node:url';
 import { Sandbox, type Mode } from '../sandbox.ts';
 import { paramSlots, type ParamSlots } from '../params.ts';
 import { INTERNAL_SCHEMA } from './schema.ts';
 import { ApiError, isDiskFull } from '../../shared/errors.ts';
+import { openSqlite } from '../../shared/sqlite-open.ts';
 import { statSync } from 'node:fs';
 import { hasSecondStatement } from '../statement-end.ts';
 import type { Archiver, HistoryOptions } from '../history/archive.ts';
@@ -40,6 +41,9 @@ export interface Prepared {
 
 const STATEMENTS_PER_DB = 128;
 
+/** How a read reaches a database that a full disk keeps from opening as usual (HandleCache.readWhileDiskFull). */
+type DiskFullRead = 'immutable' | 'exclusive';
+
 export class DbHandle {
   readonly db: DatabaseSync;
   readonly sandbox = new Sandbox();
@@ -56,33 +60,36 @@ export class DbHandle {
   /** Records each commit into the database's history (history/archive.ts); made at the first commit. */
   archiver: Archiver | null = null;
 
-  /** `immutable`: read-only, no lock and no shared memory (see readWhileDiskFull); for one operation, never cached. */
-  constructor(path: string, create: boolean, limits: ExecutorLimits, immutable = false) {
+  /** `diskFull`: a connection for one read without the shared-memory file (see readWhileDiskFull), never cached. */
+  constructor(path: string, create: boolean, limits: ExecutorLimits, diskFull: DiskFullRead | null = null) {
     this.path = path;
     this.history = limits.history ?? null;
+    const immutable = diskFull === 'immutable';
     const url = pathToFileURL(path);
     url.searchParams.set('mode', immutable ? 'ro' : create ? 'rwc' : 'rw');
     if (immutable) url.searchParams.set('immutable', '1');
-    this.db = new DatabaseSync(url, {
-      timeout: 10_000, // busy wait between executor processes; writes are serialized upstream, so this is only a backstop
+    const options = {
+      // busy wait between executor processes; writes are serialized upstream, so this is only a backstop. The
+      // exclusive fallback waits little: a connection open elsewhere means the usual open works again.
+      timeout: diskFull === 'exclusive' ? 100 : 10_000,
       enableForeignKeyConstraints: true,
       allowExtension: false,
       defensive: true,
       readOnly: immutable,
       limits: { length: limits.maxValueBytes, attach: 0 },
-    } as ConstructorParameters<typeof DatabaseSync>[1]);
-    try {
-      this.sandbox.install(this.db);
-      this.db.exec('PRAGMA cache_size=-2000; PRAGMA trusted_schema=OFF');
-      if (immutable) return;
-      this.db.exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=${limits.sync === 'full' ? 'FULL' : 'NORMAL'}`);
-      const pageSize = Number((this.db.prepare('PRAGMA page_size').get() as { page_size: number }).page_size);
-      this.db.exec(`PRAGMA max_page_count=${Math.max(16, Math.floor(limits.maxSizeBytes / pageSize))}`);
-      if (create) this.db.exec(INTERNAL_SCHEMA);
-    } catch (e) {
-      this.db.close(); // else each failed open (a full disk, a damaged file) would keep its file descriptors
-      throw e;
-    }
+    } as DatabaseSyncOptions;
+    this.db = openSqlite(url, options, (db) => {
+      // Before the first access: SQLite then keeps the WAL index in this process's memory, not in the -shm file.
+      if (diskFull === 'exclusive') db.exec('PRAGMA locking_mode=EXCLUSIVE');
+      this.sandbox.install(db);
+      db.exec('PRAGMA cache_size=-2000; PRAGMA trusted_schema=OFF');
+      if (diskFull) return db;
+      db.exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=${limits.sync === 'full' ? 'FULL' : 'NORMAL'}`);
+      const pageSize = Number((db.prepare('PRAGMA page_size').get() as { page_size: number }).page_size);
+      db.exec(`PRAGMA max_page_count=${Math.max(16, Math.floor(limits.maxSizeBytes / pageSize))}`);
+      if (create) db.exec(INTERNAL_SCHEMA);
+      return db;
+    });
   }
 
   /** Prepares (or reuses) a statement under `mode`; the sandbox decides at prepare time. */
@@ -172,20 +179,38 @@ export class HandleCache {
   }
 
   /**
-   * A handle for one read when opening `path` as usual failed for a full disk: SQLite must create its
-   * shared-memory file to open a database, and cannot. When the database has no WAL content (no connection has it
-   * open: the last to close checkpointed it into the file), the file alone is the database, and an immutable,
-   * read-only connection reads it with no file of its own. Null otherwise (the caller answers the disk-full error).
-   * The caller closes it after the operation.
+   * A handle for one read when opening `path` as usual failed for a full disk: SQLite must make (or, as the first
+   * connection, truncate and grow again) the database's shared-memory file, and cannot. Null when the error is
+   * another, or when no fallback can read it (the caller answers the disk-full error). The caller closes it after
+   * the operation.
+   * - No WAL content (the last connection checkpointed it into the file): the file alone is the database, and an
+   *   immutable, read-only connection reads it with no lock and no file of its own.
+   * - WAL content (a checkpoint the full disk refused, a killed process): an exclusive-locking connection reads the
+   *   WAL with its index in memory. It holds the database's lock for the one read; if a connection elsewhere has
+   *   the database open (so its shared memory exists), a usual open is tried once more instead.
    */
   readWhileDiskFull(path: string, err: unknown): DbHandle | null {
     if (!isDiskFull(err)) return null;
+    let walBytes = 0;
     try {
-      if (statSync(`${path}-wal`).size > 0) return null;
+      walBytes = statSync(`${path}-wal`).size;
     } catch {
       // no WAL file: nothing outside the main file
     }
-    return new DbHandle(path, false, this.limits, true);
+    if (walBytes === 0) return new DbHandle(path, false, this.limits, 'immutable');
+    let exclusive: DbHandle | null = null;
+    try {
+      exclusive = new DbHandle(path, false, this.limits, 'exclusive');
+      exclusive.version(); // takes the lock now: a busy database is known here, not halfway through the read
+      return exclusive;
+    } catch {
+      exclusive?.close();
+    }
+    try {
+      return new DbHandle(path, false, this.limits);
+    } catch {
+      return null;
+    }
   }
 
   forget(path: string): void {

@@ -4,7 +4,8 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
+import type { DatabaseSync } from 'node:sqlite';
+import { openSqlite } from '../../shared/sqlite-open.ts';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import { Archiver, historyDirOf } from '../history/archive.ts';
 import { committedAtOf, index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
@@ -111,8 +112,10 @@ function install(h: DbHandle, source: string, ctx: GroupContext, event: { type: 
 function checkImport(source: string): void {
   let db: DatabaseSync;
   try {
-    db = new DatabaseSync(source, { readOnly: true });
-    db.prepare('SELECT count(*) FROM sqlite_schema').get();
+    db = openSqlite(source, { readOnly: true }, (d) => {
+      d.prepare('SELECT count(*) FROM sqlite_schema').get(); // a file that is not a database fails here
+      return d;
+    });
   } catch (e) {
     throw new ApiError('invalid_request', `the body is not a usable SQLite database file (${String((e as Error).message).slice(0, 120)})`);
   }

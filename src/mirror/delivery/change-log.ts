@@ -2,10 +2,11 @@
 // executor in the write's own transaction) straight from its file over a read-only connection. Only our own fixed
 // statements run here, never user SQL, so a read cannot run away; WAL readers never block the writers.
 import { statSync } from 'node:fs';
-import { DatabaseSync, type StatementSync } from 'node:sqlite';
+import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import type { ChangeEvent, ChangeFeed, Scope } from '../../db/contract.ts';
 import { Layout } from '../../db/layout.ts';
 import { ApiError } from '../../shared/errors.ts';
+import { openSqlite } from '../../shared/sqlite-open.ts';
 import { keepBody } from './sender.ts';
 
 /** Connections kept open (one per database with events in flight; ~100-200 KB each). */
@@ -146,13 +147,12 @@ export class ChangeLogFiles implements ChangeFeed {
 }
 
 function tryOpen(path: string): DatabaseSync | null {
-  const db = new DatabaseSync(path, { readOnly: true, timeout: 5000 });
-  // The executor creates the file, then its internal tables: a database caught in between has nothing to deliver yet.
-  if (db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('_scopebase_meta', '_scopebase_changes')").get()!.n !== 2) {
+  return openSqlite(path, { readOnly: true, timeout: 5000 }, (db) => {
+    // The executor creates the file, then its internal tables: a database caught in between has nothing to deliver yet.
+    if (db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('_scopebase_meta', '_scopebase_changes')").get()!.n === 2) return db;
     db.close();
     return null;
-  }
-  return db;
+  });
 }
 
 function readVersion(db: DatabaseSync): number {
@@ -163,12 +163,17 @@ function readVersion(db: DatabaseSync): number {
 function openReader(path: string, file: FileId): Reader | null {
   const db = tryOpen(path);
   if (db === null) return null;
-  // Delivery reads each event once, in order: a small page cache is enough.
-  db.exec('PRAGMA cache_size = -256');
-  return {
-    db, file: { dev: file.dev, ino: file.ino, birthtimeMs: file.birthtimeMs }, usedAt: 0,
-    version: db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'"),
-    oldest: db.prepare('SELECT min(version) AS v FROM _scopebase_changes'),
-    events: db.prepare('SELECT event FROM _scopebase_changes WHERE version > ? ORDER BY version LIMIT ?'),
-  };
+  try {
+    // Delivery reads each event once, in order: a small page cache is enough.
+    db.exec('PRAGMA cache_size = -256');
+    return {
+      db, file: { dev: file.dev, ino: file.ino, birthtimeMs: file.birthtimeMs }, usedAt: 0,
+      version: db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'"),
+      oldest: db.prepare('SELECT min(version) AS v FROM _scopebase_changes'),
+      events: db.prepare('SELECT event FROM _scopebase_changes WHERE version > ? ORDER BY version LIMIT ?'),
+    };
+  } catch (e) {
+    db.close(); // as in tryOpen: an open connection would keep the database's locks
+    throw e;
+  }
 }

@@ -1,13 +1,15 @@
 // One replica file: applies changesets exactly or reports why it cannot (then the caller re-bootstraps).
-import { DatabaseSync } from 'node:sqlite';
+import type { DatabaseSync } from 'node:sqlite';
+import { openSqlite } from '../../shared/sqlite-open.ts';
 import type { ChangeEvent } from '../../db/contract.ts';
 import { applyEvent, readVersion } from '../../db/apply-event.ts';
 
 function openReplica(path: string): DatabaseSync {
   // No foreign-key actions and (see prepareSnapshot) no triggers: the changeset already holds every effect they had on the primary.
-  const db = new DatabaseSync(path, { enableForeignKeyConstraints: false, timeout: 10_000 });
-  db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL');
-  return db;
+  return openSqlite(path, { enableForeignKeyConstraints: false, timeout: 10_000 }, (db) => {
+    db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL');
+    return db;
+  });
 }
 
 /** Makes a downloaded snapshot a replica: triggers dropped (they would fire twice), WAL on. Returns its version. */
@@ -32,7 +34,12 @@ export class Replica {
     this.path = path;
     this.generation = generation;
     this.db = openReplica(path);
-    this.version = readVersion(this.db);
+    try {
+      this.version = readVersion(this.db);
+    } catch (e) {
+      this.db.close(); // as in openReplica: an open connection would keep the file's locks
+      throw e;
+    }
   }
 
   /** Applies the event's changeset in one transaction; returns null, or why the replica must be re-bootstrapped. */
