@@ -3,15 +3,19 @@
 //   --short        a few seconds per phase, for CI (exit 0 when the server survived and answered)
 //   --seconds S    seconds per measured phase (default 10)
 //   --only starvation|overload|ratelimit   one of the three (ratelimit: the flood again, with DB_RATE_LIMIT_PER_REPO on)
+//   --pin          the server on CPU 0, this load generator on the others: neither takes the other's core
 // BENCH_SCOPEBASE_MAIN=<other checkout>/bin/scopebase.js runs the same load against another version.
+import { execFileSync } from 'node:child_process';
+import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { Agent, request } from 'undici';
 import { retryDelayMs } from '../src/client/retry.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 import { startInstance, type Instance } from './scopebase/instance.ts';
+import { processTree } from './lib/proc.ts';
 
-const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, only: { type: 'string' } } });
+const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, only: { type: 'string' }, pin: { type: 'boolean', default: false } } });
 const SECONDS = Number(args.seconds ?? (args.short ? 2 : 10));
 const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 300000000) SELECT count(*) FROM c';
 const agent = new Agent({ connections: 4096, pipelining: 1, keepAliveTimeout: 30_000 });
@@ -147,9 +151,15 @@ async function overload(inst: Instance): Promise<void> {
   log(`right after, one client: ${summary(after)}`);
 }
 
+/** Every thread of `pid` (and with `tree`, of every process under it) on `cpus`; processes started later inherit it. */
+function pin(pid: number, cpus: string, tree = false): void {
+  for (const p of tree ? processTree(pid).keys() : [pid]) execFileSync('taskset', ['-a', '-p', '-c', cpus, String(p)], { stdio: 'ignore' });
+}
+
 /** One fresh instance for `phase`; fails the run unless it still answers after. */
 async function withInstance(env: Record<string, string>, phase: (inst: Instance) => Promise<void>): Promise<boolean> {
   const inst = await startInstance({ mode: 'one', env });
+  if (args.pin) for (const pid of inst.pids) pin(pid, '0', true);
   try {
     await post(inst, 'quiet', 'execute', { sql: 'CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v)' }, 'other');
     await phase(inst);
@@ -171,7 +181,8 @@ async function main(): Promise<void> {
   const RATE = 200; // the ratelimit phase's DB_RATE_LIMIT_PER_REPO: above what the quiet repo asks (150/s), far below the flood
   let ok = true;
   try {
-    log(`${SECONDS} s per phase; ${process.env.BENCH_SCOPEBASE_MAIN ?? 'this checkout'}`);
+    if (args.pin) pin(process.pid, `1-${availableParallelism() - 1}`);
+    log(`${SECONDS} s per phase; ${process.env.BENCH_SCOPEBASE_MAIN ?? 'this checkout'}${args.pin ? '; the server on CPU 0, the load on the others' : ''}`);
     // Fairness of the scheduler alone: no rate limit, the flooding repo also runs away.
     if (!args.only || args.only === 'starvation' || args.only === 'overload') {
       ok = await withInstance({ DB_RATE_LIMIT_PER_REPO: '0' }, async (inst) => {
