@@ -122,6 +122,16 @@ export class Tenant {
     return this.writes.length > 0;
   }
 
+  /** Its read that has waited longest (the head of its queue, whatever order reads are served in). */
+  oldestRead(): Job | undefined {
+    return this.reads.peek();
+  }
+
+  /** When its oldest waiting write was enqueued (Infinity: none waits). */
+  oldestWriteAt(): number {
+    return this.writes.peek()?.enqueuedAt ?? Infinity;
+  }
+
   /** Removes `job`, which is the head or the tail of its queue (from peekRead/peekWrite). */
   take(job: Job): Job {
     const q = job.write ? this.writes : this.reads;
