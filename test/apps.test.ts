@@ -10,6 +10,7 @@ import { DatabaseSync } from 'node:sqlite';
 import type { Duplex } from 'node:stream';
 import { Client } from 'undici';
 import { signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
+import { waitFor } from './helpers/mirror.ts';
 import { AccountStore } from '../src/account/store.ts';
 import { tempDir, testEnv } from './helpers/product.ts';
 import { accountAlone } from '../src/account/wiring.ts';
@@ -19,6 +20,7 @@ import { createLogger } from '../src/shared/log.ts';
 let upstream: Server;
 let upstreamUrl: string;
 const wsSockets: Duplex[] = [];
+const slowUpgrades: Duplex[] = [];
 let p: AccountsProduct;
 
 const PLANTED = ['session=planted; Path=/', '__Host-session=planted; Path=/; Secure', 'scopebase-login=planted; Path=/'];
@@ -42,6 +44,15 @@ before(async () => {
   // A minimal WebSocket server: completes the handshake, sends one text frame with what it saw.
   upstream.on('upgrade', (req, socket) => {
     wsSockets.push(socket);
+    // `/slow-upgrade`: the app takes a while to accept, as a busy one does (the client may be gone by then).
+    if (req.url!.includes('slow-upgrade')) {
+      slowUpgrades.push(socket);
+      socket.on('error', () => {});
+      socket.on('end', () => socket.destroy()); // an app closes on the proxy's FIN, as WebSocket servers do
+      socket.resume();
+      setTimeout(() => socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n`), 300);
+      return;
+    }
     const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
     const planted = req.url!.includes('plant-session') ? ['app=1; Path=/', ...PLANTED].map((c) => `Set-Cookie: ${c}\r\n`).join('') : '';
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n${planted}\r\n`);
@@ -325,6 +336,17 @@ describe('WebSocket upgrades', () => {
       assert.match(answer, new RegExp(`^HTTP/1.1 ${status} `), answer);
       assert.match(answer, /\r\nx-request-id: ws-probe-2\r\n/i, answer);
     }
+  });
+
+  test('a client gone before the app accepted its upgrade leaves no connection to the app open', async () => {
+    for (let i = 0; i < 3; i++) {
+      const socket = connect(Number(p.port), '127.0.0.1');
+      socket.on('error', () => {});
+      socket.write(`GET /web/slow-upgrade HTTP/1.1\r\nHost: acme.localhost:${p.port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`);
+      await waitFor(() => slowUpgrades.length > i, 5000, 'the upgrade reached the app');
+      socket.resetAndDestroy(); // gone at once (a killed tab, a dropped network), before the app answered
+    }
+    await waitFor(() => slowUpgrades.every((s) => s.destroyed), 3000, 'every connection to the app closed');
   });
 
   test('behind a trusted TLS-terminating proxy, an upgrade finds the __Host- session cookie', async () => {

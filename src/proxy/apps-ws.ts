@@ -89,7 +89,10 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
       ...(session ? identityHeaders(session.user) : {}),
       connection: 'Upgrade', upgrade: 'websocket', 'x-request-id': requestId[1]!,
     };
+    if (socket.destroyed) return; // the client left while its session was looked up
     const upstream = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { method: 'GET', headers, timeout: 10_000 });
+    // A client gone before the app answers takes the app's connection down too: else it stays open, unread, for good.
+    socket.once('close', () => upstream.destroy());
     upstream.on('timeout', () => upstream.destroy(new Error('upstream timeout')));
     upstream.on('error', () => refuse(socket, new ApiError('unavailable', 'the app is not reachable right now', undefined, { 'retry-after': '5' }), cookieHeaders));
     upstream.on('response', (res) => {
