@@ -2,6 +2,9 @@
 // Every 200 is on two disks; a primary killed with -9 or paused loses nothing acknowledged and leaves no version gap.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { connect } from 'node:net';
+import { join } from 'node:path';
 import { request } from 'undici';
 import { proxyToken } from '../src/db/remote.ts';
 import { moveDatabase } from '../src/cluster/move.ts';
@@ -200,6 +203,18 @@ describe('cluster: synchronous follower and failover', () => {
       assert.equal(res.status, status, `${path}: ${JSON.stringify(res.json)}`);
       assert.match(res.json.error!.message, message);
     }
+    // A snapshot cut off mid-upload (the sender died or timed out) leaves no part of it in the follower's DATA_DIR/tmp.
+    const cut = connect(Number(new URL(follower.url).port), '127.0.0.1');
+    cut.on('error', () => {});
+    cut.write(`POST /_cluster/snapshot?${q(p.epoch)} HTTP/1.1\r\nHost: 127.0.0.1\r\nx-scopebase-proxy-token: ${token}\r\ncontent-type: application/vnd.sqlite3\r\ncontent-length: ${1 << 20}\r\n\r\n`);
+    cut.write(Buffer.alloc(64 * 1024));
+    const tmp = join(follower.dataDir, 'tmp');
+    const received = () => readdirSync(tmp).filter((f) => f.startsWith('received-'));
+    for (let i = 0; i < 100 && received().length === 0; i++) await sleep(20);
+    assert.equal(received().length, 1, 'the upload was being received');
+    cut.resetAndDestroy();
+    for (let i = 0; i < 100 && received().length > 0; i++) await sleep(20);
+    assert.deepEqual(received(), [], 'the part received was removed');
     // The refused snapshot left the follower's copy as it was.
     const write = await db('execute', { database: 'x0', statements: [{ sql: 'INSERT INTO t (writer, seq) VALUES (1, 1)' }] });
     assert.equal(write.status, 200, write.text);

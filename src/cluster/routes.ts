@@ -94,8 +94,8 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
       if (typeof (req.body as Readable | undefined)?.pipe !== 'function') throw new ApiError('invalid_request', 'a snapshot is sent as application/vnd.sqlite3');
       const cursors = mirrorCursors(jsonQuery((req.query as Record<string, string | undefined>).mirrors));
       const received = join(db.temporaryDir, `received-${randomBytes(8).toString('hex')}.sqlite`);
-      await pipeline(req.body as Readable, createWriteStream(received));
       try {
+        await pipeline(req.body as Readable, createWriteStream(received)); // inside: a sender cut off mid-file leaves no part of it
         return await node.serial(t.key, async () => {
           if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
           await node.releaseCopy(t.key);
