@@ -6,8 +6,10 @@ import { connect } from 'node:net';
 import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
+import { PassThrough } from 'node:stream';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { executorPids, openFiles } from './helpers/processes.ts';
+import { receiveBody } from '../src/db/import.ts';
 
 const SQLITE = 'application/vnd.sqlite3';
 
@@ -224,5 +226,20 @@ COMMIT;
     assert.equal((await p.db('web', 'status', { database: 'cut' })).json.exists, false);
     assert.deepEqual(readdirSync(join(p.dataDir, 'tmp')), []);
     writeFileSync(join(dir, 'unused'), '');
+  });
+
+  test('an upload whose connection closed before its body was read fails at once and leaves no file', async () => {
+    const tmp = tempDir();
+    const body = new PassThrough();
+    body.write('part of a file');
+    body.destroy(); // the reset came while the request waited, before receiveBody listened for it
+    await new Promise((r) => setImmediate(r));
+    const outcome = await Promise.race([
+      receiveBody(body, tmp, 1 << 20).then(() => 'received', (e: Error) => e.message),
+      new Promise((r) => setTimeout(() => r('still waiting'), 2000)),
+    ]);
+    assert.match(String(outcome), /the upload ended before its end/);
+    assert.deepEqual(readdirSync(tmp), []);
+    rmSync(tmp, { recursive: true, force: true });
   });
 });

@@ -33,6 +33,8 @@ export function importParams(query: string, contentType: string | undefined): Im
  * the rest of the body is drained, not cut (a reset would lose the reply), and the route closes the connection.
  */
 export async function receiveBody(body: Readable, tmpDir: string, maxBytes: number): Promise<string> {
+  // Gone while the request waited (a cluster's admit asks etcd): its 'close' has passed, and would never be heard below.
+  if (body.destroyed) throw cutOff();
   const path = join(tmpDir, `upload-${randomBytes(8).toString('hex')}`);
   const out = createWriteStream(path, { mode: 0o600 });
   let seen = 0;
@@ -53,8 +55,8 @@ export async function receiveBody(body: Readable, tmpDir: string, maxBytes: numb
       };
       body.on('data', onData);
       body.once('end', resolve);
-      body.once('error', () => stop(new ApiError('invalid_request', 'the upload ended before its end (the connection was closed); nothing was changed')));
-      body.once('close', () => { if (!body.readableEnded) stop(new ApiError('invalid_request', 'the upload ended before its end (the connection was closed); nothing was changed')); });
+      body.once('error', () => stop(cutOff()));
+      body.once('close', () => { if (!body.readableEnded) stop(cutOff()); });
       out.once('error', stop);
     });
     out.end();
@@ -67,6 +69,8 @@ export async function receiveBody(body: Readable, tmpDir: string, maxBytes: numb
     throw e;
   }
 }
+
+const cutOff = () => new ApiError('invalid_request', 'the upload ended before its end (the connection was closed); nothing was changed');
 
 /**
  * Registers POST /:repo/_db/import, its body passed on as a stream (no body parser, no body limit: receiveBody
