@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { request } from 'undici';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
+import { executorPids } from './helpers/processes.ts';
 import { DbHandle } from '../src/db/executor/handles.ts';
 import { snapshot } from '../src/db/executor/read-ops.ts';
 import { exportDatabase } from '../src/db/executor/export-ops.ts';
@@ -211,6 +212,26 @@ describe('export', () => {
     } finally {
       h.close();
     }
+  });
+
+  test('an export whose executor died twice making it leaves no part of its files in DATA_DIR/tmp', async () => {
+    const made = await p.db('web', 'execute', { database: 'big', statements: [
+      { sql: 'CREATE TABLE big(id INTEGER PRIMARY KEY, v)' },
+      { sql: 'INSERT INTO big(v) SELECT randomblob(40) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000) SELECT x FROM c)' },
+    ] });
+    assert.equal(made.status, 200, made.text);
+    const tmp = join(p.dataDir, 'tmp');
+    let answered = false;
+    const res = exportOf({ database: 'big', format: 'sql' }).finally(() => (answered = true));
+    // Every executor is killed while the file is being made, and again during the rerun: the export fails.
+    while (!answered && !readdirSync(tmp).some((f) => f.startsWith('export-'))) await new Promise((r) => setTimeout(r, 5));
+    const started = Date.now();
+    while (!answered && Date.now() - started < 10_000) {
+      await new Promise((r) => setTimeout(r, 100));
+      for (const pid of executorPids()) process.kill(pid, 'SIGKILL');
+    }
+    assert.equal((await res).status, 500);
+    assert.deepEqual(readdirSync(tmp), []);
   });
 
   test('refusals: format, secret, missing database', async () => {

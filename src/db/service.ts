@@ -16,6 +16,7 @@ import { Layout } from './layout.ts';
 import { importParams, receiveBody } from './import.ts';
 import { databaseOf, MAX_CHANGES_PAGE, OPS, parseBody, validate, type Op } from './request.ts';
 import { Hrana, type HranaBackend, pipelineDatabase } from './hrana/index.ts';
+import { removeCopy } from './history/rebuild.ts';
 
 export interface DbServiceOptions {
   config: Config;
@@ -335,11 +336,14 @@ export class DbService implements DbHandler, ChangeFeed {
   private async makeFile(scope: Scope, header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
     if (!this.exists(scope)) throw notFound(scope);
     const target = join(this.tmpDir, `${header.op as string}-${randomBytes(8).toString('hex')}.${suffix}`);
-    const res = await this.pool.read({ ...header, target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
-    if (res.status !== 200) {
-      rmSync(target, { force: true });
-      return res;
+    let res: ExecReply | null = null;
+    try {
+      res = await this.pool.read({ ...header, target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
+    } finally {
+      // A refusal, or an executor killed making it, may leave the target, the SQL export's copy and their journals.
+      if (res?.status !== 200) [target, `${target}.sqlite`].forEach(removeCopy);
     }
+    if (res.status !== 200) return res;
     return { path: target, version: (JSON.parse(res.body.toString('utf8')) as { version: number }).version };
   }
 
