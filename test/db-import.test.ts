@@ -228,6 +228,21 @@ COMMIT;
     writeFileSync(join(dir, 'unused'), '');
   });
 
+  test('an import whose executor is killed while loading SQL text leaves no file in DATA_DIR/tmp', async () => {
+    // A text that runs long (past DB_QUERY_TIMEOUT_MS its process is killed): killed here, and again on its rerun.
+    const slow = 'CREATE TABLE t(x);\nINSERT INTO t VALUES (1);\nWITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000000) SELECT count(*) FROM c;\n';
+    const tmp = join(p.dataDir, 'tmp');
+    let answered = false;
+    const res = upload(p, 'web', 'database=killed', slow, 'application/sql').finally(() => (answered = true));
+    const started = Date.now();
+    while (!answered && Date.now() - started < 10_000) {
+      await new Promise((r) => setTimeout(r, 100));
+      if (readdirSync(tmp).some((f) => f.startsWith('upload-'))) for (const pid of executorPids()) process.kill(pid, 'SIGKILL');
+    }
+    assert.notEqual((await res).status, 200);
+    assert.deepEqual(readdirSync(tmp), []);
+  });
+
   test('an upload whose connection closed before its body was read fails at once and leaves no file', async () => {
     const tmp = tempDir();
     const body = new PassThrough();

@@ -292,11 +292,13 @@ export class DbService implements DbHandler, ChangeFeed {
     if (this.replication !== null) await this.replication.admit(scope, true);
     if (params.mode === 'create' && this.exists(scope)) throw new ApiError('invalid_request', `database ${params.database} exists: import with mode=replace to overwrite it`);
     const source = await receiveBody(upload.stream, this.tmpDir, this.config.db.maxSizeBytes);
+    const scratch = `${source}.sqlite`; // where SQL text is loaded: named here, so it goes even if its executor is killed
     try {
-      const body = Buffer.from(JSON.stringify({ source, format: params.format, mode: params.mode }));
+      const body = Buffer.from(JSON.stringify({ source, scratch, format: params.format, mode: params.mode }));
       return json(await this.replicated(scope, await this.pool.write(scope, this.layout.path(scope), 'import', body)));
     } finally {
       rmSync(source, { force: true });
+      removeCopy(scratch);
     }
   }
 

@@ -118,7 +118,7 @@ function handle(frame: Frame): Buffer {
       const tmp = limits.tmpDir ?? dirname(path);
       const reply = h.op === 'restore'
         ? restore(db, JSON.parse(frame.body.toString('utf8')), ctx, tmp)
-        : importDatabase(db, { ...JSON.parse(frame.body.toString('utf8')), created: h.create === true, database: h.scope.database }, ctx, limits, tmp);
+        : importDatabase(db, { ...JSON.parse(frame.body.toString('utf8')), created: h.create === true, database: h.scope.database }, ctx, limits);
       if (h.create === true && reply.version === undefined) unlinkDatabase(path);
       return encodeFrame(frame.seq, { items: [{ s: reply.status, v: reply.version, n: Buffer.byteLength(reply.body) }] }, reply.body);
     }

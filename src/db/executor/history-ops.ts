@@ -170,10 +170,12 @@ function loadSql(sqlPath: string, target: string, limits: ExecutorLimits): void 
   }
 }
 
-interface ImportHeader { source: string; format: 'sqlite' | 'sql'; mode: 'create' | 'replace'; created: boolean; database: string }
+/** `scratch`: where SQL text is loaded, named by the service, which removes it whatever becomes of this process. */
+interface ImportHeader { source: string; scratch: string; format: 'sqlite' | 'sql'; mode: 'create' | 'replace'; created: boolean; database: string }
 
-export function importDatabase(h: DbHandle, head: ImportHeader, ctx: GroupContext, limits: ExecutorLimits, tmpDir: string): Reply {
-  const loaded = join(tmpDir, `import-${randomBytes(8).toString('hex')}.sqlite`);
+export function importDatabase(h: DbHandle, head: ImportHeader, ctx: GroupContext, limits: ExecutorLimits): Reply {
+  const loaded = head.scratch;
+  removeCopy(loaded); // left by a process killed loading it (the write is then run once more)
   try {
     if (head.mode === 'create' && !head.created) throw new ApiError('invalid_request', `database ${head.database} exists: import with mode=replace to overwrite it`);
     let source = head.source;
