@@ -1,7 +1,6 @@
 // The database control service (SPEC 4): authenticates, validates, and hands work to the executor pool.
-import { createReadStream, mkdirSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { Counter, Gauge } from 'prom-client';
 import { ApiError } from '../shared/errors.ts';
 import type { Config } from '../shared/config.ts';
@@ -17,6 +16,7 @@ import { importParams, receiveBody } from './import.ts';
 import { databaseOf, MAX_CHANGES_PAGE, OPS, parseBody, validate, type Op } from './request.ts';
 import { Hrana, type HranaBackend, pipelineDatabase } from './hrana/index.ts';
 import { removeCopy } from './history/rebuild.ts';
+import { exportHeaders, makeFile, streamFile } from './files.ts';
 
 export interface DbServiceOptions {
   config: Config;
@@ -319,34 +319,18 @@ export class DbService implements DbHandler, ChangeFeed {
 
   /** SPEC 4.12: a clean copy or a SQL dump. */
   private exportFile(scope: Scope, path: string, format: 'sqlite' | 'sql'): Promise<DbResponse> {
-    const headers = format === 'sqlite'
-      ? { 'content-type': 'application/vnd.sqlite3', 'content-disposition': `attachment; filename="${scope.database}.sqlite"` }
-      : { 'content-type': 'application/sql; charset=utf-8', 'content-disposition': `attachment; filename="${scope.database}.sql"` };
-    return this.fileReply(scope, { op: 'export', path, format }, format, headers);
+    return this.fileReply(scope, { op: 'export', path, format }, format, exportHeaders(scope.database, format));
   }
 
-  /** An executor writes a file into DATA_DIR/tmp (a snapshot's time budget); it is streamed, then removed. */
   private async fileReply(scope: Scope, header: Record<string, unknown>, suffix: string, headers: Record<string, string>): Promise<DbResponse> {
     const made = await this.makeFile(scope, header, suffix);
-    if (!('path' in made)) return json(made);
-    const stream = createReadStream(made.path);
-    stream.on('close', () => rmSync(made.path, { force: true }));
-    return { status: 200, headers: { ...headers, 'x-db-version': String(made.version), 'content-length': String(statSync(made.path).size) }, body: stream };
+    return 'path' in made ? streamFile(made, headers) : json(made);
   }
 
-  /** The executor's file in DATA_DIR/tmp with the version it holds (the caller removes it), or the executor's refusal. */
-  private async makeFile(scope: Scope, header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
+  /** A file's time budget: a snapshot or export of a large database takes a while. */
+  private makeFile(scope: Scope, header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
     if (!this.exists(scope)) throw notFound(scope);
-    const target = join(this.tmpDir, `${header.op as string}-${randomBytes(8).toString('hex')}.${suffix}`);
-    let res: ExecReply | null = null;
-    try {
-      res = await this.pool.read({ ...header, target }, undefined, Math.max(this.config.db.queryTimeoutMs, 600_000));
-    } finally {
-      // A refusal, or an executor killed making it, may leave the target, the SQL export's copy and their journals.
-      if (res?.status !== 200) [target, `${target}.sqlite`].forEach(removeCopy);
-    }
-    if (res.status !== 200) return res;
-    return { path: target, version: (JSON.parse(res.body.toString('utf8')) as { version: number }).version };
+    return makeFile(this.pool, this.tmpDir, Math.max(this.config.db.queryTimeoutMs, 600_000), header, suffix);
   }
 
   // What a cluster node needs besides the change log: where a database lives, a consistent copy, and letting go of it.
