@@ -86,7 +86,7 @@ export class ChangeLogFiles implements ChangeFeed {
     if (!this.readers.has(path)) {
       // The recovery scan visits every database once: read it without keeping a connection.
       if (!statSync(path, { throwIfNoEntry: false })) return null;
-      const once = tryOpen(path);
+      const once = tryOpen(path, (db) => db);
       if (once === null) return 0;
       try {
         return readVersion(once);
@@ -146,10 +146,11 @@ export class ChangeLogFiles implements ChangeFeed {
   }
 }
 
-function tryOpen(path: string): DatabaseSync | null {
+/** A read-only connection set up by `then`; null while the database has no internal tables yet. */
+function tryOpen<T>(path: string, then: (db: DatabaseSync) => T): T | null {
   return openSqlite(path, { readOnly: true, timeout: 5000 }, (db) => {
     // The executor creates the file, then its internal tables: a database caught in between has nothing to deliver yet.
-    if (db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('_scopebase_meta', '_scopebase_changes')").get()!.n === 2) return db;
+    if (db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('_scopebase_meta', '_scopebase_changes')").get()!.n === 2) return then(db);
     db.close();
     return null;
   });
@@ -161,9 +162,7 @@ function readVersion(db: DatabaseSync): number {
 }
 
 function openReader(path: string, file: FileId): Reader | null {
-  const db = tryOpen(path);
-  if (db === null) return null;
-  try {
+  return tryOpen(path, (db) => {
     // Delivery reads each event once, in order: a small page cache is enough.
     db.exec('PRAGMA cache_size = -256');
     return {
@@ -172,8 +171,5 @@ function openReader(path: string, file: FileId): Reader | null {
       oldest: db.prepare('SELECT min(version) AS v FROM _scopebase_changes'),
       events: db.prepare('SELECT event FROM _scopebase_changes WHERE version > ? ORDER BY version LIMIT ?'),
     };
-  } catch (e) {
-    db.close(); // as in tryOpen: an open connection would keep the database's locks
-    throw e;
-  }
+  });
 }

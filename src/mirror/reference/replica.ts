@@ -4,17 +4,18 @@ import { openSqlite } from '../../shared/sqlite-open.ts';
 import type { ChangeEvent } from '../../db/contract.ts';
 import { applyEvent, readVersion } from '../../db/apply-event.ts';
 
-function openReplica(path: string): DatabaseSync {
+/** A replica's connection, set up further by `then` (a throw there closes it). */
+function openReplica<T>(path: string, then: (db: DatabaseSync) => T): T {
   // No foreign-key actions and (see prepareSnapshot) no triggers: the changeset already holds every effect they had on the primary.
   return openSqlite(path, { enableForeignKeyConstraints: false, timeout: 10_000 }, (db) => {
     db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL');
-    return db;
+    return then(db);
   });
 }
 
 /** Makes a downloaded snapshot a replica: triggers dropped (they would fire twice), WAL on. Returns its version. */
 export function prepareSnapshot(path: string): number {
-  const db = openReplica(path);
+  const db = openReplica(path, (d) => d);
   try {
     const triggers = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'trigger'").all() as { name: string }[];
     for (const t of triggers) db.exec(`DROP TRIGGER "${t.name.replaceAll('"', '""')}"`);
@@ -33,13 +34,9 @@ export class Replica {
   constructor(path: string, generation: number) {
     this.path = path;
     this.generation = generation;
-    this.db = openReplica(path);
-    try {
-      this.version = readVersion(this.db);
-    } catch (e) {
-      this.db.close(); // as in openReplica: an open connection would keep the file's locks
-      throw e;
-    }
+    const opened = openReplica(path, (db) => ({ db, version: readVersion(db) }));
+    this.db = opened.db;
+    this.version = opened.version;
   }
 
   /** Applies the event's changeset in one transaction; returns null, or why the replica must be re-bootstrapped. */
