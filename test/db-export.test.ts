@@ -12,6 +12,7 @@ import { executorPids } from './helpers/processes.ts';
 import { DbHandle } from '../src/db/executor/handles.ts';
 import { snapshot } from '../src/db/executor/read-ops.ts';
 import { exportDatabase } from '../src/db/executor/export-ops.ts';
+import { withSource } from '../src/db/executor/install.ts';
 import { splitStatements } from '../src/db/statement-end.ts';
 
 const SETUP = [
@@ -243,4 +244,16 @@ describe('export', () => {
     assert.equal(missing.status, 404);
     assert.equal(JSON.parse(missing.bytes.toString()).error.code, 'database_not_found');
   });
+});
+
+test('an import source that cannot be attached leaves the cached connection with no room for an attach', () => {
+  const dir = tempDir();
+  const h = new DbHandle(join(dir, 'keep.sqlite'), true, { sync: 'normal', maxValueBytes: 1 << 20, maxSizeBytes: 1 << 30, maxResultBytes: 1 << 20, maxOpen: 4, idleCloseMs: 0 });
+  try {
+    assert.throws(() => withSource(h, join(dir, 'no-such-dir', 'source.sqlite'), () => 'never'), /unable to open/);
+    assert.equal(h.db.limits.attach, 0, 'the attach limit is back to 0');
+  } finally {
+    h.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -19,7 +19,12 @@ export function withSource<T>(h: DbHandle, source: string, fn: () => T): T {
   const db = h.db;
   h.sandbox.mode = 'internal';
   db.limits.attach = 1;
-  db.prepare('ATTACH DATABASE ? AS src').run(source);
+  try {
+    db.prepare('ATTACH DATABASE ? AS src').run(source);
+  } catch (e) {
+    db.limits.attach = 0; // the connection is cached: it must not keep the room for an attach
+    throw e;
+  }
   db.enableDefensive(false);
   try {
     return fn();
