@@ -3,6 +3,8 @@
 // is known; restoring any of them (and then forward again) must give exactly that content.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import fc from 'fast-check';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
@@ -268,6 +270,7 @@ describe('time travel', () => {
       }
       const check = await p.db(repo, 'query', { sql: 'PRAGMA integrity_check' });
       assert.deepEqual(check.json.results[0].rows, [['ok']]);
+      assert.deepEqual(readdirSync(join(p.dataDir, 'tmp')), [], 'a killed restore leaves no copy in DATA_DIR/tmp');
     }
     // A restore whose executors die before it commits runs once more on fresh ones, so a landed kill may still end
     // restored: what must hold is that every outcome above is whole, with kills landing while restores ran.

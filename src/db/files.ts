@@ -1,15 +1,20 @@
-// Requests answered with a whole file (SPEC 4.9 snapshots, 4.12 exports): an executor writes it into DATA_DIR/tmp,
-// the reply streams it, and it is removed once sent, or at once when it cannot be.
-import { createReadStream, rmSync, statSync } from 'node:fs';
+// Files an executor writes into DATA_DIR/tmp for a request: snapshots and exports (SPEC 4.9, 4.12), streamed and
+// then removed, or removed at once when they cannot be; and the names the service gives them (a restore's copy too).
+import { createReadStream, rm, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { DbResponse } from './contract.ts';
 import type { ExecReply, ExecutorPool } from './executor/pool.ts';
 import { removeCopy } from './history/rebuild.ts';
 
+/** A new file's name in DATA_DIR/tmp for `kind` (an export, a snapshot, a restore's copy). */
+export function tmpFile(tmpDir: string, kind: string, suffix: string): string {
+  return join(tmpDir, `${kind}-${randomBytes(8).toString('hex')}.${suffix}`);
+}
+
 /** The executor's file in `tmpDir` with the version it holds (the caller removes it), or the executor's refusal. */
 export async function makeFile(pool: ExecutorPool, tmpDir: string, budgetMs: number, header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
-  const target = join(tmpDir, `${header.op as string}-${randomBytes(8).toString('hex')}.${suffix}`);
+  const target = tmpFile(tmpDir, header.op as string, suffix);
   let res: ExecReply | null = null;
   try {
     res = await pool.read({ ...header, target }, undefined, budgetMs);
@@ -24,7 +29,7 @@ export async function makeFile(pool: ExecutorPool, tmpDir: string, budgetMs: num
 /** The reply that streams `made.path` and then removes it. */
 export function streamFile(made: { path: string; version: number }, headers: Record<string, string>): DbResponse {
   const stream = createReadStream(made.path);
-  stream.on('close', () => rmSync(made.path, { force: true }));
+  stream.on('close', () => rm(made.path, { force: true }, () => {})); // an event handler must not throw; tmp is emptied at start
   return { status: 200, headers: { ...headers, 'x-db-version': String(made.version), 'content-length': String(statSync(made.path).size) }, body: stream };
 }
 

@@ -16,7 +16,7 @@ import { importParams, receiveBody } from './import.ts';
 import { databaseOf, MAX_CHANGES_PAGE, OPS, parseBody, validate, type Op } from './request.ts';
 import { Hrana, type HranaBackend, pipelineDatabase } from './hrana/index.ts';
 import { removeCopy } from './history/rebuild.ts';
-import { exportHeaders, makeFile, streamFile } from './files.ts';
+import { exportHeaders, makeFile, streamFile, tmpFile } from './files.ts';
 
 export interface DbServiceOptions {
   config: Config;
@@ -77,7 +77,6 @@ export class DbService implements DbHandler, ChangeFeed {
       processes: db.executors,
       limits: {
         sync: db.sync, maxValueBytes: db.maxValueBytes, maxSizeBytes: db.maxSizeBytes, maxResultBytes: db.maxResultBytes, maxOpen: db.maxOpenDatabases, idleCloseMs: db.idleCloseMs,
-        tmpDir: join(config.dataDir, 'tmp'),
         history: db.historyDays > 0 ? { root: join(config.dataDir, 'history'), dbRoot: join(config.dataDir, 'db'), days: db.historyDays, maxBytes: db.historyMaxBytes } : undefined,
       },
       timeoutMs: db.queryTimeoutMs,
@@ -264,9 +263,16 @@ export class DbService implements DbHandler, ChangeFeed {
     switch (op) {
       case 'execute': case 'migrate':
         return json(await this.replicated(scope, await this.pool.write(scope, path, op, raw)));
-      case 'restore':
+      case 'restore': {
         if (!this.exists(scope)) throw notFound(scope);
-        return json(await this.replicated(scope, await this.pool.write(scope, path, 'restore', raw)));
+        // The version is rebuilt into a copy named here, so it goes even if the executor building it is killed.
+        const copy = tmpFile(this.tmpDir, 'restore', 'sqlite');
+        try {
+          return json(await this.replicated(scope, await this.pool.write(scope, path, 'restore', Buffer.from(JSON.stringify({ ...body, copy })))));
+        } finally {
+          for (const f of [copy, `${copy}.after`]) removeCopy(f);
+        }
+      }
       case 'query':
         if (!this.exists(scope)) throw notFound(scope);
         return json(await this.pool.read({ op: 'query', path }, raw));

@@ -12,7 +12,6 @@ import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
 import { dropHistory } from '../history/archive.ts';
 import { removeCopy } from '../history/rebuild.ts';
-import { dirname } from 'node:path';
 import { statSync } from 'node:fs';
 
 flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or lives as long as the server
@@ -115,9 +114,8 @@ function handle(frame: Frame): Buffer {
       const db = open(path, h.create === true);
       if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
       const ctx: GroupContext = { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token };
-      const tmp = limits.tmpDir ?? dirname(path);
       const reply = h.op === 'restore'
-        ? restore(db, JSON.parse(frame.body.toString('utf8')), ctx, tmp)
+        ? restore(db, JSON.parse(frame.body.toString('utf8')), ctx)
         : importDatabase(db, { ...JSON.parse(frame.body.toString('utf8')), created: h.create === true, database: h.scope.database }, ctx, limits);
       if (h.create === true && reply.version === undefined) unlinkDatabase(path);
       return encodeFrame(frame.seq, { items: [{ s: reply.status, v: reply.version, n: Buffer.byteLength(reply.body) }] }, reply.body);

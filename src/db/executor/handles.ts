@@ -20,8 +20,6 @@ export interface ExecutorLimits {
   idleCloseMs: number;
   /** Time-travel history (SPEC 4.11); absent where none is kept (a replica, or DB_HISTORY_DAYS=0). */
   history?: HistoryOptions;
-  /** Where restores and imports build their files (DATA_DIR/tmp). */
-  tmpDir?: string;
 }
 
 export interface Prepared {

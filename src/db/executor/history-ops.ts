@@ -1,9 +1,7 @@
 // Executor-side time travel and import (SPEC 4.11, 4.12): keeping history after each commit, restoring a version,
 // importing a file. Both restore and import end as one ordinary write (install.ts), recorded in the change log
 // with no changeset: followers take a snapshot.
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { DatabaseSync } from 'node:sqlite';
 import { openSqlite } from '../../shared/sqlite-open.ts';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
@@ -35,9 +33,10 @@ export function historyOf(h: DbHandle): { oldestVersion: number | null; oldestTi
   return { oldestVersion: o?.version ?? null, oldestTime: o ? new Date(o.time).toISOString() : null };
 }
 
-interface RestoreBody { toVersion?: number; toTime?: string; dryRun?: boolean }
+/** `copy`: where the version is rebuilt, named by the service, which removes it whatever becomes of this process. */
+interface RestoreBody { toVersion?: number; toTime?: string; dryRun?: boolean; copy: string }
 
-export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext, tmpDir: string): Reply {
+export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext): Reply {
   try {
     if (!h.history) throw new ApiError('invalid_request', 'history is off (DB_HISTORY_DAYS=0): there is nothing to restore from');
     const idx = index(historyDirOf(h.history, h.path));
@@ -63,7 +62,8 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext, tmpDi
       const restoredTo = { version: target, committedAt: at.committedAt === null ? null : new Date(at.committedAt).toISOString() };
       return { status: 200, body: JSON.stringify({ restoredTo, version: current, dryRun: body.dryRun === true }) };
     }
-    const copy = join(tmpDir, `restore-${randomBytes(8).toString('hex')}.sqlite`);
+    const copy = body.copy;
+    removeCopy(copy); // left by a process killed building it (the write is then run once more)
     try {
       const built = rebuild(idx, target, copy);
       if (!built) throw gone();
