@@ -88,6 +88,8 @@ export class PlacementWatch {
   readAt = 0;
   private timer: NodeJS.Timeout | null = null;
   private reading: Promise<View> | null = null;
+  /** The read that follows the one under way, for callers that came during it. */
+  private after: Promise<View> | null = null;
   private readonly etcd: Etcd;
   private readonly everyMs: number;
   private readonly onView: (view: View) => void | Promise<void>;
@@ -108,9 +110,21 @@ export class PlacementWatch {
     return this.refresh();
   }
 
-  /** A fresh read (joined with one under way). */
+  /**
+   * A read that starts after this call, so it holds whatever the caller wrote before it (a claim's own placement).
+   * A read already under way may have started before that write: callers then share the one after it.
+   */
   refresh(): Promise<View> {
-    this.reading ??= (async () => {
+    if (this.reading === null) return this.read();
+    this.after ??= this.reading.catch(() => undefined).then(() => {
+      this.after = null;
+      return this.reading ?? this.read(); // one begun meanwhile began after the callers too
+    });
+    return this.after;
+  }
+
+  private read(): Promise<View> {
+    this.reading = (async () => {
       try {
         const { revision, kvs } = await this.etcd.prefix(ROOT);
         if (revision >= this.view.revision) {
