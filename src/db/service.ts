@@ -14,7 +14,8 @@ import { ExecutorPool, type ExecReply } from './executor/pool.ts';
 import { Layout } from './layout.ts';
 import { importParams, receiveBody } from './import.ts';
 import { databaseOf, MAX_CHANGES_PAGE, OPS, parseBody, validate, type Op } from './request.ts';
-import { Hrana, type HranaBackend, pipelineDatabase } from './hrana/index.ts';
+import { Hrana, pipelineDatabase } from './hrana/index.ts';
+import { notFound, pipelineBackend, replyError } from './pipeline-backend.ts';
 import { removeCopy } from './history/rebuild.ts';
 import { exportHeaders, makeFile, streamFile, tmpFile } from './files.ts';
 
@@ -38,12 +39,6 @@ new Gauge({
   },
 });
 const restarts = new Counter({ name: 'scopebase_db_executor_restarts_total', help: 'Executor processes stopped (runaway statement) or died and replaced', registers: [metrics] });
-
-/** An executor's error reply (SPEC 3's shape) as the error it stands for. */
-function replyError(body: Buffer): ApiError {
-  const { error } = JSON.parse(body.toString('utf8'));
-  return new ApiError(error.code, error.message, error.details);
-}
 
 export class DbService implements DbHandler, ChangeFeed {
   private readonly pool: ExecutorPool;
@@ -219,42 +214,10 @@ export class DbService implements DbHandler, ChangeFeed {
     const scope: Scope = { org: req.org, repo: req.repo, database: pipelineDatabase(req.op)! };
     this.authorize(req);
     if (this.replication !== null) await this.replication.admit(scope, true);
-    const path = this.layout.path(scope);
-    const backend: HranaBackend = {
-      run: async (kind, statements, foreignKeysOff) => {
-        const body: Record<string, unknown> = { database: scope.database, statements };
-        validate(kind === 'read' ? 'query' : 'execute', body, this.config.db.maxStatements, this.config.db.maxValueBytes);
-        body.rows = 'hrana'; // after validate, as foreignKeysOff: no client can send either
-        if (foreignKeysOff && kind === 'write') body.foreignKeysOff = true;
-        const raw = Buffer.from(JSON.stringify(body));
-        if (kind === 'read' && !this.exists(scope)) throw notFound(scope);
-        const res = kind === 'read' ? await this.pool.read({ op: 'query', path }, raw) : await this.replicated(scope, await this.pool.write(scope, path, 'execute', raw));
-        if (res.status !== 200) throw replyError(res.body);
-        return res.body.toString('utf8');
-      },
-      holdLane: async () => {
-        const hold = await this.pool.holdLane(scope, path);
-        const replication = this.replication;
-        if (replication === null) return hold;
-        // In a cluster a COMMIT is answered once the follower holds it, as any other write.
-        return {
-          create: hold.create,
-          release: () => hold.release(),
-          run: async (header, body, budgetMs) => {
-            const res = await hold.run(header, body, budgetMs);
-            if (res.version !== undefined) await replication.replicated(scope, res.version);
-            return res;
-          },
-        };
-      },
-      describe: async (sql) => {
-        if (!this.exists(scope)) throw notFound(scope);
-        const res = await this.pool.read({ op: 'query', path }, Buffer.from(JSON.stringify({ describe: sql }))); // never a client's field
-        if (res.status !== 200) throw replyError(res.body);
-        return JSON.parse(res.body.toString('utf8'));
-      },
-      transactionMaxMs: this.config.db.transactionMaxMs,
-    };
+    const backend = pipelineBackend(scope, this.layout.path(scope), {
+      pool: this.pool, replication: this.replication, limits: this.config.db,
+      exists: (s) => this.exists(s), replicated: (s, res) => this.replicated(s, res),
+    });
     return { status: 200, headers: { 'content-type': JSON_TYPE }, body: await this.hrana.pipeline(`${scope.org}/${scope.repo}/${scope.database}`, backend, req.body) };
   }
 
@@ -348,8 +311,7 @@ export class DbService implements DbHandler, ChangeFeed {
   async snapshotFile(scope: Scope): Promise<{ path: string; version: number }> {
     const made = await this.makeFile(scope, { op: 'snapshot', path: this.layout.path(scope) }, 'sqlite');
     if ('path' in made) return made;
-    const parsed = JSON.parse(made.body.toString('utf8'));
-    throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
+    throw replyError(made.body);
   }
 
   /** The executors close the database's file: another writer (a cluster's follower path) is about to change it. */
@@ -404,10 +366,6 @@ function json(res: ExecReply): DbResponse {
 
 function saturated(limitMs: number): ApiError {
   return new ApiError('unavailable', `the database service is overloaded: its event loop runs over ${limitMs} ms late (DB_MAX_LOOP_DELAY_MS); nothing of this request ran, retry after a second`, { committed: false }, { 'retry-after': '1' });
-}
-
-function notFound(scope: Scope): ApiError {
-  return new ApiError('database_not_found', `database ${JSON.stringify(scope.database)} does not exist in ${scope.org}/${scope.repo}; /_db/execute or /_db/migrate creates it`);
 }
 
 export async function createDbService(opts: DbServiceOptions): Promise<DbService> {
