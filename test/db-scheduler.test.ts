@@ -118,6 +118,46 @@ describe('fairness across repos', () => {
   });
 });
 
+describe('reads and writes take turns by age', () => {
+  // One process per repo, so while the repo's own slow statement runs its next requests wait in the scheduler (not in
+  // a process's pipe), and a queue target none of them reaches: the order they start in is the policy's alone.
+  let p: Product;
+  before(async () => {
+    p = await startProduct({ DB_EXECUTORS: '2', DB_EXECUTORS_PER_REPO: '1', DB_QUERY_TIMEOUT_MS: '60000', DB_QUEUE_TIMEOUT_MS: '60000', DB_QUEUE_TARGET_MS: '60000' });
+    await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+  });
+  after(() => p.close());
+
+  const SLOW = 'SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 3000000) SELECT x FROM c)';
+  const answeredAt = <T>(r: Promise<T>) => r.then((res) => ({ res, at: performance.now() }));
+
+  /** Sends `first`, then `second`, while a slow statement of the same repo holds its one process; answers in order sent. */
+  async function behindSlow(first: () => Promise<Awaited<ReturnType<Product['db']>>>, second: () => Promise<Awaited<ReturnType<Product['db']>>>) {
+    const slow = answeredAt(p.db('web', 'query', { sql: SLOW }));
+    await pause(50);
+    const a = answeredAt(first());
+    await pause(50);
+    const b = answeredAt(second());
+    const sentAt = performance.now();
+    const [s, ra, rb] = await Promise.all([slow, a, b]);
+    assert.equal(s.res.status, 200, s.res.text);
+    assert.ok(s.at > sentAt && ra.at >= s.at && rb.at >= s.at, 'premise: both waited behind the slow statement');
+    return [ra.res, rb.res];
+  }
+
+  test('a read that waited longer than a write runs before it (writes used to go first whenever one waited)', async () => {
+    const [read, write] = await behindSlow(() => p.db('web', 'query', { sql: 'SELECT count(*) FROM t WHERE x = 1' }), () => p.db('web', 'execute', { sql: 'INSERT INTO t VALUES (1)' }));
+    assert.equal(write.status, 200, write.text);
+    assert.deepEqual(read.json.results[0].rows, [[0]], 'the older read did not see the younger write');
+  });
+
+  test('a write that waited longer than a read runs before it', async () => {
+    const [write, read] = await behindSlow(() => p.db('web', 'execute', { sql: 'INSERT INTO t VALUES (2)' }), () => p.db('web', 'query', { sql: 'SELECT count(*) FROM t WHERE x = 2' }));
+    assert.equal(write.status, 200, write.text);
+    assert.deepEqual(read.json.results[0].rows, [[1]], 'the younger read saw the older write');
+  });
+});
+
 describe('bounded waiting', () => {
   let p: Product;
   before(async () => {
