@@ -110,9 +110,25 @@ describe('names and hosts (2)', () => {
     assert.equal(r.json.error.code, 'invalid_name');
   });
 
-  test('a port in Host is ignored', async () => {
-    const r = await p.db('web', 'status', {}, { host: 'acme.localhost:1' });
-    assert.equal(r.status, 200);
+  test('a port in Host is ignored, whatever digits it has (none, leading zeros)', async () => {
+    for (const host of ['acme.localhost:1', 'acme.localhost:', 'acme.localhost:018481', 'acme.localhost:99999']) {
+      const r = await p.db('web', 'status', {}, { host });
+      assert.equal(r.status, 200, `${host}: ${r.text}`);
+    }
+    const r = await p.db('web', 'status', {}, { host: 'acme.localhost:80a' });
+    assert.equal(r.json.error.code, 'unknown_host');
+  });
+
+  test('Unicode look-alikes do not fold into a valid name: KELVIN SIGN is no "k"', async () => {
+    // U+212A lowercases to an ASCII "k": `\u212Aey` would open repo "key", and a WAF rule on /key would not see it.
+    const repo = await p.db('%E2%84%AAey', 'status', {}, { secret: p.secret('acme', 'key') });
+    assert.equal(repo.status, 400, repo.text);
+    assert.equal(repo.json.error.code, 'invalid_name');
+    // The same in Host, as the UTF-8 bytes a client sends (Node reads header bytes as Latin-1).
+    const host = Buffer.from('\u212Aacme.localhost', 'utf8').toString('latin1');
+    const org = await p.db('web', 'status', {}, { host, secret: p.secret('kacme', 'web') });
+    assert.equal(org.status, 400, org.text);
+    assert.equal(org.json.error.code, 'invalid_name');
   });
 });
 

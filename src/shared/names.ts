@@ -23,8 +23,13 @@ export function checkOrg(s: string): string {
   return s;
 }
 
+/** Lowercases A–Z only: Unicode case folding maps look-alikes into the name rules (KELVIN SIGN "K" → "k"). */
+export function lowerAscii(s: string): string {
+  return s.replace(/[A-Z]+/g, (m) => m.toLowerCase());
+}
+
 export function checkRepo(raw: string): string {
-  const s = raw.toLowerCase();
+  const s = lowerAscii(raw);
   if (!isRepoName(s)) throw new ApiError('invalid_name', `repo name ${quote(raw)} must match ${REPO.source}`);
   return s;
 }
