@@ -340,7 +340,11 @@ describe('parameters must match the statement (SPEC 4.2, issue 10)', () => {
       ['INSERT INTO todos(title) VALUES (?)', undefined, /none were sent/, undefined],
       ['INSERT INTO todos(title, note) VALUES (:title, :note)', { title: 'a' }, /:note is missing/, 'note'],
       ['INSERT INTO todos(title) VALUES (:title)', { title: 'a', typo: 'b' }, /"typo", which the statement does not use/, 'typo'],
-      ['INSERT INTO todos(title) VALUES ($title)', ['a', 'b'], /params\[1\] is extra/, 2],
+      ['INSERT INTO todos(title) VALUES ($title)', ['a'], /has named parameters \(:name\); send "params" as an object/, undefined],
+      ['INSERT INTO todos(title, note) VALUES (:title, ?)', ['a', 'b'], /mixes positional \(\?\) and named/, undefined],
+      ['INSERT INTO todos(title, note) VALUES (:title, ?)', { title: 'a' }, /mixes positional \(\?\) and named/, undefined],
+      ['INSERT INTO todos(title) VALUES (:é)', undefined, /none were sent/, undefined],
+      ['INSERT INTO todos(title, note) VALUES (:t, @n)', { t: 'a' }, /:n is missing/, 'n'],
       ['INSERT INTO todos(title) VALUES (?3)', ['a'], /\?2 is missing/, 2],
     ];
     for (const [sql, params, message, parameter] of cases) {
@@ -353,6 +357,23 @@ describe('parameters must match the statement (SPEC 4.2, issue 10)', () => {
       assert.equal(r.json.error.details.parameter, parameter);
     }
     assert.deepEqual((await q.db('web', 'query', { sql: 'SELECT count(*) FROM todos' })).json.results[0].rows, [[0]], 'nothing was written');
+  });
+
+  test('any name SQLite takes binds by its bare name: `__proto__`, non-ASCII, and :a with @a (two slots, one name)', async () => {
+    const r = await q.db('web', 'execute', {
+      statements: [
+        { sql: 'INSERT INTO todos(title, note) VALUES (:__proto__, $__proto__) RETURNING title, note', params: { ['__proto__']: 'kept' } }, // a computed key: an own property
+        { sql: 'INSERT INTO todos(title, note) VALUES (:é, :a || @a) RETURNING title, note', params: { é: 'accent', a: 'x' } },
+      ],
+    });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json.results.map((x: { rows: unknown[] }) => x.rows[0]), [['kept', 'kept'], ['accent', 'xx']]);
+    // JSON.parse makes "__proto__" an own key; sent as text, it must still arrive as the value, not as NULL.
+    const raw = await q.db('web', 'query', undefined, { rawBody: '{"sql":"SELECT :__proto__ AS v","params":{"__proto__":{"$blob":"AQI="}},"rows":"objects"}' });
+    assert.equal(raw.status, 200, raw.text);
+    assert.deepEqual(raw.json.results[0].rows, [{ v: { $blob: 'AQI=' } }]);
+    const col = await q.db('web', 'query', { sql: "SELECT x'0102' AS __proto__, 1 AS b", rows: 'objects' });
+    assert.equal(col.text.includes('"rows":[{"__proto__":{"$blob":"AQI="},"b":1}]'), true, col.text);
   });
 
   test('what matches still works: strings, comments and quoted names that look like parameters are not parameters', async () => {

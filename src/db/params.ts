@@ -15,10 +15,14 @@ export interface ParamSlots {
   names: (string | null)[];
 }
 
-const NAME = /[A-Za-z0-9_]/;
+/** A character of a parameter's name: SQLite's identifier characters, every character past ASCII included (`:é`). */
+const NAME = /[A-Za-z0-9_\u0080-\uffff]/;
+/** A bare name as a request keys it (no `:`, `@` or `$`). */
+export const BARE_NAME = /^[A-Za-z0-9_\u0080-\uffff]{1,128}$/;
 
 export function paramSlots(sql: string): ParamSlots {
   const named = new Map<string, number>();
+  const tokens = new Set<string>();
   const positional: number[] = [];
   const names: (string | null)[] = [];
   let count = 0;
@@ -39,10 +43,12 @@ export function paramSlots(sql: string): ParamSlots {
     } else if ((c === ':' || c === '@' || c === '$') && i + 1 < n && NAME.test(sql[i + 1]!)) {
       let j = i + 1;
       while (j < n && NAME.test(sql[j]!)) j++;
-      const name = sql.slice(i + 1, j);
-      if (!named.has(name)) {
-        named.set(name, ++count);
-        names[count - 1] = sql.slice(i, j);
+      // `:a` and `@a` are two parameters to SQLite (two slots), one name to the request: both take params.a.
+      const token = sql.slice(i, j);
+      if (!tokens.has(token)) {
+        tokens.add(token);
+        names[count++] = token;
+        if (!named.has(token.slice(1))) named.set(token.slice(1), count);
       }
       i = j;
     } else if (NAME.test(c)) {
@@ -59,11 +65,15 @@ export function paramSlots(sql: string): ParamSlots {
 /** Throws 400 invalid_request naming the statement and the parameter when `given` does not fit `slots`. */
 export function checkParams(slots: ParamSlots, given: unknown, statement: number): void {
   const where = `statements[${statement}]`;
+  if (slots.positional.length > 0 && slots.named.size > 0) {
+    throw new ApiError('invalid_request', `${where} mixes positional (?) and named (:name) parameters, which cannot be bound together: use one kind`, { statement });
+  }
   if (given === undefined || given === null) {
     if (slots.count > 0) throw new ApiError('invalid_request', `${where} takes ${slots.count} parameter${slots.count === 1 ? '' : 's'} and none were sent`, { statement });
     return;
   }
   if (Array.isArray(given)) {
+    if (slots.named.size > 0) throw new ApiError('invalid_request', `${where} has named parameters (:name); send "params" as an object keyed by the bare name`, { statement });
     if (given.length < slots.count) throw new ApiError('invalid_request', `${where} takes ${slots.count} parameters: ?${given.length + 1} is missing`, { statement, parameter: given.length + 1 });
     if (given.length > slots.count) throw new ApiError('invalid_request', `${where} takes ${slots.count} parameter${slots.count === 1 ? '' : 's'}; params[${slots.count}] is extra`, { statement, parameter: slots.count + 1 });
     return;
@@ -76,4 +86,14 @@ export function checkParams(slots: ParamSlots, given: unknown, statement: number
   for (const k of keys) {
     if (!slots.named.has(k)) throw new ApiError('invalid_request', `${where}: "params" has ${JSON.stringify(k)}, which the statement does not use`, { statement, parameter: k });
   }
+}
+
+/**
+ * Named params (keyed by bare name) as node:sqlite binds them with bare names off: keyed by each slot's own token, so
+ * `:a` and `@a` both get params.a. The object has no prototype: a parameter named `__proto__` is a key like any other.
+ */
+export function bindNamed(slots: ParamSlots, given: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = Object.create(null);
+  for (const token of slots.names) if (token !== null && token[0] !== '?') out[token] = given[token.slice(1)];
+  return out;
 }

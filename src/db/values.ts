@@ -1,5 +1,6 @@
 // SPEC 4.2: lossless JSON <-> SQLite values. Integral numbers bind as INTEGER (node:sqlite would bind them as REAL).
 import { ApiError } from '../shared/errors.ts';
+import { BARE_NAME } from './params.ts';
 
 export type SqlValue = null | number | bigint | string | Uint8Array;
 export type Params = SqlValue[] | Record<string, SqlValue>;
@@ -43,9 +44,9 @@ export function decodeParams(raw: unknown, where: string): Params | undefined {
   if (raw === undefined || raw === null) return undefined;
   if (Array.isArray(raw)) return raw.map((v, i) => decodeValue(v, `${where}.params[${i}]`));
   if (typeof raw === 'object') {
-    const out: Record<string, SqlValue> = {};
+    const out: Record<string, SqlValue> = Object.create(null); // `__proto__` is a parameter's name, not a prototype
     for (const [k, v] of Object.entries(raw)) {
-      if (!/^[A-Za-z0-9_]{1,128}$/.test(k)) throw new ApiError('invalid_request', `${where}.params: named parameters are keyed by their bare name, got ${JSON.stringify(k.slice(0, 40))}`);
+      if (!BARE_NAME.test(k)) throw new ApiError('invalid_request', `${where}.params: named parameters are keyed by their bare name, got ${JSON.stringify(k.slice(0, 40))}`);
       out[k] = decodeValue(v, `${where}.params.${k}`);
     }
     return out;

@@ -108,6 +108,7 @@ export class DbHandle {
     // every path (JSON requests check it earlier, with their own wording; a transaction's statements do not).
     if (mode !== 'internal' && hasSecondStatement(sql)) throw new ApiError('sql_error', 'the SQL text holds more than one statement: send one statement at a time (the rest would be ignored)');
     const stmt = this.db.prepare(sql);
+    if (mode !== 'internal') stmt.setAllowBareNamedParameters(false); // bound by each slot's token (params.ts bindNamed)
     const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, params: paramSlots(sql) };
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);

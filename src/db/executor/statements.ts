@@ -3,7 +3,7 @@ import type { StatementSync } from 'node:sqlite';
 import { ApiError } from '../../shared/errors.ts';
 import { decodeParams, encodeRow, encodeValue, type Params } from '../values.ts';
 import type { DbHandle, Prepared } from './handles.ts';
-import { checkParams } from '../params.ts';
+import { bindNamed, checkParams, type ParamSlots } from '../params.ts';
 import { deferForeignKeys } from './foreign-keys.ts';
 import { assertSchemaClean } from '../sandbox.ts';
 import { MENTIONS, alterColumn } from './alter-column.ts';
@@ -28,9 +28,9 @@ export class ResultBudget {
   }
 }
 
-function bind(p: Params | undefined): unknown[] {
+function bind(p: Params | undefined, slots: ParamSlots): unknown[] {
   if (p === undefined) return [];
-  return Array.isArray(p) ? p : [p];
+  return Array.isArray(p) ? p : [bindNamed(slots, p)];
 }
 
 interface Rendered {
@@ -102,9 +102,10 @@ function columnsOf(stmt: StatementSync): string {
 /** A read (/_db/query): `{"columns":[...],"rows":[...]}`. */
 export function runRead(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): string {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
-  const args = bind(decodeParams(spec.params, `statements[${index}]`));
+  const params = decodeParams(spec.params, `statements[${index}]`);
   const p = h.prepare(spec.sql, 'read');
   checkParams(p.params, spec.params, index);
+  const args = bind(params, p.params);
   if (!p.returnsRows) {
     // A read-only statement without a result (e.g. an empty PRAGMA) still runs, for its errors.
     p.stmt.run(...(args as []));
@@ -123,13 +124,14 @@ export interface WriteOutcome {
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
 export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): WriteOutcome {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
-  const args = bind(decodeParams(spec.params, `statements[${index}]`));
+  const params = decodeParams(spec.params, `statements[${index}]`);
   if (MENTIONS.test(spec.sql)) {
     const altered = alterColumn(h, spec.sql);
     if (altered) return shape === 'hrana' ? { ...altered, text: hranaEmpty(since) } : altered;
   }
   const p: Prepared = h.prepare(spec.sql, 'write');
   checkParams(p.params, spec.params, index);
+  const args = bind(params, p.params);
   if (p.defersForeignKeys) deferForeignKeys(h);
   if (p.returnsRows) {
     const rows = rowsOf(p.stmt, args, shape, budget, true);

@@ -61,7 +61,7 @@ export function toParams(stmt: HranaStmt, where: string): unknown[] | Record<str
   if (!Array.isArray(args) || !Array.isArray(named)) throw new ApiError('invalid_request', `${where}: "args" and "named_args" must be arrays`);
   if (args.length > 0 && named.length > 0) throw new ApiError('invalid_request', `${where}: positional and named arguments together are not supported; send one kind`);
   if (named.length > 0) {
-    const out: Record<string, unknown> = {};
+    const out: Record<string, unknown> = Object.create(null); // `__proto__` is a parameter's name, not a prototype
     for (const [i, a] of named.entries()) {
       if (typeof a?.name !== 'string' || a.name === '') throw new ApiError('invalid_request', `${where}.named_args[${i}].name must be a string`);
       out[a.name.replace(/^[:@$]/, '')] = toParam(a.value, `${where}.named_args[${i}].value`);
