@@ -153,6 +153,23 @@ describe('execute and query (4.3, 4.4, 4.5)', () => {
     assert.deepEqual(afterQ.json, before.json, 'count and version unchanged');
   });
 
+  test('a batch refused for its shape names the statement too (details.statement), before anything runs', async () => {
+    const cases: [unknown, string][] = [
+      [{ sql: 'SELECT 1; SELECT 2' }, 'sql_error'],
+      ['SELECT 1', 'invalid_request'],
+      [{ sql: 'SELECT 1', extra: 1 }, 'invalid_request'],
+      [{ sql: '' }, 'invalid_request'],
+      [{ sql: 'SELECT ?', params: 'x' }, 'invalid_request'],
+    ];
+    for (const [statement, code] of cases) {
+      const r = await p.db('web', 'execute', { statements: [{ sql: 'SELECT 1' }, { sql: 'SELECT 2' }, statement] });
+      assert.equal(r.json.error.code, code, JSON.stringify(statement));
+      assert.equal(r.json.error.details?.statement, 2, `${JSON.stringify(statement)}: ${r.text}`);
+    }
+    const lone = await p.db('web', 'query', { sql: 'SELECT 1; SELECT 2' });
+    assert.equal(lone.json.error.details?.statement, 0, 'a lone sql is statement 0');
+  });
+
   test('constraint kinds map to constraint_violation with their SQLite code', async () => {
     await p.db('web', 'execute', { database: 'cons', statements: [
       { sql: 'CREATE TABLE parent(id INTEGER PRIMARY KEY)' },

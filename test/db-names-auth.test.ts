@@ -152,6 +152,15 @@ describe('routing, request ids and the error shape (3, 8)', () => {
     assert.equal(b.headers['x-request-id'], 'trace-123');
     const c = await p.db('web', 'nope', {}, { headers: { 'x-request-id': 'trace-404' } });
     assert.equal(c.headers['x-request-id'], 'trace-404');
+    // Any printable ASCII up to 200 characters, as tracing systems write ids; else a fresh one, never a cut one.
+    for (const id of ['Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1', 'a b<>"/+={}', 'x'.repeat(200)]) {
+      const r = await p.db('web', 'status', {}, { headers: { 'x-request-id': id } });
+      assert.equal(r.headers['x-request-id'], id);
+    }
+    for (const id of ['x'.repeat(201), 'caf\u00e9']) {
+      const r = await p.db('web', 'status', {}, { headers: { 'x-request-id': Buffer.from(id).toString('latin1') } });
+      assert.match(String(r.headers['x-request-id']), /^[0-9a-f-]{36}$/, id.slice(0, 20));
+    }
   });
 
   test('malformed JSON, wrong types and unknown fields are invalid_request', async () => {

@@ -48,6 +48,10 @@ const cases: [string, string | Buffer, number, RegExp][] = [
   ['two Host headers', `POST /web/_db/status HTTP/1.1\r\n${host}Host: globex.localhost\r\nContent-Length: 2\r\n\r\n{}`, 400, /more than one Host/],
   ['an absolute-form target naming another host', `POST http://globex.localhost/web/_db/status HTTP/1.1\r\n${host}Content-Length: 2\r\n\r\n{}`, 400, /another host/],
   ['HTTP/1.1 without Host', 'GET /web/_db/status HTTP/1.1\r\nConnection: close\r\n\r\n', 404, /host/i],
+  // The parser takes these headers and fails on the body: the request is in flight, and was answered by a reset.
+  ['Transfer-Encoding: gzip', `POST /web/_db/query HTTP/1.1\r\n${host}Transfer-Encoding: gzip\r\n\r\n0\r\n\r\n`, 400, /Transfer-Encoding is malformed/],
+  ['Transfer-Encoding: identity', `POST /web/_db/query HTTP/1.1\r\n${host}Transfer-Encoding: identity\r\n\r\n`, 400, /Transfer-Encoding is malformed/],
+  ['a bad chunk size', `POST /web/_db/query HTTP/1.1\r\n${host}Transfer-Encoding: chunked\r\n\r\nzz\r\n\r\n`, 400, /chunked body is malformed/],
 ];
 
 for (const listener of ['the proxy', 'the reference mirror', 'the admin port'] as const) {

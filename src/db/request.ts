@@ -36,25 +36,28 @@ export function databaseOf(req: Record<string, unknown>): string {
   return checkDatabase(req.database);
 }
 
-function checkStatement(s: unknown, where: string, maxValueBytes: number): void {
-  if (typeof s !== 'object' || s === null || Array.isArray(s)) throw new ApiError('invalid_request', `${where} must be an object {"sql", "params"?}`);
+// Each error names the statement's 0-based index in details.statement (SPEC 4.4), a lone sql/params being 0.
+function checkStatement(s: unknown, index: number, maxValueBytes: number): void {
+  const where = `statements[${index}]`;
+  if (typeof s !== 'object' || s === null || Array.isArray(s)) throw new ApiError('invalid_request', `${where} must be an object {"sql", "params"?}`, { statement: index });
   const o = s as Record<string, unknown>;
-  for (const k of Object.keys(o)) if (k !== 'sql' && k !== 'params') throw new ApiError('invalid_request', `${where} has an unknown field ${JSON.stringify(k.slice(0, 40))}`);
-  checkSqlAndParams(o, where, maxValueBytes);
+  for (const k of Object.keys(o)) if (k !== 'sql' && k !== 'params') throw new ApiError('invalid_request', `${where} has an unknown field ${JSON.stringify(k.slice(0, 40))}`, { statement: index });
+  checkSqlAndParams(o, where, index, maxValueBytes);
 }
 
-function checkSqlAndParams(o: Record<string, unknown>, where: string, maxValueBytes: number): void {
-  if (typeof o.sql !== 'string' || o.sql.trim() === '') throw new ApiError('invalid_request', `${where}.sql must be a non-empty string`);
-  if (hasSecondStatement(o.sql)) throw new ApiError('sql_error', `${where}.sql holds more than one statement: send one per entry of "statements" (they run as one transaction)`);
-  if (o.params !== undefined && o.params !== null && typeof o.params !== 'object') throw new ApiError('invalid_request', `${where}.params must be an array or an object`);
-  if (o.params) for (const [k, v] of Object.entries(o.params)) checkValueSize(v, `${where}.params${Array.isArray(o.params) ? `[${k}]` : `.${k}`}`, maxValueBytes);
+function checkSqlAndParams(o: Record<string, unknown>, where: string, index: number, maxValueBytes: number): void {
+  const statement = { statement: index };
+  if (typeof o.sql !== 'string' || o.sql.trim() === '') throw new ApiError('invalid_request', `${where}.sql must be a non-empty string`, statement);
+  if (hasSecondStatement(o.sql)) throw new ApiError('sql_error', `${where}.sql holds more than one statement: send one per entry of "statements" (they run as one transaction)`, statement);
+  if (o.params !== undefined && o.params !== null && typeof o.params !== 'object') throw new ApiError('invalid_request', `${where}.params must be an array or an object`, statement);
+  if (o.params) for (const [k, v] of Object.entries(o.params)) checkValueSize(v, `${where}.params${Array.isArray(o.params) ? `[${k}]` : `.${k}`}`, index, maxValueBytes);
 }
 
 /** A value over DB_MAX_VALUE_BYTES is refused here, at once, rather than by SQLite after it crossed to an executor. */
-function checkValueSize(v: unknown, where: string, max: number): void {
+function checkValueSize(v: unknown, where: string, index: number, max: number): void {
   const bytes = typeof v === 'string' ? (v.length * 3 > max ? Buffer.byteLength(v) : 0)
     : typeof (v as { $blob?: unknown } | null)?.$blob === 'string' ? Math.floor(((v as { $blob: string }).$blob.length * 3) / 4) : 0;
-  if (bytes > max) throw new ApiError('quota_exceeded', `${where} is ${bytes} bytes, over the length limit of ${max} (DB_MAX_VALUE_BYTES)`);
+  if (bytes > max) throw new ApiError('quota_exceeded', `${where} is ${bytes} bytes, over the length limit of ${max} (DB_MAX_VALUE_BYTES)`, { statement: index });
 }
 
 /** Checks the rest of the request once the caller is authenticated. */
@@ -68,9 +71,9 @@ export function validate(op: Op, req: Record<string, unknown>, maxStatements: nu
       if (req.sql !== undefined || req.params !== undefined) throw new ApiError('invalid_request', 'send either "sql"/"params" or "statements", not both');
       if (!Array.isArray(req.statements) || req.statements.length === 0) throw new ApiError('invalid_request', '"statements" must be a non-empty array');
       if (req.statements.length > maxStatements) throw new ApiError('payload_too_large', `a batch holds at most ${maxStatements} statements (DB_MAX_STATEMENTS), got ${req.statements.length}`);
-      req.statements.forEach((s, i) => checkStatement(s, `statements[${i}]`, maxValueBytes));
+      req.statements.forEach((s, i) => checkStatement(s, i, maxValueBytes));
     } else {
-      checkSqlAndParams(req, 'request', maxValueBytes);
+      checkSqlAndParams(req, 'request', 0, maxValueBytes);
     }
   } else if (op === 'migrate') {
     const list = req.migrations;

@@ -2,8 +2,9 @@
 // header, Content-Length with Transfer-Encoding, headers over the limit, a client too slow to send them) gets the
 // same JSON error shape and an x-request-id, on every listener, instead of Node's empty 400.
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES, type Server } from 'node:http';
+import { STATUS_CODES, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { requestIdOf } from './raw-route.ts';
 
 /** How long a client may take to send its request headers, and its whole request (uploads included). */
 export const HEADERS_TIMEOUT_MS = 15_000;
@@ -47,8 +48,11 @@ const answered = new WeakSet<Duplex>();
 /** Answers what the parser rejects in SPEC 3's shape (Fastify's `clientErrorHandler`: the one handler of the event). */
 export function answerClientError(err: Error & { code?: string; rawPacket?: unknown }, socket: Duplex): void {
   if (answered.has(socket)) return; // the rest of a request already answered: still being read and dropped
+  // A request whose headers were taken and whose body then broke the parser (`Transfer-Encoding: gzip`, a bad chunk
+  // size) is in flight: answered here too, unless its response has begun (then the bytes would corrupt it).
+  const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse })._httpMessage;
   // A reset or a half-written response: nobody is left to read an answer.
-  if (err.code === 'ECONNRESET' || !socket.writable || (socket as Duplex & { _httpMessage?: unknown })._httpMessage) {
+  if (err.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
     socket.destroy();
     return;
   }
@@ -58,8 +62,9 @@ export function answerClientError(err: Error & { code?: string; rawPacket?: unkn
   // A reply to HEAD has no body (RFC 9110 9.3.2): a client reads none, and the bytes would break its parser. The
   // method is read from the bytes that failed, which hold the request line when the request came in one piece (as
   // an oversized header from a client on loopback or behind a proxy does).
-  const head = Buffer.isBuffer(err.rawPacket) && err.rawPacket.toString('latin1', 0, 5) === 'HEAD ';
-  socket.end(`HTTP/1.1 ${r.status} ${STATUS_CODES[r.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${head ? '' : body}`);
+  const head = inFlight ? inFlight.req.method === 'HEAD' : Buffer.isBuffer(err.rawPacket) && err.rawPacket.toString('latin1', 0, 5) === 'HEAD ';
+  const id = inFlight ? requestIdOf(inFlight.req) : randomUUID();
+  socket.end(`HTTP/1.1 ${r.status} ${STATUS_CODES[r.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${id}\r\nconnection: close\r\n\r\n${head ? '' : body}`);
   // What the client is still sending is read and dropped: closing with it unread would reset the connection,
   // and the client would lose the answer. A client that never stops is cut after a second.
   socket.resume();

@@ -10,9 +10,10 @@ import type { Logger } from './log.ts';
 import { LIBSQL_ERROR_TYPE, libsqlErrorBody } from './libsql-errors.ts';
 import { observeRequest } from './metrics.ts';
 
-const REQUEST_ID = /^[A-Za-z0-9._:@-]{1,128}$/;
+/** Printable ASCII, spaces included (AWS's `Root=1-…;Parent=…`, W3C trace ids), up to 200 characters. */
+const REQUEST_ID = /^[\x20-\x7e]{1,200}$/;
 
-/** The caller's x-request-id when it is a sane token, else a fresh one (shared by Fastify's routes). */
+/** The caller's x-request-id when it is printable ASCII of a sane length, else a fresh one (shared by Fastify's routes). */
 export function requestIdOf(req: IncomingMessage): string {
   const given = req.headers['x-request-id'];
   return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
