@@ -189,6 +189,21 @@ describe('execute and query (4.3, 4.4, 4.5)', () => {
     }
   });
 
+  test('a statement that failed leaves nothing behind for its next run with other values (it is cached)', async () => {
+    await p.db('web', 'execute', { database: 'stale', sql: 'CREATE TABLE u(id INTEGER PRIMARY KEY, v TEXT UNIQUE)' });
+    const insert = (v: string) => p.db('web', 'execute', { database: 'stale', sql: 'INSERT INTO u(v) VALUES (?) RETURNING id', params: [v] });
+    assert.equal((await insert('a')).status, 200);
+    assert.equal((await insert('a')).status, 409);
+    const b = await insert('b');
+    assert.equal(b.status, 200, `a new value after a UNIQUE failure: ${b.text}`);
+    const rows = await p.db('web', 'query', { database: 'stale', sql: 'SELECT v FROM u ORDER BY id' });
+    assert.deepEqual(rows.json.results[0].rows, [['a'], ['b']]);
+    const json = (text: string) => p.db('web', 'query', { database: 'stale', sql: 'SELECT json(?)', params: [text] });
+    assert.equal((await json('{bad')).status, 400);
+    const ok = await json('{}');
+    assert.equal(ok.status, 200, `a read after a failed read of the same text: ${ok.text}`);
+  });
+
   test('a request that changes nothing keeps the version', async () => {
     const v = (await p.db('web', 'status', {})).json.version;
     const r = await p.db('web', 'execute', { sql: 'UPDATE todos SET done = 1 WHERE id = -1' });

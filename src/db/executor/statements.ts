@@ -54,8 +54,25 @@ export type RowShape = 'arrays' | 'objects' | 'hrana';
 
 /** `bigints`: integers arrive as BigInt, so a number is a REAL and needs no check. */
 function renderRows(stmt: StatementSync, args: unknown[], shape: RowShape, budget: ResultBudget, bigints: boolean): Rendered {
+  const rows = stmt.iterate(...(args as []));
+  try {
+    return renderEach(rows, shape, budget, bigints);
+  } catch (e) {
+    // A step that failed leaves the (cached) statement holding its error until reset: its next run, with other
+    // values, would fail with this error (a false 409 for the next insert). Ending the iterator resets it.
+    try {
+      rows.return?.();
+    } catch {
+      // the statement's own error is the one to report
+    }
+    throw e;
+  }
+}
+
+function renderEach(rows: Iterator<unknown>, shape: RowShape, budget: ResultBudget, bigints: boolean): Rendered {
   const parts: string[] = [];
-  for (const row of stmt.iterate(...(args as []))) {
+  for (let next = rows.next(); !next.done; next = rows.next()) {
+    const row = next.value;
     let text: string;
     if (shape === 'objects') {
       const o = row as Record<string, unknown>;
