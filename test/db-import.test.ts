@@ -243,6 +243,29 @@ COMMIT;
     assert.deepEqual(readdirSync(tmp), []);
   });
 
+  test('a runaway statement in SQL text is stopped at DB_QUERY_TIMEOUT_MS like any statement: 422, and no database is left', async () => {
+    const q = await startProduct({ DB_QUERY_TIMEOUT_MS: '500' });
+    try {
+      const runaway = 'CREATE TABLE t(a);\nWITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c;\n';
+      const started = Date.now();
+      const r = await upload(q, 'web', 'database=runaway', runaway, 'application/sql');
+      assert.equal(r.status, 422, r.text);
+      assert.equal(r.json.error.code, 'query_timeout');
+      assert.ok(Date.now() - started < 8000, `stopped after ${Date.now() - started} ms, not after the import's 600 s`);
+      assert.equal((await q.db('web', 'status', { database: 'runaway' })).json.exists, false, 'all or nothing: no empty database');
+      // So with any first write stopped at its limit: the database it was creating is not left behind, empty.
+      const first = await q.db('web', 'execute', { database: 'runaway2', sql: 'CREATE TABLE x AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) AS n FROM c' });
+      assert.equal(first.status, 422, first.text);
+      assert.equal((await q.db('web', 'status', { database: 'runaway2' })).json.exists, false, 'a first write stopped at its limit leaves no database');
+      // A slow but legitimate text, many statements each under the limit, is not cut by the sum of their times.
+      const steps = Array.from({ length: 8 }, (_, i) => `INSERT INTO t SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT ${400_000 + i}) SELECT x FROM c);`);
+      const ok = await upload(q, 'web', 'database=slow', `CREATE TABLE t(n);\n${steps.join('\n')}\n`, 'application/sql');
+      assert.equal(ok.status, 200, ok.text);
+    } finally {
+      await q.close();
+    }
+  });
+
   test('an upload whose connection closed before its body was read fails at once and leaves no file', async () => {
     const tmp = tempDir();
     const body = new PassThrough();

@@ -54,6 +54,16 @@ function unlinkDatabase(path: string): void {
   if (limits.history) dropHistory(limits.history, path);
 }
 
+/**
+ * Tells the parent that the running message starts a step: a statement of an imported SQL text (held to the
+ * statement limit) or, `done`, the rest (its own budget again). The write leaves at once: the channel is uncorked.
+ */
+function budgetStep(statementMs: number, budgetMs: number): (done?: boolean) => void {
+  return (done) => {
+    channel.write(encodeFrame(0, { budget: done ? budgetMs : statementMs }));
+  };
+}
+
 function handle(frame: Frame): Buffer {
   const h = frame.header as Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
   const path = h.path as string;
@@ -116,7 +126,7 @@ function handle(frame: Frame): Buffer {
       const ctx: GroupContext = { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token };
       const reply = h.op === 'restore'
         ? restore(db, JSON.parse(frame.body.toString('utf8')), ctx)
-        : importDatabase(db, { ...JSON.parse(frame.body.toString('utf8')), created: h.create === true, database: h.scope.database }, ctx, limits);
+        : importDatabase(db, { ...JSON.parse(frame.body.toString('utf8')), created: h.create === true, database: h.scope.database }, ctx, limits, budgetStep(h.statementMs, h.budgetMs));
       if (h.create === true && reply.version === undefined) unlinkDatabase(path);
       return encodeFrame(frame.seq, { items: [{ s: reply.status, v: reply.version, n: Buffer.byteLength(reply.body) }] }, reply.body);
     }
@@ -124,7 +134,10 @@ function handle(frame: Frame): Buffer {
       // After a lost reply: did the group with this token commit?
       const db = open(path, false);
       const row = db?.internal("SELECT value FROM _scopebase_meta WHERE key = 'group'").get() as { value: string } | undefined;
-      return encodeFrame(frame.seq, { committed: row?.value === h.token, version: db?.version() ?? 0 });
+      const committed = row?.value === h.token;
+      // The group created the database and was killed before it committed: no file is left, as after a failed first write.
+      if (db && !committed && h.created === true && db.version() === 0) unlinkDatabase(path);
+      return encodeFrame(frame.seq, { committed, version: db?.version() ?? 0 });
     }
     case 'tx.begin': case 'tx.exec': case 'tx.commit': case 'tx.rollback': {
       const reply = h.op === 'tx.begin'

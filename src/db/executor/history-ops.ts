@@ -139,7 +139,7 @@ function checkImport(source: string): void {
  * Runs a SQL text (a dump) into a new database under the sandbox; the dump's own BEGIN/COMMIT are the import's.
  * Foreign keys are enforced as deferred constraints: actions (ON DELETE …) run, violations refuse the whole text.
  */
-function loadSql(sqlPath: string, target: string, limits: ExecutorLimits): void {
+function loadSql(sqlPath: string, target: string, limits: ExecutorLimits, step: (done?: boolean) => void): void {
   const h = new DbHandle(target, true, { ...limits, history: undefined });
   try {
     const { statements, rest } = splitStatements(readFileSync(sqlPath, 'utf8'));
@@ -152,6 +152,7 @@ function loadSql(sqlPath: string, target: string, limits: ExecutorLimits): void 
       if (/^(BEGIN|COMMIT|END)(\s+TRANSACTION)?\s*;?$/i.test(sql) || /^PRAGMA\s+foreign_keys\s*=\s*(OFF|ON|0|1)\s*;?$/i.test(sql)) return;
       h.sandbox.mode = 'write';
       h.sandbox.denied = null;
+      step();
       try {
         h.db.exec(sql);
       } catch (e) {
@@ -160,6 +161,7 @@ function loadSql(sqlPath: string, target: string, limits: ExecutorLimits): void 
         throw new ApiError(err.code, `statement ${i} of the SQL text: ${err.message}`, { statement: i });
       }
     });
+    step(true);
     h.sandbox.mode = 'internal';
     assertNoInternalReference(h.db); // what the text built obeys the file's rules: no view or content= on internals
     const broken = h.internal('PRAGMA main.foreign_key_check').all() as { table: string }[];
@@ -173,14 +175,14 @@ function loadSql(sqlPath: string, target: string, limits: ExecutorLimits): void 
 /** `scratch`: where SQL text is loaded, named by the service, which removes it whatever becomes of this process. */
 interface ImportHeader { source: string; scratch: string; format: 'sqlite' | 'sql'; mode: 'create' | 'replace'; created: boolean; database: string }
 
-export function importDatabase(h: DbHandle, head: ImportHeader, ctx: GroupContext, limits: ExecutorLimits): Reply {
+export function importDatabase(h: DbHandle, head: ImportHeader, ctx: GroupContext, limits: ExecutorLimits, step: (done?: boolean) => void): Reply {
   const loaded = head.scratch;
   removeCopy(loaded); // left by a process killed loading it (the write is then run once more)
   try {
     if (head.mode === 'create' && !head.created) throw new ApiError('invalid_request', `database ${head.database} exists: import with mode=replace to overwrite it`);
     let source = head.source;
     if (head.format === 'sql') {
-      loadSql(head.source, loaded, limits);
+      loadSql(head.source, loaded, limits, step);
       source = loaded;
     } else {
       checkImport(source);

@@ -271,8 +271,10 @@ export class ExecutorPool {
       op: items[0]!.op, path, create: release !== null, scope: lane.scope, floor: this.opts.floor(lane.scope), token,
       lens: items.map((it) => it.body.length),
     };
-    // A restore or an import rebuilds or copies a whole database: given the time a snapshot is.
+    // A restore or an import rebuilds or copies a whole database: given the time a snapshot is. Each statement of an
+    // imported SQL text is held to the statement limit, as any statement (the executor restarts the clock for each).
     const budget = items[0]!.op === 'restore' || items[0]!.op === 'import' ? Math.max(this.opts.timeoutMs, 600_000) : this.opts.timeoutMs;
+    if (items[0]!.op === 'import') Object.assign(header, { statementMs: this.opts.timeoutMs, budgetMs: budget });
     try {
       const body = items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body));
       const frame = await this.scheduler.run(tenantOfPath(path), true, header, body, budget, items[0]!.at);
@@ -289,21 +291,21 @@ export class ExecutorPool {
       // A change no changeset can carry ended the group early: the rest go first in the next one.
       if (replies.length < items.length) lane.queue.unshift(...items.slice(replies.length));
     } catch (e) {
-      await this.recover(path, lane, items, splittable, token, e);
+      await this.recover(path, lane, items, splittable, token, e, release !== null);
     } finally {
       release?.();
     }
   }
 
   /** A group got no reply. If it committed, say so; else rerun its requests one by one to find the runaway. */
-  private async recover(path: string, lane: Lane, items: WriteItem[], splittable: boolean, token: string, e: unknown): Promise<void> {
+  private async recover(path: string, lane: Lane, items: WriteItem[], splittable: boolean, token: string, e: unknown, created: boolean): Promise<void> {
     if (!(e instanceof LostError) || this.closing) {
       for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
       return;
     }
     let committed: boolean | null;
     try {
-      const probe = await this.scheduler.run(tenantOfPath(path), true, { op: 'probe', path, token }, undefined, this.opts.timeoutMs);
+      const probe = await this.scheduler.run(tenantOfPath(path), true, { op: 'probe', path, token, created }, undefined, this.opts.timeoutMs);
       committed = probe.header.committed === true;
     } catch {
       committed = null; // the probe failed too: rerunning could apply the writes twice, so nothing reruns

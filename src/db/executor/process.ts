@@ -160,7 +160,11 @@ export class ExecutorProcess {
 
   private settle(frame: Frame): void {
     if (frame.seq === 0) {
-      this.ready = true;
+      // The running message starts a step with its own limit (a statement of an imported SQL text): its clock too.
+      const budget = frame.header.budget;
+      const running = this.queue[this.head];
+      if (typeof budget === 'number' && running !== undefined) running.budgetMs = budget;
+      else this.ready = true;
       this.headStartedAt = performance.now();
       return;
     }
