@@ -9,8 +9,12 @@ const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
-/** Converts one JSON parameter to a bindable value; `where` names it in the error message. */
-export function decodeValue(v: unknown, where: string): SqlValue {
+/**
+ * Converts one JSON parameter to a bindable value; `where` names it in the error message. `reals`: the libSQL
+ * protocol's floats arrive as {"$real": n} and bind as REAL even when integral (its clients send every JS number as
+ * a float); a client of the JSON API cannot send one (the service sets the protocol's marker, never a client).
+ */
+export function decodeValue(v: unknown, where: string, reals = false): SqlValue {
   switch (typeof v) {
     case 'string': return v;
     case 'number':
@@ -29,6 +33,7 @@ export function decodeValue(v: unknown, where: string): SqlValue {
         if (n < INT64_MIN || n > INT64_MAX) throw new ApiError('invalid_request', `${where}: $bigint is outside the 64-bit integer range`);
         return n;
       }
+      if (reals && keys.length === 1 && typeof o.$real === 'number') return o.$real; // a JS number binds as REAL
       if (keys.length === 1 && typeof o.$blob === 'string') {
         if (o.$blob.length % 4 !== 0 || !BASE64.test(o.$blob)) throw new ApiError('invalid_request', `${where}: $blob must be standard base64`);
         return Buffer.from(o.$blob, 'base64');
@@ -40,14 +45,14 @@ export function decodeValue(v: unknown, where: string): SqlValue {
   }
 }
 
-export function decodeParams(raw: unknown, where: string): Params | undefined {
+export function decodeParams(raw: unknown, where: string, reals = false): Params | undefined {
   if (raw === undefined || raw === null) return undefined;
-  if (Array.isArray(raw)) return raw.map((v, i) => decodeValue(v, `${where}.params[${i}]`));
+  if (Array.isArray(raw)) return raw.map((v, i) => decodeValue(v, `${where}.params[${i}]`, reals));
   if (typeof raw === 'object') {
     const out: Record<string, SqlValue> = Object.create(null); // `__proto__` is a parameter's name, not a prototype
     for (const [k, v] of Object.entries(raw)) {
       if (!BARE_NAME.test(k)) throw new ApiError('invalid_request', `${where}.params: named parameters are keyed by their bare name, got ${JSON.stringify(k.slice(0, 40))}`);
-      out[k] = decodeValue(v, `${where}.params.${k}`);
+      out[k] = decodeValue(v, `${where}.params.${k}`, reals);
     }
     return out;
   }

@@ -119,7 +119,7 @@ function columnsOf(stmt: StatementSync): string {
 /** A read (/_db/query): `{"columns":[...],"rows":[...]}`. */
 export function runRead(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): string {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
-  const params = decodeParams(spec.params, `statements[${index}]`);
+  const params = decodeParams(spec.params, `statements[${index}]`, shape === 'hrana');
   const p = h.prepare(spec.sql, 'read');
   checkParams(p.params, spec.params, index);
   const args = bind(params, p.params);
@@ -141,7 +141,7 @@ export interface WriteOutcome {
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
 export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): WriteOutcome {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
-  const params = decodeParams(spec.params, `statements[${index}]`);
+  const params = decodeParams(spec.params, `statements[${index}]`, shape === 'hrana');
   if (MENTIONS.test(spec.sql)) {
     const altered = alterColumn(h, spec.sql);
     if (altered) return shape === 'hrana' ? { ...altered, text: hranaEmpty(since) } : altered;

@@ -40,7 +40,7 @@ export function toParam(v: unknown, where: string): unknown {
       return o.value;
     case 'float':
       if (typeof o.value !== 'number' || !Number.isFinite(o.value)) break;
-      return o.value;
+      return { $real: o.value }; // REAL even when integral, as libsql-server binds it
     case 'integer': {
       if (typeof o.value !== 'string' || !INTEGER.test(o.value)) break;
       const n = BigInt(o.value);
