@@ -204,6 +204,27 @@ describe('execute and query (4.3, 4.4, 4.5)', () => {
     assert.equal(ok.status, 200, `a read after a failed read of the same text: ${ok.text}`);
   });
 
+  test('rows touched but left as they were change nothing: no version, no event, and the database is as before', async () => {
+    const db = 'noop';
+    await p.db('web', 'execute', { database: db, statements: [{ sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY AUTOINCREMENT, v)' }, { sql: 'INSERT INTO t(v) VALUES (1), (2)' }, { sql: 'CREATE TABLE nokey(v)' }, { sql: 'INSERT INTO nokey VALUES (1)' }] });
+    const v = (await p.db('web', 'status', { database: db })).json.version;
+    for (const statements of [
+      [{ sql: 'UPDATE t SET v = v' }],
+      [{ sql: 'INSERT INTO t(v) VALUES (3)' }, { sql: 'DELETE FROM t WHERE v = 3' }],
+      [{ sql: 'INSERT OR REPLACE INTO t(id, v) VALUES (1, 1)' }],
+    ]) {
+      const r = await p.db('web', 'execute', { database: db, statements });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.json.version, v, JSON.stringify(statements));
+    }
+    assert.deepEqual((await p.db('web', 'changes', { database: db, since: v })).json.events, [], 'no notification');
+    const next = await p.db('web', 'execute', { database: db, sql: 'INSERT INTO t(v) VALUES (4) RETURNING id' });
+    assert.deepEqual(next.json.results[0].rows, [[3]], 'the AUTOINCREMENT counter did not move: the insert undone was undone whole');
+    assert.equal(next.json.version, v + 1, 'a real change still makes a version');
+    // A table without a key: whether an UPDATE changed anything is not known (no changeset shows it): it counts.
+    assert.equal((await p.db('web', 'execute', { database: db, sql: 'UPDATE nokey SET v = v' })).json.version, v + 2);
+  });
+
   test('a request that changes nothing keeps the version', async () => {
     const v = (await p.db('web', 'status', {})).json.version;
     const r = await p.db('web', 'execute', { sql: 'UPDATE todos SET done = 1 WHERE id = -1' });

@@ -172,6 +172,13 @@ describe('interactive transactions', () => {
     await undone.rollback();
     assert.equal((await c.execute('SELECT count(*) AS n FROM acct')).rows[0]!.n, 3n, 'rolled back');
     assert.equal(await version(), v0 + 2);
+    // SPEC 4.5: a transaction whose writes leave every row as it was changes nothing: no version.
+    const same = await c.transaction('write');
+    await same.execute('UPDATE acct SET balance = balance');
+    await same.execute('INSERT INTO acct VALUES (9, 9)');
+    await same.execute('DELETE FROM acct WHERE id = 9');
+    await same.commit();
+    assert.equal(await version(), v0 + 2, 'a transaction that changed nothing makes no version');
     c.close();
     other.close();
   });

@@ -25,6 +25,8 @@ const A = {
 const OK = C.SQLITE_OK ?? 0;
 const DENY = C.SQLITE_DENY ?? 1;
 
+/** The schema table under its names: DDL writes it (a schema change, judged by schema_version). */
+const SCHEMA_TABLES = new Set(['sqlite_master', 'sqlite_schema', 'sqlite_temp_master', 'sqlite_temp_schema']);
 const isInternal = (name: string | null) => name !== null && name.toLowerCase().startsWith(INTERNAL_PREFIX);
 /** The internal tables (executor/schema.ts): the only objects that may carry the prefix. */
 const INTERNAL_TABLES = ['_scopebase_meta', '_scopebase_migrations', '_scopebase_changes'];
@@ -47,6 +49,8 @@ export class Sandbox {
   ddl = false;
   /** `PRAGMA foreign_keys = OFF` or `defer_foreign_keys = ON`: foreign keys are checked at the request's end instead. */
   defersForeignKeys = false;
+  /** Writes rows a changeset cannot show (ANALYZE's sqlite_stat1, sqlite_sequence): whether it changed anything is unknown. */
+  untracked = false;
   /**
    * Whether the schema must be checked after it runs: a trigger's body is only authorized when it fires, and
    * ALTER TABLE … RENAME TO names no new name to the authorizer (assertSchemaClean).
@@ -106,6 +110,7 @@ export class Sandbox {
       case A.INSERT: case A.UPDATE: case A.DELETE:
         if (isInternal(a1)) return this.deny('not_allowed', `${a1} is an internal table and cannot be written`);
         // DDL writes sqlite_schema too: only rows of user tables make a statement DML.
+        if (a1 !== null && a1.startsWith('sqlite_') && !SCHEMA_TABLES.has(a1)) this.untracked = true;
         if (a1 !== null && !a1.startsWith('sqlite_')) {
           this.written.add(a1);
           // What a trigger does is not the statement's own: rowsAffected and lastInsertRowid speak of the statement.
@@ -141,7 +146,10 @@ export class Sandbox {
         this.checksSchema = true;
         if (a2 !== null) this.written.add(a2);
         return OK;
-      case A.REINDEX: case A.ANALYZE: return OK;
+      case A.REINDEX: return OK;
+      case A.ANALYZE:
+        this.untracked = true;
+        return OK;
       default: return this.deny('not_allowed', `statement refused by the sandbox (action ${action})`);
     }
   }

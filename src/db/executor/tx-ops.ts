@@ -6,7 +6,7 @@ import type { DbHandle, ExecutorLimits } from './handles.ts';
 import { DbHandle as Handle } from './handles.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
-import { type GroupContext, prune, recordChange, totals } from './write-ops.ts';
+import { changedNothing, type GroupContext, prune, recordChange, totals } from './write-ops.ts';
 import { keepHistory } from './history-ops.ts';
 import { deferForeignKeys, endDeferral } from './foreign-keys.ts';
 
@@ -16,6 +16,8 @@ interface Tx {
   session: ReturnType<DbHandle['db']['createSession']>;
   before: { changes: number; schema: number };
   tables: Set<string>;
+  /** A statement wrote rows no changeset shows (Sandbox.untracked). */
+  untracked: boolean;
 }
 
 const open = new Map<string, Tx>();
@@ -36,7 +38,7 @@ export function beginTx(id: string, path: string, create: boolean, ctx: GroupCon
     h.internal('BEGIN IMMEDIATE').run();
     if (foreignKeysOff) deferForeignKeys(h); // every key is checked at COMMIT
     h.sandbox.allowSavepoints = true; // nested transactions of ORMs; COMMIT and ROLLBACK stay the stream's
-    open.set(id, { h, ctx, session: h.db.createSession(), before: totals(h), tables: new Set() });
+    open.set(id, { h, ctx, session: h.db.createSession(), before: totals(h), tables: new Set(), untracked: false });
     return { status: 200, body: '{}' };
   } catch (e) {
     h.close();
@@ -51,6 +53,7 @@ export function execTx(id: string, statement: StatementSpec, maxResultBytes: num
   try {
     const out = runWrite(tx.h, statement, 0, 'hrana', new ResultBudget(maxResultBytes)); // only the libSQL protocol opens transactions
     for (const t of out.tables) tx.tables.add(t);
+    tx.untracked ||= out.untracked === true;
     return { status: 200, body: `{"results":[${out.text}]}` };
   } catch (e) {
     return failure(e, tx.h.sandbox.denied, 0);
@@ -66,7 +69,8 @@ export function commitTx(id: string): Reply {
     endDeferral(h, true);
     let version = h.version();
     const after = totals(h);
-    if (after.changes !== tx.before.changes || after.schema !== tx.before.schema) {
+    const touched = after.changes !== tx.before.changes;
+    if (after.schema !== tx.before.schema || (touched && !changedNothing(h, tx.session, tx.tables, tx.untracked))) {
       version++;
       recordChange(h, ctx, tx.session, version, {
         type: 'database.changed', operation: 'execute',
@@ -79,7 +83,7 @@ export function commitTx(id: string): Reply {
       return { status: 200, body: `{"version":${version}}`, version };
     }
     tx.session.close();
-    h.internal('COMMIT').run();
+    h.internal(touched ? 'ROLLBACK' : 'COMMIT').run(); // it changed nothing: undone, so no counter it moved stays moved
     return { status: 200, body: `{"version":${version}}` };
   } catch (e) {
     if (h.db.isTransaction) h.internal('ROLLBACK').run();

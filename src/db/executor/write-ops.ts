@@ -108,6 +108,17 @@ export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType
   return changeset !== null && !event.schemaChanged; // a changeset never carries DDL
 }
 
+/**
+ * SPEC 4.5: whether a request whose statements touched rows changed nothing after all (`UPDATE t SET v = v`; a row
+ * inserted and deleted again): its changeset is empty and the changeset could have shown every row it wrote (no table
+ * without a key, no sqlite_stat1). Schema changes always count, even one undone in the same request.
+ */
+export function changedNothing(h: DbHandle, session: ReturnType<DbHandle['db']['createSession']>, tables: Iterable<string>, untracked: boolean): boolean {
+  if (untracked || !capturable(h, [...tables])) return false;
+  const changeset = changesetOf(session);
+  return changeset !== null && changeset.length === 0;
+}
+
 /** A request's reply; `carried: false` when its change could not travel as a changeset. */
 type OneReply = Reply & { carried?: boolean };
 
@@ -119,18 +130,23 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
   h.internal('SAVEPOINT request').run();
   const results: string[] = [];
   const tables = new Set<string>();
+  let untracked = false;
   let i = 0;
   try {
     for (; i < statements.length; i++) {
       const out = runWrite(h, statements[i]!, i, body.rows ?? 'arrays', budget);
       results.push(out.text);
       for (const t of out.tables) tables.add(t);
+      untracked ||= out.untracked === true;
     }
     endDeferral(h, true);
     const after = totals(h);
     const rowsAffected = after.changes - before.changes;
-    if (rowsAffected === 0 && after.schema === before.schema) {
+    const unchanged = after.schema === before.schema && (rowsAffected === 0 || changedNothing(h, session, tables, untracked));
+    if (unchanged) {
       session.close();
+      // Undone, so nothing it moved on the way stays moved (an AUTOINCREMENT counter): the database is as it was.
+      if (rowsAffected > 0) h.internal('ROLLBACK TO request').run();
       h.internal('RELEASE request').run();
       return { status: 200, body: `{"results":[${results.join(',')}],"version":${version}}` };
     }
