@@ -51,6 +51,8 @@ export class Sandbox {
   defersForeignKeys = false;
   /** Writes rows a changeset cannot show (ANALYZE's sqlite_stat1, sqlite_sequence): whether it changed anything is unknown. */
   untracked = false;
+  /** Updates or deletes rows (itself or by a trigger): it may leave them as they were (see changedNothing). */
+  rewrites = false;
   /**
    * Whether the schema must be checked after it runs: a trigger's body is only authorized when it fires, and
    * ALTER TABLE … RENAME TO names no new name to the authorizer (assertSchemaClean).
@@ -113,6 +115,7 @@ export class Sandbox {
         if (a1 !== null && a1.startsWith('sqlite_') && !SCHEMA_TABLES.has(a1)) this.untracked = true;
         if (a1 !== null && !a1.startsWith('sqlite_')) {
           this.written.add(a1);
+          if (action !== A.INSERT) this.rewrites = true;
           // What a trigger does is not the statement's own: rowsAffected and lastInsertRowid speak of the statement.
           if (inner === null) {
             this.dml = true;

@@ -35,6 +35,8 @@ export interface Prepared {
   defersForeignKeys: boolean;
   /** Writes rows no changeset shows (see Sandbox.untracked). */
   untracked: boolean;
+  /** May leave the rows it touched as they were: updates, deletes, REPLACE (see Sandbox.rewrites). */
+  rewrites: boolean;
   /** The parameters the statement takes (read once, with the statement). */
   params: ParamSlots;
 }
@@ -107,12 +109,13 @@ export class DbHandle {
     sb.defersForeignKeys = false;
     sb.checksSchema = false;
     sb.untracked = false;
+    sb.rewrites = false;
     // node:sqlite prepares the first statement and drops the rest without a word: a second one is refused, on
     // every path (JSON requests check it earlier, with their own wording; a transaction's statements do not).
     if (mode !== 'internal' && hasSecondStatement(sql)) throw new ApiError('sql_error', 'the SQL text holds more than one statement: send one statement at a time (the rest would be ignored)');
     const stmt = this.db.prepare(sql);
     if (mode !== 'internal') stmt.setAllowBareNamedParameters(false); // bound by each slot's token (params.ts bindNamed)
-    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, untracked: sb.untracked, params: paramSlots(sql) };
+    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, untracked: sb.untracked, rewrites: sb.rewrites || /replace/i.test(sql), params: paramSlots(sql) };
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
     return prepared;

@@ -138,6 +138,8 @@ export interface WriteOutcome {
   tables: string[];
   /** It wrote rows no changeset shows (Sandbox.untracked). */
   untracked?: boolean;
+  /** It may have left the rows it touched as they were (Prepared.rewrites): only then can a request change nothing. */
+  rewrites?: boolean;
 }
 
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
@@ -159,7 +161,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
     const text = shape === 'hrana'
       ? hranaResult(hranaCols(p.stmt), rows.json, count, rowid, since)
       : `{"rowsAffected":${count},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))},${columnsOf(p.stmt)},"rows":${rows.json}}`;
-    return { text, rowsAffected: count, tables: p.written, untracked: p.untracked };
+    return { text, rowsAffected: count, tables: p.written, untracked: p.untracked, rewrites: p.rewrites };
   }
   p.stmt.setReadBigInts(true);
   const r = p.stmt.run(...(args as []));
@@ -170,5 +172,5 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   const changes = p.dml ? Number(r.changes) : 0;
   const rowid = p.inserts && changes > 0 ? r.lastInsertRowid : null;
   const text = shape === 'hrana' ? hranaResult('"cols":[]', '[]', changes, rowid, since) : `{"rowsAffected":${changes},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))}}`;
-  return { text, rowsAffected: changes, tables: p.written, untracked: p.untracked };
+  return { text, rowsAffected: changes, tables: p.written, untracked: p.untracked, rewrites: p.rewrites };
 }

@@ -131,6 +131,7 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
   const results: string[] = [];
   const tables = new Set<string>();
   let untracked = false;
+  let rewrites = false;
   let i = 0;
   try {
     for (; i < statements.length; i++) {
@@ -138,11 +139,13 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
       results.push(out.text);
       for (const t of out.tables) tables.add(t);
       untracked ||= out.untracked === true;
+      rewrites ||= out.rewrites === true;
     }
     endDeferral(h, true);
     const after = totals(h);
     const rowsAffected = after.changes - before.changes;
-    const unchanged = after.schema === before.schema && (rowsAffected === 0 || changedNothing(h, session, tables, untracked));
+    // Rows only inserted are a change; rows updated or deleted may be back as they were (a changeset tells).
+    const unchanged = after.schema === before.schema && (rowsAffected === 0 || (rewrites && changedNothing(h, session, tables, untracked)));
     if (unchanged) {
       session.close();
       // Undone, so nothing it moved on the way stays moved (an AUTOINCREMENT counter): the database is as it was.
