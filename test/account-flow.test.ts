@@ -140,6 +140,29 @@ describe('sessions', () => {
     assert.equal(replay.status, 401, 'the old token is revoked, not just forgotten by the browser');
   });
 
+  test("logging out on another org's host leaves this org's session alone (the cookie is cleared there)", async () => {
+    const { browser } = await signIn(p);
+    const token = browser.cookies(`acme.localhost:${p.port}`).get('session')!;
+    const acme = () => p.call('/web/_account/verify', { headers: { cookie: `session=${token}` } });
+    assert.equal((await acme()).status, 200);
+    const out = await p.call('/zz/_account/logout', { org: 'other', method: 'POST', headers: { cookie: `session=${token}` } });
+    assert.equal(out.status, 204);
+    assert.match(String(out.headers['set-cookie']), /^session=; Path=\/; Max-Age=0/, 'the cookie is still cleared on that host');
+    assert.equal((await acme()).status, 200, "acme's session survives a logout on other.localhost");
+  });
+
+  test("finishing a sign-in on another org's host with this org's cookie leaves this org's session alone", async () => {
+    const { browser } = await signIn(p);
+    const token = browser.cookies(`acme.localhost:${p.port}`).get('session')!;
+    const acme = () => p.call('/web/_account/verify', { headers: { cookie: `session=${token}` } });
+    const elsewhere = new Browser();
+    elsewhere.cookies(`other.localhost:${p.port}`).set('session', token);
+    const signed = await signIn(p, { org: 'other', browser: elsewhere });
+    assert.equal(signed.callback.status, 302, signed.callback.text);
+    assert.notEqual(elsewhere.cookies(`other.localhost:${p.port}`).get('session'), token);
+    assert.equal((await acme()).status, 200, "acme's session survives a sign-in on other.localhost");
+  });
+
   test('signing in again in the same browser ends the session it held (no orphan session left valid)', async () => {
     const { browser } = await signIn(p);
     const first = browser.cookies(`acme.localhost:${p.port}`).get('session')!;
