@@ -2,7 +2,7 @@
 // proxy and GET /verify set: a real upstream on loopback behind the real proxy and account service.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
+import { createServer, request as httpRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
 
@@ -28,6 +28,21 @@ after(async () => {
   upstream.closeAllConnections();
   await new Promise<void>((r) => upstream.close(() => r()));
 });
+
+/** The headers the app got for a WebSocket upgrade sent with `headers`. */
+function upgradeHeaders(headers: Record<string, string>): Promise<Record<string, string>> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${p.url}/web/live`, { headers: { host: `acme.localhost:${p.port}`, connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', ...headers } });
+    req.on('upgrade', () => reject(new Error('the app was to decline the upgrade')));
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (d) => (body += d));
+      res.on('end', () => (res.statusCode === 403 ? resolve(JSON.parse(body).headers) : reject(new Error(`${res.statusCode} ${body}`))));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
 
 /** The names among `got` that are one of `forged` in any spelling a server folds (case, `_` for `-`). */
 function reached(got: Record<string, unknown>, forged: Record<string, string>): string[] {
@@ -74,6 +89,22 @@ describe('headers a client may not send an app', () => {
     const r = await p.call('/web/', { headers: forged });
     assert.equal(r.status, 200);
     assert.deepEqual(reached(r.json.headers, forged), []);
+  });
+
+  test('identity and path-override headers other proxies and servers trust never reach the app, on requests and upgrades', async () => {
+    const forged = {
+      'X-User-Id': 'admin', 'X-User-Email': 'root@example.com', 'X-User-Name': 'root', 'X-Username': 'root',
+      'X-Original-URL': '/admin', 'X-Rewrite-URL': '/admin', 'X-Original-URI': '/admin', x_original_url: '/admin',
+      'X-Forwarded-User': 'root', 'X-Forwarded-Email': 'root@example.com', 'X-Forwarded-Preferred-Username': 'root', 'X-Forwarded-Groups': 'admins',
+      'X-Remote-User': 'root', 'X-Remote-Group': 'admins', 'Remote-Groups': 'admins', 'Remote-Email': 'root@example.com', 'Remote-Name': 'root',
+      'X-Auth-Request-User': 'root', 'X-Auth-Request-Email': 'root@example.com', 'Remote-User': 'root', 'X-Authenticated-User': 'root', 'X-WEBAUTH-USER': 'admin',
+      'X-authentik-username': 'root', 'X-Pomerium-Jwt-Assertion': 'x', 'X-Pomerium-Claim-Email': 'root@example.com', 'Tailscale-User-Login': 'root@example.com',
+      'X-Vouch-User': 'root', 'X-SSL-Client-S-DN': 'CN=root', 'X-Client-Cert': 'x', 'X-Client-Verify': 'SUCCESS',
+    };
+    const r = await p.call('/web/', { headers: forged });
+    assert.equal(r.status, 200);
+    assert.deepEqual(reached(r.json.headers, forged), [], 'a plain request');
+    assert.deepEqual(reached(await upgradeHeaders(forged), forged), [], 'a WebSocket upgrade');
   });
 });
 
