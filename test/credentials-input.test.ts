@@ -60,3 +60,21 @@ describe('expiresAt', () => {
     assert.equal(century.status, 400, '2100 is not a leap year');
   });
 });
+
+describe('names with an encoded slash', () => {
+  test('gh%2Ftoken is 400 invalid_name naming the bad plugin or name, for GET, PUT and DELETE', async () => {
+    for (const [path, message] of [
+      ['/credentials/gh%2Ftoken', /plugin "gh\/token" may not contain "\/"/],
+      ['/credentials/gh%2ftoken', /plugin "gh\/token" may not contain "\/"/],
+      ['/credentials/gh/to%2Fken', /name "to\/ken" may not contain "\/"/],
+      ['/credentials/gh%2Ftoken/x', /plugin "gh\/token" may not contain "\/"/],
+    ] as const) {
+      for (const method of ['GET', 'PUT', 'DELETE']) {
+        const r = await p.call(`${base}${path}`, { method, rawBody: method === 'PUT' ? '{"value":"x"}' : undefined, headers: { cookie: alice.cookie, 'content-type': 'application/json' } });
+        assert.equal(r.status, 400, `${method} ${path} -> ${r.status} ${r.text}`);
+        assert.equal(r.json.error.code, 'invalid_name', `${method} ${path}`);
+        assert.match(r.json.error.message, message, `${method} ${path}`);
+      }
+    }
+  });
+});

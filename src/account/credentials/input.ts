@@ -12,6 +12,7 @@ const MONTHS = ['January', 'February', 'March', 'April', 'May', 'June', 'July', 
 
 export function checkCredentialName(kind: 'plugin' | 'name', raw: unknown): string {
   if (typeof raw !== 'string') throw new ApiError('invalid_name', `${kind} is required`);
+  if (raw.includes('/')) throw new ApiError('invalid_name', `${kind} ${quote(raw)} may not contain "/" (an encoded %2F included): the path is /credentials/{plugin}/{name}`);
   if (!CREDENTIAL_NAME.test(raw)) throw new ApiError('invalid_name', `${kind} ${quote(raw)} must match ${CREDENTIAL_NAME.source}`);
   return raw;
 }
