@@ -65,6 +65,18 @@ describe('sign-in with the development provider', () => {
     }
   });
 
+  test('verify answers JSON even to a navigation: forward-auth subrequests carry the browser\'s own headers', async () => {
+    const navigation = { accept: 'text/html,application/xhtml+xml', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' };
+    const r = await p.call('/web/_account/verify', { headers: navigation });
+    assert.equal(r.status, 401);
+    assert.match(String(r.headers['content-type']), /^application\/json/);
+    assert.equal(r.json.error.code, 'unauthenticated');
+    const { browser } = await signIn(p);
+    const ok = await browser.fetch(`${origin()}/web/_account/verify`, { connectTo: p.url, headers: navigation });
+    assert.equal(ok.status, 200);
+    assert.match(String(ok.headers['content-type']), /^application\/json/);
+  });
+
   test('under HTTPS (x-forwarded-proto from a trusted proxy) the cookie is __Host-session with Secure', async () => {
     const browser = new Browser();
     browser.headers = { 'x-forwarded-proto': 'https', 'x-forwarded-for': '10.9.9.9' };
