@@ -65,6 +65,18 @@ describe('sign-in with the development provider', () => {
     }
   });
 
+  test('verify answers JSON even to a navigation: forward-auth subrequests carry the browser\'s own headers', async () => {
+    const navigation = { accept: 'text/html,application/xhtml+xml', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' };
+    const r = await p.call('/web/_account/verify', { headers: navigation });
+    assert.equal(r.status, 401);
+    assert.match(String(r.headers['content-type']), /^application\/json/);
+    assert.equal(r.json.error.code, 'unauthenticated');
+    const { browser } = await signIn(p);
+    const ok = await browser.fetch(`${origin()}/web/_account/verify`, { connectTo: p.url, headers: navigation });
+    assert.equal(ok.status, 200);
+    assert.match(String(ok.headers['content-type']), /^application\/json/);
+  });
+
   test('under HTTPS (x-forwarded-proto from a trusted proxy) the cookie is __Host-session with Secure', async () => {
     const browser = new Browser();
     browser.headers = { 'x-forwarded-proto': 'https', 'x-forwarded-for': '10.9.9.9' };
@@ -138,6 +150,29 @@ describe('sessions', () => {
     assert.match(String(out.headers['set-cookie']), /^session=; Path=\/; Max-Age=0; HttpOnly; SameSite=Lax$/);
     const replay = await p.call('/web/_account/verify', { headers: { cookie: `session=${token}` } });
     assert.equal(replay.status, 401, 'the old token is revoked, not just forgotten by the browser');
+  });
+
+  test("logging out on another org's host leaves this org's session alone (the cookie is cleared there)", async () => {
+    const { browser } = await signIn(p);
+    const token = browser.cookies(`acme.localhost:${p.port}`).get('session')!;
+    const acme = () => p.call('/web/_account/verify', { headers: { cookie: `session=${token}` } });
+    assert.equal((await acme()).status, 200);
+    const out = await p.call('/zz/_account/logout', { org: 'other', method: 'POST', headers: { cookie: `session=${token}` } });
+    assert.equal(out.status, 204);
+    assert.match(String(out.headers['set-cookie']), /^session=; Path=\/; Max-Age=0/, 'the cookie is still cleared on that host');
+    assert.equal((await acme()).status, 200, "acme's session survives a logout on other.localhost");
+  });
+
+  test("finishing a sign-in on another org's host with this org's cookie leaves this org's session alone", async () => {
+    const { browser } = await signIn(p);
+    const token = browser.cookies(`acme.localhost:${p.port}`).get('session')!;
+    const acme = () => p.call('/web/_account/verify', { headers: { cookie: `session=${token}` } });
+    const elsewhere = new Browser();
+    elsewhere.cookies(`other.localhost:${p.port}`).set('session', token);
+    const signed = await signIn(p, { org: 'other', browser: elsewhere });
+    assert.equal(signed.callback.status, 302, signed.callback.text);
+    assert.notEqual(elsewhere.cookies(`other.localhost:${p.port}`).get('session'), token);
+    assert.equal((await acme()).status, 200, "acme's session survives a sign-in on other.localhost");
   });
 
   test('signing in again in the same browser ends the session it held (no orphan session left valid)', async () => {

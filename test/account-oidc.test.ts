@@ -65,14 +65,35 @@ describe('a configured OIDC issuer', () => {
     });
   }
 
-  test('a provider error on the callback (access_denied) is 400', async () => {
-    const browser = new Browser();
+  test('the provider declining the sign-in (access_denied) is 400 saying so, with a way to start again', async () => {
     const origin = `http://acme.localhost:${p.port}`;
-    const login = await browser.fetch(`${origin}/web/_account/login`, { connectTo: p.url });
-    const state = new URL(login.location!).searchParams.get('state')!;
-    const r = await browser.fetch(`${origin}/web/_account/callback?error=access_denied&state=${state}`, { connectTo: p.url });
+    const declined = async (accept: string) => {
+      const browser = new Browser();
+      const login = await browser.fetch(`${origin}/web/_account/login?return_to=%2Fweb%2Fdash`, { connectTo: p.url });
+      const state = new URL(login.location!).searchParams.get('state')!;
+      return browser.fetch(`${origin}/web/_account/callback?error=access_denied&state=${state}`, { connectTo: p.url, headers: { accept } });
+    };
+    const r = await declined('application/json');
     assert.equal(r.status, 400);
+    assert.equal(r.json.error.code, 'invalid_request');
     assert.equal(r.json.error.details.providerError, 'access_denied');
+    assert.match(r.json.error.message, /declined/);
+    assert.match(r.json.error.message, /start the sign-in again/);
+    assert.doesNotMatch(r.json.error.message, /code exchange/);
+    const page = await declined('text/html');
+    assert.equal(page.status, 400);
+    assert.match(page.text, /declined/);
+    assert.match(page.text, /<a class="button primary" href="\/web\/_account\/login\?return_to=%2Fweb%2Fdash">Start the sign-in again<\/a>/);
+  });
+
+  test('the provider failing during the callback (503 at the code exchange) says to start the sign-in again, not to retry', async () => {
+    const fail = (res: { statusCode: number; body: unknown }) => { res.statusCode = 503; res.body = 'Service Unavailable'; };
+    idp.service.on('beforeResponse', fail);
+    const { callback } = await signInVia(p).finally(() => idp.service.off('beforeResponse', fail));
+    assert.equal(callback.status, 503, callback.text);
+    assert.equal(callback.json.error.code, 'unavailable');
+    assert.match(callback.json.error.message, /start the sign-in again/);
+    assert.doesNotMatch(callback.json.error.message, /in a moment|in time/);
   });
 });
 
@@ -87,7 +108,21 @@ describe('provider down or slow', () => {
       const r = await q.call('/web/_account/login', { headers: { accept: 'text/html' } });
       assert.equal(r.status, 503);
       assert.ok(r.headers['retry-after']);
-      assert.match(r.text, /did not answer/);
+      assert.match(r.text, /could not be reached/);
+      assert.match(r.text, /try again in a moment/);
+    } finally {
+      await q.close();
+    }
+  });
+
+  test('a host name that does not resolve: 503 saying so, not "did not answer in time"', async () => {
+    const q = await startAccounts({ ACCOUNT_OIDC_ISSUER: 'http://scopebase-test.invalid', ACCOUNT_OIDC_CLIENT_ID: 'x' });
+    try {
+      const r = await q.call('/web/_account/login');
+      assert.equal(r.status, 503);
+      assert.equal(r.json.error.code, 'unavailable');
+      assert.match(r.json.error.message, /scopebase-test\.invalid could not be resolved \(DNS\)/);
+      assert.doesNotMatch(r.json.error.message, /in time/);
     } finally {
       await q.close();
     }
@@ -103,6 +138,7 @@ describe('provider down or slow', () => {
       const r = await q.call('/web/_account/login');
       assert.equal(r.status, 503);
       assert.equal(r.json.error.code, 'unavailable');
+      assert.match(r.json.error.message, /did not answer in time/);
       assert.ok(Date.now() - t0 < 3000);
     } finally {
       await q.close();

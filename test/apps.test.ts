@@ -1,4 +1,4 @@
-// SPEC 8 apps: a real upstream on loopback behind the proxy; header hygiene, sessions, streaming, WebSocket upgrades.
+// SPEC 8 apps: a real upstream on loopback behind the proxy; routing, sessions, streaming, WebSocket upgrades (header rules: apps-headers.test.ts).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type Server } from 'node:http';
@@ -152,47 +152,6 @@ describe('forwarding', () => {
     assert.equal(r.status, 200);
     assert.equal(r.json.method, 'PUT');
     assert.equal(r.json.body.length, big.length);
-  });
-
-  test('a forged x-auth-user-* or x-scopebase-* from a client never reaches the app', async () => {
-    const r = await p.call('/web/', { headers: { 'x-auth-user-id': 'usr_admin', 'x-auth-user-email': 'root@example.com', 'x-scopebase-org': 'globex' } });
-    assert.equal(r.json.headers['x-auth-user-id'], undefined);
-    assert.equal(r.json.headers['x-auth-user-email'], undefined);
-    assert.equal(r.json.headers['x-scopebase-org'], undefined);
-  });
-
-  test('the same headers spelled with underscores or mixed case never reach the app either (servers fold _ into -)', async () => {
-    const forged = { x_auth_user_id: 'usr_admin', 'x-auth-user_email': 'root@example.com', X_Scopebase_Org: 'globex', x_forwarded_for: '10.9.9.9', 'X_Real_IP': '10.9.9.9', 'x-real-ip': '10.9.9.9', x_forwarded_proto: 'https' };
-    const r = await p.call('/web/', { headers: forged });
-    assert.equal(r.status, 200);
-    for (const name of Object.keys(r.json.headers)) {
-      const folded = name.toLowerCase().replaceAll('_', '-');
-      assert.ok(!folded.startsWith('x-auth-user-') && !folded.startsWith('x-scopebase-') && folded !== 'x-real-ip', `${name} reached the app`);
-      if (folded.startsWith('x-forwarded-')) assert.ok(!name.includes('_'), `${name} reached the app`);
-    }
-    assert.ok(!String(r.json.headers['x-forwarded-for']).includes('10.9.9.9'), 'an untrusted client cannot add to x-forwarded-for');
-  });
-
-  test('client-address headers of CDNs and load balancers never reach the app from a client (True-Client-IP, CF-Connecting-IP, …)', async () => {
-    const forged = { 'Client-IP': '10.9.9.9', 'X-Client-IP': '10.9.9.9', 'True-Client-IP': '10.9.9.9', 'CF-Connecting-IP': '10.9.9.9', 'CF-Connecting-IPv6': '::9',
-      'Fastly-Client-IP': '10.9.9.9', 'X-Cluster-Client-IP': '10.9.9.9', 'X-Original-Forwarded-For': '10.9.9.9', 'X-Originating-IP': '10.9.9.9',
-      'X-Remote-IP': '10.9.9.9', 'X-Remote-Addr': '10.9.9.9', 'X-Envoy-External-Address': '10.9.9.9', true_client_ip: '10.9.9.9' };
-    const r = await p.call('/web/', { headers: forged });
-    assert.equal(r.status, 200);
-    assert.deepEqual(Object.entries(r.json.headers).filter(([, v]) => String(v).includes('10.9.9.9') || v === '::9'), []);
-    assert.ok(r.json.headers['x-forwarded-for'], 'the client\'s address as the proxy saw it is still there');
-  });
-
-  test('identity headers other auth proxies use never reach the app (Remote-User, X-Auth-Request-*, X-WEBAUTH-*, …)', async () => {
-    const forged = { 'x-auth-user': 'root', 'X-Auth-Request-User': 'root', 'x-auth-request-email': 'root@example.com', 'Remote-User': 'root', remote_user: 'root', 'X-Remote-User': 'root', 'X-WEBAUTH-USER': 'admin', 'x-user': 'root', 'x-email': 'root@example.com', 'x-org': 'other', 'x-repo': 'other',
-      // Cloud front doors' identity headers (IAP, ALB, Azure, Cloudflare Access, Kong): an app moved from behind one trusts them.
-      'X-Goog-Authenticated-User-Email': 'accounts.google.com:root@example.com', 'X-Goog-IAP-JWT-Assertion': 'x', 'X-Amzn-Oidc-Identity': 'root',
-      'X-Amzn-Oidc-Data': 'x', 'X-MS-Client-Principal-Name': 'root', 'X-MS-Client-Principal': 'x', 'Cf-Access-Authenticated-User-Email': 'root@example.com',
-      'Cf-Access-Jwt-Assertion': 'x', 'X-Consumer-Username': 'root', 'X-Authenticated-Userid': 'root', X_Authenticated_User: 'root' };
-    const r = await p.call('/web/', { headers: forged });
-    assert.equal(r.status, 200);
-    const reached = Object.keys(r.json.headers).filter((name) => Object.keys(forged).some((f) => f.toLowerCase().replaceAll('_', '-') === name.toLowerCase().replaceAll('_', '-')));
-    assert.deepEqual(reached, []);
   });
 
   test('no app configured is 404 not_found; reserved paths never reach an app', async () => {

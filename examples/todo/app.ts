@@ -55,7 +55,8 @@ export async function createTodoApp(opts: TodoAppOptions): Promise<Server> {
     const prefix = String(req.headers['x-forwarded-prefix'] ?? '');
     const { rows } = await db.query<{ title: string; created_at: string }>('SELECT title, created_at FROM todos WHERE user_id = ? ORDER BY id', [user]);
     const webhook = await webhookOf(user).catch(() => null);
-    const name = req.headers['x-auth-user-name'] ?? req.headers['x-auth-user-email'] ?? user;
+    // x-auth-user-* values are percent-encoded when not plain ASCII (docs/accounts.md): decoded, "Zoë" shows as Zoë.
+    const name = decodeURIComponent(String(req.headers['x-auth-user-name'] ?? req.headers['x-auth-user-email'] ?? user));
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' }).end(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Todos</title>
 <style>body{font:16px/1.5 system-ui,sans-serif;max-width:36rem;margin:3rem auto;padding:0 1rem}li{margin:.25rem 0}</style></head>

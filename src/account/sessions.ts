@@ -44,21 +44,22 @@ export class Sessions {
   };
 
   /**
-   * Starts a session for `userId` in the request's org and sets the cookie on `reply`. A session the browser
-   * still held ends: its cookie is replaced, and left valid it would outlive every sign-out of the new one.
+   * Starts a session for `userId` in the request's org and sets the cookie on `reply`. A session of this org the
+   * browser still held ends: its cookie is replaced, and left valid it would outlive every sign-out of the new one.
+   * Another org's session sent here is not this host's to end (SPEC 7).
    */
   issue(req: FastifyRequest, reply: FastifyReply, userId: string): void {
     const previous = this.token(req);
-    if (previous) this.store.deleteSession(previous);
+    if (previous) this.store.deleteSession(previous, req.org);
     const { token } = this.store.createSession(req.org, userId, this.ttlMs);
     const https = requestInfo(req).https;
     reply.header('set-cookie', serializeCookie(cookieName(SESSION_COOKIE, https), token, this.ttlMs / 1000, https));
   }
 
-  /** Ends the request's session server-side (if any) and clears the cookie. */
+  /** Ends the request's session server-side (if any, and only one of the request's org) and clears the cookie. */
   revoke(req: FastifyRequest, reply: FastifyReply): void {
     const token = this.token(req);
-    if (token) this.store.deleteSession(token);
+    if (token) this.store.deleteSession(token, req.org);
     this.renewed.delete(req.raw);
     const https = requestInfo(req).https;
     reply.header('set-cookie', clearCookie(cookieName(SESSION_COOKIE, https), https));

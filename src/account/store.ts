@@ -66,7 +66,7 @@ export class AccountStore {
       findSession: this.db.prepare(`SELECT s.id, s.org, s.expires_at, s.renewed_at, u.id AS user_id, u.name, u.email, u.login, u.avatar_url
         FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?`),
       renewSession: this.db.prepare('UPDATE sessions SET expires_at = ?, renewed_at = ? WHERE id = ?'),
-      deleteSession: this.db.prepare('DELETE FROM sessions WHERE token_hash = ?'),
+      deleteSession: this.db.prepare('DELETE FROM sessions WHERE token_hash = ? AND org = ?'),
       insertPending: this.db.prepare('INSERT INTO pending_logins (state_hash, data, expires_at) VALUES (?, ?, ?)'),
       takePending: this.db.prepare('DELETE FROM pending_logins WHERE state_hash = ? RETURNING data, expires_at'),
       cleanSessions: this.db.prepare('DELETE FROM sessions WHERE rowid IN (SELECT rowid FROM sessions WHERE expires_at <= ? LIMIT ?)'),
@@ -123,10 +123,10 @@ export class AccountStore {
     session.renewedAt = now;
   }
 
-  deleteSession(token: string): void {
+  /** Ends the session of this token only if it is `org`'s: a cookie sent to another org's host ends nothing there. */
+  deleteSession(token: string, org: string): void {
     const hash = hashToken(token);
-    this.q.deleteSession!.run(hash);
-    this.recent.delete(hash.toString('hex'));
+    if (Number(this.q.deleteSession!.run(hash, org).changes) > 0) this.recent.delete(hash.toString('hex'));
   }
 
   /** SQLite's data_version moves when another connection commits (a second process, an operator's sqlite3). */

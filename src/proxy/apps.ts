@@ -3,7 +3,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppRoute } from '../shared/config.ts';
 import { ApiError } from '../shared/errors.ts';
 import type { Logger } from '../shared/log.ts';
-import { checkRepo } from '../shared/names.ts';
+import { checkRepo, safeDecode } from '../shared/names.ts';
 import type { SessionResolver } from '../account/contract.ts';
 import { LOGIN_COOKIE, SESSION_COOKIE, withoutCookies } from '../account/cookies.ts';
 import { identityHeaders } from '../account/identity-headers.ts';
@@ -59,14 +59,6 @@ export function appTarget(org: string, url: string, apps: Map<string, AppRoute>)
 }
 
 const ENCODED_DOT_SEGMENT = /(^|[/\\])\.\.?([/\\]|$)/;
-
-function safeDecode(path: string): string {
-  try {
-    return decodeURIComponent(path);
-  } catch {
-    return path;
-  }
-}
 
 /**
  * The upstream URL for a request path. The path is normalized under a fixed host first, so `//host`, `\\host`

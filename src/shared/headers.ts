@@ -10,17 +10,33 @@ const folded = (name: string) => (name.includes('_') ? name.toLowerCase().replac
 
 /**
  * Identity headers other auth proxies set and apps are often told to trust (oauth2-proxy's `X-Auth-Request-*`,
- * Apache's and nginx's `Remote-User`, Grafana's `X-WEBAUTH-*`; the cloud front doors an app may have moved from:
- * Google IAP `X-Goog-Authenticated-User-*`/`X-Goog-IAP-JWT-Assertion`, AWS ALB `X-Amzn-OIDC-*`, Azure
- * `X-MS-Client-Principal*`, Cloudflare Access `Cf-Access-*`, Kong `X-Consumer-*`/`X-Authenticated-*`):
- * an app behind scopebase must never get a client's.
+ * Apache's and nginx's `Remote-User`, Authelia's `Remote-*`, Kubernetes' `X-Remote-*`, Grafana's `X-WEBAUTH-*`,
+ * authentik's `X-authentik-*`, Pomerium's `X-Pomerium-*`, Vouch's `X-Vouch-*`, Tailscale's `Tailscale-User-*`, the
+ * generic `X-User-Id`/`X-Username`, mTLS client certificates passed on by nginx or IIS; the cloud front doors an app
+ * may have moved from: Google IAP `X-Goog-Authenticated-User-*`/`X-Goog-IAP-JWT-Assertion`, AWS ALB `X-Amzn-OIDC-*`,
+ * Azure `X-MS-Client-Principal*`, Cloudflare Access `Cf-Access-*`, Kong `X-Consumer-*`/`X-Authenticated-*`):
+ * an app behind scopebase must never get a client's. (oauth2-proxy's `X-Forwarded-User`/`-Email`/`-Groups` are
+ * forwarding headers, dropped from every client: isForwarding.)
  */
-const FOREIGN_IDENTITY = /^(x-auth-user|x-auth-request-.*|(x-)?remote-user|x-webauth-.*|x-user|x-email|x-org|x-repo|x-goog-authenticated-user-.*|x-goog-iap-jwt-assertion|x-amzn-oidc-.*|x-ms-client-principal.*|cf-access-.*|x-consumer-.*|x-authenticated-.*)$/;
+const FOREIGN_IDENTITY = new RegExp(`^(${[
+  'x-auth-user', 'x-auth-request-.*', '(x-)?remote-(user|email|name|groups?|extra-.*)', 'x-webauth-.*',
+  'x-user(-(id|email|name|login|groups|roles))?', 'x-username', 'x-email', 'x-org', 'x-repo',
+  'x-authentik-.*', 'x-pomerium-.*', 'x-vouch-.*', 'tailscale-user-.*',
+  '(x-)?ssl-client-.*', 'x-client-(cert|verify|dn)', 'x-ssl-cert', 'x-arr-clientcert',
+  'x-goog-authenticated-user-.*', 'x-goog-iap-jwt-assertion', 'x-amzn-oidc-.*', 'x-ms-client-principal.*', 'cf-access-.*',
+  'x-consumer-.*', 'x-authenticated-.*',
+].join('|')})$`);
 
-/** Identity and internal headers: only the proxy sets them, whoever the client is. */
+/**
+ * Headers that make a server (IIS, Symfony, Laravel, Drupal, nginx setups) take another path than the request line's:
+ * `X-Original-URL: /admin` on a request for `/` would reach what the proxy or the app's own rules never allowed.
+ */
+const PATH_OVERRIDE = /^(x-original-url|x-original-uri|x-rewrite-url|x-override-url)$/;
+
+/** Identity, path-override and internal headers: only the proxy sets them, whoever the client is. */
 export function isProxyOnly(name: string): boolean {
   const n = folded(name);
-  return n.startsWith(INTERNAL_PREFIX) || n.startsWith('x-auth-user-') || FOREIGN_IDENTITY.test(n);
+  return n.startsWith(INTERNAL_PREFIX) || n.startsWith('x-auth-user-') || FOREIGN_IDENTITY.test(n) || PATH_OVERRIDE.test(n);
 }
 
 /**

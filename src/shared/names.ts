@@ -45,3 +45,12 @@ export function checkDatabase(value: unknown): string {
 export function quote(s: string): string {
   return JSON.stringify(s.length > 80 ? `${s.slice(0, 80)}…` : s);
 }
+
+/** A path's escapes decoded; a malformed escape (`%zz`) leaves it as sent, for the name checks to refuse. */
+export function safeDecode(path: string): string {
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return path;
+  }
+}

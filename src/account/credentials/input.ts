@@ -6,10 +6,13 @@ import { MAX_VALUE_BYTES, type CredentialValue } from './store.ts';
 /** plugin and name: lowercase ASCII, no slashes, cannot be `.` or `..`, at most 64 characters. */
 export const CREDENTIAL_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 const USER_ID = /^[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?$/;
-const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2})$/i;
+/** RFC 3339 `date-time` (T and Z in either case, as its section 5.6 allows); the ranges are checked by rfc3339Time. */
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|([+-])(\d{2}):(\d{2}))$/i;
+const MONTHS = ['January', 'February', 'March', 'April', 'May', 'June', 'July', 'August', 'September', 'October', 'November', 'December'];
 
 export function checkCredentialName(kind: 'plugin' | 'name', raw: unknown): string {
   if (typeof raw !== 'string') throw new ApiError('invalid_name', `${kind} is required`);
+  if (raw.includes('/')) throw new ApiError('invalid_name', `${kind} ${quote(raw)} may not contain "/" (an encoded %2F included): the path is /credentials/{plugin}/{name}`);
   if (!CREDENTIAL_NAME.test(raw)) throw new ApiError('invalid_name', `${kind} ${quote(raw)} must match ${CREDENTIAL_NAME.source}`);
   return raw;
 }
@@ -22,13 +25,46 @@ export function checkUserId(raw: unknown): string {
   return raw;
 }
 
+function daysIn(year: number, month: number): number {
+  const leap = year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0);
+  return [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month - 1]!;
+}
+
+/**
+ * The instant (ms since the epoch) of a strict RFC 3339 date-time: a real calendar date, hours 00-23, minutes 00-59,
+ * seconds 00-59, zone Z or ±hh:mm. Second 60 is a leap second, the last second of a UTC day (23:59:60 UTC): it is
+ * taken as the instant after 23:59:59.999, i.e. the next day's 00:00:00 UTC. Date.parse would roll 02-30 over to
+ * March and refuse leap seconds. Throws 400 invalid_request naming the field that is out of range.
+ */
+export function rfc3339Time(raw: string, field: string): number {
+  const m = RFC3339.exec(raw);
+  const bad = (why: string) => new ApiError('invalid_request', `${field}: ${why}`);
+  if (!m) throw bad('must be an RFC 3339 date-time such as 2030-01-31T12:00:00Z (seconds and a zone, Z or ±hh:mm, included)');
+  const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+  if (month < 1 || month > 12) throw bad(`month ${m[2]} does not exist (01-12)`);
+  if (day < 1 || day > daysIn(year, month)) throw bad(`${MONTHS[month - 1]} ${m[1]} has no day ${m[3]} (it has ${daysIn(year, month)})`);
+  if (hour > 23) throw bad(`hour ${m[4]} is out of range (00-23)`);
+  if (minute > 59) throw bad(`minute ${m[5]} is out of range (00-59)`);
+  if (second > 60) throw bad(`second ${m[6]} is out of range (00-59, or 60 for a leap second)`);
+  const offsetMinutes = m[9] === undefined ? 0 : (m[9] === '-' ? -1 : 1) * (Number(m[10]) * 60 + Number(m[11]));
+  if (m[9] !== undefined && (Number(m[10]) > 23 || Number(m[11]) > 59)) throw bad(`the zone offset ${m[8]} is out of range (-23:59 to +23:59)`);
+  const d = new Date(0);
+  d.setUTCFullYear(year, month - 1, day); // not Date.UTC: it reads years 0-99 as 1900-1999
+  d.setUTCHours(hour, minute, Math.min(second, 59), Number((m[7] ?? '').padEnd(3, '0').slice(0, 3)));
+  const t = d.getTime() - offsetMinutes * 60_000;
+  if (second === 60) {
+    const utc = new Date(t);
+    if (utc.getUTCHours() !== 23 || utc.getUTCMinutes() !== 59) throw bad('a leap second (:60) is only the last second of a UTC day, 23:59:60Z');
+    return t + 1000;
+  }
+  return t;
+}
+
 /** expiresAt: absent/null for never, else an RFC 3339 date-time in the future; stored normalized to UTC. */
 export function checkExpiresAt(raw: unknown, now = Date.now()): string | null {
   if (raw === undefined || raw === null) return null;
-  if (typeof raw !== 'string' || !RFC3339.test(raw) || Number.isNaN(Date.parse(raw))) {
-    throw new ApiError('invalid_request', '"expiresAt" must be an RFC 3339 date-time such as 2030-01-31T12:00:00Z, or null');
-  }
-  const t = Date.parse(raw);
+  if (typeof raw !== 'string') throw new ApiError('invalid_request', '"expiresAt" must be an RFC 3339 date-time such as 2030-01-31T12:00:00Z, or null');
+  const t = rfc3339Time(raw, '"expiresAt"');
   if (t <= now) throw new ApiError('invalid_request', '"expiresAt" is in the past');
   return new Date(t).toISOString();
 }
@@ -59,6 +95,12 @@ export function parsePutBody(body: Record<string, unknown>): { value: Credential
   return { value, expiresAt: checkExpiresAt(body.expiresAt) };
 }
 
+/** <input type="datetime-local"> sends no zone, and no seconds when they are 0: read as UTC, it is RFC 3339. */
+function datetimeLocalAsUtc(value: string): string {
+  if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(value)) return `${value}:00Z`;
+  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?$/.test(value) ? `${value}Z` : value;
+}
+
 export interface FormInput {
   method: 'put' | 'delete';
   plugin: unknown;
@@ -84,8 +126,7 @@ export function parseForm(contentType: string | undefined, body: unknown): FormI
     name: form.get('name') ?? undefined,
     value: form.get('value'),
     type: form.get('type') ?? 'text',
-    // <input type="datetime-local"> sends no zone: read it as UTC.
-    expiresAt: expires === '' ? null : /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?$/.test(expires) ? `${expires}Z` : expires,
+    expiresAt: expires === '' ? null : datetimeLocalAsUtc(expires),
   };
 }
 

@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../../shared/config.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { parseJsonObject } from '../../shared/http.ts';
-import { checkRepo } from '../../shared/names.ts';
+import { checkRepo, safeDecode } from '../../shared/names.ts';
 import { bearerToken, verifyRepoSecret } from '../../shared/secrets.ts';
 import type { ResolvedSession, SessionResolver } from '../contract.ts';
 import { assertSameSite } from '../same-site.ts';
@@ -171,10 +171,12 @@ export function registerRoutes(app: FastifyInstance, deps: Deps): void {
   // Anything else under /credentials/: a name with a slash, an over-long name, or a method this path does not take.
   app.all('/credentials/*', async (req: Req) => {
     checkRepo(req.params.repo);
-    const parts = (req.params['*'] ?? '').split('/');
-    if (parts.length !== 2) throw new ApiError('invalid_name', 'plugin and name may not contain "/": the path is /credentials/{plugin}/{name}');
+    // Split the path as sent, then decode: `gh%2Ftoken` is one segment, a plugin "gh/token", not a plugin and a name.
+    const raw = /\/_account\/credentials\/([^?]*)/.exec(req.url)?.[1] ?? req.params['*'] ?? '';
+    const parts = raw.split('/').map(safeDecode);
     checkCredentialName('plugin', parts[0]);
-    checkCredentialName('name', parts[1]);
+    if (parts.length > 1) checkCredentialName('name', parts[1]);
+    if (parts.length !== 2) throw new ApiError('invalid_name', 'the path is /credentials/{plugin}/{name}: plugin and name may not contain "/"');
     throw new ApiError('not_found', `${req.method} is not a method of /credentials/{plugin}/{name}`);
   });
 }

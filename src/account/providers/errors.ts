@@ -1,4 +1,5 @@
-// Maps what openid-client or the network threw into SPEC 3 errors; messages never carry tokens or codes.
+// Maps what openid-client or the network threw into SPEC 3 errors; messages never carry tokens or codes. They say
+// what went wrong; the sign-in routes add what the person can do next (retry /login, or start the sign-in again).
 import * as oidc from 'openid-client';
 import { ApiError } from '../../shared/errors.ts';
 
@@ -8,23 +9,41 @@ function chain(err: unknown): unknown[] {
   return out;
 }
 
-function isNetworkFailure(err: unknown): boolean {
-  return chain(err).some((e) => {
-    const x = e as { name?: string; code?: string; message?: string };
-    return x.name === 'TimeoutError' || x.name === 'AbortError' || x.message === 'fetch failed'
-      || (typeof x.code === 'string' && /^(ECONN|ENOTFOUND|EAI_|ETIMEDOUT|EHOSTUNREACH|UND_ERR)/.test(x.code))
-      || (e instanceof Response && e.status >= 500);
-  });
+type Failure = { name?: string; code?: string; message?: string; hostname?: string };
+
+/** Why the provider could not be used, in words for the person, or null when it answered (and refused or lied). */
+function networkFailure(err: unknown, what: string): string | null {
+  const all = chain(err);
+  const errors = all as Failure[];
+  // A failed DNS lookup is not slowness: the name is wrong, or this machine has no resolver or network.
+  const dns = errors.find((x) => typeof x.code === 'string' && /^(ENOTFOUND|EAI_)/.test(x.code));
+  if (dns) return `the sign-in provider's ${dns.hostname ? `host ${dns.hostname}` : 'host name'} could not be resolved (DNS) during the ${what}`;
+  if (errors.some((x) => x.name === 'TimeoutError' || x.name === 'AbortError' || x.code === 'ETIMEDOUT' || /^UND_ERR_.*TIMEOUT$/.test(x.code ?? ''))) {
+    return `the sign-in provider did not answer in time during the ${what}`;
+  }
+  const answered = all.find((e): e is Response => e instanceof Response && e.status >= 500);
+  if (answered) return `the sign-in provider answered HTTP ${answered.status} during the ${what}`;
+  if (errors.some((x) => x.message === 'fetch failed' || /^(ECONN|EHOSTUNREACH|ENETUNREACH|EPIPE|UND_ERR)/.test(x.code ?? ''))) {
+    return `the sign-in provider could not be reached during the ${what}`;
+  }
+  return null;
 }
 
 /** `what` says which step failed ("discovery", "code exchange", "user lookup"), for the page and the log. */
 export function providerError(err: unknown, provider: string, what: string): ApiError {
   if (err instanceof ApiError) return err;
-  if (isNetworkFailure(err)) {
-    return new ApiError('unavailable', `the sign-in provider did not answer in time (${what}); try again in a moment`, { provider, step: what }, { 'retry-after': '5' });
+  const failure = networkFailure(err, what);
+  if (failure) return new ApiError('unavailable', failure, { provider, step: what }, { 'retry-after': '5' });
+  if (err instanceof oidc.AuthorizationResponseError) {
+    // The provider sent the browser back with an error instead of a code: nothing was exchanged.
+    const code = String(err.error).slice(0, 60);
+    const message = code === 'access_denied'
+      ? 'the sign-in was declined at the provider (access_denied): it was cancelled there, or the provider would not sign this account in'
+      : `the sign-in provider ended the sign-in with ${code}`;
+    return new ApiError('invalid_request', message, { provider, step: 'authorization', providerError: code });
   }
-  if (err instanceof oidc.ResponseBodyError || err instanceof oidc.AuthorizationResponseError) {
-    // The provider's own OAuth error code (invalid_grant, access_denied, ...) is safe to show.
+  if (err instanceof oidc.ResponseBodyError) {
+    // The provider's own OAuth error code (invalid_grant, ...) is safe to show.
     return new ApiError('invalid_request', `the sign-in provider refused the ${what}: ${String(err.error).slice(0, 60)}`, { provider, step: what, providerError: String(err.error).slice(0, 60) });
   }
   const reason = (err as Error)?.message?.slice(0, 160) ?? 'unknown';

@@ -7,7 +7,7 @@ import { assertSameSite } from '../same-site.ts';
 import { wantsHtml } from '../../shared/html-page.ts';
 import { safeReturnTo } from '../return-to.ts';
 import type { Sessions } from '../sessions.ts';
-import { headerValue } from '../identity-headers.ts';
+import { identityHeaders } from '../identity-headers.ts';
 
 type Req = FastifyRequest<{ Params: { repo: string } }>;
 
@@ -22,8 +22,8 @@ export async function verify(sessions: Sessions, req: FastifyRequest): Promise<R
     return { ...refused, headers: { ...headers, ...refused.headers } };
   }
   const { user } = session;
-  headers['x-auth-user-id'] = user.id;
-  if (user.email) headers['x-auth-user-email'] = headerValue(user.email);
+  // The same headers, encoded the same way, as the proxy gives apps.
+  Object.assign(headers, identityHeaders(user));
   const body = {
     user: { id: user.id, name: user.name, email: user.email, login: user.login, avatarUrl: user.avatarUrl },
     session: { expiresAt: session.expiresAt.toISOString() },

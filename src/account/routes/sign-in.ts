@@ -53,12 +53,20 @@ function chooserPage(reply: FastifyReply, repo: string, providers: SignInProvide
   return sendPage(reply, 200, 'Sign in', `<h1>Sign in</h1>\n<p class="muted">Choose how to sign in to <code>${escapeHtml(repo)}</code>.</p>\n<ul class="providers">\n${items}\n</ul>`);
 }
 
-function failurePage(reply: FastifyReply, repo: string, err: ApiError): FastifyReply {
+/** Where a failed sign-in started from (its return_to), so "start again" leads back to the same page. */
+const returnTos = new WeakMap<FastifyRequest['raw'], string>();
+
+function failurePage(reply: FastifyReply, repo: string, err: ApiError, returnTo: string | undefined): FastifyReply {
   if (err.headers) reply.headers(err.headers);
-  const again = `/${repo}/_account/login`;
+  const again = `/${repo}/_account/login${returnTo ? `?${new URLSearchParams({ return_to: returnTo })}` : ''}`;
   return sendPage(reply, err.status, 'Sign-in failed', `<h1>Sign-in failed</h1>
 <div class="card error" role="alert"><p>${escapeHtml(err.message)}</p><p class="muted">Error code: <code>${escapeHtml(err.code)}</code></p></div>
-<p><a class="button primary" href="${escapeHtml(again)}">Try again</a></p>`);
+<p><a class="button primary" href="${escapeHtml(again)}">Start the sign-in again</a></p>`);
+}
+
+/** The same error with what the person can do next appended (the provider's errors say only what went wrong). */
+function withAdvice(err: unknown, advice: string): unknown {
+  return err instanceof ApiError ? new ApiError(err.code, `${err.message}; ${advice}`, err.details, err.headers) : err;
 }
 
 export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Promise<void> {
@@ -73,7 +81,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
     } catch {
       return answerError(req, reply, e);
     }
-    return wantsHtml(req) ? failurePage(reply, repo, e) : sendError(reply, e);
+    return wantsHtml(req) ? failurePage(reply, repo, e, returnTos.get(req.raw)) : sendError(reply, e);
   });
 
   app.get('/login', async (req: Req, reply) => {
@@ -82,6 +90,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
     deps.limiter.take(info.ip);
     // SPEC 7: no (or a bad) return_to is /{repo}/ — the app, or with none the landing page (proxy/landing.ts).
     const returnTo = safeReturnTo(one(req.query.return_to), repo);
+    returnTos.set(req.raw, returnTo);
     const wanted = one(req.query.provider);
     let provider: SignInProvider | undefined;
     if (wanted !== undefined && wanted !== '') {
@@ -100,7 +109,11 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
     const codeVerifier = oidc.randomPKCECodeVerifier();
     const nonce = provider.usesNonce ? oidc.randomNonce() : null;
     const redirectUri = `${info.https ? 'https' : 'http'}://${req.headers.host}/${repo}/_account/callback`;
-    const url = await provider.authorizationUrl({ redirectUri, state, codeChallenge: await oidc.calculatePKCECodeChallenge(codeVerifier), nonce });
+    const codeChallenge = await oidc.calculatePKCECodeChallenge(codeVerifier);
+    // Nothing is used up yet: the same /login works once the provider answers.
+    const url = await provider.authorizationUrl({ redirectUri, state, codeChallenge, nonce }).catch((err: unknown) => {
+      throw err instanceof ApiError && err.code === 'unavailable' ? withAdvice(err, 'try again in a moment') : err;
+    });
     deps.store.savePending(state, { provider: provider.id, org: req.org, repo, codeVerifier, nonce, returnTo, redirectUri, binding: sha256hex(binding) }, PENDING_TTL_MS);
     reply.header('set-cookie', serializeCookie(cookieName(LOGIN_COOKIE, info.https), binding, PENDING_TTL_MS / 1000, info.https));
     reply.header('cache-control', 'no-store');
@@ -116,6 +129,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
     if (!state) throw new ApiError('invalid_request', 'the sign-in callback has no state; start the sign-in again');
     const pending = deps.store.takePending(state);
     if (!pending) throw new ApiError('invalid_request', 'this sign-in has expired or was already used; start it again');
+    returnTos.set(req.raw, pending.returnTo);
     if (pending.org !== req.org || pending.repo !== repo) throw new ApiError('invalid_request', 'this sign-in was started for another organization or repository');
     const binding = readCookie(req.headers.cookie, cookieName(LOGIN_COOKIE, info.https));
     if (!isTokenShaped(binding) || !sameHash(sha256hex(binding), pending.binding)) {
@@ -126,7 +140,10 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
 
     const callbackUrl = new URL(pending.redirectUri);
     callbackUrl.search = new URL(req.url, 'http://x').search;
-    const signedIn = await provider.finish({ callbackUrl, state, codeVerifier: pending.codeVerifier, nonce: pending.nonce });
+    // The pending state is used up (one use): whatever failed, retrying this callback cannot work.
+    const signedIn = await provider.finish({ callbackUrl, state, codeVerifier: pending.codeVerifier, nonce: pending.nonce }).catch((err: unknown) => {
+      throw withAdvice(err, 'start the sign-in again');
+    });
     const user = deps.store.upsertUser(provider.namespace, signedIn.subject, signedIn.profile);
     deps.sessions.issue(req, reply, user.id);
     req.log.info({ userId: user.id, provider: provider.id }, 'signed in');
