@@ -30,7 +30,7 @@ export function appsEnv(upstream: string, downUrl: string): string {
 }
 
 const SPOOF_NAMES = ['x-scopebase-org', 'x-scopebase-repo', 'x-scopebase-user-id', 'X-Scopebase-Anything', 'x_scopebase_org', 'x-auth-user-id', 'x-auth-user-email', 'X_AUTH_USER_ID', 'x-auth-user', 'x-auth-request-user',
-  'x-auth-request-email', 'remote-user', 'x-remote-user', 'Remote_User', 'x-webauth-user', 'x-user', 'x-email', 'x-org', 'x-repo', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'x-forwarded-prefix',
+  'x-auth-request-email', 'remote-user', 'x-remote-user', 'Remote_User', 'x-webauth-user', 'x-user', 'X-User-Id', 'x-original-url', 'X_Rewrite_URL', 'x-email', 'x-org', 'x-repo', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'x-forwarded-prefix',
   'x_forwarded_for', 'forwarded', 'x-real-ip', 'proxy-authorization', 'keep-alive'];
 const PATHS = ['', '/', '/x', '/a/b?c=d', '/slow/a', '/reset', '/reset-mid', '/status/404', '/status/500', '/status/503', '/status/204', '/status/302', '/status/418', '/big', '/%2e%2e/x', '/..%2f..%2fetc/passwd',
   '//evil.example/x', '/\\evil.example', '/a/../../b', '/_db/status', '/_account/verify', '/_dbx', '/%00', '/é', '/a%zz'];

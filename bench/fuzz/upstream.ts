@@ -9,7 +9,7 @@ import { createServer } from 'node:http';
 
 export const MARK = 'spoof-';
 /** Header names no client's copy may reach an app under (SPEC 8), folded (`_` → `-`, lower case). */
-export const NEVER_FROM_CLIENT = /^(x-scopebase-.*|x-auth-user.*|x-auth-request-.*|(x-)?remote-user|x-webauth-.*|x-user|x-email|x-org|x-repo|x-forwarded-.*|forwarded|x-real-ip|proxy-authorization|x-hop|keep-alive|te|trailer|upgrade)$/;
+export const NEVER_FROM_CLIENT = /^(x-scopebase-.*|x-auth-user.*|x-auth-request-.*|(x-)?remote-user|x-webauth-.*|x-user|x-user-id|x-original-url|x-rewrite-url|x-email|x-org|x-repo|x-forwarded-.*|forwarded|x-real-ip|proxy-authorization|x-hop|keep-alive|te|trailer|upgrade)$/;
 export interface UpstreamReport { received: number; spoofed: string[] }
 
 if (process.send) {
