@@ -341,6 +341,12 @@ describe('rowsAffected, lastInsertRowid and creation (SPEC 4.4, issue 10)', () =
         { sql: 'INSERT INTO u VALUES (5)' },
         { sql: 'INSERT OR IGNORE INTO u VALUES (5)' },
         { sql: 'DELETE FROM t WHERE a > 10' },
+        { sql: 'CREATE TABLE p(id INTEGER PRIMARY KEY, n TEXT UNIQUE, c)' },
+        { sql: "INSERT INTO p(id, n, c) VALUES (7, 'a', 1)" },
+        { sql: "INSERT INTO p(n, c) VALUES ('a', 1) ON CONFLICT(n) DO UPDATE SET c = c + 1" },
+        { sql: "INSERT INTO p(n, c) VALUES ('a', 1) ON CONFLICT(n) DO UPDATE SET c = c + 1 RETURNING id" },
+        { sql: "INSERT INTO p(n, c) VALUES ('b', 1) ON CONFLICT(n) DO UPDATE SET c = c + 1" },
+        { sql: "REPLACE INTO p(id, n, c) VALUES (7, 'a', 9)" },
       ],
     });
     assert.equal(r.status, 200, r.text);
@@ -358,6 +364,12 @@ describe('rowsAffected, lastInsertRowid and creation (SPEC 4.4, issue 10)', () =
       [1, 5],
       [0, null], // ignored
       [3, null], // 11, 12 and 99
+      [0, null],
+      [1, 7],
+      [1, null], // an upsert that took DO UPDATE inserted nothing (it reported the insert before it)
+      [1, null], // the same with RETURNING
+      [1, 8], // an upsert that inserted
+      [1, 7], // REPLACE inserts (after deleting the old row)
     ]);
   });
 

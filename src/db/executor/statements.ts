@@ -142,6 +142,26 @@ export interface WriteOutcome {
   rewrites?: boolean;
 }
 
+/** A rowid no user insert makes (SQLite's smallest): last_insert_rowid() still holding it means nothing was inserted. */
+const NO_INSERT = -(2n ** 63n);
+
+/**
+ * Before a statement that may or may not insert (an upsert that takes DO UPDATE, REPLACE): sets last_insert_rowid()
+ * to NO_INSERT, else it would report the previous insert's rowid (the change log's, a statement earlier). The temp
+ * table is the connection's own.
+ */
+function markNoInsert(h: DbHandle): void {
+  h.internal('CREATE TEMP TABLE IF NOT EXISTS _scopebase_rowid(x)').run();
+  h.internal(`INSERT OR REPLACE INTO temp._scopebase_rowid(rowid, x) VALUES (${NO_INSERT}, NULL)`).run();
+}
+
+/** The statement's lastInsertRowid: null unless it inserted into a user table (SPEC 4.4). */
+function insertedRowid(p: Prepared, changes: number, rowid: () => number | bigint): number | bigint | null {
+  if (!p.inserts || changes === 0) return null;
+  const id = rowid();
+  return BigInt(id) === NO_INSERT ? null : id;
+}
+
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
 export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): WriteOutcome {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
@@ -154,10 +174,12 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   checkParams(p.params, spec.params, index);
   const args = bind(params, p.params);
   if (p.defersForeignKeys) deferForeignKeys(h);
+  if (p.inserts && p.rewrites) markNoInsert(h);
+  h.sandbox.mode = 'write'; // the internal statements above switched it: a re-prepare while this runs is a write's
   if (p.returnsRows) {
     const rows = rowsOf(p.stmt, args, shape, budget, true);
     const count = p.dml ? rows.count : 0;
-    const rowid = p.inserts && count > 0 ? h.internal('SELECT last_insert_rowid() AS id').get()!.id : null;
+    const rowid = insertedRowid(p, count, () => h.internal('SELECT last_insert_rowid() AS id').get()!.id as number);
     const text = shape === 'hrana'
       ? hranaResult(hranaCols(p.stmt), rows.json, count, rowid, since)
       : `{"rowsAffected":${count},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))},${columnsOf(p.stmt)},"rows":${rows.json}}`;
@@ -170,7 +192,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
     assertSchemaClean(h.db);
   }
   const changes = p.dml ? Number(r.changes) : 0;
-  const rowid = p.inserts && changes > 0 ? r.lastInsertRowid : null;
+  const rowid = insertedRowid(p, changes, () => r.lastInsertRowid);
   const text = shape === 'hrana' ? hranaResult('"cols":[]', '[]', changes, rowid, since) : `{"rowsAffected":${changes},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))}}`;
   return { text, rowsAffected: changes, tables: p.written, untracked: p.untracked, rewrites: p.rewrites };
 }
