@@ -223,3 +223,44 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.equal((await pipeline({ baton: theirs, requests: [{ type: 'close' }] }, '/site/_db/v2/pipeline', 'site')).status, 200, 'another repo\'s stream lives');
   });
 });
+
+describe('SPEC 4.4\'s limits and 4.5\'s creation rule hold on the protocol too', () => {
+  let q: Product;
+  before(async () => {
+    q = await startProduct({ DB_MAX_RESULT_BYTES: '100000', DB_MAX_STATEMENTS: '5' });
+  });
+  after(() => q.close());
+  const send = (body: unknown, path = '/web/_db/v2/pipeline') => q.call(path, { body, headers: { authorization: `Bearer ${q.secret('acme', 'web')}` } });
+  const big = { type: 'execute', stmt: { sql: 'SELECT randomblob(40000) AS b' } };
+
+  test('results count against DB_MAX_RESULT_BYTES across a pipeline, as across a /_db/query batch', async () => {
+    const r = await send({ baton: null, requests: [big, big, big, big] });
+    assert.equal(r.status, 200, r.text);
+    const kinds = r.json.results.map((x: { type: string; error?: { code: string } }) => x.error?.code ?? x.type);
+    assert.deepEqual(kinds.slice(0, 1), ['ok']);
+    assert.ok(kinds.includes('SQLITE_TOOBIG'), JSON.stringify(kinds));
+    assert.ok(r.text.length < 200_000, `the reply is ${r.text.length} bytes, about the limit, not four results`);
+  });
+
+  test('a batch holds at most DB_MAX_STATEMENTS steps', async () => {
+    const steps = Array.from({ length: 6 }, () => ({ stmt: { sql: 'SELECT 1' } }));
+    const r = await send({ baton: null, requests: [{ type: 'batch', batch: { steps } }, { type: 'batch', batch: { steps: steps.slice(1) } }] });
+    assert.equal(r.json.results[0].type, 'error', r.text);
+    assert.match(r.json.results[0].error.message, /at most 5 steps \(DB_MAX_STATEMENTS\), got 6/);
+    assert.equal(r.json.results[1].type, 'ok', 'five are fine');
+  });
+
+  test('reads of a database that does not exist answer as an empty one would, and do not create it', async () => {
+    const r = await send({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'SELECT 1 AS one' } }, { type: 'execute', stmt: { sql: "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'" } }, { type: 'describe', sql: 'SELECT 1 AS one' }] }, '/web/_db/ghost/v2/pipeline');
+    assert.equal(r.json.results[0].type, 'ok', r.text);
+    assert.deepEqual(r.json.results[0].response.result.rows, [[{ type: 'integer', value: '1' }]]);
+    assert.deepEqual(r.json.results[1].response.result.rows, []);
+    assert.deepEqual(r.json.results[2].response.result.cols, [{ name: 'one', decltype: null }], 'describe too');
+    const s = await q.db('web', 'status', { database: 'ghost' });
+    assert.equal(s.json.exists, false, 'no database was created by reading it');
+    // A write does create it, as /_db/execute does.
+    const w = await send({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }] }, '/web/_db/ghost/v2/pipeline');
+    assert.equal(w.json.results[0].type, 'ok', w.text);
+    assert.equal((await q.db('web', 'status', { database: 'ghost' })).json.exists, true);
+  });
+});

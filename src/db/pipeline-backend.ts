@@ -10,7 +10,7 @@ import { validate } from './request.ts';
 export interface PipelineParts {
   pool: ExecutorPool;
   replication: Replication | null;
-  limits: Pick<Config['db'], 'maxStatements' | 'maxValueBytes' | 'transactionMaxMs'>;
+  limits: Pick<Config['db'], 'maxStatements' | 'maxValueBytes' | 'transactionMaxMs' | 'maxResultBytes'>;
   exists(scope: Scope): boolean;
   /** A write's reply once it is on the follower too (cluster mode). */
   replicated(scope: Scope, res: ExecReply): Promise<ExecReply>;
@@ -29,11 +29,13 @@ export function notFound(scope: Scope): ApiError {
 export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts): HranaBackend {
   const { pool, replication, limits } = parts;
   return {
-    run: async (kind, statements, foreignKeysOff) => {
+    run: async (kind, statements, { foreignKeysOff, maxResultBytes, transient } = {}) => {
       const body: Record<string, unknown> = { database: scope.database, statements };
       validate(kind === 'read' ? 'query' : 'execute', body, limits.maxStatements, limits.maxValueBytes);
-      body.rows = 'hrana'; // after validate, as foreignKeysOff: no client can send either
+      body.rows = 'hrana'; // after validate, as foreignKeysOff and maxResultBytes: no client can send them
       if (foreignKeysOff && kind === 'write') body.foreignKeysOff = true;
+      if (maxResultBytes !== undefined) body.maxResultBytes = maxResultBytes;
+      if (transient && kind === 'write') body.transient = true;
       const raw = Buffer.from(JSON.stringify(body));
       if (kind === 'read' && !parts.exists(scope)) throw notFound(scope);
       const res = kind === 'read' ? await pool.read({ op: 'query', path }, raw) : await parts.replicated(scope, await pool.write(scope, path, 'execute', raw));
@@ -55,11 +57,12 @@ export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts
       };
     },
     describe: async (sql) => {
-      if (!parts.exists(scope)) throw notFound(scope);
       const res = await pool.read({ op: 'query', path }, Buffer.from(JSON.stringify({ describe: sql }))); // never a client's field
       if (res.status !== 200) throw replyError(res.body);
       return JSON.parse(res.body.toString('utf8'));
     },
     transactionMaxMs: limits.transactionMaxMs,
+    maxStatements: limits.maxStatements,
+    maxResultBytes: limits.maxResultBytes,
   };
 }

@@ -84,9 +84,11 @@ function handle(frame: Frame): Buffer {
         if (!db) throw e;
         once = true;
       }
+      const body = h.op === 'query' ? JSON.parse(frame.body.toString('utf8')) : null;
+      // A libSQL client describes statements before its first write: on a database not made yet, as on an empty one.
+      if (!db && body?.describe !== undefined) db = handles.empty();
       if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
       try {
-        const body = h.op === 'query' ? JSON.parse(frame.body.toString('utf8')) : null;
         const reply = h.op === 'query' ? query(db, body, limits.maxResultBytes)
           : h.op === 'status' ? status(db, historyOf(db))
           : h.op === 'changes' ? changes(db, h.since, h.limit)
@@ -101,10 +103,10 @@ function handle(frame: Frame): Buffer {
       if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
       const ctx: GroupContext = { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token };
       let replies: Reply[];
+      const bodies: { transient?: boolean }[] = [];
       if (h.op === 'migrate') {
         replies = [migrate(db, JSON.parse(frame.body.toString('utf8')), ctx)];
       } else {
-        const bodies = [];
         let off = 0;
         for (const len of h.lens as number[]) {
           bodies.push(JSON.parse(frame.body.toString('utf8', off, off + len)));
@@ -115,7 +117,8 @@ function handle(frame: Frame): Buffer {
       // A database whose first write failed leaves no file behind; one that succeeded without changing anything
       // (an execute of SELECT 1) exists, at version 0 (SPEC 4.4: execute creates its database).
       // A migrate that applied nothing (a dry run) leaves no database either.
-      const made = h.op === 'execute' ? replies.some((r) => r.status === 200) : replies.some((r) => r.version !== undefined);
+      // Reads a libSQL client sent to a database that did not exist (`transient`, set by the service) make none.
+      const made = h.op === 'execute' ? replies.some((r, i) => r.status === 200 && (r.version !== undefined || bodies[i]?.transient !== true)) : replies.some((r) => r.version !== undefined);
       if (h.create === true && !made) unlinkDatabase(path);
       const texts = replies.map((r) => Buffer.from(r.body));
       return encodeFrame(frame.seq, { items: replies.map((r, i) => ({ s: r.status, v: r.version, n: texts[i]!.length })) }, Buffer.concat(texts));

@@ -42,6 +42,8 @@ export interface Prepared {
 }
 
 const STATEMENTS_PER_DB = 128;
+/** An empty database in memory: what a database that does not exist yet is described as (HandleCache.empty). */
+const EMPTY = ':memory:';
 
 /** How a read reaches a database that a full disk keeps from opening as usual (HandleCache.readWhileDiskFull). */
 type DiskFullRead = 'immutable' | 'exclusive';
@@ -67,9 +69,9 @@ export class DbHandle {
     this.path = path;
     this.history = limits.history ?? null;
     const immutable = diskFull === 'immutable';
-    const url = pathToFileURL(path);
-    url.searchParams.set('mode', immutable ? 'ro' : create ? 'rwc' : 'rw');
-    if (immutable) url.searchParams.set('immutable', '1');
+    const url = path === EMPTY ? EMPTY : pathToFileURL(path);
+    if (url instanceof URL) url.searchParams.set('mode', immutable ? 'ro' : create ? 'rwc' : 'rw');
+    if (url instanceof URL && immutable) url.searchParams.set('immutable', '1');
     const options = {
       // busy wait between executor processes; writes are serialized upstream, so this is only a backstop. The
       // exclusive fallback waits little: a connection open elsewhere means the usual open works again.
@@ -146,6 +148,7 @@ export class DbHandle {
 export class HandleCache {
   private readonly open = new Map<string, DbHandle>();
   private readonly limits: ExecutorLimits;
+  private emptyHandle: DbHandle | null = null;
 
   constructor(limits: ExecutorLimits) {
     this.limits = limits;
@@ -218,6 +221,12 @@ export class HandleCache {
     }
   }
 
+  /** An empty database with the internal tables, in memory, for describing statements on a database not yet made. */
+  empty(): DbHandle {
+    this.emptyHandle ??= new DbHandle(EMPTY, true, this.limits);
+    return this.emptyHandle;
+  }
+
   forget(path: string): void {
     this.open.get(path)?.close();
     this.open.delete(path);
@@ -226,5 +235,7 @@ export class HandleCache {
   closeAll(): void {
     for (const h of this.open.values()) h.close();
     this.open.clear();
+    this.emptyHandle?.close();
+    this.emptyHandle = null;
   }
 }

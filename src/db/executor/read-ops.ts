@@ -13,6 +13,8 @@ interface QueryBody {
   params?: unknown;
   statements?: StatementSpec[];
   rows?: RowShape;
+  /** Set by the service for a libSQL pipeline (never by a client): what is left of its results' allowance. */
+  maxResultBytes?: number;
 }
 
 /** Every statement of one request reads one snapshot: a read transaction spans them, with the version it shows. */
@@ -20,7 +22,7 @@ export function query(h: DbHandle, body: QueryBody, maxResultBytes: number): Rep
   if (body.describe !== undefined) return describe(h, body.describe);
   const statements = body.statements ?? [{ sql: body.sql!, params: body.params }];
   const shape = body.rows ?? 'arrays';
-  const budget = new ResultBudget(maxResultBytes);
+  const budget = new ResultBudget(Math.min(maxResultBytes, body.maxResultBytes ?? Infinity));
   h.internal('BEGIN').run();
   try {
     const version = h.version();

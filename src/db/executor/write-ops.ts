@@ -27,6 +27,10 @@ interface ExecuteBody {
   sql?: string; params?: unknown; statements?: StatementSpec[]; rows?: RowShape;
   /** Set by the service, never by a client: a Hrana stream turned foreign keys off before this request. */
   foreignKeysOff?: boolean;
+  /** Set by the service for a libSQL pipeline, never by a client: what is left of its results' allowance. */
+  maxResultBytes?: number;
+  /** Set by the service, never by a client: reads of a database that did not exist, which they do not create. */
+  transient?: boolean;
 }
 
 const turnsOff = (b: ExecuteBody): boolean => b.foreignKeysOff === true || turnsForeignKeysOff(b.sql) || (b.statements ?? []).some((s) => turnsForeignKeysOff(s?.sql));
@@ -124,7 +128,7 @@ type OneReply = Reply & { carried?: boolean };
 
 function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: number): OneReply {
   const statements = body.statements ?? [{ sql: body.sql!, params: body.params }];
-  const budget = new ResultBudget(ctx.maxResultBytes);
+  const budget = new ResultBudget(Math.min(ctx.maxResultBytes, body.maxResultBytes ?? Infinity));
   const before = totals(h);
   const session = h.db.createSession();
   h.internal('SAVEPOINT request').run();

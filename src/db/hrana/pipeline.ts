@@ -14,16 +14,28 @@ import { type HranaStmt, onlyResult, RawResult, resultsOf, type StmtResult, toPa
 export interface Statement { sql: string; params?: unknown[] | Record<string, unknown> }
 
 /** What a pipeline needs of the database service: one SPEC 4.3 read or 4.4 write; a held write lane. */
+export interface RunOptions {
+  /** The write runs with foreign keys off and checked before COMMIT (a table rebuild). */
+  foreignKeysOff?: boolean;
+  /** What is left of the pipeline's results allowance. */
+  maxResultBytes?: number;
+  /** Reads of a database that does not exist, run as a write on a new one: unless they changed it, it goes again. */
+  transient?: boolean;
+}
+
 export interface HranaBackend {
   /**
    * The executor's reply as text, `{"results":[StmtResult…],"version":n}`. `foreignKeysOff`: the write runs with
    * foreign keys off and checked before COMMIT (a table rebuild).
    */
-  run(kind: 'read' | 'write', statements: Statement[], foreignKeysOff?: boolean): Promise<string>;
+  run(kind: 'read' | 'write', statements: Statement[], opts?: RunOptions): Promise<string>;
   holdLane(): Promise<LaneHold>;
   /** HRANA_3_SPEC's DescribeResult of one statement, prepared on the database and not run. */
   describe(sql: string): Promise<Record<string, unknown>>;
   transactionMaxMs: number;
+  /** SPEC 4.4's limits: steps per batch (DB_MAX_STATEMENTS), and bytes of results per pipeline (DB_MAX_RESULT_BYTES). */
+  maxStatements: number;
+  maxResultBytes: number;
 }
 
 interface HranaError { message: string; code: string }
@@ -36,7 +48,7 @@ const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+foreign_keys\s*=\s*(?:on|off|0|1|true|
 
 const CODES: Record<string, string> = {
   not_allowed: 'SQLITE_AUTH', read_only: 'SQLITE_READONLY', sql_error: 'SQLITE_ERROR', constraint_violation: 'SQLITE_CONSTRAINT',
-  query_timeout: 'SQLITE_INTERRUPT', quota_exceeded: 'SQLITE_FULL', result_too_large: 'SQLITE_TOOBIG', database_not_found: 'SQLITE_CANTOPEN',
+  query_timeout: 'SQLITE_INTERRUPT', quota_exceeded: 'SQLITE_FULL', result_too_large: 'SQLITE_TOOBIG', payload_too_large: 'SQLITE_TOOBIG', database_not_found: 'SQLITE_CANTOPEN',
 };
 
 /** A scopebase error as a Hrana error: `code` is the SQLite code name where SQLite gave one. */
@@ -52,11 +64,14 @@ export class Pipeline {
   private readonly backend: HranaBackend;
   private readonly stream: StreamState;
   private readonly quota: TxQuota;
+  /** What is left of the pipeline's results allowance (DB_MAX_RESULT_BYTES, across its requests, as /_db/query's). */
+  private resultBytesLeft: number;
 
   constructor(backend: HranaBackend, stream: StreamState, quota: TxQuota) {
     this.backend = backend;
     this.stream = stream;
     this.quota = quota;
+    this.resultBytesLeft = backend.maxResultBytes;
   }
 
   /** Runs every request in order (each one's failure is its own): each result as JSON text, and whether the stream closed. */
@@ -69,10 +84,13 @@ export class Pipeline {
         continue;
       }
       try {
+        if (this.resultBytesLeft <= 0) throw new ApiError('result_too_large', `this pipeline's results are over DB_MAX_RESULT_BYTES (${this.backend.maxResultBytes} bytes); requests[${i}] and those after it did not run: send them in another request`);
         const response = await this.request(r, `requests[${i}]`);
         if (response.type === 'close') closed = true;
         // A result the executor rendered goes out as it came (the hot path of every @libsql/client execute).
-        results.push(response.result instanceof RawResult ? `{"type":"ok","response":{"type":"execute","result":${response.result.text}}}` : JSON.stringify({ type: 'ok', response }));
+        const text = response.result instanceof RawResult ? `{"type":"ok","response":{"type":"execute","result":${response.result.text}}}` : JSON.stringify({ type: 'ok', response });
+        this.resultBytesLeft -= Buffer.byteLength(text);
+        results.push(text);
       } catch (e) {
         results.push(JSON.stringify({ type: 'error', error: hranaError(e) }));
       }
@@ -173,9 +191,12 @@ export class Pipeline {
   /** Reads that turn out to write, or read a database that does not exist yet, run as a write (which creates it). */
   private async runAs(kind: 'read' | 'write', statements: Statement[], foreignKeysOff = this.stream.foreignKeysOff): Promise<string> {
     try {
-      return await this.backend.run(kind, statements, foreignKeysOff);
+      return await this.backend.run(kind, statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft });
     } catch (e) {
-      if (kind === 'read' && e instanceof ApiError && (e.code === 'read_only' || e.code === 'database_not_found')) return this.backend.run('write', statements, foreignKeysOff);
+      // A database that does not exist reads as an empty one, as on Turso, and is not created by it (it would count
+      // against DB_MAX_DATABASES_PER_REPO): its reads run on a new file that goes again unless they changed it.
+      const missing = e instanceof ApiError && e.code === 'database_not_found';
+      if (kind === 'read' && (missing || (e instanceof ApiError && e.code === 'read_only'))) return this.backend.run('write', statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft, transient: missing });
       throw e;
     }
   }
@@ -183,6 +204,7 @@ export class Pipeline {
   private async batch(batch: { steps?: unknown }, where: string): Promise<{ step_results: (StmtResult | null)[]; step_errors: (HranaError | null)[] }> {
     if (!Array.isArray(batch?.steps)) throw new ApiError('invalid_request', `${where}.steps must be an array`);
     const steps = batch.steps as BatchStep[];
+    if (steps.length > this.backend.maxStatements) throw new ApiError('payload_too_large', `a batch holds at most ${this.backend.maxStatements} steps (DB_MAX_STATEMENTS), got ${steps.length}`);
     const sqls = steps.map((s, i) => this.sqlOf(s?.stmt, `${where}.steps[${i}].stmt`));
     const block = transactionBlock(sqls, steps, TRANSACTION);
     if (block && this.stream.tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
