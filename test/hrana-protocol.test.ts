@@ -264,3 +264,20 @@ describe('SPEC 4.4\'s limits and 4.5\'s creation rule hold on the protocol too',
     assert.equal((await q.db('web', 'status', { database: 'ghost' })).json.exists, true);
   });
 });
+
+describe('shapes the protocol does not allow are refused, not read loosely', () => {
+  test('a condition naming a step not before its own, a fractional or reused sql_id, a baton that is not a string', async () => {
+    const steps = (condition: unknown) => [{ stmt: { sql: 'SELECT 1' } }, { condition, stmt: { sql: 'SELECT 2' } }];
+    for (const condition of [{ type: 'ok', step: 1 }, { type: 'ok', step: 5 }, { type: 'error', step: -1 }, { type: 'not', cond: { type: 'ok', step: 1e20 } }, { type: 'and', conds: 'x' }]) {
+      const r = await pipeline({ baton: null, requests: [{ type: 'batch', batch: { steps: steps(condition) } }] });
+      assert.equal(r.json.results[0].type, 'error', JSON.stringify(condition));
+      assert.match(r.json.results[0].error.message, /not an earlier step|must be an array/, JSON.stringify(condition));
+    }
+    const stored = await pipeline({ baton: null, requests: [{ type: 'store_sql', sql_id: 1.5, sql: 'SELECT 1' }, { type: 'store_sql', sql_id: 2, sql: 'SELECT 1' }, { type: 'store_sql', sql_id: 2, sql: 'SELECT 2' }, { type: 'execute', stmt: { sql_id: 2 } }] });
+    assert.deepEqual(stored.json.results.map((x: { type: string }) => x.type), ['error', 'ok', 'error', 'ok']);
+    assert.deepEqual(stored.json.results[3].response.result.rows, [[{ type: 'integer', value: '1' }]], 'the first text stays');
+    const baton = await pipeline({ baton: 123, requests: [] });
+    assert.equal(baton.status, 400);
+    assert.match(baton.json.error.message, /"baton": string \| null/);
+  });
+});

@@ -62,6 +62,29 @@ export function blockAutocommit(block: Block): (i: number, outcomes: Outcome[]) 
     || (i === block.rollback && outcomes[block.commit] === 'ok');
 }
 
+/**
+ * Refuses, before any step runs, a condition of an unknown shape or one that names a step not before its own
+ * (HRANA_3_SPEC: a condition refers to earlier steps; a later or missing one would silently read as "not ok").
+ */
+export function checkConditions(steps: BatchStep[]): void {
+  const check = (c: BatchCond | null | undefined, i: number, where: string): void => {
+    if (c === null || c === undefined) return;
+    switch (c?.type) {
+      case 'ok': case 'error':
+        if (!Number.isSafeInteger(c.step) || c.step < 0 || c.step >= i) throw new ApiError('invalid_request', `${where}: step ${JSON.stringify(c.step)} is not an earlier step of the batch (0 to ${i - 1})`);
+        return;
+      case 'not': return check(c.cond, i, `${where}.cond`);
+      case 'and': case 'or':
+        if (!Array.isArray(c.conds)) throw new ApiError('invalid_request', `${where}.conds must be an array`);
+        c.conds.forEach((x, k) => check(x, i, `${where}.conds[${k}]`));
+        return;
+      case 'is_autocommit': return;
+    }
+    throw new ApiError('invalid_request', `${where}: unknown batch condition ${JSON.stringify(String((c as { type?: unknown })?.type).slice(0, 40))}`);
+  };
+  steps.forEach((s, i) => check(s?.condition, i, `steps[${i}].condition`));
+}
+
 /** Evaluates every step's condition in order, running those that hold with `run`. */
 export async function evaluate(steps: BatchStep[], autocommit: (i: number, outcomes: Outcome[]) => boolean, run: (i: number) => Promise<Outcome>): Promise<Outcome[]> {
   const outcomes: Outcome[] = [];

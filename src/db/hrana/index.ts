@@ -38,7 +38,9 @@ export class Hrana {
   /** One pipeline request: its stream (by baton), every request run in order, and the next baton. */
   async pipeline(streamKey: string, backend: HranaBackend, raw: Buffer): Promise<string> {
     const body = parseJsonObject(raw);
-    if (!Array.isArray(body.requests)) throw new ApiError('invalid_request', 'a pipeline request is {"baton": string | null, "requests": [...]}');
+    if (!Array.isArray(body.requests) || (body.baton !== undefined && body.baton !== null && typeof body.baton !== 'string')) {
+      throw new ApiError('invalid_request', 'a pipeline request is {"baton": string | null, "requests": [...]}');
+    }
     const state = this.streams.take(body.baton, streamKey);
     const { results, closed } = await new Pipeline(backend, state, this.transactions).run(body.requests);
     return `{"baton":${JSON.stringify(closed ? null : this.streams.keep(state))},"base_url":null,"results":[${results.join(',')}]}`;

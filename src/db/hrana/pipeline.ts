@@ -5,7 +5,7 @@
 import { ApiError } from '../../shared/errors.ts';
 import { turnsForeignKeysOff } from '../executor/foreign-keys.ts';
 import { splitStatements } from '../statement-end.ts';
-import { type BatchStep, blockAutocommit, evaluate, transactionBlock } from './batch.ts';
+import { type BatchStep, blockAutocommit, checkConditions, evaluate, transactionBlock } from './batch.ts';
 import type { LaneHold } from '../executor/pool.ts';
 import type { StreamState } from './streams.ts';
 import { StreamTx, type TxQuota } from './transaction.ts';
@@ -204,6 +204,7 @@ export class Pipeline {
   private async batch(batch: { steps?: unknown }, where: string): Promise<{ step_results: (StmtResult | null)[]; step_errors: (HranaError | null)[] }> {
     if (!Array.isArray(batch?.steps)) throw new ApiError('invalid_request', `${where}.steps must be an array`);
     const steps = batch.steps as BatchStep[];
+    checkConditions(steps);
     if (steps.length > this.backend.maxStatements) throw new ApiError('payload_too_large', `a batch holds at most ${this.backend.maxStatements} steps (DB_MAX_STATEMENTS), got ${steps.length}`);
     const sqls = steps.map((s, i) => this.sqlOf(s?.stmt, `${where}.steps[${i}].stmt`));
     const block = transactionBlock(sqls, steps, TRANSACTION);

@@ -27,6 +27,8 @@ export class StreamState {
   }
 
   storeSql(id: number, sql: string): void {
+    if (!Number.isSafeInteger(id)) throw new ApiError('invalid_request', `store_sql: "sql_id" must be a whole number, got ${JSON.stringify(id)}`);
+    if (this.sqls.has(id)) throw new ApiError('invalid_request', `store_sql: sql_id ${id} is already stored; close_sql it first`);
     if (this.sqls.size >= MAX_SQLS || this.sqlBytes + sql.length > MAX_SQL_BYTES) {
       throw new ApiError('payload_too_large', `a stream stores at most ${MAX_SQLS} SQL texts (${MAX_SQL_BYTES} bytes); close_sql the ones no longer used`);
     }
