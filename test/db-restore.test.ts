@@ -175,6 +175,10 @@ describe('time travel', () => {
     assert.equal(early.status, 410, early.text);
     assert.equal(early.json.error.code, 'gone');
     assert.equal(early.json.error.details.oldestVersion, 0);
+    for (const leapDay of ['2024-02-29T23:59:59.999Z', '2000-02-29T00:00:00-05:30']) {
+      const r = await p.db('timed', 'restore', { database, toTime: leapDay });
+      assert.equal(r.status, 410, `${leapDay} is a real date: ${r.text}`);
+    }
     for (const [body, message] of [
       [{ database }, /one of "toVersion"/],
       [{ database, toVersion: 1, toTime: between }, /one of "toVersion"/],
@@ -182,6 +186,16 @@ describe('time travel', () => {
       [{ database, toVersion: '1' }, /toVersion/],
       [{ database, toTime: 'yesterday' }, /toTime/],
       [{ database, toTime: '2026-11-22T10:00:00' }, /toTime/],
+      // Date.parse rolls these over to another instant; they name none.
+      [{ database, toTime: '2026-02-30T00:00:00Z' }, /toTime/],
+      [{ database, toTime: '2025-02-29T00:00:00Z' }, /toTime/],
+      [{ database, toTime: '2100-02-29T00:00:00Z' }, /toTime/],
+      [{ database, toTime: '2026-04-31T00:00:00+02:00' }, /toTime/],
+      [{ database, toTime: '2026-00-10T00:00:00Z' }, /toTime/],
+      [{ database, toTime: '2026-11-00T00:00:00Z' }, /toTime/],
+      [{ database, toTime: '2026-11-22T24:00:00Z' }, /toTime/],
+      [{ database, toTime: '2026-11-22T23:59:60Z' }, /toTime/],
+      [{ database, toTime: '2026-11-22T10:00:00+24:00' }, /toTime/],
       [{ database, toVersion: 1, dryRun: 'yes' }, /dryRun/],
       [{ database, toVersion: 1, extra: 1 }, /unknown field/],
     ] as const) {
