@@ -3,13 +3,14 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
-import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { PassThrough } from 'node:stream';
-import { startProduct, tempDir, type Product } from './helpers/product.ts';
+import { call, ROOT_KEY, spawnProduct, startProduct, tempDir, testEnv, type Product } from './helpers/product.ts';
 import { executorPids, openFiles } from './helpers/processes.ts';
 import { receiveBody } from '../src/db/import.ts';
+import { repoSecret } from '../src/shared/secrets.ts';
 
 const SQLITE = 'application/vnd.sqlite3';
 
@@ -43,6 +44,22 @@ function sampleFile(dir: string, extra = ''): { path: string; bytes: Buffer } {
   `);
   db.close();
   return { path, bytes: readFileSync(path) };
+}
+
+/**
+ * A file whose objects have the texts `edits` gives (name → sql), written into its schema as a hostile file would
+ * have them (SQLite itself refuses to create most of these): `setup` makes harmless objects of those names first.
+ */
+function schemaFile(dir: string, setup: string, edits: Record<string, string>): Buffer {
+  const path = join(dir, `schema-${Math.random().toString(36).slice(2)}.sqlite`);
+  const db = new DatabaseSync(path);
+  db.exec(setup);
+  db.enableDefensive(false);
+  db.exec('PRAGMA writable_schema=ON');
+  for (const [name, sql] of Object.entries(edits)) db.prepare('UPDATE sqlite_schema SET sql = ? WHERE name = ?').run(sql, name);
+  db.exec('PRAGMA writable_schema=OFF');
+  db.close();
+  return readFileSync(path);
 }
 
 async function rowsOf(p: Product, repo: string, sql: string, database = 'main') {
@@ -168,6 +185,42 @@ COMMIT;
     assert.deepEqual(held, [], 'no refused upload is left open in an executor');
   });
 
+  test('a schema that calls a function a schema may not (load_extension, fts3_tokenizer) is 400 not_allowed naming it, never 500', async () => {
+    const made = await upload(p, 'unsafe', 'database=h1', sampleFile(dir).bytes);
+    assert.equal(made.status, 200, made.text);
+    // Each loads only with trusted_schema=ON, which the executor's connections never have.
+    const cases: [string, Buffer, RegExp][] = [
+      ['CHECK', schemaFile(dir, 'CREATE TABLE t(a CHECK (abs(a)))', { t: "CREATE TABLE t(a CHECK (load_extension('x') IS NULL))" }), /load_extension\(\) in t\b/],
+      ['generated column', schemaFile(dir, 'CREATE TABLE t(a, b AS (abs(a)))', { t: 'CREATE TABLE t(a, b AS (load_extension(a)))' }), /load_extension\(\) in t\b/],
+      ['index on an expression', schemaFile(dir, 'CREATE TABLE t(a); CREATE INDEX i ON t(abs(a))', { i: 'CREATE INDEX i ON t(load_extension(a))' }), /load_extension\(\) in i\b/],
+      ['partial index', schemaFile(dir, 'CREATE TABLE t(a); CREATE INDEX i ON t(a) WHERE abs(a)', { i: 'CREATE INDEX i ON t(a) WHERE load_extension(a)' }), /load_extension\(\) in i\b/],
+      ['view', schemaFile(dir, 'CREATE TABLE t(a); CREATE VIEW v AS SELECT abs(a) FROM t', { v: 'CREATE VIEW v AS SELECT load_extension(a) FROM t' }), /load_extension\(\) in view v\b/],
+      ['fts3_tokenizer', schemaFile(dir, 'CREATE TABLE t(a CHECK (abs(a)))', { t: "CREATE TABLE t(a CHECK (fts3_tokenizer('simple') IS NOT NULL))" }), /fts3_tokenizer\(\) in t\b/],
+    ];
+    for (const [what, bytes, message] of cases) {
+      for (const query of ['database=h1&mode=replace', 'database=h2']) {
+        const r = await upload(p, 'unsafe', query, bytes);
+        assert.equal(r.status, 400, `${what}: ${r.text}`);
+        assert.equal(r.json.error.code, 'not_allowed', what);
+        assert.match(r.json.error.message, message, what);
+      }
+    }
+    assert.equal((await p.db('unsafe', 'status', { database: 'h1' })).json.version, 1, 'nothing changed');
+    assert.equal((await p.db('unsafe', 'status', { database: 'h2' })).json.exists, false, 'no database was left');
+    // A DEFAULT or a trigger body is only run when used: imported, then refused like the same call in execute.
+    const later = schemaFile(dir, 'CREATE TABLE t(a, b DEFAULT (abs(1))); CREATE TABLE u(x); CREATE TRIGGER tr AFTER INSERT ON u BEGIN SELECT abs(new.x); END', {
+      t: "CREATE TABLE t(a, b DEFAULT (load_extension('x')))",
+      tr: 'CREATE TRIGGER tr AFTER INSERT ON u BEGIN SELECT load_extension(new.x); END',
+    });
+    const imported = await upload(p, 'unsafe', 'database=h3', later);
+    assert.equal(imported.status, 200, imported.text);
+    const useDefault = await p.db('unsafe', 'execute', { database: 'h3', sql: 'INSERT INTO t(a) VALUES (1)' });
+    assert.equal(useDefault.status, 400, useDefault.text);
+    const fire = await p.db('unsafe', 'execute', { database: 'h3', sql: "INSERT INTO u VALUES ('x')" });
+    assert.equal(fire.status, 400, fire.text);
+    assert.equal(fire.json.error.code, 'not_allowed');
+  });
+
   test('kill -9 of every executor during an import: the database is as before or fully imported, never in between', async () => {
     const path = join(dir, 'big.sqlite');
     const big = new DatabaseSync(path);
@@ -280,4 +333,26 @@ COMMIT;
     assert.deepEqual(readdirSync(tmp), []);
     rmSync(tmp, { recursive: true, force: true });
   });
+});
+
+test('an import that fails on the server is logged naming its own database file, not main.sqlite', async () => {
+  const dataDir = tempDir('scopebase-import-log-');
+  const damaged = join(dataDir, 'db', 'acme', 'web', 'h1.sqlite');
+  mkdirSync(join(dataDir, 'db', 'acme', 'web'), { recursive: true, mode: 0o700 });
+  writeFileSync(damaged, 'not a database '.repeat(400)); // the target, not the upload, is damaged: a 500
+  const product = await spawnProduct(testEnv(dataDir, { LOG_LEVEL: 'error', LOG_FORMAT: 'json' }));
+  try {
+    const secret = repoSecret(Buffer.from(ROOT_KEY, 'hex'), 'acme', 'web');
+    const r = await call(product.url, 'localhost', '/web/_db/import?database=h1&mode=replace', { method: 'POST', rawBody: Buffer.from('CREATE TABLE t(x);'), headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/sql' } });
+    assert.equal(r.status, 500, r.text);
+    let line: { file?: string } | undefined;
+    for (let i = 0; i < 50 && !line; i++) {
+      line = (product.stdout() + product.stderr()).split('\n').filter((l) => l.includes('database request failed')).map((l) => JSON.parse(l))[0];
+      if (!line) await new Promise((res) => setTimeout(res, 20));
+    }
+    assert.equal(line?.file, damaged, JSON.stringify(line));
+  } finally {
+    product.killAll();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
 });

@@ -108,16 +108,28 @@ function install(h: DbHandle, source: string, ctx: GroupContext, event: { type: 
   }
 }
 
-/** A file to import obeys the sandbox (SPEC 4.8): a sound SQLite file, no internal objects, no unsafe virtual tables. */
+/** SQLite's refusal of a function a schema may not call under trusted_schema=OFF, as the caller's error. */
+function unsafeUse(e: unknown, where: string): ApiError | null {
+  const fn = /unsafe use of ([^\s()]+)\(\)/.exec(String((e as Error).message))?.[1];
+  return fn === undefined ? null : new ApiError('not_allowed', `the file's schema calls ${fn}() in ${where}: a schema may only call functions safe to run for any user (SPEC 4.8)`);
+}
+
+/**
+ * A file to import obeys the sandbox (SPEC 4.8): a sound SQLite file, no internal objects, no unsafe virtual tables,
+ * and a schema that loads as the executor loads it (trusted_schema=OFF, defensive). Opened read-write, as install.ts
+ * attaches it: read-only, SQLite skips CHECK constraints, and one calling load_extension() got past to a 500.
+ */
 function checkImport(source: string): void {
   let db: DatabaseSync;
   try {
-    db = openSqlite(source, { readOnly: true }, (d) => {
-      d.prepare('SELECT count(*) FROM sqlite_schema').get(); // a file that is not a database fails here
+    db = openSqlite(source, { defensive: true, allowExtension: false }, (d) => {
+      d.exec('PRAGMA trusted_schema=OFF');
+      d.prepare('SELECT count(*) FROM sqlite_schema').get(); // a file that is not a database, or whose schema does not load, fails here
       return d;
     });
   } catch (e) {
-    throw new ApiError('invalid_request', `the body is not a usable SQLite database file (${String((e as Error).message).slice(0, 120)})`);
+    const name = /malformed database schema \((.*?)\)/.exec(String((e as Error).message))?.[1];
+    throw unsafeUse(e, name ?? 'its schema') ?? new ApiError('invalid_request', `the body is not a usable SQLite database file (${String((e as Error).message).slice(0, 120)})`);
   }
   try {
     const check = db.prepare('PRAGMA integrity_check(20)').all() as { integrity_check: string }[];
@@ -128,6 +140,14 @@ function checkImport(source: string): void {
       if (o.name.toLowerCase().startsWith(INTERNAL_PREFIX)) throw new ApiError('not_allowed', `the file holds ${o.type} ${o.name}: the ${INTERNAL_PREFIX}* names are reserved`);
       const module = /^CREATE\s+VIRTUAL\s+TABLE\s+.+?\s+USING\s+([A-Za-z0-9_]+)/is.exec(o.sql ?? '')?.[1]?.toLowerCase();
       if (module !== undefined && !VTABLE_MODULES.has(module)) throw new ApiError('not_allowed', `virtual table ${o.name} uses module ${module}; allowed: ${[...VTABLE_MODULES].join(', ')}`);
+      if (o.type === 'view') {
+        try {
+          db.prepare(`SELECT * FROM "${o.name.replaceAll('"', '""')}" LIMIT 0`); // a view's functions are checked when it is used
+        } catch (e) {
+          const unsafe = unsafeUse(e, `view ${o.name}`);
+          if (unsafe) throw unsafe; // other errors (a table it names is missing) are SQLite's to report when it is read, as anywhere
+        }
+      }
     }
     assertNoInternalReference(db);
   } finally {
