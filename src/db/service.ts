@@ -177,7 +177,9 @@ export class DbService implements DbHandler, ChangeFeed {
   private logFailure(req: DbRequest, op: string, res: DbResponse): void {
     let database = 'main';
     try {
-      database = pipelineDatabase(req.op) ?? databaseOf(req.body.length ? JSON.parse(req.body.toString('utf8')) : {});
+      // An import names its database in the query string: its body is the upload, not JSON.
+      database = req.upload ? importParams(req.upload.query, req.upload.contentType).database
+        : pipelineDatabase(req.op) ?? databaseOf(req.body.length ? JSON.parse(req.body.toString('utf8')) : {});
     } catch {
       // a body that is not JSON names no database
     }
