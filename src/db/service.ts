@@ -268,7 +268,7 @@ export class DbService implements DbHandler, ChangeFeed {
       const body = Buffer.from(JSON.stringify({ source, scratch, format: params.format, mode: params.mode }));
       return json(await this.replicated(scope, await this.pool.write(scope, this.layout.path(scope), 'import', body)));
     } finally {
-      rmSync(source, { force: true });
+      removeCopy(source); // with the -wal/-shm an upload in WAL mode gets when the executor opens it
       removeCopy(scratch);
     }
   }
