@@ -1,16 +1,15 @@
 // Executor-side time travel and import (SPEC 4.11, 4.12): keeping history after each commit, restoring a version,
 // importing a file. Both restore and import end as one ordinary write (install.ts), recorded in the change log
 // with no changeset: followers take a snapshot.
-import { readFileSync } from 'node:fs';
 import type { DatabaseSync } from 'node:sqlite';
 import { openSqlite } from '../../shared/sqlite-open.ts';
-import { ApiError, type ErrorCode } from '../../shared/errors.ts';
+import { ApiError } from '../../shared/errors.ts';
 import { Archiver, historyDirOf } from '../history/archive.ts';
 import { committedAtOf, index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
 import { assertNoInternalReference, INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
-import { splitStatements } from '../statement-end.ts';
-import { DbHandle, type ExecutorLimits } from './handles.ts';
+import type { DbHandle, ExecutorLimits } from './handles.ts';
 import { replaceContent, withSource } from './install.ts';
+import { loadSql } from './load-sql.ts';
 import { failure, type Reply } from './reply.ts';
 import { recordChange, type GroupContext } from './write-ops.ts';
 import { rowCount } from './read-ops.ts';
@@ -152,43 +151,6 @@ function checkImport(source: string): void {
     assertNoInternalReference(db);
   } finally {
     db.close();
-  }
-}
-
-/**
- * Runs a SQL text (a dump) into a new database under the sandbox; the dump's own BEGIN/COMMIT are the import's.
- * Foreign keys are enforced as deferred constraints: actions (ON DELETE …) run, violations refuse the whole text.
- */
-function loadSql(sqlPath: string, target: string, limits: ExecutorLimits, step: (done?: boolean) => void): void {
-  const h = new DbHandle(target, true, { ...limits, history: undefined });
-  try {
-    const { statements, rest } = splitStatements(readFileSync(sqlPath, 'utf8'));
-    if (rest) statements.push(rest);
-    h.internal('BEGIN IMMEDIATE').run();
-    // A dump makes every table before any row (SPEC 4.12), so a row may refer to one its table's turn has not
-    // loaded yet: references are checked once, when the whole text has run.
-    h.internal('PRAGMA defer_foreign_keys = ON').run();
-    statements.forEach((sql, i) => {
-      if (/^(BEGIN|COMMIT|END)(\s+TRANSACTION)?\s*;?$/i.test(sql) || /^PRAGMA\s+foreign_keys\s*=\s*(OFF|ON|0|1)\s*;?$/i.test(sql)) return;
-      h.sandbox.mode = 'write';
-      h.sandbox.denied = null;
-      step();
-      try {
-        h.db.exec(sql);
-      } catch (e) {
-        const reply = failure(e, h.sandbox.denied, i);
-        const err = JSON.parse(reply.body).error as { code: ErrorCode; message: string };
-        throw new ApiError(err.code, `statement ${i} of the SQL text: ${err.message}`, { statement: i });
-      }
-    });
-    step(true);
-    h.sandbox.mode = 'internal';
-    assertNoInternalReference(h.db); // what the text built obeys the file's rules: no view or content= on internals
-    const broken = h.internal('PRAGMA main.foreign_key_check').all() as { table: string }[];
-    if (broken.length) throw new ApiError('constraint_violation', `FOREIGN KEY constraint failed: ${broken.length} row(s) of ${broken[0]!.table} refer to missing rows`);
-    h.internal('COMMIT').run();
-  } finally {
-    h.close();
   }
 }
 
