@@ -19,7 +19,9 @@ export function keepHistory(h: DbHandle, prevVersion: number, version: number): 
   if (!h.history || version === prevVersion) return;
   try {
     h.archiver ??= new Archiver(h.history, h.path);
-    h.archiver.record(prevVersion, version);
+    // The commit's time is the one its event tells (SPEC 5, /_db/changes): restore's committedAt and toTime agree with it.
+    const event = h.internal("SELECT json_extract(event, '$.committedAt') AS at FROM _scopebase_changes WHERE version = ?").get(version) as { at: string | null } | undefined;
+    h.archiver.record(prevVersion, version, event?.at ? Date.parse(event.at) : Date.now());
   } catch (e) {
     h.archiver?.reset(); // the next commit starts a new segment: history stays exact, with a gap
     process.stderr.write(`${JSON.stringify({ level: 50, msg: 'history: a commit could not be recorded', error: String((e as Error).message).slice(0, 200) })}\n`);
@@ -58,7 +60,7 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext): Repl
       // Restoring the version it is at changes nothing (SPEC 4.5): no new version, no event, no history record.
       const at = committedAtOf(idx, target);
       if (!at) throw gone();
-      const restoredTo = { version: target, committedAt: at.committedAt === null ? null : new Date(at.committedAt).toISOString() };
+      const restoredTo = { version: target, committedAt: new Date(at.committedAt).toISOString() };
       return { status: 200, body: JSON.stringify({ restoredTo, version: current, dryRun: body.dryRun === true }) };
     }
     const copy = body.copy;
@@ -66,7 +68,7 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext): Repl
     try {
       const built = rebuild(idx, target, copy);
       if (!built) throw gone();
-      const restoredTo = { version: target, committedAt: built.committedAt === null ? null : new Date(built.committedAt).toISOString() };
+      const restoredTo = { version: target, committedAt: new Date(built.committedAt).toISOString() };
       if (body.dryRun) return { status: 200, body: JSON.stringify({ restoredTo, version: current, dryRun: true }) };
       const version = install(h, copy, ctx, { type: 'database.restored', operation: 'restore', restoredVersion: target });
       return { status: 200, body: JSON.stringify({ restoredTo, version, dryRun: false }), version };
