@@ -26,7 +26,6 @@ function schemaFile(dir: string, setup: string, edits: Record<string, string>): 
   return readFileSync(path);
 }
 
-
 /**
  * What `sqlite3 .dump` (3.40.1) writes for a database with an fts5 table and an R*Tree: each virtual table as a row
  * forced into sqlite_schema, then its shadow tables and their rows. Copied from its output; only the R*Tree node's
