@@ -24,6 +24,9 @@ const SETUP = [
   'CREATE VIEW titles AS SELECT title FROM todo',
   "CREATE TRIGGER stamp AFTER INSERT ON todo BEGIN INSERT INTO nokey VALUES ('trigger', new.id); END",
   'CREATE VIRTUAL TABLE docs USING fts5(body)',
+  // Columns that take the rowid's names: the real rowid is reached by the name left over, or by none (r3).
+  'CREATE TABLE r2(rowid, v)',
+  'CREATE TABLE r3(rowid, _rowid_, oid)',
 ];
 const ROWS = [
   { sql: 'INSERT INTO todo(title, big, data, ratio) VALUES (?, ?, ?, ?)', params: ["it's \"one\"\nwith a newline", { $bigint: '-9223372036854775808' }, { $blob: 'AP8K' }, 0.1] },
@@ -33,17 +36,29 @@ const ROWS = [
   { sql: 'INSERT INTO pair VALUES (1, ?, ?)', params: ['a', 'x'] },
   { sql: 'INSERT INTO "odd ""name"""("k", "v w") VALUES (?, ?)', params: ['k', 1.5] },
   { sql: 'INSERT INTO docs VALUES (?)', params: ['the quick brown fox'] },
+  { sql: 'INSERT INTO docs(rowid, body) VALUES (42, ?)', params: ['lazy dogs'] },
+  // The AUTOINCREMENT counter (3) is past the largest id left (2): a new row must not take 3 again.
+  { sql: 'DELETE FROM todo WHERE id = 3' },
+  { sql: "INSERT INTO r2(rowid, v) VALUES (9, 'a'), (8, 'b')" },
+  { sql: "DELETE FROM r2 WHERE v = 'a'" },
+  { sql: 'INSERT INTO r3 VALUES (1, 2, 3), (4, 5, 6)' },
 ];
 
-/** Every user object and every row (rowids included where they exist) of a local database file. */
+/** The name that reaches a table's real rowid: the first of rowid, _rowid_, oid that no column takes. */
+function rowidName(db: DatabaseSync, table: string): string | null {
+  try { db.prepare(`SELECT _rowid_ FROM "${table.replaceAll('"', '""')}" LIMIT 0`); } catch { return null; } // WITHOUT ROWID
+  const cols = (db.prepare('SELECT name FROM pragma_table_xinfo(?)').all(table) as { name: string }[]).map((c) => c.name.toLowerCase());
+  return ['rowid', '_rowid_', 'oid'].find((n) => !cols.includes(n)) ?? null;
+}
+
+/** Every user object and every row (rowids included where a name reaches them) of a local database file, and the AUTOINCREMENT counters. */
 function content(db: DatabaseSync): unknown {
-  const objects = (db.prepare("SELECT type, name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite%' ORDER BY name").all() as { type: string; name: string; sql: string }[])
+  const objects = (db.prepare("SELECT type, name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite%' OR name = 'sqlite_sequence' ORDER BY name").all() as { type: string; name: string; sql: string }[])
     .filter((o) => !o.name.startsWith('_scopebase_') && !o.name.startsWith('docs_'));
   return objects.map((o) => {
     if (o.type !== 'table') return o;
-    let rowid = 'rowid, ';
-    try { db.prepare(`SELECT rowid FROM "${o.name.replaceAll('"', '""')}" LIMIT 0`); } catch { rowid = ''; }
-    const stmt = db.prepare(`SELECT ${rowid}* FROM "${o.name.replaceAll('"', '""')}" ORDER BY 1`);
+    const rowid = o.name === 'sqlite_sequence' ? null : rowidName(db, o.name);
+    const stmt = db.prepare(`SELECT ${rowid ? `${rowid} AS real_rowid, ` : ''}* FROM "${o.name.replaceAll('"', '""')}" ORDER BY 1, 2`);
     stmt.setReadBigInts(true);
     return { ...o, rows: JSON.stringify(stmt.all(), (_k, v) => (typeof v === 'bigint' ? `${v}n` : v instanceof Uint8Array ? Buffer.from(v).toString('hex') : v)) };
   });
@@ -107,6 +122,9 @@ describe('export', () => {
     assert.equal(imported.status, 200, imported.text);
     const again = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'again.sqlite'), { readOnly: true });
     assert.deepEqual(content(again), content(live), 'export → import is the identity');
+    assert.deepEqual(text.match(/^INSERT INTO sqlite_sequence .*$/gm), ["INSERT INTO sqlite_sequence VALUES('todo',3);"], 'one counter per table, the live one');
+    const next = await p.db('web', 'execute', { database: 'again', sql: "INSERT INTO todo(title) VALUES ('next') RETURNING id" });
+    assert.deepEqual(next.json.results[0].rows, [[4]], 'a deleted id is not taken again');
     let sqlite3: string | null = null;
     try { sqlite3 = execFileSync('which', ['sqlite3'], { encoding: 'utf8' }).trim(); } catch { /* not installed */ }
     if (sqlite3) {

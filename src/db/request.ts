@@ -19,7 +19,21 @@ const FIELDS: Record<Op, ReadonlySet<string>> = {
   export: new Set(['database', 'format']),
 };
 
-const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/;
+const ISO_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(?:Z|[+-](\d{2}):(\d{2}))$/;
+const MONTH_DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+/**
+ * Whether `s` is an ISO 8601 time with a zone naming a real instant: a calendar date (Date.parse rolls 2026-02-30
+ * over to March 2), hours to 23 (no 24:00), minutes and seconds to 59 (no leap second :60: none is due).
+ */
+export function isIsoTime(s: string): boolean {
+  const m = ISO_TIME.exec(s);
+  if (!m) return false;
+  const [year, month, day, hour, minute, second = 0, offH = 0, offM = 0] = m.slice(1).map((x) => (x === undefined ? undefined : Number(x))) as number[];
+  const leap = year! % 4 === 0 && (year! % 100 !== 0 || year! % 400 === 0);
+  const days = month === 2 && leap ? 29 : MONTH_DAYS[month! - 1];
+  return days !== undefined && day! >= 1 && day! <= days && hour! <= 23 && minute! <= 59 && second <= 59 && offH <= 23 && offM <= 59 && !Number.isNaN(Date.parse(s));
+}
 
 const MIGRATION_ID = /^[A-Za-z0-9._-]{1,128}$/;
 const MAX_MIGRATIONS = 10_000;
@@ -95,8 +109,8 @@ export function validate(op: Op, req: Record<string, unknown>, maxStatements: nu
   } else if (op === 'restore') {
     if ((req.toVersion === undefined) === (req.toTime === undefined)) throw new ApiError('invalid_request', 'send one of "toVersion" (a version number) or "toTime" (an ISO 8601 time such as 2026-11-22T10:00:00Z)');
     if (req.toVersion !== undefined && (typeof req.toVersion !== 'number' || !Number.isSafeInteger(req.toVersion) || req.toVersion < 0)) throw new ApiError('invalid_request', '"toVersion" must be a whole number ≥ 0');
-    if (req.toTime !== undefined && (typeof req.toTime !== 'string' || !ISO_TIME.test(req.toTime) || Number.isNaN(Date.parse(req.toTime)))) {
-      throw new ApiError('invalid_request', '"toTime" must be an ISO 8601 time with a zone, such as 2026-11-22T10:00:00Z');
+    if (req.toTime !== undefined && (typeof req.toTime !== 'string' || !isIsoTime(req.toTime))) {
+      throw new ApiError('invalid_request', '"toTime" must be an ISO 8601 time with a zone naming a real date and time, such as 2026-11-22T10:00:00Z');
     }
     if (req.dryRun !== undefined && typeof req.dryRun !== 'boolean') throw new ApiError('invalid_request', '"dryRun" must be true or false');
   } else if (op === 'changes') {

@@ -177,7 +177,9 @@ export class DbService implements DbHandler, ChangeFeed {
   private logFailure(req: DbRequest, op: string, res: DbResponse): void {
     let database = 'main';
     try {
-      database = pipelineDatabase(req.op) ?? databaseOf(req.body.length ? JSON.parse(req.body.toString('utf8')) : {});
+      // An import names its database in the query string: its body is the upload, not JSON.
+      database = req.upload ? importParams(req.upload.query, req.upload.contentType).database
+        : pipelineDatabase(req.op) ?? databaseOf(req.body.length ? JSON.parse(req.body.toString('utf8')) : {});
     } catch {
       // a body that is not JSON names no database
     }
@@ -266,7 +268,7 @@ export class DbService implements DbHandler, ChangeFeed {
       const body = Buffer.from(JSON.stringify({ source, scratch, format: params.format, mode: params.mode }));
       return json(await this.replicated(scope, await this.pool.write(scope, this.layout.path(scope), 'import', body)));
     } finally {
-      rmSync(source, { force: true });
+      removeCopy(source); // with the -wal/-shm an upload in WAL mode gets when the executor opens it
       removeCopy(scratch);
     }
   }

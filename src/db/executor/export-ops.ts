@@ -7,7 +7,7 @@ import { pathToFileURL } from 'node:url';
 import { INTERNAL_PREFIX } from '../sandbox.ts';
 import type { DbHandle } from './handles.ts';
 import type { Reply } from './reply.ts';
-import { copyContent } from './install.ts';
+import { copiedColumns, copyContent } from './install.ts';
 
 const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
 const isUser = (name: string) => !name.toLowerCase().startsWith(INTERNAL_PREFIX) && !name.startsWith('sqlite_');
@@ -55,13 +55,8 @@ function writeDump(copy: DatabaseSync, target: string): void {
     out('PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n');
     for (const o of tables) out(`${o.sql};\n`);
     for (const o of tables) {
-      // A virtual table's rows go in through the table itself (its index is rebuilt); others keep their rowids.
-      const cols = (copy.prepare('SELECT name, hidden FROM pragma_table_xinfo(?)').all(o.name) as { name: string; hidden: number }[]).filter((c) => c.hidden === 0).map((c) => q(c.name));
-      let rowid = !virtual.includes(o.name);
-      if (rowid) try { copy.prepare(`SELECT rowid FROM ${q(o.name)} LIMIT 0`); } catch { rowid = false; }
-      const hasAlias = rowid && (copy.prepare("SELECT count(*) AS n FROM pragma_table_info(?) WHERE pk = 1 AND upper(type) = 'INTEGER'").get(o.name) as { n: number }).n === 1
-        && (copy.prepare('SELECT count(*) AS n FROM pragma_table_info(?) WHERE pk > 0').get(o.name) as { n: number }).n === 1;
-      const list = [...(rowid && !hasAlias ? ['rowid'] : []), ...cols];
+      // Rows keep their rowids; a virtual table's go in through the table itself (its index is rebuilt).
+      const list = copiedColumns(copy, o.name);
       const stmt = copy.prepare(`SELECT ${list.join(', ')} FROM ${q(o.name)}`);
       stmt.setReadBigInts(true);
       stmt.setReturnArrays(true);

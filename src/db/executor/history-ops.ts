@@ -1,16 +1,15 @@
 // Executor-side time travel and import (SPEC 4.11, 4.12): keeping history after each commit, restoring a version,
 // importing a file. Both restore and import end as one ordinary write (install.ts), recorded in the change log
 // with no changeset: followers take a snapshot.
-import { readFileSync } from 'node:fs';
 import type { DatabaseSync } from 'node:sqlite';
 import { openSqlite } from '../../shared/sqlite-open.ts';
-import { ApiError, type ErrorCode } from '../../shared/errors.ts';
+import { ApiError } from '../../shared/errors.ts';
 import { Archiver, historyDirOf } from '../history/archive.ts';
 import { committedAtOf, index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
 import { assertNoInternalReference, INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
-import { splitStatements } from '../statement-end.ts';
-import { DbHandle, type ExecutorLimits } from './handles.ts';
+import type { DbHandle, ExecutorLimits } from './handles.ts';
 import { replaceContent, withSource } from './install.ts';
+import { loadSql } from './load-sql.ts';
 import { failure, type Reply } from './reply.ts';
 import { recordChange, type GroupContext } from './write-ops.ts';
 import { rowCount } from './read-ops.ts';
@@ -20,7 +19,9 @@ export function keepHistory(h: DbHandle, prevVersion: number, version: number): 
   if (!h.history || version === prevVersion) return;
   try {
     h.archiver ??= new Archiver(h.history, h.path);
-    h.archiver.record(prevVersion, version);
+    // The commit's time is the one its event tells (SPEC 5, /_db/changes): restore's committedAt and toTime agree with it.
+    const event = h.internal("SELECT json_extract(event, '$.committedAt') AS at FROM _scopebase_changes WHERE version = ?").get(version) as { at: string | null } | undefined;
+    h.archiver.record(prevVersion, version, event?.at ? Date.parse(event.at) : Date.now());
   } catch (e) {
     h.archiver?.reset(); // the next commit starts a new segment: history stays exact, with a gap
     process.stderr.write(`${JSON.stringify({ level: 50, msg: 'history: a commit could not be recorded', error: String((e as Error).message).slice(0, 200) })}\n`);
@@ -59,7 +60,7 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext): Repl
       // Restoring the version it is at changes nothing (SPEC 4.5): no new version, no event, no history record.
       const at = committedAtOf(idx, target);
       if (!at) throw gone();
-      const restoredTo = { version: target, committedAt: at.committedAt === null ? null : new Date(at.committedAt).toISOString() };
+      const restoredTo = { version: target, committedAt: new Date(at.committedAt).toISOString() };
       return { status: 200, body: JSON.stringify({ restoredTo, version: current, dryRun: body.dryRun === true }) };
     }
     const copy = body.copy;
@@ -67,7 +68,7 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext): Repl
     try {
       const built = rebuild(idx, target, copy);
       if (!built) throw gone();
-      const restoredTo = { version: target, committedAt: built.committedAt === null ? null : new Date(built.committedAt).toISOString() };
+      const restoredTo = { version: target, committedAt: new Date(built.committedAt).toISOString() };
       if (body.dryRun) return { status: 200, body: JSON.stringify({ restoredTo, version: current, dryRun: true }) };
       const version = install(h, copy, ctx, { type: 'database.restored', operation: 'restore', restoredVersion: target });
       return { status: 200, body: JSON.stringify({ restoredTo, version, dryRun: false }), version };
@@ -108,16 +109,28 @@ function install(h: DbHandle, source: string, ctx: GroupContext, event: { type: 
   }
 }
 
-/** A file to import obeys the sandbox (SPEC 4.8): a sound SQLite file, no internal objects, no unsafe virtual tables. */
+/** SQLite's refusal of a function a schema may not call under trusted_schema=OFF, as the caller's error. */
+function unsafeUse(e: unknown, where: string): ApiError | null {
+  const fn = /unsafe use of ([^\s()]+)\(\)/.exec(String((e as Error).message))?.[1];
+  return fn === undefined ? null : new ApiError('not_allowed', `the file's schema calls ${fn}() in ${where}: a schema may only call functions safe to run for any user (SPEC 4.8)`);
+}
+
+/**
+ * A file to import obeys the sandbox (SPEC 4.8): a sound SQLite file, no internal objects, no unsafe virtual tables,
+ * and a schema that loads as the executor loads it (trusted_schema=OFF, defensive). Opened read-write, as install.ts
+ * attaches it: read-only, SQLite skips CHECK constraints, and one calling load_extension() got past to a 500.
+ */
 function checkImport(source: string): void {
   let db: DatabaseSync;
   try {
-    db = openSqlite(source, { readOnly: true }, (d) => {
-      d.prepare('SELECT count(*) FROM sqlite_schema').get(); // a file that is not a database fails here
+    db = openSqlite(source, { defensive: true, allowExtension: false }, (d) => {
+      d.exec('PRAGMA trusted_schema=OFF');
+      d.prepare('SELECT count(*) FROM sqlite_schema').get(); // a file that is not a database, or whose schema does not load, fails here
       return d;
     });
   } catch (e) {
-    throw new ApiError('invalid_request', `the body is not a usable SQLite database file (${String((e as Error).message).slice(0, 120)})`);
+    const name = /malformed database schema \((.*?)\)/.exec(String((e as Error).message))?.[1];
+    throw unsafeUse(e, name ?? 'its schema') ?? new ApiError('invalid_request', `the body is not a usable SQLite database file (${String((e as Error).message).slice(0, 120)})`);
   }
   try {
     const check = db.prepare('PRAGMA integrity_check(20)').all() as { integrity_check: string }[];
@@ -128,47 +141,18 @@ function checkImport(source: string): void {
       if (o.name.toLowerCase().startsWith(INTERNAL_PREFIX)) throw new ApiError('not_allowed', `the file holds ${o.type} ${o.name}: the ${INTERNAL_PREFIX}* names are reserved`);
       const module = /^CREATE\s+VIRTUAL\s+TABLE\s+.+?\s+USING\s+([A-Za-z0-9_]+)/is.exec(o.sql ?? '')?.[1]?.toLowerCase();
       if (module !== undefined && !VTABLE_MODULES.has(module)) throw new ApiError('not_allowed', `virtual table ${o.name} uses module ${module}; allowed: ${[...VTABLE_MODULES].join(', ')}`);
+      if (o.type === 'view') {
+        try {
+          db.prepare(`SELECT * FROM "${o.name.replaceAll('"', '""')}" LIMIT 0`); // a view's functions are checked when it is used
+        } catch (e) {
+          const unsafe = unsafeUse(e, `view ${o.name}`);
+          if (unsafe) throw unsafe; // other errors (a table it names is missing) are SQLite's to report when it is read, as anywhere
+        }
+      }
     }
     assertNoInternalReference(db);
   } finally {
     db.close();
-  }
-}
-
-/**
- * Runs a SQL text (a dump) into a new database under the sandbox; the dump's own BEGIN/COMMIT are the import's.
- * Foreign keys are enforced as deferred constraints: actions (ON DELETE …) run, violations refuse the whole text.
- */
-function loadSql(sqlPath: string, target: string, limits: ExecutorLimits, step: (done?: boolean) => void): void {
-  const h = new DbHandle(target, true, { ...limits, history: undefined });
-  try {
-    const { statements, rest } = splitStatements(readFileSync(sqlPath, 'utf8'));
-    if (rest) statements.push(rest);
-    h.internal('BEGIN IMMEDIATE').run();
-    // A dump makes every table before any row (SPEC 4.12), so a row may refer to one its table's turn has not
-    // loaded yet: references are checked once, when the whole text has run.
-    h.internal('PRAGMA defer_foreign_keys = ON').run();
-    statements.forEach((sql, i) => {
-      if (/^(BEGIN|COMMIT|END)(\s+TRANSACTION)?\s*;?$/i.test(sql) || /^PRAGMA\s+foreign_keys\s*=\s*(OFF|ON|0|1)\s*;?$/i.test(sql)) return;
-      h.sandbox.mode = 'write';
-      h.sandbox.denied = null;
-      step();
-      try {
-        h.db.exec(sql);
-      } catch (e) {
-        const reply = failure(e, h.sandbox.denied, i);
-        const err = JSON.parse(reply.body).error as { code: ErrorCode; message: string };
-        throw new ApiError(err.code, `statement ${i} of the SQL text: ${err.message}`, { statement: i });
-      }
-    });
-    step(true);
-    h.sandbox.mode = 'internal';
-    assertNoInternalReference(h.db); // what the text built obeys the file's rules: no view or content= on internals
-    const broken = h.internal('PRAGMA main.foreign_key_check').all() as { table: string }[];
-    if (broken.length) throw new ApiError('constraint_violation', `FOREIGN KEY constraint failed: ${broken.length} row(s) of ${broken[0]!.table} refer to missing rows`);
-    h.internal('COMMIT').run();
-  } finally {
-    h.close();
   }
 }
 

@@ -66,7 +66,11 @@ export function copyContent(db: DatabaseSync, migrations: boolean): { tables: st
       copyRows(db, o.name);
       tables.push(o.name);
     }
-    if (all("SELECT 1 FROM src.sqlite_schema WHERE name = 'sqlite_sequence'").length) run('INSERT INTO main.sqlite_sequence SELECT * FROM src.sqlite_sequence');
+    if (all("SELECT 1 FROM src.sqlite_schema WHERE name = 'sqlite_sequence'").length) {
+      // The rows copied into AUTOINCREMENT tables just set counters to their largest id: src's counters replace them.
+      run('DELETE FROM main.sqlite_sequence');
+      run('INSERT INTO main.sqlite_sequence SELECT * FROM src.sqlite_sequence');
+    }
     for (const o of objs) if (o.type === 'index' || o.type === 'trigger' || o.type === 'view') db.exec(o.sql!);
     if (migrations) {
       run('DELETE FROM main._scopebase_migrations');
@@ -76,19 +80,30 @@ export function copyContent(db: DatabaseSync, migrations: boolean): { tables: st
   }
 }
 
+/**
+ * The name that reaches a table's own rowid, to be copied with its rows: null when the rows carry it already (an
+ * INTEGER PRIMARY KEY, or WITHOUT ROWID), or when columns take all three names (no name reaches it then: such a
+ * table's rows are renumbered, in order).
+ */
+export function rowidName(db: DatabaseSync, table: string, schema = 'main'): string | null {
+  const list = db.prepare('SELECT wr FROM pragma_table_list WHERE schema = ? AND name = ?').get(schema, table) as { wr: number } | undefined;
+  if (!list || list.wr) return null;
+  const cols = db.prepare('SELECT name, type, pk FROM pragma_table_xinfo(?, ?)').all(table, schema) as { name: string; type: string; pk: number }[];
+  const pks = cols.filter((c) => c.pk > 0);
+  if (pks.length === 1 && pks[0]!.type.toUpperCase() === 'INTEGER') return null;
+  const taken = new Set(cols.map((c) => c.name.toLowerCase()));
+  return ['rowid', '_rowid_', 'oid'].find((n) => !taken.has(n)) ?? null;
+}
+
+/** The columns a table stores (generated ones are computed), its rowid first when a name reaches it. */
+export function copiedColumns(db: DatabaseSync, table: string, schema = 'main'): string[] {
+  const stored = (db.prepare('SELECT name, hidden FROM pragma_table_xinfo(?, ?)').all(table, schema) as { name: string; hidden: number }[]).filter((c) => c.hidden === 0).map((c) => q(c.name));
+  const rowid = rowidName(db, table, schema);
+  return [...(rowid ? [rowid] : []), ...stored];
+}
+
 /** Copies every row, rowids included, of a table with the same definition in `src` and `main`. */
 function copyRows(db: DatabaseSync, table: string): void {
-  const cols = db.prepare(`SELECT name, type, pk, hidden FROM pragma_table_xinfo(?, 'src')`).all(table) as { name: string; type: string; pk: number; hidden: number }[];
-  const stored = cols.filter((c) => c.hidden === 0).map((c) => q(c.name));
-  let withoutRowid = false;
-  try {
-    db.prepare(`SELECT rowid FROM src.${q(table)} LIMIT 0`);
-  } catch {
-    withoutRowid = true;
-  }
-  const pks = cols.filter((c) => c.pk > 0);
-  const rowidAlias = pks.length === 1 && pks[0]!.type.toUpperCase() === 'INTEGER';
-  const rowid = !withoutRowid && !rowidAlias;
-  const list = [...(rowid ? ['rowid'] : []), ...stored].join(', ');
+  const list = copiedColumns(db, table, 'src').join(', ');
   db.exec(`INSERT INTO main.${q(table)} (${list}) SELECT ${list} FROM src.${q(table)}`);
 }

@@ -59,11 +59,11 @@ export class Archiver {
   }
 
   /**
-   * Records the commit that took the database from `prevVersion` to `version`. When the record would not follow on
+   * Records the commit that took the database from `prevVersion` to `version` at `committedAt` (ms). When the record would not follow on
    * from the last one (no history yet, or a commit went unrecorded: a process killed right after COMMIT), a new
    * segment starts from a copy of the database file plus this log generation's frames: exact all the same.
    */
-  record(prevVersion: number, version: number): void {
+  record(prevVersion: number, version: number, committedAt: number): void {
     this.walFd ??= openSync(`${this.dbPath}-wal`, 'r');
     const header = readWalHeader(this.walFd);
     if (!header) return; // a commit always leaves its log: nothing to read means nothing can be kept exactly
@@ -88,7 +88,7 @@ export class Archiver {
       this.log = { segment, fd: openSync(join(this.dir, segment, 'log'), 'a', 0o600) };
     }
     logBytes += appendRecord(this.log.fd, {
-      version, prevVersion, committedAt: Date.now(), pageSize: header.pageSize, dbPages: commit.dbPages || Math.ceil(statSync(this.dbPath).size / header.pageSize),
+      version, prevVersion, committedAt, pageSize: header.pageSize, dbPages: commit.dbPages || Math.ceil(statSync(this.dbPath).size / header.pageSize),
       salt1: header.salt1, salt2: header.salt2, walEnd: commit.end,
     }, commit.frames);
     this.cursor = { segment, version, salt1: header.salt1, salt2: header.salt2, walEnd: commit.end, logBytes };

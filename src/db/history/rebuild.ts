@@ -40,15 +40,19 @@ export function versionAt(idx: Indexed[], time: number): { version: number; comm
   return found;
 }
 
+/** Version 0, the new empty database, dates from the commit that made it (its first): status.history's oldestTime. */
+const createdAt = (idx: Indexed[], version: number) => (version === 0 && idx[0]?.records[0]?.prevVersion === 0 ? idx[0].records[0].committedAt : undefined);
+
 /**
  * When `version` was committed, as `rebuild` would report it, without building anything: the time of its record, or
- * of the group commit that holds it; null for version 0 of a database whose history starts at creation; undefined
- * when history does not reach it.
+ * of the group commit that holds it; for version 0 of a database whose history starts at creation, when it was
+ * made; undefined when history does not reach it.
  */
-export function committedAtOf(idx: Indexed[], version: number): { committedAt: number | null } | undefined {
+export function committedAtOf(idx: Indexed[], version: number): { committedAt: number } | undefined {
   const exact = find(idx, version);
   if (exact) return { committedAt: exact.seg.records[exact.i]!.committedAt };
-  if (version === 0 && idx[0]?.records[0]?.prevVersion === 0) return { committedAt: null };
+  const created = createdAt(idx, version);
+  if (created !== undefined) return { committedAt: created };
   for (const seg of idx) for (const r of seg.records) if (r.prevVersion < version && version < r.version) return { committedAt: r.committedAt };
   return undefined;
 }
@@ -83,18 +87,19 @@ export function removeCopy(path: string): void {
 }
 
 /**
- * Writes the database as of `version` into `target` and returns when that version was committed (null for
- * version 0, a new database), or returns undefined when history cannot rebuild it.
+ * Writes the database as of `version` into `target` and returns when that version was committed (as its change event
+ * says; version 0, a new database: when it was made), or returns undefined when history cannot rebuild it.
  */
-export function rebuild(idx: Indexed[], version: number, target: string): { committedAt: number | null } | undefined {
+export function rebuild(idx: Indexed[], version: number, target: string): { committedAt: number } | undefined {
   const exact = find(idx, version);
   if (exact) {
     build(exact.seg, exact.i, target);
     return { committedAt: exact.seg.records[exact.i]!.committedAt };
   }
-  if (version === 0 && idx[0]?.records[0]?.prevVersion === 0) {
+  const created = createdAt(idx, version);
+  if (created !== undefined) {
     fresh(target);
-    return { committedAt: null };
+    return { committedAt: created };
   }
   // Inside a group commit: the commit before it, then the group's own changesets up to `version`.
   let group: { seg: Indexed; i: number } | null = null;
@@ -110,29 +115,30 @@ export function rebuild(idx: Indexed[], version: number, target: string): { comm
   try {
     build(group.seg, group.i, after);
     const events = readEvents(after, rec.prevVersion, version);
-    if (events.length !== version - rec.prevVersion || events.some((e) => e === null)) return undefined;
+    if (events.length !== version - rec.prevVersion || events.some((e) => e.changeset === null)) return undefined;
     if (before) build(before.seg, before.i, target);
     else fresh(target);
     const db = new DatabaseSync(target, { enableForeignKeyConstraints: false });
     try {
       db.exec('BEGIN');
-      for (const cs of events) db.applyChangeset(Buffer.from(cs!, 'base64'));
+      for (const e of events) db.applyChangeset(Buffer.from(e.changeset!, 'base64'));
       db.exec('COMMIT');
     } finally {
       db.close();
     }
-    return { committedAt: rec.committedAt };
+    return { committedAt: Date.parse(events.at(-1)!.committedAt) }; // a request's event has its own time within the group
+
   } finally {
     removeCopy(after);
   }
 }
 
-/** The changesets of versions (from, to] as logged in a rebuilt copy (null where an event carries none). */
-function readEvents(path: string, from: number, to: number): (string | null)[] {
+/** The events of versions (from, to] as logged in a rebuilt copy (changeset null where an event carries none). */
+function readEvents(path: string, from: number, to: number): { changeset: string | null; committedAt: string }[] {
   const db = new DatabaseSync(path, { readOnly: true });
   try {
     const rows = db.prepare('SELECT event FROM _scopebase_changes WHERE version > ? AND version <= ? ORDER BY version').all(from, to) as { event: string }[];
-    return rows.map((r) => (JSON.parse(r.event) as { changeset: string | null }).changeset);
+    return rows.map((r) => JSON.parse(r.event) as { changeset: string | null; committedAt: string });
   } finally {
     db.close();
   }
