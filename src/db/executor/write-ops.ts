@@ -21,6 +21,8 @@ export interface GroupContext {
   floor: number | null;
   /** Written into the transaction so a lost reply can be told from a write that never committed. */
   token: string;
+  /** When a group's requests commit (one COMMIT, one time for each of its events); else each event reads the clock. */
+  committedAt?: number;
 }
 
 interface ExecuteBody {
@@ -101,14 +103,15 @@ export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType
   // A bulk write's changeset would make an event too big to store (DB_MAX_VALUE_BYTES) or send: a snapshot is cheaper.
   const changeset = captured && captured.length <= MAX_CHANGESET_BYTES ? captured : null;
   session?.close();
+  const at = ctx.committedAt ?? Date.now(); // one reading: the event's time and the log's column agree
   const full = {
     id: eventId(), type: event.type, org: ctx.scope.org, repo: ctx.scope.repo, database: ctx.scope.database,
-    version, previousVersion: version - 1, operation: event.operation, committedAt: new Date().toISOString(),
+    version, previousVersion: version - 1, operation: event.operation, committedAt: new Date(at).toISOString(),
     changes: event.changes, changeset: changeset?.length ? Buffer.from(changeset.buffer, changeset.byteOffset, changeset.length).toString('base64') : null,
     ...(event.migrations ? { migrations: event.migrations } : {}),
     ...(event.extra as Record<string, unknown> | undefined),
   };
-  h.internal('INSERT INTO _scopebase_changes (version, committed_at, event) VALUES (?, ?, ?)').run(version, Date.now(), JSON.stringify(full));
+  h.internal('INSERT INTO _scopebase_changes (version, committed_at, event) VALUES (?, ?, ?)').run(version, at, JSON.stringify(full));
   return changeset !== null && !event.schemaChanged; // a changeset never carries DDL
 }
 
@@ -196,8 +199,9 @@ export function executeGroup(h: DbHandle, bodies: ExecuteBody[], ctx: GroupConte
   return withForeignKeysOff(h, off, () => runGroup(h, group, ctx, off));
 }
 
-function runGroup(h: DbHandle, bodies: ExecuteBody[], ctx: GroupContext, foreignKeysOff: boolean): Reply[] {
+function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, foreignKeysOff: boolean): Reply[] {
   h.internal('BEGIN IMMEDIATE').run();
+  const ctx = { ...groupCtx, committedAt: Date.now() }; // the group commits as one: its versions share one time
   if (foreignKeysOff) deferForeignKeys(h); // so the request's end checks every key
   const replies: Reply[] = [];
   try {
