@@ -7,28 +7,21 @@ import { cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmS
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
-import { describeIoError } from '../src/cli/backup-manifest.ts';
-
-interface Run { code: number; stdout: string; stderr: string }
+import { describeIoError } from '../src/cli/files.ts';
+import { oneLine as oneLineOf, runCli, type Run } from './helpers/cli.ts';
 
 let p: Product;
 const work = tempDir('scopebase-backup-');
 
-/** Runs the CLI asynchronously: the product under test runs in this process and must keep answering. */
+/** The CLI on the product's DATA_DIR unless told another. */
 function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  const child = spawn(process.execPath, ['src/cli/main.ts', ...args], { env: { ...process.env, DATA_DIR: p.dataDir, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr })));
+  return runCli(args, { ...process.env, DATA_DIR: p.dataDir, ...env });
 }
 
+/** A failure the operation met (exit 1), in one line. */
 function oneLine(r: Run, pattern: RegExp): void {
   assert.equal(r.code, 1, r.stderr);
-  assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
-  assert.match(r.stderr, pattern);
-  assert.doesNotMatch(r.stderr, /\n\s+at |\.ts:\d+/);
+  oneLineOf(r, pattern);
 }
 
 /** The quiet databases: name → (repo, database, rows to write). */
@@ -218,7 +211,7 @@ test('a backup that fails midway exits 1 with what happened and leaves no manife
   assert.deepEqual(readdirSync(work).filter((n) => n.startsWith('half')), [], 'no partial folder left');
 
   oneLine(await cli(['backup', '/proc/self/nope/backup']), /backup failed, nothing was kept: /);
-  oneLine(await cli(['backup', join(work, 'b1')]), /already exists and is not empty/);
+  oneLine(await cli(['backup', join(work, 'b1')]), /already exists and is not an empty folder/);
   assert.equal(describeIoError(Object.assign(new Error('write'), { code: 'ENOSPC' }), '/backups/x'), 'the disk is full: /backups/x');
   assert.match(describeIoError(Object.assign(new Error('database or disk is full'), { errcode: 13 }), 'f'), /^the disk is full/);
 });

@@ -6,9 +6,11 @@ import { dirname, join, relative, resolve, sep } from 'node:path';
 import { backup as sqliteBackup, DatabaseSync } from 'node:sqlite';
 import type { Command } from 'commander';
 import { Layout } from '../db/layout.ts';
+import { dataDirOf } from '../shared/config.ts';
 import { CliError, EXIT, printJson } from './output.ts';
+import { describeIoError } from './files.ts';
 import {
-  FORMAT, FORMAT_VERSION, MANIFEST, bytes, checkBackup, checkFile, describeIoError, readManifest, sha256File,
+  FORMAT, FORMAT_VERSION, MANIFEST, bytes, checkBackup, checkFile, readManifest, sha256File,
   type FileKind, type Manifest, type ManifestFile,
 } from './backup-manifest.ts';
 
@@ -28,11 +30,6 @@ const STORES: { file: string; kind: FileKind }[] = [
 const WHOLE_FILE = 2 ** 31 - 1;
 
 interface Source { abs: string; rel: string; kind: FileKind; scope?: ManifestFile['scope'] }
-
-/** DATA_DIR as the server reads it, without generating keys into it as loadConfig would. */
-export function dataDirOf(env: Env): string {
-  return resolve(env.DATA_DIR || './data');
-}
 
 async function sources(dataDir: string): Promise<Source[]> {
   const out: Source[] = [];
@@ -65,7 +62,7 @@ class Progress {
 }
 
 function isEmptyDir(path: string): boolean {
-  return readdirSync(path).length === 0;
+  return statSync(path).isDirectory() && readdirSync(path).length === 0;
 }
 
 function syncFile(path: string): void {
@@ -122,7 +119,7 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
   if (!existsSync(dataDir)) throw new CliError(EXIT.config, `DATA_DIR ${dataDir} does not exist: set DATA_DIR to the folder the server uses`);
   const target = resolve(dir);
   if (target === dataDir || target.startsWith(dataDir + sep)) throw new CliError(EXIT.usage, `${target} is inside DATA_DIR: write the backup somewhere else`);
-  if (existsSync(target) && !isEmptyDir(target)) throw new CliError(EXIT.refused, `${target} already exists and is not empty: give a new folder for each backup`);
+  if (existsSync(target) && !isEmptyDir(target)) throw new CliError(EXIT.refused, `${target} already exists and is not an empty folder: give a new folder for each backup`);
   const previous = opts.incremental === undefined ? undefined : resolve(opts.incremental);
   const prev = previous === undefined ? undefined : readManifest(previous);
   const prevByPath = new Map((prev?.files ?? []).map((f) => [f.path, f]));
@@ -217,6 +214,7 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
 export interface RestoreResult { dataDir: string; files: number; bytes: number; movedAside?: string }
 
 export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {}): RestoreResult {
+  const dataDir = dataDirOf(opts.env ?? process.env); // a DATA_DIR that can be no folder is named before any work
   const from = resolve(dir);
   const manifest = readManifest(from);
   const problems = checkBackup(from, manifest, { integrity: false });
@@ -225,7 +223,6 @@ export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {
     const more = problems.length > 3 ? ` (and ${problems.length - 3} more: run scopebase verify ${dir})` : '';
     throw new CliError(EXIT.refused, `refusing to restore, nothing was written: ${named}${more}`);
   }
-  const dataDir = dataDirOf(opts.env ?? process.env);
   const inside = (a: string, b: string) => a === b || a.startsWith(b + sep);
   if (inside(from, dataDir) || inside(dataDir, from)) throw new CliError(EXIT.usage, `the backup ${from} and DATA_DIR ${dataDir} overlap: restore from a backup kept outside DATA_DIR`);
   const exists = existsSync(dataDir);
