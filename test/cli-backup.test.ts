@@ -254,3 +254,19 @@ test('the development key files in DATA_DIR are backed up and restored byte for 
   assert.equal((await cli(['restore', join(work, 'keys')], { DATA_DIR: restored })).code, 0);
   assert.equal(readFileSync(join(restored, 'account-encryption.key'), 'utf8'), `${'d'.repeat(64)}\n`);
 });
+
+test('restore --json prints what it did; verify --json of a bad backup prints one JSON document, its list of bad files', async () => {
+  const into = join(work, 'restored-json');
+  const r = await cli(['restore', join(work, 'b1'), '--json'], { DATA_DIR: into });
+  assert.equal(r.code, 0, r.stderr);
+  const done = JSON.parse(r.stdout);
+  assert.deepEqual(done, { dataDir: into, files: 6, bytes: done.bytes, movedAside: null });
+  assert.ok(done.bytes > 0);
+
+  const bad = join(work, 'bad-json');
+  cpSync(join(work, 'b1'), bad, { recursive: true });
+  unlinkSync(join(bad, 'accounts.sqlite'));
+  const v = await cli(['verify', bad, '--json']);
+  oneLine(v, /1 bad file\(s\): accounts\.sqlite/);
+  assert.deepEqual(JSON.parse(v.stdout).problems, [{ path: 'accounts.sqlite', problem: 'missing' }]);
+});

@@ -316,9 +316,11 @@ export function addBackupCommands(program: Command): void {
     .description('fill an empty DATA_DIR from a backup after checking every checksum in its manifest')
     .argument('<dir>', 'the backup folder (the one holding manifest.json)')
     .option('--force', 'replace a non-empty DATA_DIR (its old contents are moved aside)')
+    .option('--json', 'print the result as JSON')
     .addHelpText('after', RESTORE_HELP)
-    .action((dir: string, opts: { force?: boolean }) => {
+    .action((dir: string, opts: { force?: boolean; json?: boolean }) => {
       const r = runRestore(dir, { force: opts.force });
+      if (opts.json) return printJson({ dataDir: r.dataDir, files: r.files, bytes: r.bytes, movedAside: r.movedAside ?? null });
       const aside = r.movedAside ? `; the previous contents are in ${r.movedAside}` : '';
       process.stdout.write(`restored ${r.files} files (${bytes(r.bytes)}) into ${r.dataDir}${aside}\n`);
     });
@@ -335,6 +337,6 @@ export function addBackupCommands(program: Command): void {
       if (opts.json) printJson({ ok: problems.length === 0, files: m.files.length, createdAt: m.createdAt, problems });
       else if (problems.length === 0) process.stdout.write(`OK: ${m.files.length} files match the manifest of ${m.createdAt} and pass integrity_check\n`);
       else for (const p of problems) process.stdout.write(`BAD ${p.path}: ${p.problem}\n`);
-      if (problems.length > 0) throw new CliError(EXIT.refused, `backup ${relative(process.cwd(), from) || '.'} has ${problems.length} bad file(s): ${problems.map((p) => p.path).join(', ')}`);
+      if (problems.length > 0) throw new CliError(EXIT.refused, `backup ${relative(process.cwd(), from) || '.'} has ${problems.length} bad file(s): ${problems.map((p) => p.path).join(', ')}`, { jsonPrinted: opts.json === true });
     });
 }

@@ -48,8 +48,10 @@ Examples:
         r = { size: got.bytes.length, version: got.version };
       }
       const what = `exported ${t.org}/${t.repo}/${t.database} at version ${r.version} (${opts.format}, ${size(r.size)})${opts.output ? ` to ${opts.output}` : ''}`;
-      if (t.json) process.stderr.write(`${JSON.stringify({ version: r.version, bytes: r.size, format: opts.format })}\n`);
-      else process.stderr.write(`${what}\n`);
+      const summary = { version: r.version, bytes: r.size, format: opts.format };
+      // Without --output, standard output is the export itself: the summary goes beside it, on stderr.
+      if (t.json && opts.output !== undefined) printJson(summary);
+      else process.stderr.write(t.json ? `${JSON.stringify(summary)}\n` : `${what}\n`);
     });
 
   addTargetOptions(program.command('import')
