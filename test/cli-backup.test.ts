@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
+import { cpSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
@@ -253,6 +253,39 @@ test('the development key files in DATA_DIR are backed up and restored byte for 
   const restored = join(work, 'keys-restored');
   assert.equal((await cli(['restore', join(work, 'keys')], { DATA_DIR: restored })).code, 0);
   assert.equal(readFileSync(join(restored, 'account-encryption.key'), 'utf8'), `${'d'.repeat(64)}\n`);
+});
+
+test('a symlink does not get a backup into DATA_DIR, nor a restore from inside it; restore follows a DATA_DIR that is a link', async () => {
+  const intoData = join(work, 'link-into-data');
+  symlinkSync(join(p.dataDir, 'db/acme'), intoData);
+  const r = await cli(['backup', join(intoData, 'zz')]);
+  assert.equal(r.code, 2, r.stderr);
+  oneLineOf(r, /^scopebase: .*\/data\/db\/acme\/zz is inside DATA_DIR \(.*\/data\): write the backup somewhere else$/);
+  assert.equal(existsSync(join(p.dataDir, 'db/acme/zz')), false);
+  const dataLink = join(work, 'data-link');
+  symlinkSync(p.dataDir, dataLink);
+  assert.equal((await cli(['backup', join(p.dataDir, 'x')], { DATA_DIR: dataLink })).code, 2, 'DATA_DIR named through a link');
+  symlinkSync(join(work, 'b1'), join(work, 'b1-link'));
+  const nested = await cli(['backup', join(work, 'b1', 'inner'), '--incremental', join(work, 'b1-link')]);
+  assert.equal(nested.code, 2, nested.stderr);
+  oneLineOf(nested, /inside the previous backup .*\/b1: write each backup into a folder of its own$/);
+
+  // A backup copied into DATA_DIR, named through a link: restoring from it would move it aside with the old contents.
+  cpSync(join(work, 'b1'), join(p.dataDir, 'old-backup'), { recursive: true });
+  symlinkSync(join(p.dataDir, 'old-backup'), join(work, 'link-b1'));
+  const overlap = await cli(['restore', join(work, 'link-b1'), '--force']);
+  assert.equal(overlap.code, 2, overlap.stderr);
+  oneLineOf(overlap, /the backup .* and DATA_DIR .* overlap/);
+  rmSync(join(p.dataDir, 'old-backup'), { recursive: true });
+
+  // DATA_DIR a link to an empty folder: the folder is filled and the link stays.
+  mkdirSync(join(work, 'real-empty'));
+  symlinkSync(join(work, 'real-empty'), join(work, 'empty-link'));
+  const json = await cli(['restore', join(work, 'b1'), '--json'], { DATA_DIR: join(work, 'empty-link') });
+  assert.equal(json.code, 0, json.stderr);
+  assert.deepEqual(JSON.parse(json.stdout), { dataDir: join(work, 'real-empty'), files: 6, bytes: JSON.parse(json.stdout).bytes, movedAside: null });
+  assert.ok(lstatSync(join(work, 'empty-link')).isSymbolicLink());
+  assert.ok(existsSync(join(work, 'empty-link/db/acme/web/main.sqlite')));
 });
 
 test('restore --json prints what it did; verify --json of a bad backup prints one JSON document, its list of bad files', async () => {

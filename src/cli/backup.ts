@@ -7,6 +7,7 @@ import { backup as sqliteBackup, DatabaseSync } from 'node:sqlite';
 import type { Command } from 'commander';
 import { Layout } from '../db/layout.ts';
 import { dataDirOf } from '../shared/config.ts';
+import { realPath } from '../shared/paths.ts';
 import { CliError, EXIT, printJson } from './output.ts';
 import { describeIoError } from './files.ts';
 import {
@@ -30,6 +31,14 @@ const STORES: { file: string; kind: FileKind }[] = [
 const WHOLE_FILE = 2 ** 31 - 1;
 
 interface Source { abs: string; rel: string; kind: FileKind; scope?: ManifestFile['scope'] }
+
+/** DATA_DIR as the server reads it (without generating keys into it as loadConfig would), symlinks resolved. */
+function realDataDir(env: Env): string {
+  return realPath(dataDirOf(env));
+}
+
+/** a is b or lies inside it; both real paths, so a symlink cannot hide DATA_DIR. */
+const inside = (a: string, b: string) => a === b || a.startsWith(b + sep);
 
 async function sources(dataDir: string): Promise<Source[]> {
   const out: Source[] = [];
@@ -115,12 +124,13 @@ function place(path: string): void {
 export interface BackupResult { dir: string; manifest: Manifest; copied: number; reused: number; bytes: number }
 
 export async function runBackup(dir: string, opts: { incremental?: string; env?: Env; progress?: Out } = {}): Promise<BackupResult> {
-  const dataDir = dataDirOf(opts.env ?? process.env);
+  const dataDir = realDataDir(opts.env ?? process.env);
   if (!existsSync(dataDir)) throw new CliError(EXIT.config, `DATA_DIR ${dataDir} does not exist: set DATA_DIR to the folder the server uses`);
-  const target = resolve(dir);
-  if (target === dataDir || target.startsWith(dataDir + sep)) throw new CliError(EXIT.usage, `${target} is inside DATA_DIR: write the backup somewhere else`);
+  const target = realPath(dir);
+  if (inside(target, dataDir)) throw new CliError(EXIT.usage, `${target} is inside DATA_DIR (${dataDir}): write the backup somewhere else`);
   if (existsSync(target) && !isEmptyDir(target)) throw new CliError(EXIT.refused, `${target} already exists and is not an empty folder: give a new folder for each backup`);
-  const previous = opts.incremental === undefined ? undefined : resolve(opts.incremental);
+  const previous = opts.incremental === undefined ? undefined : realPath(opts.incremental);
+  if (previous !== undefined && inside(target, previous)) throw new CliError(EXIT.usage, `${target} is inside the previous backup ${previous}: write each backup into a folder of its own`);
   const prev = previous === undefined ? undefined : readManifest(previous);
   const prevByPath = new Map((prev?.files ?? []).map((f) => [f.path, f]));
 
@@ -214,8 +224,8 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
 export interface RestoreResult { dataDir: string; files: number; bytes: number; movedAside?: string }
 
 export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {}): RestoreResult {
-  const dataDir = dataDirOf(opts.env ?? process.env); // a DATA_DIR that can be no folder is named before any work
-  const from = resolve(dir);
+  const dataDir = realDataDir(opts.env ?? process.env); // a DATA_DIR that can be no folder is named before any work
+  const from = realPath(dir);
   const manifest = readManifest(from);
   const problems = checkBackup(from, manifest, { integrity: false });
   if (problems.length > 0) {
@@ -223,7 +233,6 @@ export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {
     const more = problems.length > 3 ? ` (and ${problems.length - 3} more: run scopebase verify ${dir})` : '';
     throw new CliError(EXIT.refused, `refusing to restore, nothing was written: ${named}${more}`);
   }
-  const inside = (a: string, b: string) => a === b || a.startsWith(b + sep);
   if (inside(from, dataDir) || inside(dataDir, from)) throw new CliError(EXIT.usage, `the backup ${from} and DATA_DIR ${dataDir} overlap: restore from a backup kept outside DATA_DIR`);
   const exists = existsSync(dataDir);
   if (exists && !isEmptyDir(dataDir) && opts.force !== true) {
