@@ -3,32 +3,25 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
+import { cpSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
-import { describeIoError } from '../src/cli/backup-manifest.ts';
-
-interface Run { code: number; stdout: string; stderr: string }
+import { describeIoError } from '../src/cli/files.ts';
+import { oneLine as oneLineOf, runCli, type Run } from './helpers/cli.ts';
 
 let p: Product;
 const work = tempDir('scopebase-backup-');
 
-/** Runs the CLI asynchronously: the product under test runs in this process and must keep answering. */
+/** The CLI on the product's DATA_DIR unless told another. */
 function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  const child = spawn(process.execPath, ['src/cli/main.ts', ...args], { env: { ...process.env, DATA_DIR: p.dataDir, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr })));
+  return runCli(args, { ...process.env, DATA_DIR: p.dataDir, ...env });
 }
 
+/** A failure the operation met (exit 1), in one line. */
 function oneLine(r: Run, pattern: RegExp): void {
   assert.equal(r.code, 1, r.stderr);
-  assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
-  assert.match(r.stderr, pattern);
-  assert.doesNotMatch(r.stderr, /\n\s+at |\.ts:\d+/);
+  oneLineOf(r, pattern);
 }
 
 /** The quiet databases: name → (repo, database, rows to write). */
@@ -218,7 +211,7 @@ test('a backup that fails midway exits 1 with what happened and leaves no manife
   assert.deepEqual(readdirSync(work).filter((n) => n.startsWith('half')), [], 'no partial folder left');
 
   oneLine(await cli(['backup', '/proc/self/nope/backup']), /backup failed, nothing was kept: /);
-  oneLine(await cli(['backup', join(work, 'b1')]), /already exists and is not empty/);
+  oneLine(await cli(['backup', join(work, 'b1')]), /already exists and is not an empty folder/);
   assert.equal(describeIoError(Object.assign(new Error('write'), { code: 'ENOSPC' }), '/backups/x'), 'the disk is full: /backups/x');
   assert.match(describeIoError(Object.assign(new Error('database or disk is full'), { errcode: 13 }), 'f'), /^the disk is full/);
 });
@@ -260,4 +253,53 @@ test('the development key files in DATA_DIR are backed up and restored byte for 
   const restored = join(work, 'keys-restored');
   assert.equal((await cli(['restore', join(work, 'keys')], { DATA_DIR: restored })).code, 0);
   assert.equal(readFileSync(join(restored, 'account-encryption.key'), 'utf8'), `${'d'.repeat(64)}\n`);
+});
+
+test('a symlink does not get a backup into DATA_DIR, nor a restore from inside it; restore follows a DATA_DIR that is a link', async () => {
+  const intoData = join(work, 'link-into-data');
+  symlinkSync(join(p.dataDir, 'db/acme'), intoData);
+  const r = await cli(['backup', join(intoData, 'zz')]);
+  assert.equal(r.code, 2, r.stderr);
+  oneLineOf(r, /^scopebase: .*\/data\/db\/acme\/zz is inside DATA_DIR \(.*\/data\): write the backup somewhere else$/);
+  assert.equal(existsSync(join(p.dataDir, 'db/acme/zz')), false);
+  const dataLink = join(work, 'data-link');
+  symlinkSync(p.dataDir, dataLink);
+  assert.equal((await cli(['backup', join(p.dataDir, 'x')], { DATA_DIR: dataLink })).code, 2, 'DATA_DIR named through a link');
+  symlinkSync(join(work, 'b1'), join(work, 'b1-link'));
+  const nested = await cli(['backup', join(work, 'b1', 'inner'), '--incremental', join(work, 'b1-link')]);
+  assert.equal(nested.code, 2, nested.stderr);
+  oneLineOf(nested, /inside the previous backup .*\/b1: write each backup into a folder of its own$/);
+
+  // A backup copied into DATA_DIR, named through a link: restoring from it would move it aside with the old contents.
+  cpSync(join(work, 'b1'), join(p.dataDir, 'old-backup'), { recursive: true });
+  symlinkSync(join(p.dataDir, 'old-backup'), join(work, 'link-b1'));
+  const overlap = await cli(['restore', join(work, 'link-b1'), '--force']);
+  assert.equal(overlap.code, 2, overlap.stderr);
+  oneLineOf(overlap, /the backup .* and DATA_DIR .* overlap/);
+  rmSync(join(p.dataDir, 'old-backup'), { recursive: true });
+
+  // DATA_DIR a link to an empty folder: the folder is filled and the link stays.
+  mkdirSync(join(work, 'real-empty'));
+  symlinkSync(join(work, 'real-empty'), join(work, 'empty-link'));
+  const json = await cli(['restore', join(work, 'b1'), '--json'], { DATA_DIR: join(work, 'empty-link') });
+  assert.equal(json.code, 0, json.stderr);
+  assert.deepEqual(JSON.parse(json.stdout), { dataDir: join(work, 'real-empty'), files: 6, bytes: JSON.parse(json.stdout).bytes, movedAside: null });
+  assert.ok(lstatSync(join(work, 'empty-link')).isSymbolicLink());
+  assert.ok(existsSync(join(work, 'empty-link/db/acme/web/main.sqlite')));
+});
+
+test('restore --json prints what it did; verify --json of a bad backup prints one JSON document, its list of bad files', async () => {
+  const into = join(work, 'restored-json');
+  const r = await cli(['restore', join(work, 'b1'), '--json'], { DATA_DIR: into });
+  assert.equal(r.code, 0, r.stderr);
+  const done = JSON.parse(r.stdout);
+  assert.deepEqual(done, { dataDir: into, files: 6, bytes: done.bytes, movedAside: null });
+  assert.ok(done.bytes > 0);
+
+  const bad = join(work, 'bad-json');
+  cpSync(join(work, 'b1'), bad, { recursive: true });
+  unlinkSync(join(bad, 'accounts.sqlite'));
+  const v = await cli(['verify', bad, '--json']);
+  oneLine(v, /1 bad file\(s\): accounts\.sqlite/);
+  assert.deepEqual(JSON.parse(v.stdout).problems, [{ path: 'accounts.sqlite', problem: 'missing' }]);
 });

@@ -7,31 +7,17 @@ import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:f
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { startProduct, tempDir, testEnv, ROOT_KEY, type Product } from './helpers/product.ts';
-
-interface Run { code: number; stdout: string; stderr: string }
+import { oneLine, runCli, type Run } from './helpers/cli.ts';
 
 let p: Product;
 let port: string;
 const work = tempDir('scopebase-cli-');
 
-/** Runs the CLI asynchronously (the product under test runs in this process and must keep answering). */
+/** The CLI against the product under test, with a clean SCOPEBASE_* environment. */
 function cli(args: string[], env: Record<string, string | undefined> = {}, input?: string): Promise<Run> {
   const base: Record<string, string | undefined> = { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, PORT: port, BASE_DOMAIN: 'localhost', DATA_DIR: join(work, 'no-data'), SCOPEBASE_HISTORY: join(work, 'history') };
   for (const k of Object.keys(base)) if (k.startsWith('SCOPEBASE_') && k !== 'SCOPEBASE_HISTORY') delete base[k];
-  const child = spawn(process.execPath, ['src/cli/main.ts', ...args], { env: { ...base, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  child.stdin.end(input ?? '');
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr })));
-}
-
-/** An ordinary failure: exactly one line on stderr, no stack trace. */
-function oneLine(r: Run, pattern: RegExp): void {
-  assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
-  assert.match(r.stderr, pattern);
-  assert.doesNotMatch(r.stderr, /\n\s+at |\.ts:\d+/);
+  return runCli(args, { ...base, ...env }, input);
 }
 
 before(async () => {
@@ -253,7 +239,7 @@ test('secret prints the repo secret; usage mistakes exit 2 with one line', async
     [['query', 'acme/web'], /give the SQL/],
     [['query', 'acme/web', 'SELECT 1', '--params', '{oops'], /--params is not JSON/],
     [['execute', 'acme/web'], /give the SQL as an argument or --file/],
-    [['execute', 'acme/web', '--file', join(work, 'missing.sql')], /cannot read --file .*ENOENT/],
+    [['execute', 'acme/web', '--file', join(work, 'missing.sql')], /cannot read --file: .*ENOENT/],
     [['status', 'acme/web', '--database', 'Main'], /--database "Main" must match/],
     [['status', 'acme/web', '--url', 'ftp://x'], /is not an http\(s\) URL/],
     [['status', 'acme/web', '--org', 'other'], /--org other disagrees with acme\/web/],

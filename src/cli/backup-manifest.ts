@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto';
 import { join, normalize, isAbsolute, sep } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { CliError, EXIT } from './output.ts';
+import { describeIoError } from './files.ts';
 
 export const MANIFEST = 'manifest.json';
 export const FORMAT = 'scopebase-backup';
@@ -62,13 +63,14 @@ function safeRelative(p: unknown): p is string {
 export function readManifest(dir: string): Manifest {
   const path = join(dir, MANIFEST);
   if (!existsSync(dir)) throw new CliError(EXIT.refused, `no backup at ${dir}: the folder does not exist`);
+  if (!statSync(dir).isDirectory()) throw new CliError(EXIT.refused, `no backup at ${dir}: it is a file; a backup is the folder that holds ${MANIFEST}`);
   let m: Manifest;
   try {
     m = JSON.parse(readFileSync(path, 'utf8')) as Manifest;
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') throw new CliError(EXIT.refused, `${dir} has no ${MANIFEST}: it is not a backup, or a backup that never finished`);
-    throw new CliError(EXIT.refused, `${path} cannot be read: ${code ?? (e as Error).message}`);
+    throw new CliError(EXIT.refused, code === undefined ? `${path} cannot be read: ${(e as Error).message}` : `cannot read the manifest: ${describeIoError(e, path)}`);
   }
   if (m?.format !== FORMAT || !Array.isArray(m.files)) throw new CliError(EXIT.refused, `${path} is not a scopebase backup manifest`);
   if (m.formatVersion !== FORMAT_VERSION) throw new CliError(EXIT.refused, `${path} has format version ${m.formatVersion}; this scopebase reads version ${FORMAT_VERSION}`);
@@ -130,17 +132,4 @@ export function bytes(n: number): string {
     i++;
   }
   return i === 0 ? `${n} bytes` : `${n.toFixed(1)} ${units[i]}`;
-}
-
-/** A file-system or SQLite failure as what happened, in words an operator acts on. */
-export function describeIoError(e: unknown, what: string): string {
-  const err = e as NodeJS.ErrnoException & { errcode?: number };
-  const code = err.code;
-  if (code === 'ENOSPC' || err.errcode === 13) return `the disk is full: ${what}`;
-  if (code === 'EDQUOT') return `the disk quota is exceeded: ${what}`;
-  if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') return `no permission to write: ${what} (${code})`;
-  if (code === 'ENOENT' || code === 'ENOTDIR') return `no such folder, and it cannot be made: ${what} (${code})`;
-  if (err.errcode === 14) return `cannot open the file: ${what} (${err.message})`;
-  if (err.errcode === 26 || err.errcode === 11) return `not a sound SQLite database: ${what} (${err.message})`;
-  return `${what}: ${code ?? err.message}`;
 }

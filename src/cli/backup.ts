@@ -6,9 +6,12 @@ import { dirname, join, relative, resolve, sep } from 'node:path';
 import { backup as sqliteBackup, DatabaseSync } from 'node:sqlite';
 import type { Command } from 'commander';
 import { Layout } from '../db/layout.ts';
+import { dataDirOf } from '../shared/config.ts';
+import { realPath } from '../shared/paths.ts';
 import { CliError, EXIT, printJson } from './output.ts';
+import { describeIoError } from './files.ts';
 import {
-  FORMAT, FORMAT_VERSION, MANIFEST, bytes, checkBackup, checkFile, describeIoError, readManifest, sha256File,
+  FORMAT, FORMAT_VERSION, MANIFEST, bytes, checkBackup, checkFile, readManifest, sha256File,
   type FileKind, type Manifest, type ManifestFile,
 } from './backup-manifest.ts';
 
@@ -29,10 +32,13 @@ const WHOLE_FILE = 2 ** 31 - 1;
 
 interface Source { abs: string; rel: string; kind: FileKind; scope?: ManifestFile['scope'] }
 
-/** DATA_DIR as the server reads it, without generating keys into it as loadConfig would. */
-export function dataDirOf(env: Env): string {
-  return resolve(env.DATA_DIR || './data');
+/** DATA_DIR as the server reads it (without generating keys into it as loadConfig would), symlinks resolved. */
+function realDataDir(env: Env): string {
+  return realPath(dataDirOf(env));
 }
+
+/** a is b or lies inside it; both real paths, so a symlink cannot hide DATA_DIR. */
+const inside = (a: string, b: string) => a === b || a.startsWith(b + sep);
 
 async function sources(dataDir: string): Promise<Source[]> {
   const out: Source[] = [];
@@ -65,7 +71,7 @@ class Progress {
 }
 
 function isEmptyDir(path: string): boolean {
-  return readdirSync(path).length === 0;
+  return statSync(path).isDirectory() && readdirSync(path).length === 0;
 }
 
 function syncFile(path: string): void {
@@ -118,12 +124,13 @@ function place(path: string): void {
 export interface BackupResult { dir: string; manifest: Manifest; copied: number; reused: number; bytes: number }
 
 export async function runBackup(dir: string, opts: { incremental?: string; env?: Env; progress?: Out } = {}): Promise<BackupResult> {
-  const dataDir = dataDirOf(opts.env ?? process.env);
+  const dataDir = realDataDir(opts.env ?? process.env);
   if (!existsSync(dataDir)) throw new CliError(EXIT.config, `DATA_DIR ${dataDir} does not exist: set DATA_DIR to the folder the server uses`);
-  const target = resolve(dir);
-  if (target === dataDir || target.startsWith(dataDir + sep)) throw new CliError(EXIT.usage, `${target} is inside DATA_DIR: write the backup somewhere else`);
-  if (existsSync(target) && !isEmptyDir(target)) throw new CliError(EXIT.refused, `${target} already exists and is not empty: give a new folder for each backup`);
-  const previous = opts.incremental === undefined ? undefined : resolve(opts.incremental);
+  const target = realPath(dir);
+  if (inside(target, dataDir)) throw new CliError(EXIT.usage, `${target} is inside DATA_DIR (${dataDir}): write the backup somewhere else`);
+  if (existsSync(target) && !isEmptyDir(target)) throw new CliError(EXIT.refused, `${target} already exists and is not an empty folder: give a new folder for each backup`);
+  const previous = opts.incremental === undefined ? undefined : realPath(opts.incremental);
+  if (previous !== undefined && inside(target, previous)) throw new CliError(EXIT.usage, `${target} is inside the previous backup ${previous}: write each backup into a folder of its own`);
   const prev = previous === undefined ? undefined : readManifest(previous);
   const prevByPath = new Map((prev?.files ?? []).map((f) => [f.path, f]));
 
@@ -217,7 +224,8 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
 export interface RestoreResult { dataDir: string; files: number; bytes: number; movedAside?: string }
 
 export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {}): RestoreResult {
-  const from = resolve(dir);
+  const dataDir = realDataDir(opts.env ?? process.env); // a DATA_DIR that can be no folder is named before any work
+  const from = realPath(dir);
   const manifest = readManifest(from);
   const problems = checkBackup(from, manifest, { integrity: false });
   if (problems.length > 0) {
@@ -225,8 +233,6 @@ export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {
     const more = problems.length > 3 ? ` (and ${problems.length - 3} more: run scopebase verify ${dir})` : '';
     throw new CliError(EXIT.refused, `refusing to restore, nothing was written: ${named}${more}`);
   }
-  const dataDir = dataDirOf(opts.env ?? process.env);
-  const inside = (a: string, b: string) => a === b || a.startsWith(b + sep);
   if (inside(from, dataDir) || inside(dataDir, from)) throw new CliError(EXIT.usage, `the backup ${from} and DATA_DIR ${dataDir} overlap: restore from a backup kept outside DATA_DIR`);
   const exists = existsSync(dataDir);
   if (exists && !isEmptyDir(dataDir) && opts.force !== true) {
@@ -319,9 +325,11 @@ export function addBackupCommands(program: Command): void {
     .description('fill an empty DATA_DIR from a backup after checking every checksum in its manifest')
     .argument('<dir>', 'the backup folder (the one holding manifest.json)')
     .option('--force', 'replace a non-empty DATA_DIR (its old contents are moved aside)')
+    .option('--json', 'print the result as JSON')
     .addHelpText('after', RESTORE_HELP)
-    .action((dir: string, opts: { force?: boolean }) => {
+    .action((dir: string, opts: { force?: boolean; json?: boolean }) => {
       const r = runRestore(dir, { force: opts.force });
+      if (opts.json) return printJson({ dataDir: r.dataDir, files: r.files, bytes: r.bytes, movedAside: r.movedAside ?? null });
       const aside = r.movedAside ? `; the previous contents are in ${r.movedAside}` : '';
       process.stdout.write(`restored ${r.files} files (${bytes(r.bytes)}) into ${r.dataDir}${aside}\n`);
     });
@@ -338,6 +346,6 @@ export function addBackupCommands(program: Command): void {
       if (opts.json) printJson({ ok: problems.length === 0, files: m.files.length, createdAt: m.createdAt, problems });
       else if (problems.length === 0) process.stdout.write(`OK: ${m.files.length} files match the manifest of ${m.createdAt} and pass integrity_check\n`);
       else for (const p of problems) process.stdout.write(`BAD ${p.path}: ${p.problem}\n`);
-      if (problems.length > 0) throw new CliError(EXIT.refused, `backup ${relative(process.cwd(), from) || '.'} has ${problems.length} bad file(s): ${problems.map((p) => p.path).join(', ')}`);
+      if (problems.length > 0) throw new CliError(EXIT.refused, `backup ${relative(process.cwd(), from) || '.'} has ${problems.length} bad file(s): ${problems.map((p) => p.path).join(', ')}`, { jsonPrinted: opts.json === true });
     });
 }

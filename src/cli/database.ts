@@ -5,6 +5,7 @@ import type { Params, ResultSet, Status, WriteResult } from '../client/index.ts'
 import { splitStatements } from '../db/statement-end.ts';
 import { addTargetOptions, attempt, connect, type Target, type TargetOptions } from './target.ts';
 import { printJson, table, usageError, wireValue } from './output.ts';
+import { unreadable } from './files.ts';
 
 type SqlOptions = TargetOptions & { params?: string; file?: string };
 
@@ -65,7 +66,7 @@ function readSqlFile(file: string): string[] {
   try {
     text = readFileSync(file === '-' ? 0 : file, 'utf8');
   } catch (e) {
-    throw usageError(`cannot read --file ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    throw unreadable(e, '--file', file === '-' ? 'standard input' : file);
   }
   const { statements, rest } = splitStatements(text);
   if (rest) statements.push(rest);

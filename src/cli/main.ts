@@ -4,7 +4,7 @@ import { productVersion } from '../shared/version.ts';
 import { flushCompileCache } from 'node:module';
 import { Argument, Command, CommanderError } from 'commander';
 import { ConfigError } from '../shared/config.ts';
-import { CliError, EXIT } from './output.ts';
+import { CliError, EXIT, printJson } from './output.ts';
 import { addSecretCommand } from './secret.ts';
 import { addDatabaseCommands } from './database.ts';
 import { addMigrateCommand } from './migrate.ts';
@@ -32,7 +32,7 @@ export function buildProgram(): Command {
     .description('a database and sign-in for every repository: run the server, and work with a repo\'s database')
     .version(productVersion(), '-v, --version')
     .exitOverride()
-    .showHelpAfterError('(add --help for usage)')
+    .configureOutput({ outputError: () => undefined }) // main() prints commander's errors as its own one line; inherited by every command
     .addHelpText('after', FOOTER);
   // Server
   program.command('start')
@@ -55,7 +55,33 @@ export function buildProgram(): Command {
   return program;
 }
 
-/** Runs the CLI; resolves to the exit code. Every ordinary failure is one line on stderr. */
+/** `scopebase query --help`: the help of the command the arguments name, for a usage error's line. */
+function helpFor(program: Command, argv: string[]): string {
+  const names = ['scopebase'];
+  let cmd = program;
+  for (const arg of argv) {
+    const sub = cmd.commands.find((c) => c.name() === arg);
+    if (!sub) break;
+    names.push(arg);
+    cmd = sub;
+  }
+  return `${names.join(' ')} --help`;
+}
+
+/** Any failure as one CliError. */
+function failure(e: unknown, program: Command, argv: string[]): CliError {
+  if (e instanceof CommanderError) {
+    // One line: commander's "error: " prefix and its "\n(Did you mean …?)" folded in, and where to read the usage.
+    return new CliError(EXIT.usage, `${e.message.replace(/^error: /, '').replace(/\s*\n\s*/g, ' ')} (${helpFor(program, argv)} for usage)`);
+  }
+  if (e instanceof CliError) return e;
+  if (e instanceof ConfigError) return new CliError(EXIT.config, `configuration error: ${e.message}`);
+  // A bug, not an ordinary failure: say so in one line; the stack only when asked for.
+  const message = `${(e as Error).message ?? e}`;
+  return new CliError(EXIT.refused, `unexpected error: ${message} (run with SCOPEBASE_DEBUG=1 for details)`, { error: { code: 'internal', message } });
+}
+
+/** Runs the CLI; resolves to the exit code. Every ordinary failure is one line on stderr, and with --json also SPEC 3's error on stdout. */
 export async function main(argv: string[]): Promise<number> {
   const program = buildProgram();
   if (argv.length === 0) {
@@ -66,19 +92,14 @@ export async function main(argv: string[]): Promise<number> {
     await program.parseAsync(argv, { from: 'user' });
     return EXIT.ok;
   } catch (e) {
-    if (e instanceof CommanderError) return e.exitCode === 0 ? EXIT.ok : EXIT.usage; // commander printed the message
-    if (e instanceof CliError) {
-      process.stderr.write(`scopebase: ${e.message}\n`);
-      return e.exitCode;
-    }
-    if (e instanceof ConfigError) {
-      process.stderr.write(`scopebase: configuration error: ${e.message}\n`);
-      return EXIT.config;
-    }
-    // A bug, not an ordinary failure: say so in one line; the stack only when asked for.
-    process.stderr.write(`scopebase: unexpected error: ${(e as Error).message ?? e} (run with SCOPEBASE_DEBUG=1 for details)\n`);
+    // Help or the version as asked (exit 0), or a command group's help for want of its command (`cluster`).
+    if (e instanceof CommanderError && (e.exitCode === 0 || e.code === 'commander.help')) return e.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    const f = failure(e, program, argv);
+    process.stderr.write(`scopebase: ${f.message}\n`);
     if (process.env.SCOPEBASE_DEBUG) process.stderr.write(`${(e as Error).stack}\n`);
-    return EXIT.refused;
+    const options = argv.includes('--') ? argv.slice(0, argv.indexOf('--')) : argv; // after --, "--json" is an argument
+    if (options.includes('--json') && !f.jsonPrinted) printJson(f.json());
+    return f.exitCode;
   }
 }
 

@@ -6,6 +6,7 @@ import { MigrationOrderError, readMigrationFolder, type MigrationFolder } from '
 import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
 import { CliError, EXIT, printJson, usageError } from './output.ts';
 import { REPO_PATH } from './database.ts';
+import { unreadable } from './files.ts';
 
 async function readFolder(dir: string): Promise<MigrationFolder> {
   try {
@@ -15,7 +16,7 @@ async function readFolder(dir: string): Promise<MigrationFolder> {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') throw usageError(`no folder ${dir}: give the folder of NNNN_name.sql files, e.g. scopebase migrate ./migrations`);
     if (code === 'ENOTDIR') throw usageError(`${dir} is a file: give the folder that holds the NNNN_name.sql files`);
-    throw usageError(`cannot read ${dir}: ${code ?? (e as Error).message}`);
+    throw unreadable(e, 'the migration folder', dir);
   }
 }
 

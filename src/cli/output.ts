@@ -3,12 +3,30 @@ import type { ScopebaseError, Value } from '../client/index.ts';
 
 export const EXIT = { ok: 0, refused: 1, usage: 2, unreachable: 3, config: 78 } as const;
 
+/** SPEC 3's error object, which `--json` prints on stdout for a failure. */
+export interface ErrorBody { code: string; message: string; details?: Record<string, unknown> }
+
+/** The `code` of a failure the server did not name, by its exit code. */
+const CODES: Record<number, string> = { [EXIT.refused]: 'failed', [EXIT.usage]: 'usage', [EXIT.unreachable]: 'unreachable', [EXIT.config]: 'configuration' };
+
 /** An ordinary failure: one line saying what to do, and the exit code. */
 export class CliError extends Error {
   readonly exitCode: number;
-  constructor(exitCode: number, message: string) {
+  readonly error: ErrorBody;
+  readonly requestId: string | undefined;
+  /** The command already printed its JSON document for this failure (verify's list of bad files). */
+  readonly jsonPrinted: boolean;
+  constructor(exitCode: number, message: string, opts: { error?: ErrorBody; requestId?: string; jsonPrinted?: boolean } = {}) {
     super(message);
     this.exitCode = exitCode;
+    this.error = opts.error ?? { code: CODES[exitCode] ?? 'failed', message };
+    this.requestId = opts.requestId;
+    this.jsonPrinted = opts.jsonPrinted === true;
+  }
+
+  /** The failure as `--json` prints it: `{"error": {...}}`, with the request's id when the server answered. */
+  json(): Record<string, unknown> {
+    return { error: this.error, ...(this.requestId ? { requestId: this.requestId } : {}) };
   }
 }
 
@@ -56,21 +74,28 @@ function cliHint(e: ScopebaseError): string {
   return '';
 }
 
-/** A client error as one line with what to do, and its exit code. */
+/** A client error as one line with what to do, and its exit code; --json gets the server's own error. */
 export function explain(e: ScopebaseError, ctx: { url: string; org: string; repo: string }): CliError {
-  const where = `${ctx.org}/${ctx.repo} at ${ctx.url}`;
+  const exitCode = e.code === 'network' || e.code === 'timeout' ? EXIT.unreachable : EXIT.refused;
+  const line = explainLine(e, ctx);
+  // With no reply (network, timeout) the line is the best message there is.
+  const error: ErrorBody = { code: e.code, message: e.status ? e.message : line, ...(e.details ? { details: e.details } : {}) };
+  return new CliError(exitCode, line, { error, ...(e.requestId ? { requestId: e.requestId } : {}) });
+}
+
+function explainLine(e: ScopebaseError, ctx: { url: string; org: string; repo: string }): string {
   switch (e.code) {
     case 'network':
-      return new CliError(EXIT.unreachable, `cannot reach ${ctx.url} (${(e.details?.cause as string | undefined) ?? e.message}): is scopebase running? Start it with \`npx scopebase start\`, or pass --url`);
+      return `cannot reach ${ctx.url} (${(e.details?.cause as string | undefined) ?? e.message}): is scopebase running? Start it with \`npx scopebase start\`, or pass --url`;
     case 'timeout':
-      return new CliError(EXIT.unreachable, `${ctx.url} did not answer in time: check the server, or pass --timeout with more milliseconds`);
+      return `${ctx.url} did not answer in time: check the server, or pass --timeout with more milliseconds`;
     case 'unauthorized':
-      return new CliError(EXIT.refused, `the server refused the secret for ${ctx.org}/${ctx.repo}: pass --secret "$(npx scopebase secret ${ctx.org}/${ctx.repo})" run where the server runs (same RUNTIME_ROOT_KEY or DATA_DIR)`);
+      return `the server refused the secret for ${ctx.org}/${ctx.repo}: pass --secret "$(npx scopebase secret ${ctx.org}/${ctx.repo})" run where the server runs (same RUNTIME_ROOT_KEY or DATA_DIR)`;
     case 'unknown_host':
-      return new CliError(EXIT.refused, `${ctx.url} does not serve the org "${ctx.org}": check --org and the server's BASE_DOMAIN (${e.message})`);
+      return `${ctx.url} does not serve the org "${ctx.org}": check --org and the server's BASE_DOMAIN (${e.message})`;
     default: {
       const id = e.requestId ? ` (request ${e.requestId})` : '';
-      return new CliError(EXIT.refused, `${where}: ${e.status ? `${e.status} ` : ''}${e.code}: ${e.message}${id}${cliHint(e)}`);
+      return `${ctx.org}/${ctx.repo} at ${ctx.url}: ${e.status ? `${e.status} ` : ''}${e.code}: ${e.message}${id}${cliHint(e)}`;
     }
   }
 }

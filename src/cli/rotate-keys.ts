@@ -1,10 +1,12 @@
 // `scopebase rotate-keys`: re-seals every stored credential under the current (first) ACCOUNT_ENCRYPTION_KEYS key.
 // Safe while the service runs: one record per short write, compare-and-swap on the old ciphertext. Idempotent.
-import { loadConfig } from '../shared/config.ts';
+import { join } from 'node:path';
+import { ConfigError, loadConfig } from '../shared/config.ts';
 import { CredentialStore } from '../account/credentials/store.ts';
 import { SealError } from '../account/credentials/seal.ts';
 import type { Command } from 'commander';
 import { CliError, EXIT } from './output.ts';
+import { ioFailure } from './files.ts';
 
 const DETAILS = `Re-seals every plugin credential in DATA_DIR/credentials.sqlite under the first key of
 ACCOUNT_ENCRYPTION_KEYS. Every key that sealed a stored record must still be listed.
@@ -31,7 +33,13 @@ export async function rotateKeys(opts: RotateOptions = {}): Promise<RotateResult
   const config = loadConfig(opts.env ?? process.env);
   const progress = opts.progress ?? process.stderr;
   const tty = progress.isTTY === true;
-  const store = CredentialStore.open(config.dataDir, config.account.encryptionKeys);
+  let store: CredentialStore;
+  try {
+    store = CredentialStore.open(config.dataDir, config.account.encryptionKeys);
+  } catch (e) {
+    if (e instanceof ConfigError) throw e;
+    throw ioFailure(e, 'rotate-keys', join(config.dataDir, 'credentials.sqlite')); // DATA_DIR holds something that is not the store
+  }
   const result: RotateResult = { resealed: 0, current: 0, gone: 0, failed: 0, total: 0 };
   try {
     const { total } = store.count();

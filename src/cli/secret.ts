@@ -1,9 +1,9 @@
 // `scopebase secret org/repo` prints a repo's shared secret; the other commands derive their default --secret the
 // same way (SPEC 4.1), from RUNTIME_ROOT_KEY or the development key in DATA_DIR.
 import { existsSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import type { Command } from 'commander';
-import { ConfigError, loadConfig } from '../shared/config.ts';
+import { ConfigError, dataDirOf, loadConfig } from '../shared/config.ts';
 import { isOrgName, isRepoName } from '../shared/names.ts';
 import { parseRootKeys, repoSecret } from '../shared/secrets.ts';
 import { usageError } from './output.ts';
@@ -18,7 +18,7 @@ export function parseRepoPath(value: string): { org: string; repo: string } {
 }
 
 /** Where a development root key lives: DATA_DIR's runtime-root.key (src/shared/config.ts makes it). */
-const keyFileOf = (env: Record<string, string | undefined>) => join(resolve(env.DATA_DIR || './data'), 'runtime-root.key');
+const keyFileOf = (env: Record<string, string | undefined>) => join(dataDirOf(env), 'runtime-root.key');
 
 /** The secret the server would expect, without creating a key: a client command must not invent one. */
 export function derivedSecret(org: string, repo: string, env: Record<string, string | undefined> = process.env): string {

@@ -10,6 +10,7 @@ import { splitStatements } from '../db/statement-end.ts';
 import { addTargetOptions, attempt, connect, type Target, type TargetOptions } from './target.ts';
 import { CliError, EXIT, explain, printJson, table } from './output.ts';
 import { printRows, printWrite, resultJson } from './database.ts';
+import { describeIoError } from './files.ts';
 
 const HISTORY_LINES = 500;
 const HELP = `.tables            list the tables with their row counts
@@ -81,6 +82,7 @@ export function addShellCommand(program: Command): void {
       let buffer = '';
       let quit = false;
       let failures = 0;
+      let keepHistory = true;
       const report = (e: unknown) => {
         if (!(e instanceof ScopebaseError)) throw e;
         failures++;
@@ -98,7 +100,14 @@ export function addShellCommand(program: Command): void {
       });
       prompt();
       for await (const line of rl) {
-        if (interactive && line.trim()) appendFileSync(historyFile(), line.replace(/\n/g, ' ') + '\n', { mode: 0o600 });
+        if (interactive && line.trim() && keepHistory) {
+          try {
+            appendFileSync(historyFile(), line.replace(/\n/g, ' ') + '\n', { mode: 0o600 });
+          } catch (e) {
+            keepHistory = false; // the session goes on without history, said once
+            process.stderr.write(`history not kept: ${describeIoError(e, historyFile())}\n`);
+          }
+        }
         try {
           if (buffer === '' && line.trim().startsWith('.')) {
             quit = !(await dotCommand(t, line));

@@ -13,6 +13,7 @@ import { listenReferenceMirror, startMirrorDelivery } from '../mirror/wiring.ts'
 import { accountAlone } from '../account/wiring.ts';
 import { accountForProxy } from '../proxy/account-wiring.ts';
 import { startClusterNode, startClusterRouter } from '../cluster/wiring.ts';
+import { describeIoError } from './files.ts';
 
 export type Part = 'all' | 'proxy' | 'db' | 'account' | 'mirror';
 
@@ -126,8 +127,12 @@ function listenFailure(e: unknown, config: Config): ConfigError | null {
 
 /** DATA_DIR itself (created, or made by an operator with a looser mode): 0700. */
 function ownerOnly(dir: string): void {
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  chmodSync(dir, 0o700);
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    chmodSync(dir, 0o700);
+  } catch (e) {
+    throw new ConfigError(`DATA_DIR: ${describeIoError(e, dir)}: give a folder this user may create or owns`);
+  }
 }
 
 export async function startCommand(part: Part): Promise<number> {

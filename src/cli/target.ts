@@ -1,6 +1,6 @@
 // The options every command that talks to a running instance takes (SPEC 10), and the client they make.
 import { Option, type Command } from 'commander';
-import { ConfigError } from '../shared/config.ts';
+import { baseDomainOf, ConfigError } from '../shared/config.ts';
 import { createClient, ScopebaseError, type Client } from '../client/index.ts';
 import { isDatabaseName } from '../shared/names.ts';
 import { derivedSecret, parseRepoPath } from './secret.ts';
@@ -30,7 +30,7 @@ function envInt(name: string, dflt: number): number {
 
 /** Resolves url, org, repo, database and secret from the options, a positional `org/repo`, the URL and the environment. */
 export function connect(opts: TargetOptions, positionalRepo?: string): Target {
-  const baseDomain = (process.env.BASE_DOMAIN || 'localhost').toLowerCase();
+  const baseDomain = baseDomainOf(process.env); // the server's rule: a bad one is a configuration error, not a Host it refuses
   const rawUrl = opts.url ?? `http://127.0.0.1:${envInt('PORT', 8080)}`;
   let url: URL;
   try {

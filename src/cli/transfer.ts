@@ -1,8 +1,9 @@
 // `scopebase export` and `scopebase import`: a database to a file and back (SPEC 4.12) over the HTTP API.
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
-import { printJson, usageError } from './output.ts';
+import { CliError, printJson, usageError } from './output.ts';
+import { checkInputFile, checkOutputFile, ioFailure } from './files.ts';
 import { REPO_PATH } from './database.ts';
 import { byteProgress } from './progress.ts';
 import { formatOf } from '../client/index.ts';
@@ -25,6 +26,7 @@ Examples:
     .action(async (repo: string | undefined, opts: ExportOptions) => {
       if (opts.format !== 'sqlite' && opts.format !== 'sql') throw usageError('--format must be sqlite or sql');
       if (opts.format === 'sqlite' && opts.output === undefined && process.stdout.isTTY) throw usageError('a SQLite file is binary: give --output <file> or redirect standard output');
+      if (opts.output !== undefined) checkOutputFile(opts.output, '--output'); // before the server makes the export
       const t = connect(opts, repo);
       const format = opts.format as 'sqlite' | 'sql';
       let r: { size: number; version: number };
@@ -34,6 +36,9 @@ Examples:
         const progress = byteProgress('exporting', t.json);
         try {
           r = await attempt(t, () => t.client.exportToFile(output, { format, timeoutMs: 600_000, onProgress: progress.update }));
+        } catch (e) {
+          if (e instanceof CliError || (e as NodeJS.ErrnoException).syscall === undefined) throw e;
+          throw ioFailure(e, 'export', output); // the file, not the server: e.g. the disk filled while writing
         } finally {
           progress.stop();
         }
@@ -43,8 +48,10 @@ Examples:
         r = { size: got.bytes.length, version: got.version };
       }
       const what = `exported ${t.org}/${t.repo}/${t.database} at version ${r.version} (${opts.format}, ${size(r.size)})${opts.output ? ` to ${opts.output}` : ''}`;
-      if (t.json) process.stderr.write(`${JSON.stringify({ version: r.version, bytes: r.size, format: opts.format })}\n`);
-      else process.stderr.write(`${what}\n`);
+      const summary = { version: r.version, bytes: r.size, format: opts.format };
+      // Without --output, standard output is the export itself: the summary goes beside it, on stderr.
+      if (t.json && opts.output !== undefined) printJson(summary);
+      else process.stderr.write(t.json ? `${JSON.stringify(summary)}\n` : `${what}\n`);
     });
 
   addTargetOptions(program.command('import')
@@ -73,7 +80,7 @@ Examples:
         r = { ...await attempt(t, () => t.client.import(data, { format: told, mode, timeoutMs: 600_000 })), format: told };
       } else {
         // From a file: streamed, with a progress bar on a terminal.
-        if (!existsSync(file)) throw usageError(`cannot read ${file}: no such file`);
+        checkInputFile(file, 'the file to import');
         const progress = byteProgress('importing', t.json);
         try {
           r = await attempt(t, () => t.client.importFile(file, { ...(format ? { format } : {}), mode, timeoutMs: 600_000, onProgress: progress.update }));

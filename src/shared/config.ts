@@ -1,10 +1,11 @@
 // SPEC 9.1: configuration from the environment. A bad value stops the start with a message naming the variable.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
 import { parseRootKeys } from './secrets.ts';
 import { isOrgName, isRepoName } from './names.ts';
+import { nearestExisting } from './paths.ts';
 
 export interface MirrorConfig { name: string; url: string; secret: string }
 export interface AppRoute { url: string; requireSession: boolean }
@@ -154,8 +155,12 @@ function keyList(env: Env, name: string, dataDir: string, production: boolean, f
   generated.push(name);
   const path = join(dataDir, file);
   if (!existsSync(path)) {
-    mkdirSync(dataDir, { recursive: true });
-    writeFileSync(path, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
+    try {
+      mkdirSync(dataDir, { recursive: true });
+      writeFileSync(path, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
+    } catch (e) {
+      fail('DATA_DIR', `cannot write the development key ${path} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}): give a folder this user may write, or set ${name}`);
+    }
   }
   try {
     return check(readFileSync(path, 'utf8').trim());
@@ -251,12 +256,32 @@ export function loadConfig(given: Env = process.env): Config {
   return { ...config, warnings: unknownVariables(given, read) };
 }
 
+/** BASE_DOMAIN, lowercased; org hosts are {org}.{BASE_DOMAIN}, so it must be a DNS name. */
+export function baseDomainOf(env: Env): string {
+  const baseDomain = (str(env, 'BASE_DOMAIN') ?? 'localhost').toLowerCase();
+  if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(baseDomain)) fail('BASE_DOMAIN', `must be a DNS name such as example.com, got ${JSON.stringify(baseDomain.slice(0, 60))}`);
+  return baseDomain;
+}
+
+/** DATA_DIR, resolved. It may not exist yet, but must be a folder or where one can be made: a file there is named now, not met as EEXIST later. */
+export function dataDirOf(env: Env): string {
+  const dataDir = resolve(str(env, 'DATA_DIR') ?? './data');
+  const existing = nearestExisting(dataDir);
+  let folder: boolean;
+  try {
+    folder = statSync(existing).isDirectory();
+  } catch (e) {
+    fail('DATA_DIR', `${dataDir} cannot be read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
+  if (!folder) fail('DATA_DIR', existing === dataDir ? `${dataDir} is a file, not a folder: set DATA_DIR to a folder (it is made if missing)` : `${dataDir} cannot be made: ${existing} is a file, not a folder`);
+  return dataDir;
+}
+
 function readConfig(env: Env): Omit<Config, 'warnings'> {
   const production = env.NODE_ENV === 'production';
   const generatedKeys: string[] = [];
-  const dataDir = resolve(str(env, 'DATA_DIR') ?? './data');
-  const baseDomain = (str(env, 'BASE_DOMAIN') ?? 'localhost').toLowerCase();
-  if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(baseDomain)) fail('BASE_DOMAIN', 'must be a DNS name such as example.com');
+  const dataDir = dataDirOf(env);
+  const baseDomain = baseDomainOf(env);
   const sync = str(env, 'DB_SYNC') ?? 'full';
   if (sync !== 'full' && sync !== 'normal') fail('DB_SYNC', `must be "full" or "normal", got ${JSON.stringify(sync.slice(0, 20))}`);
   const oidcIssuer = url(env, 'ACCOUNT_OIDC_ISSUER');

@@ -1,0 +1,61 @@
+// Paths a user names (a file to import, --output, --file) and what a file-system failure on one says: the one place
+// errno codes become words, so every command reports them alike, in one line (SPEC 10).
+import { accessSync, constants, statSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { CliError, EXIT } from './output.ts';
+
+/** A file-system or SQLite failure as what happened, in words an operator acts on. */
+export function describeIoError(e: unknown, what: string): string {
+  const err = e as NodeJS.ErrnoException & { errcode?: number };
+  const code = err.code;
+  if (code === 'ENOSPC' || err.errcode === 13) return `the disk is full: ${what}`;
+  if (code === 'EDQUOT') return `the disk quota is exceeded: ${what}`;
+  if (code === 'EROFS') return `the file system is read-only: ${what} (${code})`;
+  if (code === 'EACCES' || code === 'EPERM') return `no permission: ${what} (${code})`;
+  if (code === 'ENOENT') return `no such file or folder: ${what} (${code})`;
+  if (code === 'ENOTDIR') return `a part of the path is a file, not a folder: ${what} (${code})`;
+  if (code === 'EISDIR') return `a folder where a file was meant: ${what} (${code})`;
+  if (err.errcode === 14) return `cannot open the file: ${what} (${err.message})`;
+  if (err.errcode === 26 || err.errcode === 11) return `not a sound SQLite database: ${what} (${err.message})`;
+  return `${what}: ${code !== undefined && /^E[A-Z]+$/.test(code) ? code : err.message}`; // an errno name, else SQLite's words (not ERR_SQLITE_ERROR)
+}
+
+/** A file the user named could not be read: a bad argument (exit 2). */
+export function unreadable(e: unknown, label: string, path: string): CliError {
+  return new CliError(EXIT.usage, `cannot read ${label}: ${describeIoError(e, path)}`);
+}
+
+/** A file to read (import's file, execute --file) must be there and be a file; checked before the server is asked. */
+export function checkInputFile(path: string, label: string): void {
+  let folder: boolean;
+  try {
+    folder = statSync(path).isDirectory();
+    accessSync(path, constants.R_OK);
+  } catch (e) {
+    throw unreadable(e, label, path);
+  }
+  if (folder) throw new CliError(EXIT.usage, `cannot read ${label}: ${path} is a folder: name a file`);
+}
+
+/** A file to write (export --output): a new or existing file in an existing folder this user may write. */
+export function checkOutputFile(path: string, label: string): void {
+  const full = resolve(path);
+  const fail = (why: string) => new CliError(EXIT.usage, `cannot write ${label} ${path}: ${why}`);
+  let target;
+  try {
+    target = statSync(full, { throwIfNoEntry: false });
+    if (target?.isDirectory()) throw fail('it is a folder: name a file in it');
+    const folder = statSync(dirname(full), { throwIfNoEntry: false });
+    if (folder === undefined) throw fail(`there is no folder ${dirname(full)}: make it first`);
+    if (!folder.isDirectory()) throw fail(`${dirname(full)} is a file, not a folder`);
+    accessSync(target ? full : dirname(full), constants.W_OK);
+  } catch (e) {
+    if (e instanceof CliError) throw e;
+    throw fail(describeIoError(e, full));
+  }
+}
+
+/** A failure while writing or reading a user's file mid-way (the disk filled): the operation failed (exit 1). */
+export function ioFailure(e: unknown, doing: string, path: string): CliError {
+  return new CliError(EXIT.refused, `${doing} failed: ${describeIoError(e, path)}`);
+}
