@@ -91,6 +91,11 @@ test('npm pack, install the tarball into a fresh app, and use scopebase/client f
     const probe = await run(process.execPath, ['--import', 'scopebase/localhost', 'probe.mjs', `http://acme.localhost:${new URL(p.url).port}/web/_db/v2`], { cwd: app });
     assert.equal(probe.stdout.trim(), '200 true');
 
+    // The installed package's own command cannot run (no type stripping inside node_modules): one line says where it does.
+    const bin = await run(process.execPath, [join(app, 'node_modules/scopebase/bin/scopebase.js'), 'secret', 'acme/web'], { cwd: app }).then(() => null, (e: { stderr?: string; code?: number }) => e);
+    assert.equal(bin?.code, 78, 'exit 78: not a usable place to run it');
+    assert.match(String(bin?.stderr), /^scopebase: the command runs in a scopebase checkout[^\n]*\n$/);
+
     writeFileSync(join(app, 'app.ts'), APP_TS);
     writeFileSync(join(app, 'tsconfig.json'), JSON.stringify({ compilerOptions: { target: 'es2022', module: 'nodenext', moduleResolution: 'nodenext', strict: true, noEmit: true, lib: ['es2022', 'dom'], types: [] }, files: ['app.ts'] }));
     const tsc = join(ROOT, 'node_modules/typescript/bin/tsc');
