@@ -369,3 +369,14 @@ test('logs: JSON lines for collectors; one readable line each with LOG_FORMAT=pr
     rmSync(dataDir, { recursive: true, force: true });
   }
 });
+
+test('output piped into a reader that stops early (`| head`) ends quietly, without a stack trace', async () => {
+  const env = { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, PORT: port, BASE_DOMAIN: 'localhost', DATA_DIR: join(work, 'no-data') };
+  const child = spawn(process.execPath, ['src/cli/main.ts', 'execute', 'acme/web', 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 50000) SELECT x, x * 2 FROM c'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  child.stdout.once('data', () => child.stdout.destroy()); // as `head -1` does once it has its line
+  const code = await new Promise((resolve) => child.on('close', resolve));
+  assert.doesNotMatch(stderr, /EPIPE|\n\s+at /, stderr);
+  assert.equal(code, 0);
+});

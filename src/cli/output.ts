@@ -71,6 +71,8 @@ function cliHint(e: ScopebaseError): string {
   if (e.code === 'read_only') return '; writes go through `scopebase execute`';
   if (e.code === 'database_not_found') return '; `scopebase execute` or `scopebase migrate` with this --database creates it';
   if (/holds more than one statement/.test(e.message)) return '; several statements: `scopebase execute --file script.sql` (or `-` for standard input), or `scopebase shell`';
+  if (e.code === 'migration_conflict') return '; an applied migration is never edited: put the change in a new file (the next number)';
+  if (e.code === 'invalid_request' && /mode=replace/.test(e.message)) return '; with the CLI: --mode replace';
   return '';
 }
 
@@ -86,7 +88,7 @@ export function explain(e: ScopebaseError, ctx: { url: string; org: string; repo
 function explainLine(e: ScopebaseError, ctx: { url: string; org: string; repo: string }): string {
   switch (e.code) {
     case 'network':
-      return `cannot reach ${ctx.url} (${(e.details?.cause as string | undefined) ?? e.message}): is scopebase running? Start it with \`npx scopebase start\`, or pass --url`;
+      return `cannot reach ${ctx.url} (${(e.details?.cause as string | undefined) ?? e.message}): is scopebase running? Start it with \`npx scopebase start\`; a server on another port: export its PORT here, or pass --url`;
     case 'timeout':
       return `${ctx.url} did not answer in time: check the server, or pass --timeout with more milliseconds`;
     case 'unauthorized':
