@@ -277,7 +277,7 @@ test('exit 1 when the server says no, 3 when it cannot be reached, 78 for config
   await new Promise((r) => closed.close(r));
   const down = await cli(['status', 'acme/web', '--url', `http://127.0.0.1:${deadPort}`]);
   assert.equal(down.code, 3);
-  oneLine(down, /cannot reach http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\): is scopebase running\? Start it with `npx scopebase start`, or pass --url/);
+  oneLine(down, /cannot reach http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\): is scopebase running\? Start it with `npx scopebase start`; a server on another port: export its PORT here, or pass --url/);
   const downViaPort = await cli(['query', 'acme/web', 'SELECT 1'], { PORT: deadPort });
   assert.equal(downViaPort.code, 3);
   const silent = createServer((socket) => socket.on('data', () => {})); // accepts, never answers
