@@ -175,6 +175,25 @@ describe('execute and query (4.3, 4.4, 4.5)', () => {
     assert.equal((await p.db('web', 'execute', { database: db, sql: 'UPDATE nokey SET v = v' })).json.version, v + 2);
   });
 
+  test('what a changeset cannot show is never taken for no change: rows with a NULL key, a trigger made after the statement was first run', async () => {
+    const db = 'nullkey';
+    await p.db('web', 'execute', { database: db, statements: [{ sql: 'CREATE TABLE n(k TEXT PRIMARY KEY, v)' }, { sql: "INSERT INTO n VALUES (NULL, 1), ('a', 1)" }, { sql: 'CREATE TABLE c(a INT, b TEXT, v, PRIMARY KEY(a, b))' }, { sql: "INSERT INTO c VALUES (1, NULL, 'x')" }] });
+    let v = (await p.db('web', 'status', { database: db })).json.version;
+    for (const sql of ['UPDATE n SET v = 2 WHERE k IS NULL', "UPDATE c SET v = 'changed'", 'DELETE FROM n WHERE k IS NULL']) {
+      const r = await p.db('web', 'execute', { database: db, sql });
+      assert.equal(r.json.version, ++v, `${sql}: a change, kept`);
+    }
+    assert.deepEqual((await p.db('web', 'query', { database: db, statements: [{ sql: 'SELECT * FROM n' }, { sql: 'SELECT v FROM c' }] })).json.results.map((x: { rows: unknown[] }) => x.rows), [[['a', 1]], [['changed']]]);
+    const events = (await p.db('web', 'changes', { database: db, since: v - 3 })).json.events as { changeset: string | null }[];
+    assert.deepEqual(events.map((e) => e.changeset), [null, null, null], 'no changeset could carry those rows: mirrors take a snapshot');
+    // The statement's findings (which tables it writes) are those of the schema it runs under, not the one it was first prepared under.
+    await p.db('web', 'execute', { database: db, statements: [{ sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }, { sql: "INSERT INTO t VALUES (1, 'a')" }] });
+    for (let i = 0; i < 4; i++) await p.db('web', 'execute', { database: db, sql: 'UPDATE t SET v = v WHERE id = 1' }); // cached on every executor
+    await p.db('web', 'execute', { database: db, statements: [{ sql: 'CREATE TABLE log(msg TEXT)' }, { sql: "CREATE TRIGGER tr AFTER UPDATE ON t BEGIN INSERT INTO log VALUES ('u'); END" }] });
+    for (let i = 0; i < 4; i++) await p.db('web', 'execute', { database: db, sql: 'UPDATE t SET v = v WHERE id = 1' });
+    assert.deepEqual((await p.db('web', 'query', { database: db, sql: 'SELECT count(*) FROM log' })).json.results[0].rows, [[4]], 'every trigger row kept');
+  });
+
   test('a request that changes nothing keeps the version', async () => {
     const v = (await p.db('web', 'status', {})).json.version;
     const r = await p.db('web', 'execute', { sql: 'UPDATE todos SET done = 1 WHERE id = -1' });

@@ -242,6 +242,17 @@ describe('SPEC 4.4\'s limits and 4.5\'s creation rule hold on the protocol too',
     assert.ok(r.text.length < 200_000, `the reply is ${r.text.length} bytes, about the limit, not four results`);
   });
 
+  test('a batch\'s steps draw on the same allowance, and so do statements of an interactive transaction', async () => {
+    const steps = Array.from({ length: 5 }, () => ({ stmt: { sql: 'SELECT randomblob(40000) AS b' } }));
+    const r = await send({ baton: null, requests: [{ type: 'batch', batch: { steps } }] });
+    const { step_results: results, step_errors: errors } = r.json.results[0].response.result;
+    assert.ok(results[0] !== null && errors.some((e: { code: string } | null) => e?.code === 'SQLITE_TOOBIG'), r.text.slice(0, 300));
+    assert.ok(r.text.length < 200_000, `the reply is ${r.text.length} bytes`);
+    const open = await send({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'BEGIN' } }, big, big, big, big, { type: 'execute', stmt: { sql: 'ROLLBACK' } }], }, '/web/_db/txbig/v2/pipeline');
+    assert.ok(open.text.length < 300_000, `in a transaction the reply is ${open.text.length} bytes`);
+    assert.ok(open.json.results.some((x: { error?: { code: string } }) => x.error?.code === 'SQLITE_TOOBIG'), open.text.slice(0, 300));
+  });
+
   test('a batch holds at most DB_MAX_STATEMENTS steps', async () => {
     const steps = Array.from({ length: 6 }, () => ({ stmt: { sql: 'SELECT 1' } }));
     const r = await send({ baton: null, requests: [{ type: 'batch', batch: { steps } }, { type: 'batch', batch: { steps: steps.slice(1) } }] });
@@ -258,6 +269,10 @@ describe('SPEC 4.4\'s limits and 4.5\'s creation rule hold on the protocol too',
     assert.deepEqual(r.json.results[2].response.result.cols, [{ name: 'one', decltype: null }], 'describe too');
     const s = await q.db('web', 'status', { database: 'ghost' });
     assert.equal(s.json.exists, false, 'no database was created by reading it');
+    // Nor do other requests that change nothing: a pragma, a sequence, a transaction.
+    const more = await send({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'PRAGMA user_version' } }, { type: 'sequence', sql: 'SELECT 1; SELECT 2' }] }, '/web/_db/ghost/v2/pipeline');
+    assert.deepEqual(more.json.results.map((x: { type: string }) => x.type), ['ok', 'ok'], more.text);
+    assert.equal((await q.db('web', 'status', { database: 'ghost' })).json.exists, false, 'still none');
     // A write does create it, as /_db/execute does.
     const w = await send({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }] }, '/web/_db/ghost/v2/pipeline');
     assert.equal(w.json.results[0].type, 'ok', w.text);

@@ -179,6 +179,13 @@ describe('interactive transactions', () => {
     await same.execute('DELETE FROM acct WHERE id = 9');
     await same.commit();
     assert.equal(await version(), v0 + 2, 'a transaction that changed nothing makes no version');
+    // A row no changeset shows (NULL in a key that allows it) is a change all the same.
+    await c.execute('CREATE TABLE nk(k TEXT PRIMARY KEY, v)');
+    const nk = await c.transaction('write');
+    await nk.execute('INSERT INTO nk VALUES (NULL, 42)');
+    await nk.commit();
+    assert.deepEqual((await c.execute('SELECT v FROM nk')).rows.map((r) => r.v), [42n], 'the row committed');
+    assert.equal(await version(), v0 + 4, 'the table, then the transaction');
     c.close();
     other.close();
   });

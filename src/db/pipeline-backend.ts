@@ -29,13 +29,15 @@ export function notFound(scope: Scope): ApiError {
 export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts): HranaBackend {
   const { pool, replication, limits } = parts;
   return {
-    run: async (kind, statements, { foreignKeysOff, maxResultBytes, transient } = {}) => {
+    run: async (kind, statements, { foreignKeysOff, maxResultBytes } = {}) => {
       const body: Record<string, unknown> = { database: scope.database, statements };
       validate(kind === 'read' ? 'query' : 'execute', body, limits.maxStatements, limits.maxValueBytes);
       body.rows = 'hrana'; // after validate, as foreignKeysOff and maxResultBytes: no client can send them
       if (foreignKeysOff && kind === 'write') body.foreignKeysOff = true;
       if (maxResultBytes !== undefined) body.maxResultBytes = maxResultBytes;
-      if (transient && kind === 'write') body.transient = true;
+      // On a database that does not exist, a request that changes nothing (a read, PRAGMA user_version) leaves none:
+      // as on Turso it reads as an empty one, and reads do not use up DB_MAX_DATABASES_PER_REPO.
+      if (kind === 'write' && !parts.exists(scope)) body.transient = true;
       const raw = Buffer.from(JSON.stringify(body));
       if (kind === 'read' && !parts.exists(scope)) throw notFound(scope);
       const res = kind === 'read' ? await pool.read({ op: 'query', path }, raw) : await parts.replicated(scope, await pool.write(scope, path, 'execute', raw));

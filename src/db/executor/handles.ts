@@ -37,6 +37,8 @@ export interface Prepared {
   untracked: boolean;
   /** May leave the rows it touched as they were: updates, deletes, REPLACE (see Sandbox.rewrites). */
   rewrites: boolean;
+  /** The schema version it was prepared under (writes; 0 for others, whose findings the schema does not change). */
+  schema: number;
   /** The parameters the statement takes (read once, with the statement). */
   params: ParamSlots;
 }
@@ -52,6 +54,7 @@ export class DbHandle {
   readonly db: DatabaseSync;
   readonly sandbox = new Sandbox();
   private readonly cache = new Map<string, Prepared>();
+  private schemaStmt: StatementSync | null = null;
 
   readonly path: string;
   /** Which tables have a declared primary key (a changeset can carry them), as of a schema version (write-ops.ts). */
@@ -103,7 +106,10 @@ export class DbHandle {
     sb.denied = null;
     const key = mode === 'internal' ? `i\0${sql}` : mode === 'read' ? `r\0${sql}` : `w\0${sql}`;
     const hit = this.cache.get(key);
-    if (hit) return hit;
+    // What a write was found to do (the tables it and its triggers write, …) holds for the schema it was prepared
+    // under: a trigger made since, by any connection, is found only by preparing it again.
+    const schema = mode === 'write' ? this.schemaVersion() : 0;
+    if (hit && hit.schema === schema) return hit;
     sb.written = new Set();
     sb.inserts = false;
     sb.dml = false;
@@ -117,10 +123,16 @@ export class DbHandle {
     if (mode !== 'internal' && hasSecondStatement(sql)) throw new ApiError('sql_error', 'the SQL text holds more than one statement: send one statement at a time (the rest would be ignored)');
     const stmt = this.db.prepare(sql);
     if (mode !== 'internal') stmt.setAllowBareNamedParameters(false); // bound by each slot's token (params.ts bindNamed)
-    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, untracked: sb.untracked, rewrites: sb.rewrites || /replace/i.test(sql), params: paramSlots(sql) };
+    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, untracked: sb.untracked, rewrites: sb.rewrites || /replace/i.test(sql), params: paramSlots(sql), schema };
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
     return prepared;
+  }
+
+  /** The connection's schema version, through one statement kept for it (it needs no sandbox: a read-only pragma). */
+  private schemaVersion(): number {
+    this.schemaStmt ??= this.db.prepare('PRAGMA schema_version');
+    return Number((this.schemaStmt.get() as { schema_version: number }).schema_version);
   }
 
   /** Runs the project's own SQL (never user SQL) with the sandbox out of the way. */

@@ -60,8 +60,10 @@ export function totals(h: DbHandle): { changes: number; schema: number } {
 
 /**
  * Can a changeset carry the changes of these tables? SQLite's session extension records nothing for a rowid table
- * without a declared PRIMARY KEY (nor for a virtual table): its rows would silently be missing, so such a write's
- * event carries no changeset and followers take a snapshot instead. Known per table until the schema changes.
+ * without a declared PRIMARY KEY (nor for a virtual table), nor for a row with NULL in a key column, which a key
+ * that is not the rowid and not NOT NULL allows (`k TEXT PRIMARY KEY`, a composite key, `INTEGER PRIMARY KEY DESC`):
+ * such rows would silently be missing, so a write to such a table carries no changeset (followers take a snapshot),
+ * and whether it changed anything is not judged from one. Known per table until the schema changes.
  */
 function capturable(h: DbHandle, tables: string[]): boolean {
   if (tables.length === 0) return true;
@@ -71,12 +73,21 @@ function capturable(h: DbHandle, tables: string[]): boolean {
   return tables.every((t) => {
     let keyed = known.get(t);
     if (keyed === undefined) {
-      keyed = h.internal('SELECT 1 FROM main.sqlite_schema s, pragma_table_info(s.name) p WHERE s.name = ? AND s.type = \'table\' AND s.sql NOT LIKE \'CREATE VIRTUAL%\' AND p.pk > 0 LIMIT 1').get(t) !== undefined;
+      keyed = h.internal(KEYED).get(t)!.keyed === 1;
       known.set(t, keyed);
     }
     return keyed;
   });
 }
+
+/** 1 when no row of table ?1 can have NULL in a key column: WITHOUT ROWID, every key column NOT NULL, or the rowid's alias (no key index). */
+const KEYED = `SELECT s.sql NOT LIKE 'CREATE VIRTUAL%' AND k.pks > 0 AND (l.wr = 1 OR k.nullable = 0 OR (k.pks = 1 AND i.n = 0)) AS keyed
+  FROM main.sqlite_schema s,
+    (SELECT count(*) AS pks, sum(p."notnull" = 0) AS nullable FROM pragma_table_info(?1) p WHERE p.pk > 0) k,
+    (SELECT count(*) AS n FROM pragma_index_list(?1) WHERE origin = 'pk') i,
+    (SELECT coalesce(max(wr), 0) AS wr FROM pragma_table_list WHERE name = ?1 AND schema = 'main') l
+  WHERE s.name = ?1 AND s.type = 'table'
+  UNION ALL SELECT 0 LIMIT 1`;
 
 /**
  * The session's changeset, or null when SQLite cannot write one: a table it recorded changes of was dropped or

@@ -19,8 +19,6 @@ export interface RunOptions {
   foreignKeysOff?: boolean;
   /** What is left of the pipeline's results allowance. */
   maxResultBytes?: number;
-  /** Reads of a database that does not exist, run as a write on a new one: unless they changed it, it goes again. */
-  transient?: boolean;
 }
 
 export interface HranaBackend {
@@ -84,13 +82,10 @@ export class Pipeline {
         continue;
       }
       try {
-        if (this.resultBytesLeft <= 0) throw new ApiError('result_too_large', `this pipeline's results are over DB_MAX_RESULT_BYTES (${this.backend.maxResultBytes} bytes); requests[${i}] and those after it did not run: send them in another request`);
         const response = await this.request(r, `requests[${i}]`);
         if (response.type === 'close') closed = true;
         // A result the executor rendered goes out as it came (the hot path of every @libsql/client execute).
-        const text = response.result instanceof RawResult ? `{"type":"ok","response":{"type":"execute","result":${response.result.text}}}` : JSON.stringify({ type: 'ok', response });
-        this.resultBytesLeft -= Buffer.byteLength(text);
-        results.push(text);
+        results.push(response.result instanceof RawResult ? `{"type":"ok","response":{"type":"execute","result":${response.result.text}}}` : JSON.stringify({ type: 'ok', response }));
       } catch (e) {
         results.push(JSON.stringify({ type: 'error', error: hranaError(e) }));
       }
@@ -153,7 +148,9 @@ export class Pipeline {
     if (TRANSACTION.test(s.sql)) return this.control(s.sql, s);
     const tx = this.stream.tx;
     if (tx) {
+      this.checkAllowance();
       const result = await tx.exec(s);
+      this.resultBytesLeft -= JSON.stringify(result.rows).length; // rows are what grows a reply (runAs counts the rest)
       return stmt.want_rows === false ? { ...result, rows: [] } : result;
     }
     const reply = await this.runAs(READ_ONLY.test(s.sql) ? 'read' : 'write', [s]);
@@ -190,13 +187,24 @@ export class Pipeline {
 
   /** Reads that turn out to write, or read a database that does not exist yet, run as a write (which creates it). */
   private async runAs(kind: 'read' | 'write', statements: Statement[], foreignKeysOff = this.stream.foreignKeysOff): Promise<string> {
+    this.checkAllowance();
+    const reply = await this.runOnce(kind, statements, foreignKeysOff);
+    this.resultBytesLeft -= Buffer.byteLength(reply);
+    return reply;
+  }
+
+  /** Every result of the pipeline, a batch's steps included, draws on one allowance, as a /_db/query batch's do. */
+  private checkAllowance(): void {
+    if (this.resultBytesLeft <= 0) throw new ApiError('result_too_large', `this pipeline's results are over DB_MAX_RESULT_BYTES (${this.backend.maxResultBytes} bytes); this statement did not run: send the rest in another request`);
+  }
+
+  private async runOnce(kind: 'read' | 'write', statements: Statement[], foreignKeysOff: boolean): Promise<string> {
     try {
       return await this.backend.run(kind, statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft });
     } catch (e) {
-      // A database that does not exist reads as an empty one, as on Turso, and is not created by it (it would count
-      // against DB_MAX_DATABASES_PER_REPO): its reads run on a new file that goes again unless they changed it.
-      const missing = e instanceof ApiError && e.code === 'database_not_found';
-      if (kind === 'read' && (missing || (e instanceof ApiError && e.code === 'read_only'))) return this.backend.run('write', statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft, transient: missing });
+      // A database that does not exist reads as an empty one, as on Turso (run as a write, which does not keep it
+      // unless it changed it: see pipeline-backend.ts).
+      if (kind === 'read' && e instanceof ApiError && (e.code === 'read_only' || e.code === 'database_not_found')) return this.backend.run('write', statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft });
       throw e;
     }
   }
