@@ -32,7 +32,10 @@ test('the places people land first say where to go: the banner\'s address, an or
   const port = new URL(p.url).port;
   const bare = await fetch(`http://127.0.0.1:${port}/`, { headers: { accept: BROWSER } });
   assert.equal(bare.status, 404);
-  assert.match(await bare.text(), new RegExp(`each organization has its own host, e\\.g\\. http://acme\\.localhost:${port}/\\{repo\\}/`));
+  const page = await bare.text();
+  assert.match(page, new RegExp(`each organization has its own host and each repo its path there, e\\.g\\. <a href="http://acme\\.localhost:${port}/web/_account/">`), 'a link, not text to copy');
+  const other = await fetch(`http://127.0.0.1:${port}/web/`, { headers: { accept: BROWSER } });
+  assert.doesNotMatch(await other.text(), /Your account/, 'no account button on a host that has no account page');
   const root = await p.call('/', { headers: { accept: BROWSER } });
   assert.equal(root.status, 404);
   assert.match(root.text, /this is the host of the organization acme: each repository is at \/\{repo\}\/, e\.g\. \/web\//);
@@ -61,4 +64,9 @@ test('what the request put in the message is escaped', async () => {
   assert.doesNotMatch(r.text, /<img src=x/);
   // The segment is decoded as on /_db and /_account (SPEC 2), so the markup in it is real: escaped, not run.
   assert.match(r.text, /repo name &quot;x&lt;img src=x onerror=alert\(1\)&gt;&amp;\\&quot;&quot; must match/);
+});
+
+test('an address in a path echoed by an error page stays text: no crafted link to elsewhere on the org\'s host', async () => {
+  const r = await p.call('/web/_account/https://evil.example/phish', { headers: { accept: BROWSER } });
+  assert.doesNotMatch(r.text, /<a href="https:\/\/evil/);
 });

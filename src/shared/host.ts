@@ -18,7 +18,7 @@ export function orgFromHost(raw: string | undefined, baseDomain: string): string
   if (label.length === 0 || label.includes('.')) {
     // The address in the start-up banner is where people land first: say where the org hosts are.
     const port = colon === -1 ? '' : host.slice(colon);
-    throw new ApiError('unknown_host', `host ${quote(host)} is not {org}.${baseDomain}: each organization has its own host, e.g. http://acme.${baseDomain}${port}/{repo}/`);
+    throw new ApiError('unknown_host', `host ${quote(host)} is not {org}.${baseDomain}: each organization has its own host and each repo its path there, e.g. http://acme.${baseDomain}${port}/web/_account/ (the account page of repo web in org acme)`);
   }
   return checkOrg(label);
 }

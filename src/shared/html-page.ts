@@ -72,12 +72,21 @@ export function wantsHtml(req: FastifyRequest): boolean {
 
 const REPO_SEGMENT = /^\/([a-z0-9][a-z0-9._-]{0,99})(\/|$)/;
 
+/**
+ * Addresses in an (escaped) message become links: a person clicks where the message says to go. Only the unknown-host
+ * message's, which the server writes: a path echoed in another message could carry a crafted link to elsewhere.
+ */
+function linkify(escaped: string): string {
+  return escaped.replace(/https?:\/\/[^\s<>"']+[^\s<>"'.,;:)]/g, (url) => `<a href="${url}">${url}</a>`);
+}
+
 /** SPEC 3's error as a page: what went wrong, the code and request id to quote, and the way to the account page. */
 export function sendErrorPage(req: FastifyRequest, reply: FastifyReply, status: number, code: string, message: string): FastifyReply {
   const repo = REPO_SEGMENT.exec(req.url)?.[1];
-  const account = repo && !repo.startsWith('_') ? `<p><a class="button" href="/${escapeHtml(repo)}/_account/">Your account</a></p>` : '';
+  // On a host that is no org's, the account page is not there either: the message's address is the way on.
+  const account = repo && !repo.startsWith('_') && code !== 'unknown_host' ? `<p><a class="button" href="/${escapeHtml(repo)}/_account/">Your account</a></p>` : '';
   const body = `<h1>${escapeHtml(status)} — ${escapeHtml(code.replaceAll('_', ' '))}</h1>
-<div class="card error"><p>${escapeHtml(message)}</p></div>
+<div class="card error"><p>${code === 'unknown_host' ? linkify(escapeHtml(message)) : escapeHtml(message)}</p></div>
 ${account}<p class="muted">Error <code>${escapeHtml(code)}</code> · request <code>${escapeHtml(req.id)}</code></p>`;
   return sendPage(reply, status, `${status} ${code.replaceAll('_', ' ')}`, body);
 }
