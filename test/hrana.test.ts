@@ -10,6 +10,7 @@ import { Kysely, Migrator, sql as ksql, type Generated, type Migration } from 'k
 import { LibsqlDialect } from '@libsql/kysely-libsql';
 import { viaLoopback } from './helpers/loopback-fetch.ts';
 import { startProduct, type Product } from './helpers/product.ts';
+import { wrongSecret } from '../src/shared/secrets.ts';
 
 
 let p: Product;
@@ -120,9 +121,10 @@ describe('@libsql/client', () => {
     const res = await p.call('/web/_db/v2/pipeline', { body: { baton: null, requests: [] }, headers: { authorization: 'Bearer wrong' } });
     assert.equal(res.status, 401);
     assert.equal(res.headers['content-type'], 'application/json');
-    assert.deepEqual(res.json, { error: { code: 'unauthorized', message: 'wrong secret for this repo' }, message: 'wrong secret for this repo', code: 'UNAUTHORIZED' });
+    const message = wrongSecret('acme', 'web');
+    assert.deepEqual(res.json, { error: { code: 'unauthorized', message }, message, code: 'UNAUTHORIZED' });
     const plain = await p.call('/web/_db/query', { body: { sql: 'SELECT 1' }, headers: { authorization: 'Bearer wrong' } });
-    assert.deepEqual(plain.json, { error: { code: 'unauthorized', message: 'wrong secret for this repo' } }, 'the JSON API is unchanged');
+    assert.deepEqual(plain.json, { error: { code: 'unauthorized', message } }, 'the JSON API is unchanged');
   });
 
   test('migrate() and a stream\'s PRAGMA foreign_keys=OFF: a parent table\'s rebuild fires no ON DELETE CASCADE', async () => {

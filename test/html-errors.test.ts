@@ -70,3 +70,9 @@ test('an address in a path echoed by an error page stays text: no crafted link t
   const r = await p.call('/web/_account/https://evil.example/phish', { headers: { accept: BROWSER } });
   assert.doesNotMatch(r.text, /<a href="https:\/\/evil/);
 });
+
+test('a person who types the sign-out address is told where the button is (sign-out is a POST)', async () => {
+  const r = await p.call('/web/_account/logout', { headers: { accept: BROWSER } });
+  assert.equal(r.status, 404);
+  assert.match(r.text, /signing out is POST \/web\/_account\/logout: use the Sign out button on your account page/);
+});

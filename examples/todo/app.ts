@@ -63,8 +63,8 @@ export async function createTodoApp(opts: TodoAppOptions): Promise<Server> {
 <body><h1>${escape(name)}'s todos</h1>
 <ul>${rows.map((r) => `<li>${escape(r.title)}</li>`).join('') || '<li><em>nothing yet</em></li>'}</ul>
 <form method="post" action="${escape(prefix)}/add"><label>New todo <input name="title" required maxlength="200"></label> <button>Add</button></form>
-<p>Webhook: ${webhook ? `notifying <code>${escape(webhook.host)}</code> on each new todo` : `none — save a credential with plugin <code>todo</code>, name <code>webhook</code> and value <code>{"url": "https://…"}</code> on`}
-<a href="${escape(prefix)}/_account/">your account page</a>.</p>
+<p>Webhook: ${webhook ? `notifying <code>${escape(webhook.host)}</code> on each new todo (change it on` : `none — save a credential with plugin <code>todo</code>, name <code>webhook</code> and value <code>{"url": "https://…"}</code> on`}
+<a href="${escape(prefix)}/_account/">your account page</a>${webhook ? ')' : ''}.</p>
 </body></html>`);
   }
 

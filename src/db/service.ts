@@ -8,7 +8,7 @@ import type { Logger } from '../shared/log.ts';
 import { metrics } from '../shared/metrics.ts';
 import { loopDelayMs, watchLoopDelay } from '../shared/loop-delay.ts';
 import { RateLimiter } from '../shared/rate-limit.ts';
-import { bearerToken, verifyRepoSecret } from '../shared/secrets.ts';
+import { bearerToken, verifyRepoSecret, wrongSecret } from '../shared/secrets.ts';
 import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Replication, Scope } from './contract.ts';
 import { ExecutorPool, type ExecReply } from './executor/pool.ts';
 import { Layout } from './layout.ts';
@@ -206,7 +206,7 @@ export class DbService implements DbHandler, ChangeFeed {
   private authorize(req: DbRequest): void {
     const token = bearerToken(req.authorization);
     if (token === null || !verifyRepoSecret(this.config.rootKeys, req.org, req.repo, token)) {
-      throw new ApiError('unauthorized', token === null ? 'missing Authorization: Bearer <repo secret>' : 'wrong secret for this repo', undefined, { 'www-authenticate': 'Bearer' });
+      throw new ApiError('unauthorized', token === null ? 'missing Authorization: Bearer <repo secret>' : wrongSecret(req.org, req.repo), undefined, { 'www-authenticate': 'Bearer' });
     }
     this.limiter?.take(`${req.org}/${req.repo}`);
   }

@@ -49,6 +49,11 @@ function unpooled(b: Buffer): Buffer {
 }
 
 /** Constant-time check of a presented secret against every accepted root key. */
+/** The refusal of a repo secret that is not this repo's: where the right one comes from (a key of another DATA_DIR is the usual cause). */
+export function wrongSecret(org: string, repo: string): string {
+  return `wrong secret for this repo: the server derives it from its own key; print it with \`npx scopebase secret ${org}/${repo}\` where the server runs (same DATA_DIR or RUNTIME_ROOT_KEY)`;
+}
+
 export function verifyRepoSecret(rootKeys: readonly Buffer[], org: string, repo: string, presented: string): boolean {
   const given = Buffer.from(presented);
   let ok = false;

@@ -4,7 +4,7 @@ import type { Config } from '../../shared/config.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { parseJsonObject } from '../../shared/http.ts';
 import { checkRepo, safeDecode } from '../../shared/names.ts';
-import { bearerToken, verifyRepoSecret } from '../../shared/secrets.ts';
+import { bearerToken, verifyRepoSecret, wrongSecret } from '../../shared/secrets.ts';
 import type { ResolvedSession, SessionResolver } from '../contract.ts';
 import { assertSameSite } from '../same-site.ts';
 import { checkCredentialName, checkExpiresAt, checkUserId, formValue, isExpired, parseForm, parsePutBody, type FormInput } from './input.ts';
@@ -33,7 +33,7 @@ function checkRuntime(req: Req, config: Config, repo: string): void {
   const header = req.headers.authorization;
   const token = bearerToken(typeof header === 'string' ? header : undefined);
   if (token === null) throw unauthorized('this call needs the repo\'s secret: Authorization: Bearer <secret>');
-  if (!verifyRepoSecret(config.rootKeys, req.org, repo, token)) throw unauthorized('wrong secret for this repo');
+  if (!verifyRepoSecret(config.rootKeys, req.org, repo, token)) throw unauthorized(wrongSecret(req.org, repo));
 }
 
 async function requireSession(req: Req, resolve: SessionResolver): Promise<ResolvedSession> {

@@ -44,7 +44,7 @@ It never runs under <code>NODE_ENV=production</code>.</p>
 ${error ? `<p class="card error" role="alert">${escapeHtml(error)}</p>` : ''}
 <form method="post" action="/interaction/${escapeHtml(uid)}" class="card">
   <label for="email">Email</label>
-  <input id="email" name="email" type="email" required autocomplete="email" value="dev@example.com">
+  <input id="email" name="email" type="text" inputmode="email" required autocomplete="email" value="dev@example.com">
   <label for="name">Name</label>
   <input id="name" name="name" type="text" autocomplete="name" value="Dev User" maxlength="100">
   <p><button class="primary" type="submit">Sign in</button></p>

@@ -57,4 +57,11 @@ export async function sessionRoutes(app: FastifyInstance, deps: { sessions: Sess
     }
     return reply.code(204).send();
   });
+
+  // Signing out changes state, so it is a POST (a link or a prefetch must not sign anyone out); a person who typed
+  // the address is told where the button is, in SPEC 3's 404 for a route that is not there.
+  app.get('/logout', async (req: Req) => {
+    const repo = checkRepo(req.params.repo);
+    throw new ApiError('not_found', `signing out is POST /${repo}/_account/logout: use the Sign out button on your account page, /${repo}/_account/`);
+  });
 }
