@@ -12,6 +12,7 @@ export interface PipelineParts {
   replication: Replication | null;
   limits: Pick<Config['db'], 'maxStatements' | 'maxValueBytes' | 'transactionMaxMs' | 'maxResultBytes'>;
   exists(scope: Scope): boolean;
+  reportBug(e: unknown): void;
   /** A write's reply once it is on the follower too (cluster mode). */
   replicated(scope: Scope, res: ExecReply): Promise<ExecReply>;
 }
@@ -66,5 +67,6 @@ export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts
     transactionMaxMs: limits.transactionMaxMs,
     maxStatements: limits.maxStatements,
     maxResultBytes: limits.maxResultBytes,
+    reportBug: parts.reportBug,
   };
 }

@@ -185,7 +185,10 @@ export class DbService implements DbHandler, ChangeFeed {
     }
     const file = this.layout.path({ org: req.org, repo: req.repo, database });
     const error = typeof res.body === 'string' || Buffer.isBuffer(res.body) ? res.body.toString().slice(0, 500) : undefined;
-    this.logger.error({ org: req.org, repo: req.repo, op, status: res.status, file, error }, 'database request failed');
+    // A 507 is most often a tenant at its own limit (size, value, databases), which it can repeat at will: a warning;
+    // a full disk shows there too, and in the 507s of scopebase_db_requests_total.
+    const level = res.status === 507 ? 'warn' : 'error';
+    this.logger[level]({ org: req.org, repo: req.repo, op, status: res.status, file, error }, 'database request failed');
   }
 
   private async answer(name: string, req: DbRequest): Promise<DbResponse> {
@@ -219,6 +222,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const backend = pipelineBackend(scope, this.layout.path(scope), {
       pool: this.pool, replication: this.replication, limits: this.config.db,
       exists: (s) => this.exists(s), replicated: (s, res) => this.replicated(s, res),
+      reportBug: (e) => this.logger.error({ err: e, org: scope.org, repo: scope.repo, database: scope.database }, 'a libSQL request failed unexpectedly (answered SQLITE_INTERNAL)'),
     });
     return { status: 200, headers: { 'content-type': JSON_TYPE }, body: await this.hrana.pipeline(`${scope.org}/${scope.repo}/${scope.database}`, backend, req.body) };
   }

@@ -34,6 +34,8 @@ export interface HranaBackend {
   /** SPEC 4.4's limits: steps per batch (DB_MAX_STATEMENTS), and bytes of results per pipeline (DB_MAX_RESULT_BYTES). */
   maxStatements: number;
   maxResultBytes: number;
+  /** An error that is no ApiError is a bug: answered SQLITE_INTERNAL in the pipeline, and reported here (logged). */
+  reportBug(e: unknown): void;
 }
 
 interface HranaError { message: string; code: string }
@@ -87,7 +89,7 @@ export class Pipeline {
         // A result the executor rendered goes out as it came (the hot path of every @libsql/client execute).
         results.push(response.result instanceof RawResult ? `{"type":"ok","response":{"type":"execute","result":${response.result.text}}}` : JSON.stringify({ type: 'ok', response }));
       } catch (e) {
-        results.push(JSON.stringify({ type: 'error', error: hranaError(e) }));
+        results.push(JSON.stringify({ type: 'error', error: this.failure(e) }));
       }
     }
     return { results, closed };
@@ -193,6 +195,12 @@ export class Pipeline {
     return reply;
   }
 
+  /** A request's or a step's error as the protocol's; one that is no ApiError is a bug, and reported. */
+  private failure(e: unknown): HranaError {
+    if (!(e instanceof ApiError)) this.backend.reportBug(e);
+    return hranaError(e);
+  }
+
   /** Every result of the pipeline, a batch's steps included, draws on one allowance, as a /_db/query batch's do. */
   private checkAllowance(): void {
     if (this.resultBytesLeft <= 0) throw new ApiError('result_too_large', `this pipeline's results are over DB_MAX_RESULT_BYTES (${this.backend.maxResultBytes} bytes); this statement did not run: send the rest in another request`);
@@ -234,7 +242,7 @@ export class Pipeline {
         const failed = Math.min(e instanceof ApiError ? (e.details as { statement?: number } | undefined)?.statement ?? 0 : 0, indexes.length - 1);
         indexes.forEach((i, k) => {
           if (k < failed) inBlock.set(i, { result: EMPTY });
-          else if (k === failed) inBlock.set(i, { error: hranaError(e) });
+          else if (k === failed) inBlock.set(i, { error: this.failure(e) });
         });
       }
     }
@@ -253,7 +261,7 @@ export class Pipeline {
         results[i] = (await this.execute(steps[i]!.stmt, `${where}.steps[${i}].stmt`)) as StmtResult;
         return 'ok';
       } catch (e) {
-        errors[i] = hranaError(e);
+        errors[i] = this.failure(e);
         return 'error';
       }
     });
