@@ -75,7 +75,10 @@ const paths: Record<string, PathItem> = {
   }),
   '/{repo}/_account/callback': item('/:repo/_account/callback', ['repo'], { get: op('The provider returns here: session cookie, 302 to return_to', { tags: ['account'], responses: { 302: { description: 'signed in' }, default: ERROR } }) }),
   '/{repo}/_account/verify': item('/:repo/_account/verify', ['repo'], { get: op('Forward auth: 200 with x-auth-user-* headers, or 401', { tags: ['account'] }) }),
-  '/{repo}/_account/logout': item('/:repo/_account/logout', ['repo'], { post: op('Signs out: 204, or 303 for a form post', { tags: ['account'], responses: { 204: { description: 'signed out' }, 303: { description: 'to return_to' }, default: ERROR } }) }),
+  '/{repo}/_account/logout': item('/:repo/_account/logout', ['repo'], {
+    post: op('Signs out: 204, or 303 for a form post', { tags: ['account'], responses: { 204: { description: 'signed out' }, 303: { description: 'to return_to' }, default: ERROR } }),
+    get: op('Signs no one out (a link or a prefetch must not): 404 saying that signing out is a POST, and where the button is', { tags: ['account'], responses: { default: ERROR } }),
+  }),
   '/{repo}/_account/credentials': item('/:repo/_account/credentials', ['repo'], { get: op('The signed-in user\'s plugin credentials for this repo, without values (SPEC 7.1)', { tags: ['credentials'], security: [{ session: [] }] }) }),
   '/{repo}/_account/credentials/form': item('/:repo/_account/credentials/form', ['repo'], { post: op('The account page\'s form: save a credential (303 back)', { tags: ['credentials'], security: [{ session: [] }] }) }),
   '/{repo}/_account/credentials/{plugin}/{name}': item('/:repo/_account/credentials/:plugin/:name', ['repo', 'plugin', 'name'], {
