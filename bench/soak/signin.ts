@@ -44,7 +44,8 @@ async function get(url: string, dispatcher: Dispatcher, headers: Record<string, 
 export async function signInOnce(o: { proxyUrl: string; host: string; org: string; dispatcher: Dispatcher; fail: (why: string) => void }): Promise<number> {
   const headers = (cookies: string[]) => ({ host: o.host, ...(cookies.length ? { cookie: cookies.join('; ') } : {}) });
   const stop = (step: string, h: Hop): number => {
-    if (h.status !== 503 && h.status !== 0) o.fail(`sign-in ${step} answered ${h.status} ${JSON.stringify(h.json)?.slice(0, 200)}`);
+    // The whole answer: the caller tells an excused failure by its reason, which a cut could leave out.
+    if (h.status !== 503 && h.status !== 0) o.fail(`sign-in ${step} answered ${h.status} ${JSON.stringify(h.json)?.slice(0, 1000)}`);
     return h.status;
   };
   try {
