@@ -47,11 +47,13 @@ export function beginTx(id: string, path: string, create: boolean, ctx: GroupCon
 }
 
 /** One statement in the transaction; a failing one is undone alone (SQLite's statement journal), the rest stays. */
-export function execTx(id: string, statement: StatementSpec, maxResultBytes: number): Reply {
+/** `maxResultBytes` in the message: what is left of its pipeline's allowance (set by the service, never by a client). */
+export function execTx(id: string, statement: StatementSpec & { maxResultBytes?: number }, maxResultBytes: number): Reply {
   const tx = open.get(id);
   if (!tx) return gone();
   try {
-    const out = runWrite(tx.h, statement, 0, 'hrana', new ResultBudget(maxResultBytes)); // only the libSQL protocol opens transactions
+    const budget = new ResultBudget(Math.min(maxResultBytes, statement.maxResultBytes ?? Infinity));
+    const out = runWrite(tx.h, statement, 0, 'hrana', budget); // only the libSQL protocol opens transactions
     for (const t of out.tables) tx.tables.add(t);
     tx.untracked ||= out.untracked === true;
     return { status: 200, body: `{"results":[${out.text}]}` };

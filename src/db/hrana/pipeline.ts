@@ -151,7 +151,7 @@ export class Pipeline {
     const tx = this.stream.tx;
     if (tx) {
       this.checkAllowance();
-      const result = await tx.exec(s);
+      const result = await tx.exec(s, this.resultBytesLeft);
       this.resultBytesLeft -= JSON.stringify(result.rows).length; // rows are what grows a reply (runAs counts the rest)
       return stmt.want_rows === false ? { ...result, rows: [] } : result;
     }

@@ -68,8 +68,9 @@ export class StreamTx {
   }
 
   /** Runs one statement in the transaction; resolves the SPEC 4.4 result of it. */
-  async exec(statement: Statement): Promise<StmtResult> {
-    const body = await this.send('tx.exec', Buffer.from(JSON.stringify(statement)));
+  /** `maxResultBytes`: what is left of the pipeline's results allowance. */
+  async exec(statement: Statement, maxResultBytes?: number): Promise<StmtResult> {
+    const body = await this.send('tx.exec', Buffer.from(JSON.stringify(maxResultBytes === undefined ? statement : { ...statement, maxResultBytes })));
     return (body.results as StmtResult[])[0]!; // rendered by the executor (hrana-result.ts)
   }
 
