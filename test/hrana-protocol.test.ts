@@ -296,3 +296,12 @@ describe('shapes the protocol does not allow are refused, not read loosely', () 
     assert.match(baton.json.error.message, /"baton": string \| null/);
   });
 });
+
+test('a named argument given twice with different values is refused, not bound by a guess', async () => {
+  const args = (b: unknown) => ({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'SELECT :a AS a', named_args: [{ name: ':a', value: { type: 'integer', value: '1' } }, { name: 'a', value: b }] } }] });
+  const twice = await pipeline(args({ type: 'integer', value: '2' }));
+  assert.equal(twice.json.results[0].type, 'error', twice.text);
+  assert.match(twice.json.results[0].error.message, /names "a" twice with different values/);
+  const same = await pipeline(args({ type: 'integer', value: '1' }));
+  assert.equal(same.json.results[0].type, 'ok', same.text);
+});
