@@ -313,7 +313,23 @@ describe('forms and the account page (no JavaScript)', () => {
     r = await p.call(`${base}/credentials/form`, { method: 'POST', headers: formHeaders(dave), rawBody: form({ plugin: 'Bad/Name', name: 'x', value: 'v' }) });
     assert.equal(r.headers.location, '/web/_account/?credentials_error=invalid_name');
     r = await p.call(`${base}/credentials/form`, { method: 'POST', headers: formHeaders(dave), rawBody: form({ plugin: 'a', name: 'b', value: '[1]', type: 'json' }) });
-    assert.equal(r.headers.location, '/web/_account/?credentials_error=invalid_request');
+    assert.equal(r.headers.location, '/web/_account/?credentials_error=invalid_request&problem=value_object&plugin=a&name=b');
+    // The page words what was wrong (fixed text, nothing echoed) and fills in the names again, never the value.
+    const cases: [Record<string, string>, string, RegExp][] = [
+      [{ plugin: 'gh', name: 'tok', value: '{not json', type: 'json' }, 'value_json', /The value is not valid JSON/],
+      [{ plugin: 'gh', name: 'tok', value: '"x"', type: 'json', expiresAt: '2001-01-01T00:00' }, 'value_object', /must be an object/],
+      [{ plugin: 'gh', name: 'tok', value: '{"a":1}', type: 'json', expiresAt: '2001-01-01T00:00' }, 'expiry', /The expiry must be a real date and time in the future/],
+    ];
+    for (const [fields, problem, words] of cases) {
+      const posted = await p.call(`${base}/credentials/form`, { method: 'POST', headers: formHeaders(dave), rawBody: form(fields) });
+      assert.match(String(posted.headers.location), new RegExp(`problem=${problem}&plugin=gh&name=tok$`));
+      const page = await p.call(String(posted.headers.location), { headers: { cookie: dave.cookie, accept: 'text/html' } });
+      assert.match(page.text, words);
+      assert.match(page.text, /id="new-plugin"[^>]* value="gh"/);
+      assert.doesNotMatch(page.text, /not json/, 'the value is never put back');
+    }
+    const crafted = await p.call('/web/_account/?credentials_error=invalid_request&problem=x&plugin=%3Cb%3E', { headers: { cookie: dave.cookie, accept: 'text/html' } });
+    assert.doesNotMatch(crafted.text, /value="<b>|value="&lt;b&gt;"/, 'only a valid name is filled in');
     r = await p.call(`${base}/credentials/form`, { method: 'POST', headers: formHeaders(dave, { origin: 'https://evil.example' }), rawBody: form({ plugin: 'stripe', name: 'key', _method: 'delete' }) });
     assert.equal(r.status, 403);
     r = await p.call(`${base}/credentials/form`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, rawBody: form({ plugin: 'stripe', name: 'key', _method: 'delete' }) });

@@ -132,15 +132,15 @@ export function parseForm(contentType: string | undefined, body: unknown): FormI
 
 /** The value of a form: the text itself, or (type=json) the JSON object it holds. */
 export function formValue(input: FormInput): CredentialValue {
-  if (input.value === null) throw new ApiError('invalid_request', '"value" is required');
+  if (input.value === null) throw new ApiError('invalid_request', '"value" is required', { field: 'value', problem: 'missing' });
   if (input.type === 'text') return checkValue(input.value);
   if (input.type !== 'json') throw new ApiError('invalid_request', 'type must be text or json');
   let parsed: unknown;
   try {
     parsed = JSON.parse(input.value);
   } catch {
-    throw new ApiError('invalid_request', 'the value is not valid JSON');
+    throw new ApiError('invalid_request', 'the value is not valid JSON', { field: 'value', problem: 'json' });
   }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new ApiError('invalid_request', 'a JSON value must be an object');
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new ApiError('invalid_request', 'a JSON value must be an object', { field: 'value', problem: 'object' });
   return checkValue(parsed);
 }

@@ -98,6 +98,8 @@ async function handleForm(req: Req, reply: FastifyReply, deps: Deps): Promise<Fa
   const session = await requireSession(req, deps.resolveSession);
   assertSameSite(req);
   const input: FormInput = parseForm(req.headers['content-type'], req.body);
+  let stage: 'form' | 'expiry' | 'store' = 'form';
+  let names = '';
   try {
     const plugin = checkCredentialName('plugin', req.params.plugin ?? input.plugin);
     const name = checkCredentialName('name', req.params.name ?? input.name);
@@ -107,13 +109,19 @@ async function handleForm(req: Req, reply: FastifyReply, deps: Deps): Promise<Fa
       remove(req, deps, id, by);
       return reply.code(303).header('location', accountPage(repo, 'credentials=deleted')).header('cache-control', 'no-store').send();
     }
+    names = `&plugin=${plugin}&name=${name}`; // checked names only: the page fills them in again, and nothing else
     const value = formValue(input);
+    stage = 'expiry';
     const expires = input.expiresAt === null ? null : checkExpiresAt(input.expiresAt);
+    stage = 'store';
     const out = put(req, deps, id, value, expires, by);
     return reply.code(303).header('location', accountPage(repo, `credentials=${out.created ? 'created' : 'replaced'}`)).header('cache-control', 'no-store').send();
   } catch (e) {
     if (e instanceof ApiError && e.status < 500) {
-      return reply.code(303).header('location', accountPage(repo, `credentials_error=${e.code}`)).header('cache-control', 'no-store').send();
+      // Which part of the form was wrong, as a fixed key the page words (the message itself is never echoed).
+      const problem = (e.details as { problem?: string } | undefined)?.problem;
+      const part = stage === 'expiry' ? '&problem=expiry' : problem === 'json' || problem === 'object' || problem === 'missing' ? `&problem=value_${problem}` : '';
+      return reply.code(303).header('location', accountPage(repo, `credentials_error=${e.code}${part}${names}`)).header('cache-control', 'no-store').send();
     }
     throw e;
   }

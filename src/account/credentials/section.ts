@@ -3,7 +3,7 @@ import type { FastifyRequest } from 'fastify';
 import { escapeHtml, timeHtml } from '../../shared/html-page.ts';
 import type { AuditEntry } from './audit.ts';
 import type { CredentialMeta } from './store.ts';
-import { isExpired } from './input.ts';
+import { CREDENTIAL_NAME, isExpired } from './input.ts';
 import { RUNTIME_ACTOR } from './routes.ts';
 
 /** Messages for the status a form post redirects back with; nothing from the query string is echoed. */
@@ -71,10 +71,22 @@ export interface SectionData {
   audit: AuditEntry[];
 }
 
+/** What exactly was wrong with the form (routes.ts adds it as ?problem=): fixed words, nothing echoed. */
+const PROBLEMS: Record<string, string> = {
+  value_json: 'The value is not valid JSON: with "JSON object" chosen it must be an object such as {"token": "…"}; choose "Text" for a plain string.',
+  value_object: 'A JSON value must be an object such as {"token": "…"}, not a list, a number or a string; choose "Text" for a plain string.',
+  value_missing: 'Enter a value.',
+  expiry: 'The expiry must be a real date and time in the future, or left empty.',
+};
+
+/** A name from the query string, filled into the form again only if it is a valid credential name. */
+const refill = (v: unknown): string => (typeof v === 'string' && CREDENTIAL_NAME.test(v) ? ` value="${escapeHtml(v)}"` : '');
+
 export function renderSection(req: FastifyRequest, d: SectionData): string {
   const q = (req.query ?? {}) as Record<string, unknown>;
   const status = typeof q.credentials === 'string' ? NOTICES[q.credentials] : undefined;
-  const error = typeof q.credentials_error === 'string' ? (ERRORS[q.credentials_error] ?? 'The change could not be made.') : undefined;
+  const problem = typeof q.problem === 'string' ? PROBLEMS[q.problem] : undefined;
+  const error = typeof q.credentials_error === 'string' ? (problem ?? ERRORS[q.credentials_error] ?? 'The change could not be made.') : undefined;
   const notice = error ? `<p class="card error" role="alert">${escapeHtml(error)}</p>` : status ? `<p class="card" role="status">${escapeHtml(status)}</p>` : '';
   const list = d.credentials.length === 0
     ? '<p class="muted">No credentials stored for this repository.</p>'
@@ -89,9 +101,9 @@ ${list}
 <form method="post" action="/${escapeHtml(d.repo)}/_account/credentials/form">
 <input type="hidden" name="_method" value="put">
 <label for="new-plugin">Plugin</label>
-<input id="new-plugin" name="plugin" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" autocomplete="off">
+<input id="new-plugin" name="plugin" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" autocomplete="off"${error ? refill(q.plugin) : ''}>
 <label for="new-name">Name</label>
-<input id="new-name" name="name" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" autocomplete="off">
+<input id="new-name" name="name" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" autocomplete="off"${error ? refill(q.name) : ''}>
 ${valueFields('new')}
 <p><button type="submit" class="primary">Store credential</button></p>
 </form>
