@@ -235,6 +235,8 @@ test('secret prints the repo secret; usage mistakes exit 2 with one line', async
   assert.deepEqual([again.stdout, again.stderr], [made.stdout, ''], 'the same secret, silently, once the key exists');
   const cases: [string[], RegExp][] = [
     [['secret', 'acme'], /is not org\/repo/],
+    [['secret', 'acme/\u212Aey'], /is not org\/repo/], // a look-alike is not folded into "key", as the server does not
+    [['status', '\u212Acme/web'], /is not org\/repo/],
     [['query', 'SELECT 1'], /name the repo/],
     [['query', 'acme/web'], /give the SQL/],
     [['query', 'acme/web', 'SELECT 1', '--params', '{oops'], /--params is not JSON/],

@@ -4,13 +4,13 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { ConfigError, dataDirOf, loadConfig } from '../shared/config.ts';
-import { isOrgName, isRepoName } from '../shared/names.ts';
+import { isOrgName, isRepoName, lowerAscii } from '../shared/names.ts';
 import { parseRootKeys, repoSecret } from '../shared/secrets.ts';
 import { usageError } from './output.ts';
 
 /** Splits `org/repo` (lowercased), or fails with a usage error naming the rule. */
 export function parseRepoPath(value: string): { org: string; repo: string } {
-  const [org, repo, ...more] = value.toLowerCase().split('/');
+  const [org, repo, ...more] = lowerAscii(value).split('/');
   if (more.length > 0 || !org || !repo || !isOrgName(org) || !isRepoName(repo)) {
     throw usageError(`${JSON.stringify(value)} is not org/repo (names as in SPEC 2, e.g. acme/web)`);
   }

@@ -2,7 +2,7 @@
 import { Option, type Command } from 'commander';
 import { baseDomainOf, ConfigError } from '../shared/config.ts';
 import { createClient, ScopebaseError, type Client } from '../client/index.ts';
-import { isDatabaseName } from '../shared/names.ts';
+import { isDatabaseName, lowerAscii } from '../shared/names.ts';
 import { derivedSecret, parseRepoPath } from './secret.ts';
 import { explain, usageError } from './output.ts';
 
@@ -43,7 +43,7 @@ export function connect(opts: TargetOptions, positionalRepo?: string): Target {
   const hostOrg = hostname.endsWith(`.${baseDomain}`) && !hostname.slice(0, -baseDomain.length - 1).includes('.') ? hostname.slice(0, -baseDomain.length - 1) : undefined;
   const pathRepo = url.pathname.split('/').filter(Boolean)[0];
 
-  let org = opts.org?.toLowerCase();
+  let org = opts.org === undefined ? undefined : lowerAscii(opts.org);
   let repo: string | undefined;
   const named = positionalRepo ?? opts.repo;
   if (named?.includes('/')) {
@@ -51,10 +51,10 @@ export function connect(opts: TargetOptions, positionalRepo?: string): Target {
     if (org && org !== parsed.org) throw usageError(`--org ${org} disagrees with ${named}: give the org once`);
     ({ org, repo } = parsed);
   } else if (named) {
-    repo = named.toLowerCase();
+    repo = lowerAscii(named);
   }
   org ??= hostOrg;
-  repo ??= pathRepo?.toLowerCase();
+  repo ??= pathRepo === undefined ? undefined : lowerAscii(pathRepo);
   if (!org || !repo) throw usageError('name the repo: a positional acme/web, --repo acme/web, or --org acme --repo web');
   parseRepoPath(`${org}/${repo}`); // checks both names
   if (opts.database !== undefined && !isDatabaseName(opts.database)) throw usageError(`--database ${JSON.stringify(opts.database)} must match ^[a-z0-9][a-z0-9_-]{0,63}$`);

@@ -1,5 +1,6 @@
 // SPEC 4.1: per-repo shared secrets derived from the runtime root key(s).
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import { lowerAscii } from './names.ts';
 
 /** Parses RUNTIME_ROOT_KEY: a comma list of 64+ hex digit keys; the first is current. Throws a message without the value. */
 export function parseRootKeys(value: string): Buffer[] {
@@ -11,7 +12,7 @@ export function parseRootKeys(value: string): Buffer[] {
 }
 
 export function repoSecret(rootKey: Buffer, org: string, repo: string): string {
-  return createHmac('sha256', rootKey).update(`db:${org.toLowerCase()}/${repo.toLowerCase()}`).digest('base64url');
+  return createHmac('sha256', rootKey).update(`db:${lowerAscii(org)}/${lowerAscii(repo)}`).digest('base64url');
 }
 
 /** Derives a purpose-bound key (for internal use) so one root key never serves two protocols. */
@@ -29,7 +30,7 @@ function expectedSecrets(rootKeys: readonly Buffer[], org: string, repo: string)
     cache = new Map();
     expectedCache.set(rootKeys, cache);
   }
-  const id = `${org.toLowerCase()}/${repo.toLowerCase()}`;
+  const id = `${lowerAscii(org)}/${lowerAscii(repo)}`;
   let expected = cache.get(id);
   if (expected) {
     cache.delete(id); // keep recently used entries at the end
