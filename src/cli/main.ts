@@ -106,7 +106,9 @@ export async function main(argv: string[]): Promise<number> {
 /** The process's entry: a failure ends the process even if a part started before it left handles open; a started server keeps running. */
 export async function run(argv: string[]): Promise<void> {
   // Output piped into a reader that stopped (`| head`): nothing is left to tell, and no stack trace should say so.
-  for (const stream of [process.stdout, process.stderr]) {
+  // Not for a server (start, serve): an exit 0 there would read as a clean stop to a supervisor, and no restart.
+  const server = argv[0] === 'start' || argv[0] === 'serve';
+  for (const stream of server ? [] : [process.stdout, process.stderr]) {
     stream.on('error', (e: NodeJS.ErrnoException) => {
       if (e.code === 'EPIPE') process.exit(0);
       throw e;
