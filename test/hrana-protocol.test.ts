@@ -273,6 +273,11 @@ describe('SPEC 4.4\'s limits and 4.5\'s creation rule hold on the protocol too',
     const more = await send({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'PRAGMA user_version' } }, { type: 'sequence', sql: 'SELECT 1; SELECT 2' }] }, '/web/_db/ghost/v2/pipeline');
     assert.deepEqual(more.json.results.map((x: { type: string }) => x.type), ['ok', 'ok'], more.text);
     assert.equal((await q.db('web', 'status', { database: 'ghost' })).json.exists, false, 'still none');
+    for (const end of ['COMMIT', 'ROLLBACK']) {
+      const begun = await send({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'BEGIN' } }, { type: 'execute', stmt: { sql: 'SELECT 1' } }] }, '/web/_db/ghost/v2/pipeline');
+      await send({ baton: begun.json.baton, requests: [{ type: 'execute', stmt: { sql: end } }, { type: 'close' }] }, '/web/_db/ghost/v2/pipeline');
+      assert.equal((await q.db('web', 'status', { database: 'ghost' })).json.exists, false, `a transaction that changed nothing (${end}) leaves none`);
+    }
     // A write does create it, as /_db/execute does.
     const w = await send({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }] }, '/web/_db/ghost/v2/pipeline');
     assert.equal(w.json.results[0].type, 'ok', w.text);

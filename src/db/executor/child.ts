@@ -147,6 +147,8 @@ function handle(frame: Frame): Buffer {
         ? beginTx(h.tx, path, h.create === true, { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token }, limits, frame.body.length > 0 && JSON.parse(frame.body.toString('utf8')).foreignKeysOff === true)
         : h.op === 'tx.exec' ? execTx(h.tx, JSON.parse(frame.body.toString('utf8')), limits.maxResultBytes)
         : h.op === 'tx.commit' ? commitTx(h.tx) : rollbackTx(h.tx);
+      // A transaction that created its database and ended without a change leaves none, as a first write does.
+      if ((h.op === 'tx.commit' || h.op === 'tx.rollback') && h.create === true && reply.version === undefined) unlinkDatabase(path);
       return encodeFrame(frame.seq, { s: reply.status, v: reply.version }, reply.body);
     }
     case 'forget':
