@@ -186,6 +186,14 @@ describe('execute and query (4.3, 4.4, 4.5)', () => {
     assert.deepEqual((await p.db('web', 'query', { database: db, statements: [{ sql: 'SELECT * FROM n' }, { sql: 'SELECT v FROM c' }] })).json.results.map((x: { rows: unknown[] }) => x.rows), [[['a', 1]], [['changed']]]);
     const events = (await p.db('web', 'changes', { database: db, since: v - 3 })).json.events as { changeset: string | null }[];
     assert.deepEqual(events.map((e) => e.changeset), [null, null, null], 'no changeset could carry those rows: mirrors take a snapshot');
+    // The same key with no NULL in it, before or after: the changeset shows every row, and can tell no change.
+    assert.equal((await p.db('web', 'execute', { database: db, sql: 'INSERT INTO n VALUES (NULL, 5)' })).json.version, ++v);
+    const u = await p.db('web', 'execute', { database: db, statements: [{ sql: 'DELETE FROM n WHERE k IS NULL' }, { sql: "INSERT INTO n VALUES ('b', 2)" }] });
+    assert.equal(u.json.version, ++v);
+    assert.equal((await p.db('web', 'execute', { database: db, sql: "UPDATE n SET v = v WHERE k = 'b'" })).json.version, v, 'no NULL key: an update to the same values changes nothing');
+    assert.equal((await p.db('web', 'execute', { database: db, sql: "UPDATE n SET v = 3 WHERE k = 'b'" })).json.version, ++v);
+    const shown = (await p.db('web', 'changes', { database: db, since: v - 3 })).json.events as { changeset: string | null }[];
+    assert.deepEqual(shown.map((e) => e.changeset === null), [true, true, false], 'a NULL key made, then removed: snapshots; none before or after: a changeset');
     // The statement's findings (which tables it writes) are those of the schema it runs under, not the one it was first prepared under.
     await p.db('web', 'execute', { database: db, statements: [{ sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }, { sql: "INSERT INTO t VALUES (1, 'a')" }] });
     for (let i = 0; i < 4; i++) await p.db('web', 'execute', { database: db, sql: 'UPDATE t SET v = v WHERE id = 1' }); // cached on every executor

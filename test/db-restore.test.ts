@@ -19,6 +19,7 @@ const SHAPES = [
   'CREATE TABLE composite(a INTEGER, b TEXT, v, PRIMARY KEY (a, b))',
   'CREATE TABLE norowid(k TEXT PRIMARY KEY, v) WITHOUT ROWID',
   'CREATE TABLE audit(n)',
+  'CREATE TABLE nullable(k TEXT PRIMARY KEY, v)', // a key that may hold NULL: its changeset shows rows only while none does
   'CREATE TRIGGER log AFTER INSERT ON rowid BEGIN INSERT INTO audit VALUES (new.id); END',
 ];
 
@@ -76,6 +77,10 @@ const statement: fc.Arbitrary<Stmt> = fc.oneof(
   { weight: 3, arbitrary: fc.tuple(fc.integer({ min: 0, max: 3 }), fc.constantFrom('x', 'y'), value).map(([a, b, v]) => ({ sql: 'INSERT OR REPLACE INTO composite VALUES (?, ?, ?)', params: [a, b, v] })) },
   { weight: 3, arbitrary: fc.tuple(fc.constantFrom('k1', 'k2', 'k3'), value).map(([k, v]) => ({ sql: 'INSERT OR REPLACE INTO norowid VALUES (?, ?)', params: [k, v] })) },
   { weight: 1, arbitrary: fc.constantFrom('k1', 'k2').map((k) => ({ sql: 'DELETE FROM norowid WHERE k = ?', params: [k] })) },
+  { weight: 3, arbitrary: fc.tuple(fc.constantFrom('n1', 'n2', null), value).map(([k, v]) => ({ sql: 'INSERT OR REPLACE INTO nullable VALUES (?, ?)', params: [k, v] })) },
+  { weight: 1, arbitrary: fc.constantFrom('n1', 'n2').map((k) => ({ sql: 'UPDATE nullable SET k = NULL WHERE k = ?', params: [k] })) },
+  { weight: 1, arbitrary: fc.constantFrom('n1', 'n3').map((k) => ({ sql: 'UPDATE OR REPLACE nullable SET k = ? WHERE rowid = (SELECT min(rowid) FROM nullable WHERE k IS NULL)', params: [k] })) },
+  { weight: 1, arbitrary: fc.constant({ sql: 'DELETE FROM nullable WHERE k IS NULL' }) },
   { weight: 1, arbitrary: fc.stringMatching(/^[a-z]{1,5}$/).map((n) => ({ sql: `ALTER TABLE rowid ADD COLUMN c_${n}` })) },
   { weight: 1, arbitrary: fc.stringMatching(/^[a-z]{1,5}$/).map((n) => ({ sql: `CREATE INDEX IF NOT EXISTS i_${n} ON nokey(b)` })) },
   { weight: 1, arbitrary: fc.constantFrom({ sql: 'DROP TABLE IF EXISTS extra' }, { sql: 'CREATE TABLE IF NOT EXISTS extra(x PRIMARY KEY, y)' }) },

@@ -265,6 +265,7 @@ test('reference mirror: random writes over every table shape reach the replica e
     rowid: 'CREATE TABLE rowid(id INTEGER PRIMARY KEY, v)',
     composite: 'CREATE TABLE composite(a INTEGER, b TEXT, v, PRIMARY KEY (a, b))',
     norowid: 'CREATE TABLE norowid(k TEXT PRIMARY KEY, v) WITHOUT ROWID',
+    nullable: 'CREATE TABLE nullable(k TEXT PRIMARY KEY, v)', // its changesets show rows only while no key is NULL
     audit: 'CREATE TABLE audit(n, at DEFAULT 0)', // written by a trigger, no key either
   };
   const setup = await p.db('web', 'execute', { statements: [...Object.values(shapes).map((sql) => ({ sql })), { sql: 'CREATE TRIGGER log AFTER INSERT ON rowid BEGIN INSERT INTO audit VALUES (new.id); END' }] });
@@ -277,6 +278,10 @@ test('reference mirror: random writes over every table shape reach the replica e
     fc.tuple(fc.integer({ min: 0, max: 3 }), fc.constantFrom('x', 'y'), fc.integer()).map(([a, b, v]) => ({ sql: 'INSERT OR REPLACE INTO composite VALUES (?, ?, ?)', params: [a, b, v] })),
     fc.tuple(fc.constantFrom('k1', 'k2', 'k3'), fc.string({ maxLength: 5 })).map(([k, v]) => ({ sql: 'INSERT OR REPLACE INTO norowid VALUES (?, ?)', params: [k, v] })),
     fc.constantFrom('k1', 'k2').map((k) => ({ sql: 'DELETE FROM norowid WHERE k = ?', params: [k] })),
+    fc.tuple(fc.constantFrom('n1', 'n2', null), fc.integer()).map(([k, v]) => ({ sql: 'INSERT OR REPLACE INTO nullable VALUES (?, ?)', params: [k, v] })),
+    fc.constantFrom('n1', 'n2').map((k) => ({ sql: 'UPDATE nullable SET k = NULL WHERE k = ?', params: [k] })),
+    fc.constantFrom('n1', 'n3').map((k) => ({ sql: 'UPDATE OR REPLACE nullable SET k = ? WHERE rowid = (SELECT min(rowid) FROM nullable WHERE k IS NULL)', params: [k] })),
+    fc.constant({ sql: 'DELETE FROM nullable WHERE k IS NULL' }),
     fc.stringMatching(/^[a-z]{1,6}$/).map((name) => ({ sql: `ALTER TABLE rowid ADD COLUMN extra_${name}` })),
   );
   const dump = async (query: (body: unknown) => Promise<{ text: string; json: { results: { rows: unknown[][] }[] } }>, minVersion?: number) => {

@@ -9,6 +9,7 @@ import { openSqlite } from '../../shared/sqlite-open.ts';
 import { statSync } from 'node:fs';
 import { hasSecondStatement } from '../statement-end.ts';
 import type { Archiver, HistoryOptions } from '../history/archive.ts';
+import type { Cover } from './key-cover.ts';
 
 export interface ExecutorLimits {
   sync: 'full' | 'normal';
@@ -57,8 +58,8 @@ export class DbHandle {
   private schemaStmt: StatementSync | null = null;
 
   readonly path: string;
-  /** Which tables have a declared primary key (a changeset can carry them), as of a schema version (write-ops.ts). */
-  keyedTables: { schema: number; known: Map<string, boolean> } = { schema: -1, known: new Map() };
+  /** How each table's changes show in a changeset, as of a schema version (key-cover.ts). */
+  keyedTables: { schema: number; known: Map<string, Cover> } = { schema: -1, known: new Map() };
   /** Foreign-key checks are deferred to the end of the running request (foreign-keys.ts). */
   deferringForeignKeys = false;
   /** When an operation last took this handle (performance.now()), for closing idle connections. */
@@ -130,7 +131,7 @@ export class DbHandle {
   }
 
   /** The connection's schema version, through one statement kept for it (it needs no sandbox: a read-only pragma). */
-  private schemaVersion(): number {
+  schemaVersion(): number {
     this.schemaStmt ??= this.db.prepare('PRAGMA schema_version');
     return Number((this.schemaStmt.get() as { schema_version: number }).schema_version);
   }

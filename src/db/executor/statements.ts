@@ -8,6 +8,7 @@ import { deferForeignKeys } from './foreign-keys.ts';
 import { assertSchemaClean } from '../sandbox.ts';
 import { MENTIONS, alterColumn } from './alter-column.ts';
 import { hranaCols, hranaEmpty, hranaResult, hranaRow } from './hrana-result.ts';
+import type { KeyWatch } from './key-cover.ts';
 
 export interface StatementSpec {
   sql: string;
@@ -163,7 +164,7 @@ function insertedRowid(p: Prepared, changes: number, rowid: () => number | bigin
 }
 
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
-export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): WriteOutcome {
+export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget, watch: KeyWatch): WriteOutcome {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
   const params = decodeParams(spec.params, `statements[${index}]`, shape === 'hrana');
   if (MENTIONS.test(spec.sql)) {
@@ -173,6 +174,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   const p: Prepared = h.prepare(spec.sql, 'write');
   checkParams(p.params, spec.params, index);
   const args = bind(params, p.params);
+  watch.enter(p.written);
   if (p.defersForeignKeys) deferForeignKeys(h);
   if (p.inserts && p.rewrites) markNoInsert(h);
   h.sandbox.mode = 'write'; // the internal statements above switched it: a re-prepare while this runs is a write's

@@ -8,12 +8,15 @@ import { errorReply, failure, type Reply } from './reply.ts';
 import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
 import { changedNothing, type GroupContext, prune, recordChange, totals } from './write-ops.ts';
 import { keepHistory } from './history-ops.ts';
+import { KeyWatch } from './key-cover.ts';
 import { deferForeignKeys, endDeferral } from './foreign-keys.ts';
 
 interface Tx {
   h: DbHandle;
   ctx: GroupContext;
   session: ReturnType<DbHandle['db']['createSession']>;
+  /** Tables whose key may hold NULL: whether the session shows their rows (key-cover.ts). */
+  watch: KeyWatch;
   before: { changes: number; schema: number };
   tables: Set<string>;
   /** A statement wrote rows no changeset shows (Sandbox.untracked). */
@@ -38,7 +41,7 @@ export function beginTx(id: string, path: string, create: boolean, ctx: GroupCon
     h.internal('BEGIN IMMEDIATE').run();
     if (foreignKeysOff) deferForeignKeys(h); // every key is checked at COMMIT
     h.sandbox.allowSavepoints = true; // nested transactions of ORMs; COMMIT and ROLLBACK stay the stream's
-    open.set(id, { h, ctx, session: h.db.createSession(), before: totals(h), tables: new Set(), untracked: false });
+    open.set(id, { h, ctx, session: h.db.createSession(), watch: new KeyWatch(h), before: totals(h), tables: new Set(), untracked: false });
     return { status: 200, body: '{}' };
   } catch (e) {
     h.close();
@@ -53,7 +56,7 @@ export function execTx(id: string, statement: StatementSpec & { maxResultBytes?:
   if (!tx) return gone();
   try {
     const budget = new ResultBudget(Math.min(maxResultBytes, statement.maxResultBytes ?? Infinity));
-    const out = runWrite(tx.h, statement, 0, 'hrana', budget); // only the libSQL protocol opens transactions
+    const out = runWrite(tx.h, statement, 0, 'hrana', budget, tx.watch); // only the libSQL protocol opens transactions
     for (const t of out.tables) tx.tables.add(t);
     tx.untracked ||= out.untracked === true;
     return { status: 200, body: `{"results":[${out.text}]}` };
@@ -72,12 +75,12 @@ export function commitTx(id: string): Reply {
     let version = h.version();
     const after = totals(h);
     const touched = after.changes !== tx.before.changes;
-    if (after.schema !== tx.before.schema || (touched && !changedNothing(h, tx.session, tx.tables, tx.untracked))) {
+    if (after.schema !== tx.before.schema || (touched && !changedNothing(h, tx.session, tx.tables, tx.untracked, tx.watch))) {
       version++;
       recordChange(h, ctx, tx.session, version, {
         type: 'database.changed', operation: 'execute',
         changes: { rowsAffected: after.changes - tx.before.changes, tables: [...tx.tables].sort() }, schemaChanged: after.schema !== tx.before.schema,
-      });
+      }, tx.watch);
       prune(h, ctx, version);
       h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
       h.internal('COMMIT').run();

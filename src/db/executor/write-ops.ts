@@ -11,6 +11,7 @@ import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from '../schema-fingerprint
 import { deferForeignKeys, endDeferral, turnsForeignKeysOff, withForeignKeysOff } from './foreign-keys.ts';
 import { keepHistory } from './history-ops.ts';
 import { execMigration } from './alter-column.ts';
+import { capturable, KeyWatch } from './key-cover.ts';
 
 export interface Scope { org: string; repo: string; database: string }
 
@@ -59,37 +60,6 @@ export function totals(h: DbHandle): { changes: number; schema: number } {
 }
 
 /**
- * Can a changeset carry the changes of these tables? SQLite's session extension records nothing for a rowid table
- * without a declared PRIMARY KEY (nor for a virtual table), nor for a row with NULL in a key column, which a key
- * that is not the rowid and not NOT NULL allows (`k TEXT PRIMARY KEY`, a composite key, `INTEGER PRIMARY KEY DESC`):
- * such rows would silently be missing, so a write to such a table carries no changeset (followers take a snapshot),
- * and whether it changed anything is not judged from one. Known per table until the schema changes.
- */
-function capturable(h: DbHandle, tables: string[]): boolean {
-  if (tables.length === 0) return true;
-  const schema = Number((h.internal('PRAGMA main.schema_version').get() as { schema_version: number }).schema_version);
-  if (h.keyedTables.schema !== schema) h.keyedTables = { schema, known: new Map() };
-  const known = h.keyedTables.known;
-  return tables.every((t) => {
-    let keyed = known.get(t);
-    if (keyed === undefined) {
-      keyed = h.internal(KEYED).get(t)!.keyed === 1;
-      known.set(t, keyed);
-    }
-    return keyed;
-  });
-}
-
-/** 1 when no row of table ?1 can have NULL in a key column: WITHOUT ROWID, every key column NOT NULL, or the rowid's alias (no key index). */
-const KEYED = `SELECT s.sql NOT LIKE 'CREATE VIRTUAL%' AND k.pks > 0 AND (l.wr = 1 OR k.nullable = 0 OR (k.pks = 1 AND i.n = 0)) AS keyed
-  FROM main.sqlite_schema s,
-    (SELECT count(*) AS pks, sum(p."notnull" = 0) AS nullable FROM pragma_table_info(?1) p WHERE p.pk > 0) k,
-    (SELECT count(*) AS n FROM pragma_index_list(?1) WHERE origin = 'pk') i,
-    (SELECT coalesce(max(wr), 0) AS wr FROM pragma_table_list WHERE name = ?1 AND schema = 'main') l
-  WHERE s.name = ?1 AND s.type = 'table'
-  UNION ALL SELECT 0 LIMIT 1`;
-
-/**
  * The session's changeset, or null when SQLite cannot write one: a table it recorded changes of was dropped or
  * renamed in the same transaction (a table rebuild). The event then says so, and followers take a snapshot.
  */
@@ -105,12 +75,12 @@ function changesetOf(session: ReturnType<DbHandle['db']['createSession']>): Uint
  * Records a change: bumps the version (inside the session, so followers apply it too) and logs the event. Returns
  * whether the changeset carries the whole change (never with DDL, nor without a session, as for a restore).
  */
-export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']> | null, version: number, event: Record<string, unknown>): boolean {
+export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']> | null, version: number, event: Record<string, unknown>, watch?: KeyWatch): boolean {
   // A schema change travels as a fingerprint row, so a follower can tell DDL the changeset cannot carry.
   if (event.schemaChanged) h.internal('INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES (?, ?)').run(SCHEMA_FINGERPRINT_KEY, schemaFingerprint(h.db));
   h.internal("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
   const tables = (event.changes as { tables: string[] }).tables;
-  const captured = session && capturable(h, tables) ? changesetOf(session) : null;
+  const captured = session && capturable(h, tables, watch) ? changesetOf(session) : null;
   // A bulk write's changeset would make an event too big to store (DB_MAX_VALUE_BYTES) or send: a snapshot is cheaper.
   const changeset = captured && captured.length <= MAX_CHANGESET_BYTES ? captured : null;
   session?.close();
@@ -131,8 +101,8 @@ export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType
  * inserted and deleted again): its changeset is empty and the changeset could have shown every row it wrote (no table
  * without a key, no sqlite_stat1). Schema changes always count, even one undone in the same request.
  */
-export function changedNothing(h: DbHandle, session: ReturnType<DbHandle['db']['createSession']>, tables: Iterable<string>, untracked: boolean): boolean {
-  if (untracked || !capturable(h, [...tables])) return false;
+export function changedNothing(h: DbHandle, session: ReturnType<DbHandle['db']['createSession']>, tables: Iterable<string>, untracked: boolean, watch: KeyWatch): boolean {
+  if (untracked || !capturable(h, tables, watch)) return false;
   const changeset = changesetOf(session);
   return changeset !== null && changeset.length === 0;
 }
@@ -145,6 +115,7 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
   const budget = new ResultBudget(Math.min(ctx.maxResultBytes, body.maxResultBytes ?? Infinity));
   const before = totals(h);
   const session = h.db.createSession();
+  const watch = new KeyWatch(h);
   h.internal('SAVEPOINT request').run();
   const results: string[] = [];
   const tables = new Set<string>();
@@ -153,7 +124,7 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
   let i = 0;
   try {
     for (; i < statements.length; i++) {
-      const out = runWrite(h, statements[i]!, i, body.rows ?? 'arrays', budget);
+      const out = runWrite(h, statements[i]!, i, body.rows ?? 'arrays', budget, watch);
       results.push(out.text);
       for (const t of out.tables) tables.add(t);
       untracked ||= out.untracked === true;
@@ -163,7 +134,7 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
     const after = totals(h);
     const rowsAffected = after.changes - before.changes;
     // Rows only inserted are a change; rows updated or deleted may be back as they were (a changeset tells).
-    const unchanged = after.schema === before.schema && (rowsAffected === 0 || (rewrites && changedNothing(h, session, tables, untracked)));
+    const unchanged = after.schema === before.schema && (rowsAffected === 0 || (rewrites && changedNothing(h, session, tables, untracked, watch)));
     if (unchanged) {
       session.close();
       // Undone, so nothing it moved on the way stays moved (an AUTOINCREMENT counter): the database is as it was.
@@ -171,7 +142,7 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
       h.internal('RELEASE request').run();
       return { status: 200, body: `{"results":[${results.join(',')}],"version":${version}}` };
     }
-    const carried = recordChange(h, ctx, session, version + 1, { type: 'database.changed', operation: 'execute', changes: { rowsAffected, tables: [...tables].sort() }, schemaChanged: after.schema !== before.schema });
+    const carried = recordChange(h, ctx, session, version + 1, { type: 'database.changed', operation: 'execute', changes: { rowsAffected, tables: [...tables].sort() }, schemaChanged: after.schema !== before.schema }, watch);
     h.internal('RELEASE request').run();
     return { status: 200, body: `{"results":[${results.join(',')}],"version":${version + 1}}`, version: version + 1, carried };
   } catch (e) {
