@@ -103,6 +103,21 @@ describe('export', () => {
     live.close();
   });
 
+  test('a database whose last AUTOINCREMENT table is gone (its empty sqlite_sequence stays) exports, and restores to before it', async () => {
+    const database = 'counters';
+    const made = await p.db('web', 'execute', { database, statements: [{ sql: 'CREATE TABLE kept(v)' }, { sql: "INSERT INTO kept VALUES ('x')" }, { sql: 'CREATE TABLE a(id INTEGER PRIMARY KEY AUTOINCREMENT)' }, { sql: 'INSERT INTO a DEFAULT VALUES' }] });
+    assert.equal(made.status, 200, made.text);
+    assert.equal((await p.db('web', 'execute', { database, sql: 'DROP TABLE a' })).status, 200);
+    for (const format of ['sqlite', 'sql']) {
+      const r = await exportOf({ database, format });
+      assert.equal(r.status, 200, `${format}: ${r.bytes.toString().slice(0, 300)}`);
+      assert.ok(r.bytes.includes(Buffer.from('kept')), format);
+    }
+    const back = await p.db('web', 'restore', { database, toVersion: 1 });
+    assert.equal(back.status, 200, back.text);
+    assert.deepEqual((await p.db('web', 'query', { database, sql: 'SELECT v FROM kept' })).json.results[0].rows, [['x']]);
+  });
+
   test('sql: a dump that sqlite3 and import both load back to the same content, with exact values', async () => {
     const r = await exportOf({ format: 'sql' });
     assert.equal(r.status, 200);

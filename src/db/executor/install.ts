@@ -66,7 +66,9 @@ export function copyContent(db: DatabaseSync, migrations: boolean): { tables: st
       copyRows(db, o.name);
       tables.push(o.name);
     }
-    if (all("SELECT 1 FROM src.sqlite_schema WHERE name = 'sqlite_sequence'").length) {
+    // src keeps an empty sqlite_sequence once its last AUTOINCREMENT table is gone; main has one only if it has such a table.
+    const counters = "SELECT 1 FROM %s.sqlite_schema WHERE name = 'sqlite_sequence'";
+    if (all(counters.replace('%s', 'src')).length && all(counters.replace('%s', 'main')).length) {
       // The rows copied into AUTOINCREMENT tables just set counters to their largest id: src's counters replace them.
       run('DELETE FROM main.sqlite_sequence');
       run('INSERT INTO main.sqlite_sequence SELECT * FROM src.sqlite_sequence');
