@@ -346,6 +346,12 @@ describe('time travel', () => {
     const on = await startProduct({ DATA_DIR: dataDir });
     try {
       assert.equal((await on.db('web', 'status', {})).json.history.oldestVersion, null);
+      // No history yet (as after a backup is restored): the version it is at is still "restored" as a no-op.
+      const same = await on.db('web', 'restore', { toVersion: 2 });
+      assert.equal(same.status, 200, same.text);
+      assert.equal(same.json.version, 2);
+      assert.equal(same.json.restoredTo.committedAt, (await on.db('web', 'changes', { since: 1 })).json.events[0].committedAt, "its time is its event's");
+      assert.equal((await on.db('web', 'restore', { toVersion: 1 })).status, 410, 'an older one is not kept');
       const w = await on.db('web', 'execute', { sql: 'INSERT INTO t VALUES (2)' });
       assert.equal(w.json.version, 3);
       const w4 = await on.db('web', 'execute', { sql: 'INSERT INTO t VALUES (3)' });

@@ -55,14 +55,15 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext): Repl
       if (!at) throw gone();
       target = at.version;
     }
-    if (!first || target < first.version) throw gone();
     if (target === current) {
-      // Restoring the version it is at changes nothing (SPEC 4.5): no new version, no event, no history record.
-      const at = committedAtOf(idx, target);
+      // Restoring the version it is at changes nothing (SPEC 4.5): no new version, no event, no history record. Its
+      // time is history's, else its event's (history begins anew after a backup is restored; the change log came with it).
+      const at = committedAtOf(idx, target) ?? loggedAt(h, target);
       if (!at) throw gone();
       const restoredTo = { version: target, committedAt: new Date(at.committedAt).toISOString() };
       return { status: 200, body: JSON.stringify({ restoredTo, version: current, dryRun: body.dryRun === true }) };
     }
+    if (!first || target < first.version) throw gone();
     const copy = body.copy;
     removeCopy(copy); // left by a process killed building it (the write is then run once more)
     try {
@@ -78,6 +79,12 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext): Repl
   } catch (e) {
     return failure(e, null);
   }
+}
+
+/** When the change log says the version was committed, if it still holds its event. */
+function loggedAt(h: DbHandle, version: number): { committedAt: number } | null {
+  const row = h.internal('SELECT committed_at AS at FROM _scopebase_changes WHERE version = ?').get(version) as { at: number } | undefined;
+  return row ? { committedAt: Number(row.at) } : null;
 }
 
 /** Replaces the content in one transaction, logs the event, keeps history. Returns the new version. */
