@@ -109,6 +109,7 @@ COMMIT;
       ['content type', 'database=keep&mode=replace', good, 'application/octet-stream', 400, /Content-Type/],
       ['mode', 'database=keep&mode=merge', good, SQLITE, 400, /mode must be/],
       ['parameter', 'database=keep&mode=replace&force=1', good, SQLITE, 400, /unknown query parameter/],
+      ['twice', 'database=keep&mode=replace&database=other', good, SQLITE, 400, /database is given more than once/],
       ['name', 'database=..%2Fx&mode=replace', good, SQLITE, 400, /database name/],
       ['empty', 'database=keep&mode=replace', Buffer.alloc(0), SQLITE, 400, /empty/],
     ];

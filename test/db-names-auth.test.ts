@@ -145,6 +145,16 @@ describe('routing, request ids and the error shape (3, 8)', () => {
     assert.ok(isErrorShape(r.json));
   });
 
+  test('a query string on a JSON operation is refused, not read as nothing (the database goes in the body)', async () => {
+    const auth = { authorization: `Bearer ${p.secret('acme', 'web')}` };
+    for (const op of ['query', 'execute', 'status', 'export', 'changes']) {
+      const r = await p.call(`/web/_db/${op}?database=other`, { body: { sql: 'SELECT 1' }, headers: auth });
+      assert.equal(r.status, 400, `${op}: ${r.text}`);
+      assert.equal(r.json.error.code, 'invalid_request');
+      assert.match(r.json.error.message, new RegExp(`/_db/${op} reads no query string: send "database"`));
+    }
+  });
+
   test('every response carries x-request-id, echoed when the caller sent one', async () => {
     const a = await p.db('web', 'status', {});
     assert.match(String(a.headers['x-request-id']), /^[0-9a-f-]{36}$/);

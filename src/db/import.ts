@@ -18,7 +18,10 @@ const TYPES: Record<string, 'sqlite' | 'sql'> = { 'application/vnd.sqlite3': 'sq
 /** Checks what can be checked before the body is read: names, mode and format. */
 export function importParams(query: string, contentType: string | undefined): ImportParams {
   const params = new URLSearchParams(query);
-  for (const key of params.keys()) if (key !== 'database' && key !== 'mode') throw new ApiError('invalid_request', `unknown query parameter ${JSON.stringify(key.slice(0, 40))} for /_db/import; use database and mode`);
+  for (const key of params.keys()) {
+    if (key !== 'database' && key !== 'mode') throw new ApiError('invalid_request', `unknown query parameter ${JSON.stringify(key.slice(0, 40))} for /_db/import; use database and mode`);
+    if (params.getAll(key).length > 1) throw new ApiError('invalid_request', `query parameter ${key} is given more than once for /_db/import`);
+  }
   const database = checkDatabase(params.get('database') ?? undefined);
   const mode = params.get('mode') ?? 'create';
   if (mode !== 'create' && mode !== 'replace') throw new ApiError('invalid_request', 'mode must be create (the database must not exist) or replace');

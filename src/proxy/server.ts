@@ -74,6 +74,8 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     // SPEC 4.10's version probe (GET …/_db/v2): libSQL clients ask it before they speak.
     if (req.method === 'GET' && probeDatabase(op) !== null) return reply.type('application/json; charset=utf-8').send('{}');
     if (req.method !== 'POST') throw new ApiError('not_found', `/_db/${op.slice(0, 40)} takes POST`);
+    // `?database=x` read as nothing would run the request on main: refused, not ignored (import alone takes a query).
+    if (req.url.includes('?') && pipelineDatabase(op) === null) throw new ApiError('invalid_request', `/_db/${op.slice(0, 40)} reads no query string: send "database" and the rest in the JSON body (SPEC 4)`);
     const res = await opts.db.handle({
       op, org: req.org, repo, authorization: req.headers.authorization,
       body: Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), requestId: req.id,
