@@ -107,6 +107,8 @@ describe('export', () => {
     const database = 'counters';
     const made = await p.db('web', 'execute', { database, statements: [{ sql: 'CREATE TABLE kept(v)' }, { sql: "INSERT INTO kept VALUES ('x')" }, { sql: 'CREATE TABLE a(id INTEGER PRIMARY KEY AUTOINCREMENT)' }, { sql: 'INSERT INTO a DEFAULT VALUES' }] });
     assert.equal(made.status, 200, made.text);
+    const v = made.json.version;
+    assert.deepEqual((await p.db('web', 'changes', { database, since: v - 1 })).json.events[0].changes.tables, ['a', 'kept'], 'SQLite\'s own sqlite_sequence is not a table the user changed');
     assert.equal((await p.db('web', 'execute', { database, sql: 'DROP TABLE a' })).status, 200);
     for (const format of ['sqlite', 'sql']) {
       const r = await exportOf({ database, format });

@@ -31,6 +31,8 @@ describe('import', () => {
     assert.equal(r.json.database, 'copy');
     assert.equal(r.json.version, 1);
     assert.deepEqual(r.json.tables.find((t: { name: string }) => t.name === 'todo'), { name: 'todo', rows: 2 });
+    const named = r.json.tables.map((t: { name: string }) => t.name);
+    assert.ok(named.includes('docs') && !named.some((n: string) => n.startsWith('docs_')), `a full-text index by its own name, not its shadow tables: ${named}`);
     assert.deepEqual(await rowsOf(p, 'imp', 'SELECT id, title, big, data, ratio FROM todo ORDER BY id', 'copy'), [
       [1, 'one', { $bigint: '-9223372036854775808' }, { $blob: 'AP8K' }, 0.1],
       [2, 'it\'s "two"', { $bigint: '9223372036854775807' }, null, 1e300],
@@ -62,6 +64,7 @@ describe('import', () => {
     assert.equal(changes.json.events.length, 1);
     assert.deepEqual({ type: changes.json.events[0].type, operation: changes.json.events[0].operation, changeset: changes.json.events[0].changeset, version: changes.json.events[0].version },
       { type: 'database.imported', operation: 'import', changeset: null, version: 3 });
+    assert.deepEqual(changes.json.events[0].changes.tables, [...named, 'only'].sort(), 'the tables it changed: those it replaced and those it brought');
   });
 
   test('SQL text, as sqlite3 .dump writes it, imports the same content', async () => {

@@ -132,7 +132,7 @@ export class Sandbox {
       // falls through
       case A.DROP_TABLE: case A.DROP_VTABLE:
         if (isInternal(a1)) return this.deny('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved`);
-        if (a1 !== null) this.written.add(a1);
+        if (a1 !== null && !a1.startsWith('sqlite_')) this.written.add(a1); // not sqlite_sequence, made by AUTOINCREMENT
         return OK;
       case A.CREATE_VIEW:
         this.checksSchema = true;

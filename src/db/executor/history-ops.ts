@@ -8,7 +8,7 @@ import { Archiver, historyDirOf } from '../history/archive.ts';
 import { committedAtOf, index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
 import { assertNoInternalReference, INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
 import type { DbHandle, ExecutorLimits } from './handles.ts';
-import { replaceContent, withSource } from './install.ts';
+import { replaceContent, userTables, withSource } from './install.ts';
 import { loadSql } from './load-sql.ts';
 import { failure, type Reply } from './reply.ts';
 import { recordChange, type GroupContext } from './write-ops.ts';
@@ -179,8 +179,8 @@ export function importDatabase(h: DbHandle, head: ImportHeader, ctx: GroupContex
       checkImport(source);
     }
     const version = install(h, source, ctx, { type: 'database.imported', operation: 'import' });
-    const tables = (h.internal("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name").all() as { name: string }[])
-      .map(({ name }) => ({ name, rows: rowCount(h, name) }));
+    h.sandbox.mode = 'internal';
+    const tables = userTables(h.db, 'main').sort().map((name) => ({ name, rows: rowCount(h, name) }));
     return { status: 200, body: JSON.stringify({ database: head.database, version, tables }), version };
   } catch (e) {
     return failure(e, null);

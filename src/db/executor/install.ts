@@ -45,6 +45,7 @@ export function replaceContent(h: DbHandle): { tables: string[] } {
 export function copyContent(db: DatabaseSync, migrations: boolean): { tables: string[] } {
   const run = (sql: string, ...args: (string | number)[]) => db.prepare(sql).run(...args);
   const all = <T>(sql: string) => db.prepare(sql).all() as T[];
+  const touched = new Set(userTables(db, 'main'));
   {
     // Out with the old: views and triggers, then virtual tables (their shadow tables go with them), then tables.
     const old = all<SchemaRow>("SELECT type, name, tbl_name, sql FROM main.sqlite_schema WHERE type IN ('view', 'trigger', 'table')");
@@ -57,14 +58,12 @@ export function copyContent(db: DatabaseSync, migrations: boolean): { tables: st
     const objs = all<SchemaRow>('SELECT type, name, tbl_name, sql FROM src.sqlite_schema WHERE sql IS NOT NULL ORDER BY rowid').filter((o) => isUser(o.name));
     const virtual = (o: SchemaRow) => o.type === 'table' && /^CREATE\s+VIRTUAL/i.test(o.sql!);
     for (const o of objs) if (virtual(o)) db.exec(o.sql!);
-    const tables: string[] = [];
     for (const o of objs) {
       if (o.type !== 'table' || virtual(o)) continue;
       const exists = all(`SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = '${o.name.replaceAll("'", "''")}'`).length > 0;
       if (!exists) db.exec(o.sql!);
       else run(`DELETE FROM main.${q(o.name)}`); // a shadow table its virtual table just made
       copyRows(db, o.name);
-      tables.push(o.name);
     }
     // src keeps an empty sqlite_sequence once its last AUTOINCREMENT table is gone; main has one only if it has such a table.
     const counters = "SELECT 1 FROM %s.sqlite_schema WHERE name = 'sqlite_sequence'";
@@ -78,8 +77,16 @@ export function copyContent(db: DatabaseSync, migrations: boolean): { tables: st
       run('DELETE FROM main._scopebase_migrations');
       if (all("SELECT 1 FROM src.sqlite_schema WHERE name = '_scopebase_migrations'").length) run('INSERT INTO main._scopebase_migrations SELECT * FROM src._scopebase_migrations');
     }
-    return { tables };
+    for (const t of userTables(db, 'main')) touched.add(t);
+    return { tables: [...touched].sort() };
   }
+}
+
+/** The user's tables as the user made them: a full-text index by its own name, not its shadow tables (`f_data`, …). */
+export function userTables(db: DatabaseSync, schema: 'main' | 'src'): string[] {
+  const rows = db.prepare(`SELECT name, sql FROM ${schema}.sqlite_schema WHERE type = 'table' AND sql IS NOT NULL`).all() as { name: string; sql: string }[];
+  const virtual = rows.filter((r) => /^CREATE\s+VIRTUAL/i.test(r.sql)).map((r) => r.name);
+  return rows.map((r) => r.name).filter((n) => isUser(n) && !virtual.some((v) => n.startsWith(`${v}_`)));
 }
 
 /**
