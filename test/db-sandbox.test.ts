@@ -246,5 +246,9 @@ describe('the temp schema and the reserved prefix, by every path (issue 11)', ()
     assert.equal(r.status, 200, r.text);
     const q = await p.db('web', 'query', { database: 'fts', sql: "SELECT body FROM docs WHERE docs MATCH 'hello'" });
     assert.deepEqual(q.json.results[0].rows, [['hello world']]);
+    const w = await p.db('web', 'execute', { database: 'fts', sql: "INSERT INTO docs VALUES ('more')" });
+    const events = (await p.db('web', 'changes', { database: 'fts', since: r.json.version - 1 })).json.events;
+    assert.deepEqual(events.map((e: { changes: { tables: string[] } }) => e.changes.tables), [['box', 'docs'], ['docs']], 'events name the tables as made, not their shadow tables');
+    assert.equal(events[1].version, w.json.version);
   });
 });

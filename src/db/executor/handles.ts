@@ -58,8 +58,8 @@ export class DbHandle {
   private schemaStmt: StatementSync | null = null;
 
   readonly path: string;
-  /** How each table's changes show in a changeset, as of a schema version (key-cover.ts). */
-  keyedTables: { schema: number; known: Map<string, Cover> } = { schema: -1, known: new Map() };
+  /** How each table's changes show in a changeset, and which are shadow tables, as of a schema version (key-cover.ts). */
+  keyedTables: { schema: number; known: Map<string, Cover>; shadow: Set<string> | null } = { schema: -1, known: new Map(), shadow: null };
   /** Foreign-key checks are deferred to the end of the running request (foreign-keys.ts). */
   deferringForeignKeys = false;
   /** When an operation last took this handle (performance.now()), for closing idle connections. */

@@ -84,9 +84,8 @@ export function copyContent(db: DatabaseSync, migrations: boolean): { tables: st
 
 /** The user's tables as the user made them: a full-text index by its own name, not its shadow tables (`f_data`, …). */
 export function userTables(db: DatabaseSync, schema: 'main' | 'src'): string[] {
-  const rows = db.prepare(`SELECT name, sql FROM ${schema}.sqlite_schema WHERE type = 'table' AND sql IS NOT NULL`).all() as { name: string; sql: string }[];
-  const virtual = rows.filter((r) => /^CREATE\s+VIRTUAL/i.test(r.sql)).map((r) => r.name);
-  return rows.map((r) => r.name).filter((n) => isUser(n) && !virtual.some((v) => n.startsWith(`${v}_`)));
+  const rows = db.prepare("SELECT name FROM pragma_table_list WHERE schema = ? AND type IN ('table', 'virtual')").all(schema) as { name: string }[];
+  return rows.map((r) => r.name).filter(isUser);
 }
 
 /**

@@ -27,7 +27,7 @@ const quote = (name: string): string => `"${name.replaceAll('"', '""')}"`;
 /** Known per table until the schema changes. */
 export function coverOf(h: DbHandle, table: string): Cover {
   const schema = h.schemaVersion();
-  if (h.keyedTables.schema !== schema) h.keyedTables = { schema, known: new Map() };
+  if (h.keyedTables.schema !== schema) h.keyedTables = { schema, known: new Map(), shadow: null };
   let cover = h.keyedTables.known.get(table);
   if (cover === undefined) {
     const r = h.internal(KEYED).get(table) as { cover: string; col: string | null };
@@ -79,6 +79,15 @@ export class KeyWatch {
     }
     return true;
   }
+}
+
+/** The tables as the user made them: a full-text index's shadow tables (`f_data`, …) go by the index's name. */
+export function asMade(h: DbHandle, tables: string[]): string[] {
+  if (tables.length < 2) return tables; // a shadow table is never written alone
+  coverOf(h, tables[0]!); // the cache is the schema version's
+  h.keyedTables.shadow ??= new Set((h.internal("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'").all() as { name: string }[]).map((r) => r.name));
+  const shadow = h.keyedTables.shadow;
+  return shadow.size === 0 ? tables : tables.filter((t) => !shadow.has(t));
 }
 
 /** For a change made without a watch (a migration, a restore): a NULL-able key means not shown. */

@@ -11,7 +11,7 @@ import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from '../schema-fingerprint
 import { deferForeignKeys, endDeferral, turnsForeignKeysOff, withForeignKeysOff } from './foreign-keys.ts';
 import { keepHistory } from './history-ops.ts';
 import { execMigration } from './alter-column.ts';
-import { capturable, KeyWatch } from './key-cover.ts';
+import { asMade, capturable, KeyWatch } from './key-cover.ts';
 
 export interface Scope { org: string; repo: string; database: string }
 
@@ -88,7 +88,7 @@ export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType
   const full = {
     id: eventId(), type: event.type, org: ctx.scope.org, repo: ctx.scope.repo, database: ctx.scope.database,
     version, previousVersion: version - 1, operation: event.operation, committedAt: new Date(at).toISOString(),
-    changes: event.changes, changeset: changeset?.length ? Buffer.from(changeset.buffer, changeset.byteOffset, changeset.length).toString('base64') : null,
+    changes: { ...(event.changes as object), tables: asMade(h, tables) }, changeset: changeset?.length ? Buffer.from(changeset.buffer, changeset.byteOffset, changeset.length).toString('base64') : null,
     ...(event.migrations ? { migrations: event.migrations } : {}),
     ...(event.extra as Record<string, unknown> | undefined),
   };
