@@ -287,6 +287,20 @@ describe('SPEC 4.4\'s limits and 4.5\'s creation rule hold on the protocol too',
     assert.equal((await q.db('web', 'status', { database: 'ghost' })).json.exists, true);
   });
 
+  test('reads of a database that does not exist are answered in a repo at DB_MAX_DATABASES_PER_REPO: they create nothing', async () => {
+    const r = await startProduct({ DB_MAX_DATABASES_PER_REPO: '1' });
+    try {
+      const run = (database: string, requests: unknown[]) => r.call(`/web/_db/${database}/v2/pipeline`, { body: { baton: null, requests }, headers: { authorization: `Bearer ${r.secret('acme', 'web')}` } });
+      assert.equal((await run('main', [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }])).json.results[0].type, 'ok');
+      const reads = await run('other', [{ type: 'execute', stmt: { sql: 'SELECT 1' } }, { type: 'execute', stmt: { sql: 'PRAGMA user_version' } }]);
+      assert.deepEqual(reads.json.results.map((x: { type: string }) => x.type), ['ok', 'ok'], reads.text);
+      const write = await run('other', [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }]);
+      assert.equal(write.json.results[0].error?.code, 'SQLITE_FULL', `a write still counts: ${write.text}`);
+    } finally {
+      await r.close();
+    }
+  });
+
   test('a transaction on a database that does not exist, whose executor is stopped (its time limit, or killed), leaves no database', async () => {
     const r = await startProduct({ DB_QUERY_TIMEOUT_MS: '3000' }); // a BEGIN's fsyncs fit in it on a loaded machine
     try {

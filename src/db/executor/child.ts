@@ -85,8 +85,8 @@ function handle(frame: Frame): Buffer {
         once = true;
       }
       const body = h.op === 'query' ? JSON.parse(frame.body.toString('utf8')) : null;
-      // A libSQL client describes statements before its first write: on a database not made yet, as on an empty one.
-      if (!db && body?.describe !== undefined) db = handles.empty();
+      // A libSQL client describes statements before its first write, and reads a database not made yet: as an empty one.
+      if (!db && (body?.describe !== undefined || body?.asEmpty === true)) db = handles.empty();
       if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
       try {
         const reply = h.op === 'query' ? query(db, body, limits.maxResultBytes)
@@ -117,7 +117,7 @@ function handle(frame: Frame): Buffer {
       // A database whose first write failed leaves no file behind; one that succeeded without changing anything
       // (an execute of SELECT 1) exists, at version 0 (SPEC 4.4: execute creates its database).
       // A migrate that applied nothing (a dry run) leaves no database either.
-      // Reads a libSQL client sent to a database that did not exist (`transient`, set by the service) make none.
+      // A libSQL write to a database that did not exist (`transient`, set by the service) makes it only if it changed it.
       const made = h.op === 'execute' ? replies.some((r, i) => r.status === 200 && (r.version !== undefined || bodies[i]?.transient !== true)) : replies.some((r) => r.version !== undefined);
       if (h.create === true && !made) unlinkDatabase(path);
       const texts = replies.map((r) => Buffer.from(r.body));
