@@ -2,7 +2,7 @@
 // Every 200 is on two disks; a primary killed with -9 or paused loses nothing acknowledged and leaves no version gap.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { request } from 'undici';
@@ -57,6 +57,31 @@ describe('cluster: synchronous follower and failover', () => {
     await step(baton, 'COMMIT');
     const version = (await db('status', { database: 'tx' })).json.version;
     assert.ok(eventIds(cluster.node(p.follower!), ORG, REPO, 'tx').has(version), `version ${version} is on the follower when COMMIT answers`);
+  });
+
+  test('a libSQL read of a database that does not exist claims no placement, as /_db/query does; its first write claims it', async () => {
+    const auth = { authorization: `Bearer ${cluster.proxy.secret(ORG, REPO)}` };
+    const pipeline = (requests: unknown[]) => cluster.proxy.call(`/${REPO}/_db/unplaced/v2/pipeline`, { body: { baton: null, requests: [...requests, { type: 'close' }] }, headers: auth });
+    const file = (node: { dataDir: string }) => existsSync(join(node.dataDir, 'db', ORG, REPO, 'unplaced.sqlite'));
+    const reads = await pipeline([
+      { type: 'execute', stmt: { sql: 'SELECT 1 AS one' } },
+      { type: 'execute', stmt: { sql: 'PRAGMA user_version' } },
+      { type: 'describe', sql: 'SELECT 1' },
+      { type: 'batch', batch: { steps: [{ stmt: { sql: 'SELECT 2' } }, { stmt: { sql: "SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE '\\_%' ESCAPE '\\'" } }] } },
+      { type: 'sequence', sql: 'SELECT 1; SELECT 2' },
+    ]);
+    assert.equal(reads.status, 200, reads.text);
+    assert.deepEqual(reads.json.results.map((r: { type: string }) => r.type), ['ok', 'ok', 'ok', 'ok', 'ok', 'ok'], reads.text);
+    assert.deepEqual(reads.json.results[0].response.result.rows, [[{ type: 'integer', value: '1' }]], 'as an empty database');
+    assert.equal((await db('query', { database: 'unplaced', sql: 'SELECT 1' })).status, 404);
+    assert.equal(await cluster.placement(ORG, REPO, 'unplaced'), null, 'no node claimed it');
+    assert.ok(!cluster.nodes.some(file), 'no node made it');
+    const write = await pipeline([{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }]);
+    assert.equal(write.json.results[0].type, 'ok', write.text);
+    const p = await cluster.placement(ORG, REPO, 'unplaced');
+    assert.ok(p !== null && p.follower !== null && p.follower !== p.primary, `the first write placed it: ${JSON.stringify(p)}`);
+    assert.ok(file(cluster.node(p.primary)), 'on its primary');
+    assert.equal((await db('status', { database: 'unplaced' })).json.version, 1);
   });
 
   test('kill -9 of a primary under writers: every 200 is on the new primary with its event id, no gap, writes resume within TTL + 1 s', async () => {

@@ -76,6 +76,9 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500, in the
     const fresh = await p.db('web', 'execute', { database: 'fresh', sql: 'CREATE TABLE t(x)' });
     assert.ok(fresh.status === 507 || fresh.status === 503, `a new database on a full disk: ${fresh.status} ${fresh.text}`);
     if (fresh.status === 507) assert.match(fresh.json.error.message, /disk is full|size limit/);
+    // So does a libSQL transaction's BEGIN on a database not made yet.
+    const tx = await p.call('/web/_db/freshtx/v2/pipeline', { body: { baton: null, requests: [{ type: 'execute', stmt: { sql: 'BEGIN' } }, { type: 'close' }] }, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
+    assert.equal(tx.json.results[0].type, 'error', `BEGIN on a new database on a full disk: ${tx.text}`);
     let put;
     for (let i = 0; i < 8 && (!put || put.status === 200); i++) { // each about 60 KB: the disk may have had a little left
       put = await p.call(`/web/_account/credentials/plug/key${i}`, { method: 'PUT', body: { value: { token: randomBytes(30_000).toString('hex') } }, headers: { cookie } });
@@ -116,6 +119,8 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500, in the
     const after = await p.db('web', 'query', { statements: [{ sql: 'SELECT count(*) FROM big' }, { sql: 'PRAGMA integrity_check' }] });
     const never = await p.db('web', 'query', { database: 'fresh', sql: 'SELECT 1' });
     assert.equal(never.status, 404, `the database refused for the full disk was not left behind as an empty file: ${never.text}`);
+    const neverTx = await p.db('web', 'status', { database: 'freshtx' });
+    assert.equal(neverTx.json.exists, false, `nor the one a transaction's BEGIN was refused for: ${neverTx.text}`);
     assert.equal(after.json.results[0].rows[0][0], acknowledged + 1, 'every acknowledged row, and the new one');
     assert.deepEqual(after.json.results[1].rows, [['ok']]);
   } finally {

@@ -5,6 +5,9 @@ import assert from 'node:assert/strict';
 import { startProduct, type Product } from './helpers/product.ts';
 import { MAX_STREAMS_PER_REPO } from '../src/db/hrana/streams.ts';
 import { MAX_TRANSACTIONS_PER_REPO } from '../src/db/hrana/transaction.ts';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { executorPids, openFiles } from './helpers/processes.ts';
 
 let p: Product;
 const pipeline = (body: unknown, path = '/web/_db/v2/pipeline', repo = 'web') =>
@@ -282,6 +285,55 @@ describe('SPEC 4.4\'s limits and 4.5\'s creation rule hold on the protocol too',
     const w = await send({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }] }, '/web/_db/ghost/v2/pipeline');
     assert.equal(w.json.results[0].type, 'ok', w.text);
     assert.equal((await q.db('web', 'status', { database: 'ghost' })).json.exists, true);
+  });
+
+  test('reads of a database that does not exist are answered in a repo at DB_MAX_DATABASES_PER_REPO: they create nothing', async () => {
+    const r = await startProduct({ DB_MAX_DATABASES_PER_REPO: '1' });
+    try {
+      const run = (database: string, requests: unknown[]) => r.call(`/web/_db/${database}/v2/pipeline`, { body: { baton: null, requests }, headers: { authorization: `Bearer ${r.secret('acme', 'web')}` } });
+      assert.equal((await run('main', [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }])).json.results[0].type, 'ok');
+      const reads = await run('other', [{ type: 'execute', stmt: { sql: 'SELECT 1' } }, { type: 'execute', stmt: { sql: 'PRAGMA user_version' } }]);
+      assert.deepEqual(reads.json.results.map((x: { type: string }) => x.type), ['ok', 'ok'], reads.text);
+      const write = await run('other', [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }]);
+      assert.equal(write.json.results[0].error?.code, 'SQLITE_FULL', `a write still counts: ${write.text}`);
+    } finally {
+      await r.close();
+    }
+  });
+
+  test('a transaction on a database that does not exist, whose executor is stopped (its time limit, or killed), leaves no database', async () => {
+    const r = await startProduct({ DB_QUERY_TIMEOUT_MS: '3000' }); // a BEGIN's fsyncs fit in it on a loaded machine
+    try {
+      const run = (database: string, body: unknown) => r.call(`/web/_db/${database}/v2/pipeline`, { body, headers: { authorization: `Bearer ${r.secret('acme', 'web')}` } });
+      const file = (database: string) => join(r.dataDir, 'db', 'acme', 'web', `${database}.sqlite`);
+      const runaway = { type: 'execute', stmt: { sql: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c' } };
+      // At its time limit: the statement's executor is stopped, and the transaction with it.
+      const stopped = await run('ghostrun', { baton: null, requests: [{ type: 'execute', stmt: { sql: 'BEGIN' } }, runaway] });
+      assert.equal(stopped.json.results[1].error?.code, 'SQLITE_INTERRUPT', stopped.text);
+      // Killed from outside (out of memory, an operator) while the statement runs.
+      const begun = await run('ghostkill', { baton: null, requests: [{ type: 'execute', stmt: { sql: 'BEGIN' } }] });
+      assert.equal(begun.json.results[0].type, 'ok', begun.text);
+      assert.ok(existsSync(file('ghostkill')), 'the open transaction made its file (the premise)');
+      const killed = run('ghostkill', { baton: begun.json.baton, requests: [runaway] });
+      await new Promise((done) => setTimeout(done, 300));
+      const holders = executorPids().filter((pid) => openFiles(pid).includes(file('ghostkill')));
+      assert.ok(holders.length > 0, 'the transaction\'s executor holds its file');
+      for (const pid of holders) process.kill(pid, 'SIGKILL');
+      const lost = await killed;
+      assert.equal(lost.json?.results?.[0]?.type, 'error', lost.text);
+      for (const database of ['ghostrun', 'ghostkill']) {
+        const s = await r.db('web', 'status', { database });
+        assert.equal(s.json.exists, false, `${database}: ${s.text}`);
+        assert.ok(!s.json.databases.includes(database), s.text);
+        assert.ok(!existsSync(file(database)), `${database}: no file is left`);
+        // Its first write is a first write: it makes the database, at version 1.
+        const w = await run(database, { baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE t(x)' } }, { type: 'close' }] });
+        assert.equal(w.json.results[0].type, 'ok', w.text);
+        assert.equal((await r.db('web', 'status', { database })).json.version, 1);
+      }
+    } finally {
+      await r.close();
+    }
   });
 });
 

@@ -36,16 +36,28 @@ export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts
       body.rows = 'hrana'; // after validate, as foreignKeysOff and maxResultBytes: no client can send them
       if (foreignKeysOff && kind === 'write') body.foreignKeysOff = true;
       if (maxResultBytes !== undefined) body.maxResultBytes = maxResultBytes;
-      // On a database that does not exist, a request that changes nothing (a read, PRAGMA user_version) leaves none:
-      // as on Turso it reads as an empty one, and reads do not use up DB_MAX_DATABASES_PER_REPO.
-      if (kind === 'write' && !parts.exists(scope)) body.transient = true;
-      const raw = Buffer.from(JSON.stringify(body));
-      if (kind === 'read' && !parts.exists(scope)) throw notFound(scope);
-      const res = kind === 'read' ? await pool.read({ op: 'query', path }, raw) : await parts.replicated(scope, await pool.write(scope, path, 'execute', raw));
+      const missing = !parts.exists(scope);
+      if (kind === 'read' || missing) {
+        // A database that does not exist reads as an empty one, as on Turso. What only reads (a read, PRAGMA
+        // user_version, a batch of them) is answered on an empty database in memory: no file, no write lane,
+        // nothing of DB_MAX_DATABASES_PER_REPO and, in a cluster, no claim of its placement.
+        const res = await pool.read({ op: 'query', path }, Buffer.from(JSON.stringify({ ...body, asEmpty: true })));
+        if (res.status === 200) return res.body.toString('utf8');
+        // A read refused as a write (read_only) is run as one by the pipeline; a write runs as one below, where its
+        // own answer (a sandbox's write mode allows what its read mode refuses) is the one that counts.
+        if (kind === 'read') throw replyError(res.body);
+      }
+      // It may create the database: in a cluster this claims its placement (admit). It creates it only if it changes
+      // it (`transient`): a write that fails, or changes nothing, leaves none.
+      if (missing) body.transient = true;
+      if (replication !== null) await replication.admit(scope, true);
+      const res = await parts.replicated(scope, await pool.write(scope, path, 'execute', Buffer.from(JSON.stringify(body))));
       if (res.status !== 200) throw replyError(res.body);
       return res.body.toString('utf8');
     },
     holdLane: async () => {
+      // BEGIN may create the database (its first write inside): admitted, and in a cluster placed, as a write.
+      if (replication !== null) await replication.admit(scope, true);
       const hold = await pool.holdLane(scope, path);
       if (replication === null) return hold;
       // In a cluster a COMMIT is answered once the follower holds it, as any other write.

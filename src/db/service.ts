@@ -218,7 +218,9 @@ export class DbService implements DbHandler, ChangeFeed {
   private async pipeline(req: DbRequest): Promise<DbResponse> {
     const scope: Scope = { org: req.org, repo: req.repo, database: pipelineDatabase(req.op)! };
     this.authorize(req);
-    if (this.replication !== null) await this.replication.admit(scope, true);
+    // As a read: a pipeline that only reads a database not placed yet claims nothing (its writes are admitted one by
+    // one, and the first that may create the database claims it: pipeline-backend.ts).
+    if (this.replication !== null) await this.replication.admit(scope, false);
     const backend = pipelineBackend(scope, this.layout.path(scope), {
       pool: this.pool, replication: this.replication, limits: this.config.db,
       exists: (s) => this.exists(s), replicated: (s, res) => this.replicated(s, res),

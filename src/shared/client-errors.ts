@@ -1,6 +1,7 @@
 // SPEC 3 for requests that never become requests: what Node's HTTP parser rejects (a garbage request line, a bad
 // header, Content-Length with Transfer-Encoding, headers over the limit, a client too slow to send them) gets the
-// same JSON error shape and an x-request-id, on every listener, instead of Node's empty 400.
+// same JSON error shape, a message naming the problem and an x-request-id, on every listener, instead of Node's
+// empty 400.
 import { randomUUID } from 'node:crypto';
 import { STATUS_CODES, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -14,26 +15,53 @@ const MAX_HEADER_BYTES = 16 * 1024;
 
 interface Refusal { status: number; code: string; message: string }
 
-function refusal(code: string | undefined): Refusal {
+const bad = (message: string): Refusal => ({ status: 400, code: 'invalid_request', message });
+
+/** Request smuggling's shape (RFC 9112 6.3): llhttp names it under either header's code, by which came second. */
+const BOTH_LENGTHS = bad('both Content-Length and Transfer-Encoding were sent: a request carries one of them (Content-Length, or Transfer-Encoding: chunked), never both');
+
+/**
+ * What to answer for an error of Node's HTTP parser (llhttp's `HPE_*` codes, Node's own overflow and timeout codes).
+ * Some codes stand for several problems: llhttp's `reason` (a fixed text of the parser, never the client's bytes)
+ * tells them apart, and a reason this does not know still gets its code's wording.
+ */
+function refusal(code: string | undefined, reason = ''): Refusal {
   switch (code) {
     case 'HPE_HEADER_OVERFLOW':
       return { status: 431, code: 'payload_too_large', message: `the request line and headers are over ${MAX_HEADER_BYTES / 1024} KiB` };
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return { status: 413, code: 'payload_too_large', message: 'the chunked body is malformed: a chunk\'s extensions are over 16 KiB' };
     case 'ERR_HTTP_REQUEST_TIMEOUT':
       return { status: 408, code: 'invalid_request', message: `the request was not received within ${HEADERS_TIMEOUT_MS / 1000} s (headers) or ${REQUEST_TIMEOUT_MS / 1000} s (whole request)` };
-    case 'HPE_UNEXPECTED_CONTENT_LENGTH':
-      return { status: 400, code: 'invalid_request', message: 'Content-Length and Transfer-Encoding together: send one of them' };
+    case 'HPE_UNEXPECTED_CONTENT_LENGTH': // llhttp: "Duplicate Content-Length"
+      return bad('Content-Length is sent more than once: send it once');
     case 'HPE_INVALID_CONTENT_LENGTH':
-      return { status: 400, code: 'invalid_request', message: 'Content-Length is not one non-negative number' };
+      return /Transfer-Encoding/i.test(reason) ? BOTH_LENGTHS : bad('Content-Length is not a whole number of bytes (digits only, below 2^64)');
     case 'HPE_INVALID_TRANSFER_ENCODING':
-      return { status: 400, code: 'invalid_request', message: 'Transfer-Encoding is malformed, or sent with Content-Length: send one of them' };
+      return /Content-Length/i.test(reason) ? BOTH_LENGTHS : bad('Transfer-Encoding is malformed: a request\'s must end with chunked, named once (this server decodes no other coding); send the body as it is with Content-Length, or chunked');
     case 'HPE_INVALID_CHUNK_SIZE':
-      return { status: 400, code: 'invalid_request', message: 'the chunked body is malformed' };
-    case 'HPE_INVALID_HEADER_TOKEN': case 'HPE_INVALID_EOF_STATE': case 'HPE_LF_EXPECTED': case 'HPE_CR_EXPECTED':
-      return { status: 400, code: 'invalid_request', message: 'a request header is malformed (a name holds a space or another character HTTP does not allow)' };
-    case 'HPE_INVALID_METHOD': case 'HPE_INVALID_URL': case 'HPE_INVALID_VERSION': case 'HPE_INVALID_CONSTANT':
-      return { status: 400, code: 'invalid_request', message: 'the request line is malformed: expected METHOD /path HTTP/1.1 with the path percent-encoded' };
+      return bad('the chunked body is malformed: a chunk size is not a hexadecimal number below 2^64');
+    case 'HPE_INVALID_EOF_STATE':
+      return bad('the connection ended before the whole request was received (its headers or its body were cut short)');
+    case 'HPE_PAUSED_H2_UPGRADE':
+      return { status: 505, code: 'invalid_request', message: 'HTTP/2 is not served here (no prior knowledge, no h2c): this listener speaks HTTP/1.1' };
+    case 'HPE_INVALID_METHOD':
+      return bad('the request line is malformed: the method is not one HTTP defines (GET, POST, … in capitals), or the line is not a request line');
+    case 'HPE_INVALID_URL':
+      return bad('the request line is malformed: its target holds a character HTTP does not allow (a space, a control character or a byte over 0x7F): percent-encode it');
+    case 'HPE_INVALID_VERSION':
+      return /CRLF/i.test(reason) ? bad('the request line does not end with CRLF right after its HTTP version') : bad('the request line is malformed: its HTTP version is not 1.0 or 1.1');
+    case 'HPE_INVALID_CONSTANT':
+      return bad('the request line is malformed: expected METHOD /path HTTP/1.1 (a space in the path is percent-encoded as %20)');
+    case 'HPE_INVALID_HEADER_TOKEN':
+      if (/value char/i.test(reason)) return bad('a request header is malformed: its value holds a control character HTTP does not allow');
+      if (/whitespace after header value/i.test(reason)) return bad('a request header is malformed: it is folded onto a second line (obsolete line folding): send each header on one line');
+      return bad('a request header is malformed: its name is empty, has no colon after it, or holds a space or another character HTTP does not allow');
+    case 'HPE_STRICT': case 'HPE_CR_EXPECTED': case 'HPE_LF_EXPECTED': case 'HPE_UNEXPECTED_SPACE':
+      if (/chunk/i.test(reason)) return bad('the chunked body is malformed: a chunk is not framed as HTTP/1.1 says (its size, its extensions, CRLF after its size and after its data)');
+      return bad('a line of the request does not end with CRLF (a bare CR or LF in the request line or a header)');
     default:
-      return { status: 400, code: 'invalid_request', message: 'the request is not valid HTTP/1.1' };
+      return bad('the request is not valid HTTP/1.1');
   }
 }
 
@@ -46,8 +74,11 @@ export function limitSlowClients(server: Server): void {
 const answered = new WeakSet<Duplex>();
 
 /** Answers what the parser rejects in SPEC 3's shape (Fastify's `clientErrorHandler`: the one handler of the event). */
-export function answerClientError(err: Error & { code?: string; rawPacket?: unknown }, socket: Duplex): void {
+export function answerClientError(err: Error & { code?: string; reason?: unknown; rawPacket?: unknown }, socket: Duplex): void {
   if (answered.has(socket)) return; // the rest of a request already answered: still being read and dropped
+  // Bytes after a request that said Connection: close (RFC 9112 9.6): that request is answered as usual, then the
+  // connection closes; what came after it is not a request, and is not answered.
+  if (err.code === 'HPE_CLOSED_CONNECTION') return;
   // A request whose headers were taken and whose body then broke the parser (`Transfer-Encoding: gzip`, a bad chunk
   // size) is in flight: answered here too, unless its response has begun (then the bytes would corrupt it).
   const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse })._httpMessage;
@@ -57,7 +88,7 @@ export function answerClientError(err: Error & { code?: string; rawPacket?: unkn
     return;
   }
   answered.add(socket);
-  const r = refusal(err.code);
+  const r = refusal(err.code, typeof err.reason === 'string' ? err.reason : '');
   const body = JSON.stringify({ error: { code: r.code, message: r.message } });
   // A reply to HEAD has no body (RFC 9110 9.3.2): a client reads none, and the bytes would break its parser. The
   // method is read from the bytes that failed, which hold the request line when the request came in one piece (as

@@ -85,8 +85,8 @@ function handle(frame: Frame): Buffer {
         once = true;
       }
       const body = h.op === 'query' ? JSON.parse(frame.body.toString('utf8')) : null;
-      // A libSQL client describes statements before its first write: on a database not made yet, as on an empty one.
-      if (!db && body?.describe !== undefined) db = handles.empty();
+      // A libSQL client describes statements before its first write, and reads a database not made yet: as an empty one.
+      if (!db && (body?.describe !== undefined || body?.asEmpty === true)) db = handles.empty();
       if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
       try {
         const reply = h.op === 'query' ? query(db, body, limits.maxResultBytes)
@@ -117,7 +117,7 @@ function handle(frame: Frame): Buffer {
       // A database whose first write failed leaves no file behind; one that succeeded without changing anything
       // (an execute of SELECT 1) exists, at version 0 (SPEC 4.4: execute creates its database).
       // A migrate that applied nothing (a dry run) leaves no database either.
-      // Reads a libSQL client sent to a database that did not exist (`transient`, set by the service) make none.
+      // A libSQL write to a database that did not exist (`transient`, set by the service) makes it only if it changed it.
       const made = h.op === 'execute' ? replies.some((r, i) => r.status === 200 && (r.version !== undefined || bodies[i]?.transient !== true)) : replies.some((r) => r.version !== undefined);
       if (h.create === true && !made) unlinkDatabase(path);
       const texts = replies.map((r) => Buffer.from(r.body));
@@ -136,19 +136,25 @@ function handle(frame: Frame): Buffer {
     case 'probe': {
       // After a lost reply: did the group with this token commit?
       const db = open(path, false);
-      const row = db?.internal("SELECT value FROM _scopebase_meta WHERE key = 'group'").get() as { value: string } | undefined;
+      // A database killed while it was being made (an interactive transaction's BEGIN) may lack its internal tables.
+      const made = db?.internal("SELECT 1 FROM sqlite_schema WHERE name = '_scopebase_meta'").get() !== undefined;
+      const row = made ? db!.internal("SELECT value FROM _scopebase_meta WHERE key = 'group'").get() as { value: string } | undefined : undefined;
       const committed = row?.value === h.token;
+      const version = made ? db!.version() : 0;
       // The group created the database and was killed before it committed: no file is left, as after a failed first write.
-      if (db && !committed && h.created === true && db.version() === 0) unlinkDatabase(path);
-      return encodeFrame(frame.seq, { committed, version: db?.version() ?? 0 });
+      if (db && !committed && h.created === true && version === 0) unlinkDatabase(path);
+      return encodeFrame(frame.seq, { committed, version });
     }
     case 'tx.begin': case 'tx.exec': case 'tx.commit': case 'tx.rollback': {
       const reply = h.op === 'tx.begin'
         ? beginTx(h.tx, path, h.create === true, { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token }, limits, frame.body.length > 0 && JSON.parse(frame.body.toString('utf8')).foreignKeysOff === true)
         : h.op === 'tx.exec' ? execTx(h.tx, JSON.parse(frame.body.toString('utf8')), limits.maxResultBytes)
         : h.op === 'tx.commit' ? commitTx(h.tx) : rollbackTx(h.tx);
-      // A transaction that created its database and ended without a change leaves none, as a first write does.
-      if ((h.op === 'tx.commit' || h.op === 'tx.rollback') && h.create === true && reply.version === undefined) unlinkDatabase(path);
+      // A transaction that created its database and ended without a change leaves none, as a first write does; so
+      // does one that could not begin on it (a full disk: the file may be made, but without its internal tables).
+      // One killed with its process is removed by the probe the pool sends then (`created`).
+      const ended = h.op === 'tx.commit' || h.op === 'tx.rollback' ? reply.version === undefined : h.op === 'tx.begin' && reply.status !== 200;
+      if (h.create === true && ended) unlinkDatabase(path);
       return encodeFrame(frame.seq, { s: reply.status, v: reply.version }, reply.body);
     }
     case 'forget':

@@ -193,7 +193,10 @@ export class ExecutorPool {
             if (version !== undefined) this.opts.onCommit(lane.scope, version);
             return { status: frame.header.s as number, body: frame.body, version };
           } catch (e) {
-            if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await this.lostCommit(path, common.token);
+            if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await this.lostCommit(path, common.token, common.create);
+            // The transaction died with its process. One that was creating its database leaves none (the probe
+            // removes it at version 0), as a first write killed before its commit does; the lane is still held here.
+            if (e instanceof LostError && common.create) await this.probe(path, common.token, true).catch(() => null);
             throw lostToApiError(e, budgetMs);
           }
         },
@@ -208,11 +211,28 @@ export class ExecutorPool {
     });
   }
 
+  /**
+   * After a lost reply: did the write with this token commit? `created`: it was creating its database, which the
+   * executor removes when nothing of it committed (still at version 0, or killed before its internal tables).
+   * A probe lost in turn (its process killed too, as when every executor is; or stopped on a starved machine) is
+   * sent again, twice at most: it only reads, and removes only what nothing committed to.
+   */
+  private async probe(path: string, token: string, created: boolean): Promise<boolean> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const probe = await this.scheduler.run(tenantOfPath(path), true, { op: 'probe', path, token, created }, undefined, this.opts.timeoutMs);
+        return probe.header.committed === true;
+      } catch (e) {
+        if (!(e instanceof LostError) || e.reason === 'unstarted' || this.closing || attempt >= 3) throw e;
+      }
+    }
+  }
+
   /** The process died during a transaction's COMMIT: did it commit? (SQLite's journal makes it all or nothing.) */
-  private async lostCommit(path: string, token: string): Promise<ApiError> {
+  private async lostCommit(path: string, token: string, created: boolean): Promise<ApiError> {
     let committed: boolean | null;
     try {
-      committed = (await this.scheduler.run(tenantOfPath(path), true, { op: 'probe', path, token }, undefined, this.opts.timeoutMs)).header.committed === true;
+      committed = await this.probe(path, token, created);
     } catch {
       committed = null;
     }
@@ -305,8 +325,7 @@ export class ExecutorPool {
     }
     let committed: boolean | null;
     try {
-      const probe = await this.scheduler.run(tenantOfPath(path), true, { op: 'probe', path, token, created }, undefined, this.opts.timeoutMs);
-      committed = probe.header.committed === true;
+      committed = await this.probe(path, token, created);
     } catch {
       committed = null; // the probe failed too: rerunning could apply the writes twice, so nothing reruns
     }

@@ -15,6 +15,8 @@ interface QueryBody {
   rows?: RowShape;
   /** Set by the service for a libSQL pipeline (never by a client): what is left of its results' allowance. */
   maxResultBytes?: number;
+  /** Set by the service for a libSQL pipeline (never by a client): a database that does not exist reads as an empty one. */
+  asEmpty?: boolean;
 }
 
 /** Every statement of one request reads one snapshot: a read transaction spans them, with the version it shows. */

@@ -32,7 +32,7 @@ interface ExecuteBody {
   foreignKeysOff?: boolean;
   /** Set by the service for a libSQL pipeline, never by a client: what is left of its results' allowance. */
   maxResultBytes?: number;
-  /** Set by the service, never by a client: reads of a database that did not exist, which they do not create. */
+  /** Set by the service, never by a client: a libSQL write to a database that did not exist, which makes it only if it changes it. */
   transient?: boolean;
 }
 

@@ -187,7 +187,7 @@ export class Pipeline {
     return EMPTY;
   }
 
-  /** Reads that turn out to write, or read a database that does not exist yet, run as a write (which creates it). */
+  /** Reads that turn out to write run as a write (which creates a database that does not exist yet, if it changes it). */
   private async runAs(kind: 'read' | 'write', statements: Statement[], foreignKeysOff = this.stream.foreignKeysOff): Promise<string> {
     this.checkAllowance();
     const reply = await this.runOnce(kind, statements, foreignKeysOff);
@@ -210,9 +210,9 @@ export class Pipeline {
     try {
       return await this.backend.run(kind, statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft });
     } catch (e) {
-      // A database that does not exist reads as an empty one, as on Turso (run as a write, which does not keep it
-      // unless it changed it: see pipeline-backend.ts).
-      if (kind === 'read' && e instanceof ApiError && (e.code === 'read_only' || e.code === 'database_not_found')) return this.backend.run('write', statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft });
+      // A read that turns out to write runs as a write. (A database that does not exist reads as an empty one, as on
+      // Turso: see pipeline-backend.ts.)
+      if (kind === 'read' && e instanceof ApiError && e.code === 'read_only') return this.backend.run('write', statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft });
       throw e;
     }
   }
