@@ -80,6 +80,18 @@ async function metric(p: Running, line: RegExp): Promise<number> {
   return m === undefined ? NaN : Number(m.split(' ').at(-1));
 }
 
+/**
+ * Waits until the server has taken in what was sent to it (a round trip through its event loop, on the admin port),
+ * then until `done` holds on this side (a closed connection is seen here a moment later).
+ */
+async function settle(p: Running, done: () => boolean = () => true): Promise<void> {
+  await fetch(`http://127.0.0.1:${p.adminPort}/healthz`);
+  for (const until = performance.now() + 5000; !done() && performance.now() < until;) await sleep(20);
+  await sleep(50);
+}
+
+const closed = (held: Held[]) => held.filter((h) => h.closed).length;
+
 function assertRefused(r: Answer, why: RegExp): void {
   assert.equal(r.status, 503, JSON.stringify(r.json));
   assert.equal(r.json.error.code, 'unavailable');
@@ -95,15 +107,15 @@ test('past MAX_CONNECTIONS, idle and slow-header connections are closed least re
     assert.equal((await ask(p.port, '/web/_db/execute', { sql: 'CREATE TABLE t(x)' })).status, 200);
     const held: Held[] = [];
     for (let i = 0; i < 12; i++) {
-      held.push(await hold(p.port, i % 2 ? 'slow' : 'idle', `127.0.0.${10 + (i % 3)}`)); // three clients, none at its own cap
-      await sleep(30); // the server has taken it (and the slow one's bytes) before the next
+      // One after another (the server takes them in that order), from three clients: none at its own cap.
+      held.push(await hold(p.port, i % 2 ? 'slow' : 'idle', `127.0.0.${10 + (i % 3)}`));
     }
-    await sleep(200);
+    await settle(p, () => closed(held) >= 4);
     assert.deepEqual(held.map((h) => h.closed), [true, true, true, true, false, false, false, false, false, false, false, false], 'the four oldest were closed, eight stay');
     const r = await ask(p.port, '/web/_db/query', { sql: 'SELECT count(*) AS n FROM t' });
     assert.equal(r.status, 200, JSON.stringify(r.json));
-    await sleep(100);
-    assert.equal(held.filter((h) => h.closed).length, 5, 'and one more for the request');
+    await settle(p, () => closed(held) >= 5);
+    assert.equal(closed(held), 5, 'and one more for the request');
     assert.equal(await metric(p, /^scopebase_connections_closed_idle_total\{pool="public",cap="total"\}/), 5);
     assert.equal(await metric(p, /^scopebase_connections_refused_total\{pool="public",cap="total"\}/), 0);
     assert.ok(await metric(p, /^scopebase_connections_open\{pool="public"\}/) <= 8);
@@ -121,12 +133,12 @@ test('with every connection busy, one more gets 503 unavailable with Retry-After
   try {
     assert.equal((await ask(p.port, '/web/_db/execute', { sql: 'CREATE TABLE t(x)' })).status, 200);
     const busy = await Promise.all(Array.from({ length: 4 }, (_, i) => hold(p.port, 'busy', `127.0.0.${10 + i}`)));
-    await sleep(200);
+    await settle(p);
     assertRefused(await ask(p.port, '/web/_db/query', { sql: 'SELECT 1' }), /the server has too many connections/);
     assert.equal((await ask(p.port, '/web/_db/query', { sql: 'SELECT 1' }, { method: 'HEAD' })).status, 503, 'HEAD too, without a body');
     assert.ok(busy.every((h) => !h.closed), 'a request in flight is never closed to make room');
     for (const h of busy) h.socket.destroy();
-    await sleep(200);
+    await settle(p);
     assert.equal((await ask(p.port, '/web/_db/query', { sql: 'SELECT 1' })).status, 200);
     assert.equal(await metric(p, /^scopebase_connections_refused_total\{pool="public",cap="total"\}/), 2);
   } finally {
@@ -139,16 +151,15 @@ test('one client past MAX_CONNECTIONS_PER_CLIENT is refused, or loses its own id
   try {
     assert.equal((await ask(p.port, '/web/_db/execute', { sql: 'CREATE TABLE t(x)' })).status, 200);
     const busy = await Promise.all(Array.from({ length: 3 }, () => hold(p.port, 'busy', '127.0.0.1')));
-    await sleep(200);
+    await settle(p);
     assertRefused(await ask(p.port, '/web/_db/query', { sql: 'SELECT 1' }, { from: '127.0.0.1' }), /this client/);
     assert.equal((await ask(p.port, '/web/_db/query', { sql: 'SELECT 1' }, { from: '127.0.0.2' })).status, 200, 'another address is served');
     const idle: Held[] = [];
     for (let i = 0; i < 3; i++) {
       idle.push(await hold(p.port, 'idle', '127.0.0.3'));
-      await sleep(30);
     }
     assert.equal((await ask(p.port, '/web/_db/query', { sql: 'SELECT 1' }, { from: '127.0.0.3' })).status, 200, 'a client at its cap with idle connections is served');
-    await sleep(100);
+    await settle(p, () => closed(idle) >= 1);
     assert.deepEqual(idle.map((h) => h.closed), [true, false, false], 'its own least recently used idle connection made room');
     assert.ok(busy.every((h) => !h.closed));
     assert.equal(await metric(p, /^scopebase_connections_refused_total\{pool="public",cap="per_client"\}/), 1);
@@ -164,15 +175,15 @@ test('a TRUSTED_PROXIES peer (the load balancer all users come through) is held 
   try {
     assert.equal((await ask(p.port, '/web/_db/execute', { sql: 'CREATE TABLE t(x)' })).status, 200);
     const held = await Promise.all(Array.from({ length: 6 }, () => hold(p.port, 'busy', '127.0.0.1')));
-    await sleep(200);
+    await settle(p);
     assert.equal((await ask(p.port, '/web/_db/query', { sql: 'SELECT 1' }, { from: '127.0.0.1' })).status, 200, 'the 7th connection of the trusted peer');
     held.push(...await Promise.all(Array.from({ length: 2 }, () => hold(p.port, 'busy', '127.0.0.2'))));
-    await sleep(200);
+    await settle(p);
     assertRefused(await ask(p.port, '/web/_db/query', { sql: 'SELECT 1' }, { from: '127.0.0.2' }), /this client/);
     assertRefused(await ask(p.port, '/web/_db/query', { sql: 'SELECT 1' }, { from: '127.0.0.1' }), /the server has too many/);
     assert.ok(held.every((h) => !h.closed));
     for (const h of held) h.socket.destroy();
-    await sleep(200);
+    await settle(p);
     assert.equal((await ask(p.port, '/web/_db/query', { sql: 'SELECT 1' }, { from: '127.0.0.1' })).status, 200);
   } finally {
     p.killAll();
@@ -204,16 +215,15 @@ test('a WebSocket to an app is in use, never closed to make room; an upgrade on 
     const idle: Held[] = [];
     for (let i = 0; i < 6; i++) {
       idle.push(await hold(p.port, 'idle', `127.0.0.${10 + (i % 2)}`));
-      await sleep(30);
     }
-    await sleep(200);
+    await settle(p, () => closed(idle) >= 3);
     assert.equal(idle.filter((h) => !h.closed).length, 3, 'the idle ones made room for each other');
     const echoed = new Promise<string>((resolve) => ws.socket.once('data', (d) => resolve(String(d))));
     ws.socket.write('still here');
     assert.equal(await echoed, 'still here', 'the WebSocket was left open');
     for (const h of idle) h.socket.destroy();
     const busy = await Promise.all(Array.from({ length: 3 }, (_, i) => hold(p.port, 'busy', `127.0.0.${10 + i}`)));
-    await sleep(200);
+    await settle(p);
     const refused = await upgrade('127.0.0.5');
     assert.match(refused.head, /^HTTP\/1\.1 503 /);
     assert.match(refused.head, /retry-after: 1\r\n/);
@@ -237,7 +247,7 @@ test('the probe: under ulimit -n 256, 400 idle and slow connections leave the se
       // From eight addresses: past each one's own cap and past the total.
       held.push(...await Promise.all(Array.from({ length: 50 }, (_, j) => hold(p.port, (i + j) % 4 === 3 ? 'slow' : 'idle', `127.0.0.${20 + (j % 8)}`))));
     }
-    await sleep(300);
+    await settle(p);
     const q = await ask(p.port, '/web/_db/query', { sql: 'SELECT count(*) AS n FROM t' }, { timeoutMs: 5000 }).catch((e) => assert.fail(`a query after the flood: ${e.message}`));
     assert.equal(q.status, 200, JSON.stringify(q.json));
     const fresh = await ask(p.port, '/web/_db/execute', { database: 'fresh', sql: 'CREATE TABLE u(y)' }, { timeoutMs: 5000 });
