@@ -14,6 +14,7 @@ import { waitFor } from './helpers/mirror.ts';
 import { AccountStore } from '../src/account/store.ts';
 import { tempDir, testEnv } from './helpers/product.ts';
 import { accountAlone } from '../src/account/wiring.ts';
+import { publicConnections } from '../src/shared/connection-cap.ts';
 import { loadConfig } from '../src/shared/config.ts';
 import { createLogger } from '../src/shared/log.ts';
 
@@ -332,7 +333,8 @@ describe('WebSocket upgrades', () => {
   async function withAccountServiceAlone(): Promise<{ proxy: AccountsProduct; accountDataDir: string; close(): Promise<void> }> {
     const accountDataDir = tempDir('scopebase-account-alone-');
     const config = loadConfig(testEnv(accountDataDir));
-    const alone = await accountAlone(config, createLogger('silent'));
+    const logger = createLogger('silent');
+    const alone = await accountAlone(config, logger, publicConnections(config, logger));
     const accountUrl = await alone.server.listen({ port: 0, host: '127.0.0.1' });
     const proxy = await startAccounts({ ACCOUNT_SERVICE_URL: accountUrl, APPS: JSON.stringify({ 'acme/private': { url: upstreamUrl, requireSession: true } }) });
     return {

@@ -4,6 +4,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import type { Config } from '../shared/config.ts';
+import type { ConnectionCap } from '../shared/connection-cap.ts';
 import { createHttpApp } from '../shared/http.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkOrg, checkRepo } from '../shared/names.ts';
@@ -20,7 +21,7 @@ export function proxyToken(rootKey: Buffer): string {
 
 interface Routed { org: string; repo: string; host: string; https: boolean; ip: string }
 
-export function createAccountServer(opts: { config: Config; logger: Logger; service: AccountService }): FastifyInstance {
+export function createAccountServer(opts: { config: Config; logger: Logger; service: AccountService; connections: ConnectionCap }): FastifyInstance {
   const expected = opts.config.rootKeys.map((k) => Buffer.from(proxyToken(k)));
   const routed = new WeakMap<IncomingMessage, Routed>();
 
@@ -36,7 +37,7 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
   };
 
   const app = createHttpApp({
-    logger: opts.logger.child({ server: 'account' }), bodyLimit: 1024 * 1024,
+    logger: opts.logger.child({ server: 'account' }), bodyLimit: 1024 * 1024, connections: opts.connections,
     // `{account_url}/X` is `/{repo}/_account/X`: the repo comes from the proxy's header, always. A path that itself
     // looks like `/{other}/_account/...` stays under the proxy's repo (404), so the path cannot override the header.
     rewriteUrl: (raw) => {

@@ -5,6 +5,7 @@ import { chmodSync, mkdirSync } from 'node:fs';
 import { ConfigError, loadConfig, type Config } from '../shared/config.ts';
 import { createLogger, logDestination, type Logger } from '../shared/log.ts';
 import { createAdminServer } from '../shared/admin.ts';
+import { publicConnections, type ConnectionCap } from '../shared/connection-cap.ts';
 import { createProxy } from '../proxy/server.ts';
 import { createDbService } from '../db/service.ts';
 import { createRemoteDb, createDbServer } from '../db/remote.ts';
@@ -37,7 +38,7 @@ export async function startParts(part: Part, config: Config, logger: Logger, hos
     await admin.close();
   };
   try {
-    const { main, url, mirrorUrl } = await startMain(part, config, logger, host, closers);
+    const { main, url, mirrorUrl } = await startMain(part, config, logger, host, closers, publicConnections(config, logger));
     const adminAddress = await admin.listen({ port: config.adminPort, host });
     return {
       part,
@@ -57,14 +58,14 @@ export async function startParts(part: Part, config: Config, logger: Logger, hos
   }
 }
 
-async function startMain(part: Part, config: Config, logger: Logger, host: string, closers: (() => Promise<void>)[]): Promise<{ main: FastifyInstance; url: string; mirrorUrl: string | null }> {
+async function startMain(part: Part, config: Config, logger: Logger, host: string, closers: (() => Promise<void>)[], connections: ConnectionCap): Promise<{ main: FastifyInstance; url: string; mirrorUrl: string | null }> {
   let main: FastifyInstance;
   if (part === 'db') {
     const db = await createDbService({ config, logger });
     closers.push(() => db.close());
     const delivery = startMirrorDelivery(config, logger, db);
     if (delivery) closers.push(() => delivery.close());
-    main = createDbServer({ config, logger, db });
+    main = createDbServer({ config, logger, db, connections });
     if (config.cluster !== null) {
       const node = await startClusterNode(config, logger, db, main, delivery?.cluster ?? null);
       closers.push(() => node.close());
@@ -90,13 +91,13 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
     }
     const accounts = await accountForProxy(config, logger);
     closers.push(() => accounts.close());
-    main = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: config.db.maxBodyBytes, trustedProxies: config.trustedProxies, db, account: accounts.account, apps: accounts.apps, verify: accounts.verify });
+    main = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: config.db.maxBodyBytes, trustedProxies: config.trustedProxies, db, account: accounts.account, apps: accounts.apps, verify: accounts.verify, connections });
   } else if (part === 'account') {
-    const accounts = await accountAlone(config, logger);
+    const accounts = await accountAlone(config, logger, connections);
     closers.push(() => accounts.close());
     main = accounts.server;
   } else {
-    const { mirror, url } = await listenReferenceMirror(config, logger, host, null);
+    const { mirror, url } = await listenReferenceMirror(config, logger, host, null, connections);
     closers.push(() => mirror.close());
     return { main: mirror.app, url, mirrorUrl: url };
   }
@@ -104,7 +105,7 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
   const url = await main.listen({ port: config.port, host });
   let mirrorUrl: string | null = null;
   if (part === 'all' && config.mirror.port !== null) {
-    const started = await listenReferenceMirror(config, logger, host, url);
+    const started = await listenReferenceMirror(config, logger, host, url, connections);
     closers.push(() => started.mirror.close());
     mirrorUrl = started.url;
   }

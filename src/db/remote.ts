@@ -8,6 +8,7 @@ import { Pool, type Dispatcher } from 'undici';
 import type { Config } from '../shared/config.ts';
 import { registerImportRoute } from './import.ts';
 import { ApiError } from '../shared/errors.ts';
+import { refuseUpgrade, type ConnectionCap } from '../shared/connection-cap.ts';
 import { createHttpApp } from '../shared/http.ts';
 import type { RawHandler } from '../shared/raw-route.ts';
 import type { Logger } from '../shared/log.ts';
@@ -47,7 +48,7 @@ function decodeOp(op: string): string {
 }
 
 /** `scopebase serve db`: the same routes as through the proxy, for the proxy only, served off node:http (raw-route.ts). */
-export function createDbServer({ config, logger, db }: { config: Config; logger: Logger; db: DbService }): FastifyInstance {
+export function createDbServer({ config, logger, db, connections }: { config: Config; logger: Logger; db: DbService; connections: ConnectionCap }): FastifyInstance {
   const fromProxy = proxyTokenCheck(config.rootKeys);
   const dbRoute: RawHandler = async (req, body, requestId) => {
     if (!fromProxy(req.headers[PROXY_TOKEN_HEADER])) throw new ApiError('forbidden', 'the database control service only answers the proxy');
@@ -55,14 +56,16 @@ export function createDbServer({ config, logger, db }: { config: Config; logger:
     const org = checkOrg(String(req.headers['x-scopebase-org'] ?? ''));
     return db.handle({ op: decodeOp(op!), org, repo: checkRepo(repo!), authorization: req.headers.authorization, body, requestId });
   };
-  const app = createHttpApp({ logger, bodyLimit: config.db.maxBodyBytes, rawRoutes: (req) => (req.method === 'POST' && DB_PATH.test(req.url!) && !req.url!.endsWith('/_db/import') ? dbRoute : null) });
+  const app = createHttpApp({ logger, bodyLimit: config.db.maxBodyBytes, connections, rawRoutes: (req) => (req.method === 'POST' && DB_PATH.test(req.url!) && !req.url!.endsWith('/_db/import') ? dbRoute : null) });
   void registerImportRoute(app, async (req, upload) => {
     if (!fromProxy(req.headers[PROXY_TOKEN_HEADER])) throw new ApiError('forbidden', 'the database control service only answers the proxy');
     const org = checkOrg(String(req.headers['x-scopebase-org'] ?? ''));
     return db.handle({ op: 'import', org, repo: checkRepo((req.params as { repo: string }).repo), authorization: req.headers.authorization, body: Buffer.alloc(0), requestId: req.id, upload });
   });
   const channel = new ChannelServer({ db, logger, maxBodyBytes: config.db.maxBodyBytes, fromProxy, tokenHeader: PROXY_TOKEN_HEADER });
-  app.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => channel.accept(req, socket, head));
+  app.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    if (!refuseUpgrade(req, socket)) channel.accept(req, socket, head);
+  });
   app.addHook('preClose', async () => channel.close());
   return app;
 }

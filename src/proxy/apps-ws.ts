@@ -4,6 +4,7 @@ import { request as httpsRequest } from 'node:https';
 import type { Duplex } from 'node:stream';
 import type { FastifyRequest } from 'fastify';
 import { ApiError } from '../shared/errors.ts';
+import { refuseUpgrade } from '../shared/connection-cap.ts';
 import type { Logger } from '../shared/log.ts';
 import type { AppRoute } from '../shared/config.ts';
 import type { SessionResolver } from '../account/contract.ts';
@@ -58,6 +59,7 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     s.once('close', () => live.delete(s));
   };
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (refuseUpgrade(req, socket)) return; // a connection over a cap: answered 503
     track(socket);
     socket.on('error', () => socket.destroy());
     // SPEC 3: every answer carries x-request-id, the refusals and the relayed 101 included.

@@ -7,7 +7,8 @@ import { ApiError } from '../shared/errors.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { ResolvedSession, SessionResolver } from '../account/contract.ts';
 import { readCookie, SESSION_COOKIE } from '../account/cookies.ts';
-import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, trustedPeers } from './forward.ts';
+import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies } from './forward.ts';
+import { trustedPeers } from '../shared/trusted-peers.ts';
 
 export interface RemoteAccountOptions { accountUrl: string; proxyToken: string; trustedProxies: string[] }
 

@@ -1,5 +1,4 @@
 // Streaming HTTP forwarding with undici, and SPEC 8's x-forwarded-* rules (kept and extended only from TRUSTED_PROXIES).
-import { BlockList, isIP } from 'node:net';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -8,24 +7,6 @@ import { ApiError } from '../shared/errors.ts';
 import { isForwarding, isProxyOnly } from '../shared/headers.ts';
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
-
-/** Returns a check for "this peer address is a trusted load balancer" (addresses and CIDRs). */
-export function trustedPeers(list: string[]): (address: string | undefined) => boolean {
-  if (list.length === 0) return () => false;
-  const block = new BlockList();
-  for (const entry of list) {
-    const [addr, bits] = entry.split('/') as [string, string | undefined];
-    const family = isIP(addr) === 6 ? 'ipv6' : 'ipv4';
-    if (bits === undefined) block.addAddress(addr, family);
-    else block.addSubnet(addr, Number(bits), family);
-  }
-  return (address) => {
-    if (!address) return false;
-    const v4 = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-    const a = v4 ? v4[1]! : address;
-    return block.check(a, isIP(a) === 6 ? 'ipv6' : 'ipv4');
-  };
-}
 
 function first(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;

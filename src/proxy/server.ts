@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import { Readable } from 'node:stream';
 import { registerImportRoute } from '../db/import.ts';
 import { ApiError } from '../shared/errors.ts';
+import type { ConnectionCap } from '../shared/connection-cap.ts';
 import { createHttpApp } from '../shared/http.ts';
 import type { RawHandler } from '../shared/raw-route.ts';
 import { OPENAPI_PATH, openApiJson } from '../shared/openapi.ts';
@@ -12,7 +13,8 @@ import type { DbHandler } from '../db/contract.ts';
 import { pipelineDatabase, probeDatabase } from '../db/hrana/index.ts';
 import { orgFromHost } from '../shared/host.ts';
 import { stripSpoofableHeaders } from '../shared/headers.ts';
-import { sessionView, trustedPeers } from './forward.ts';
+import { sessionView } from './forward.ts';
+import { trustedPeers } from '../shared/trusted-peers.ts';
 import type { AccountForProxy } from './account-wiring.ts';
 
 declare module 'fastify' {
@@ -34,6 +36,7 @@ export interface ProxyOptions {
   apps?: FastifyPluginAsync;
   /** The in-process account service's GET /verify, served on the raw path (else the account plugin answers it). */
   verify?: AccountForProxy['verify'];
+  connections: ConnectionCap;
 }
 
 /** The shapes the raw routes take: a plain repo segment, no query string or escapes (the rest goes to Fastify). */
@@ -57,7 +60,7 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     return verify!(sessionView(req, org, isTrusted(req.socket.remoteAddress)));
   };
   const app = createHttpApp({
-    logger: opts.logger, bodyLimit: opts.bodyLimit, trustProxy: opts.trustedProxies.length ? opts.trustedProxies : false,
+    logger: opts.logger, bodyLimit: opts.bodyLimit, trustProxy: opts.trustedProxies.length ? opts.trustedProxies : false, connections: opts.connections,
     rawRoutes: (req) => {
       if (req.method === 'POST') return DB_PATH.test(req.url!) && !req.url!.endsWith('/_db/import') ? rawDbRoute : null;
       return verify && req.method === 'GET' && VERIFY_PATH.test(req.url!) ? rawVerifyRoute : null;

@@ -1,5 +1,6 @@
 // SPEC 9: /healthz, /readyz and Prometheus /metrics on ADMIN_PORT, apart from public traffic.
 import type { FastifyInstance } from 'fastify';
+import { adminConnections } from './connection-cap.ts';
 import { createHttpApp } from './http.ts';
 import type { Logger } from './log.ts';
 import { metrics } from './metrics.ts';
@@ -13,7 +14,7 @@ export interface Readiness {
 }
 
 export function createAdminServer(logger: Logger, readiness: Readiness): FastifyInstance {
-  const app = createHttpApp({ logger: logger.child({ server: 'admin' }), bodyLimit: 1024 });
+  const app = createHttpApp({ logger: logger.child({ server: 'admin' }), bodyLimit: 1024, connections: adminConnections(logger) });
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/readyz', async (_req, reply) => {
     const reason = readiness.notReadyReason();

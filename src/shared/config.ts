@@ -71,6 +71,8 @@ export interface Config {
     providerTimeoutMs: number;
   };
   trustedProxies: string[];
+  /** MAX_CONNECTIONS and MAX_CONNECTIONS_PER_CLIENT; null: derived from the open-files limit (connection-cap.ts). */
+  connections: { max: number | null; maxPerClient: number | null };
   mirror: { port: number | null; secret: string | null; sourceUrl: string | null };
   apps: Map<string, AppRoute>;
   /** When a part runs as its own process, where the proxy reaches it. */
@@ -360,6 +362,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
       providerTimeoutMs: int(env, 'ACCOUNT_PROVIDER_TIMEOUT_MS', 10_000, 50, 600_000),
     },
     trustedProxies: parseTrustedProxies(str(env, 'TRUSTED_PROXIES')),
+    connections: connectionsConfig(env),
     mirror: {
       port: mirrorPortRaw === undefined ? null : int(env, 'MIRROR_PORT', 0, 0, 65535),
       secret: str(env, 'MIRROR_SECRET') ?? null,
@@ -371,6 +374,14 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS) ?? 'info',
     logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'pretty'] as const) ?? null,
   };
+}
+
+/** Connection caps (docs/reliability.md, "Connections"); unset, connection-cap.ts derives them from the open-files limit. */
+function connectionsConfig(env: Env): Config['connections'] {
+  const max = str(env, 'MAX_CONNECTIONS') === undefined ? null : int(env, 'MAX_CONNECTIONS', 0, 1, 10_000_000);
+  const maxPerClient = str(env, 'MAX_CONNECTIONS_PER_CLIENT') === undefined ? null : int(env, 'MAX_CONNECTIONS_PER_CLIENT', 0, 1, 10_000_000);
+  if (max !== null && maxPerClient !== null && maxPerClient > max) fail('MAX_CONNECTIONS_PER_CLIENT', `must not be above MAX_CONNECTIONS (${maxPerClient} > ${max})`);
+  return { max, maxPerClient };
 }
 
 /** What a cluster node does not replicate yet (docs/scaling.md) is refused there rather than silently diverging. */

@@ -6,6 +6,7 @@ import { ApiError, isDiskFull } from './errors.ts';
 import type { Logger } from './log.ts';
 import { logAccess, requestIdOf, serveRaw, type RawRouter } from './raw-route.ts';
 import { answerClientError, limitSlowClients } from './client-errors.ts';
+import type { ConnectionCap } from './connection-cap.ts';
 import { LIBSQL_ERROR_TYPE, libsqlErrorBody } from './libsql-errors.ts';
 
 export interface HttpOptions {
@@ -17,6 +18,8 @@ export interface HttpOptions {
   rewriteUrl?: (req: IncomingMessage) => string;
   /** Hot routes served straight off node:http ahead of Fastify (raw-route.ts). */
   rawRoutes?: RawRouter;
+  /** The connection cap this listener counts against (one per product for the public listeners, its own for admin). */
+  connections: ConnectionCap;
 }
 
 const routeTables = new WeakMap<FastifyInstance, Set<string>>();
@@ -58,10 +61,12 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
       const serving = { logger: opts.logger, bodyLimit: opts.bodyLimit, closing: () => closing, toApiError: rawApiError };
       // A missing Host is the routes' to answer (unknown_host), in SPEC 3's shape, not Node's empty 400.
       const server = createServer({ requireHostHeader: false }, (req, res) => {
+        if (!opts.connections.admit(req, res)) return; // a connection over a cap: answered 503
         if (!serveRaw(opts.rawRoutes, serving, req, res)) fastifyHandler(req, res);
       });
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
       limitSlowClients(server);
+      opts.connections.watch(server);
       return server;
     },
   }) as unknown as FastifyInstance;

@@ -1,6 +1,6 @@
 // The one Prometheus registry every part registers in (served at /metrics on ADMIN_PORT), and the request metrics
 // every listener records: latency per route template (a bounded set: never raw paths, names or ids).
-import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { OPS } from './db-ops.ts';
 
 export const metrics = new Registry();
@@ -11,6 +11,26 @@ const requestSeconds = new Histogram({
   help: 'Time to answer an HTTP request, by route template, method and status class',
   labelNames: ['route', 'method', 'status'],
   buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+  registers: [metrics],
+});
+
+/** Connections per listener pool (connection-cap.ts): `public` (the proxy or a part's port, the reference mirror) or `admin`. */
+export const connectionsOpen = new Gauge({
+  name: 'scopebase_connections_open',
+  help: 'Open client connections, by pool: public (the proxy or a part\'s own port, and the reference mirror) or admin',
+  labelNames: ['pool'],
+  registers: [metrics],
+});
+export const connectionsRefused = new Counter({
+  name: 'scopebase_connections_refused_total',
+  help: 'Connections refused (503, or closed at once past a few such answers) because every connection under a cap was busy; cap: total (MAX_CONNECTIONS) or per_client',
+  labelNames: ['pool', 'cap'],
+  registers: [metrics],
+});
+export const connectionsClosedIdle = new Counter({
+  name: 'scopebase_connections_closed_idle_total',
+  help: 'Idle connections (no request in flight) closed to make room for a new one at a cap; cap: total (MAX_CONNECTIONS) or per_client',
+  labelNames: ['pool', 'cap'],
   registers: [metrics],
 });
 

@@ -104,9 +104,14 @@ export interface SpawnedProduct {
   stdout: () => string;
 }
 
-/** Runs `scopebase start` (or `serve <part>`) as a real child process; resolves once its banner names the URL. */
-export function spawnProduct(env: Record<string, string>, args: string[] = ['start']): Promise<SpawnedProduct> {
-  const child = spawn(process.execPath, ['src/cli/main.ts', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+/**
+ * Runs `scopebase start` (or `serve <part>`) as a real child process; resolves once its banner names the URL.
+ * `openFiles` starts it under `ulimit -n` (soft and hard), as a host with a low open-files limit would.
+ */
+export function spawnProduct(env: Record<string, string>, args: string[] = ['start'], opts: { openFiles?: number } = {}): Promise<SpawnedProduct> {
+  const argv = [process.execPath, 'src/cli/main.ts', ...args];
+  const [command, ...rest] = opts.openFiles === undefined ? argv : ['sh', '-c', `ulimit -n ${opts.openFiles} && exec "$@"`, 'sh', ...argv];
+  const child = spawn(command!, rest, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let err = '';
   let out = '';
   child.stdout!.on('data', (d) => (out += d));

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { ExecutorPool } from '../../db/executor/pool.ts';
 import { ConfigError, type Config } from '../../shared/config.ts';
+import type { ConnectionCap } from '../../shared/connection-cap.ts';
 import { createHttpApp } from '../../shared/http.ts';
 import type { Logger } from '../../shared/log.ts';
 import { registerHook } from './hook.ts';
@@ -15,6 +16,8 @@ export interface ReferenceMirrorOptions {
   logger: Logger;
   /** Where snapshots come from: MIRROR_SOURCE_URL, or in `npm start` the proxy's own address once it listens. */
   sourceUrl: () => string | null;
+  /** The product's public cap: with `npm start` the mirror's port shares it with the proxy's. */
+  connections: ConnectionCap;
 }
 
 export interface ReferenceMirror {
@@ -52,7 +55,7 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
     maxOpen: config.db.maxOpenDatabases,
   });
   // Changesets can be larger than the request that caused them (one UPDATE of many rows).
-  const app = createHttpApp({ logger, bodyLimit: Math.max(config.db.maxBodyBytes * 4, 64 * 1024 * 1024) });
+  const app = createHttpApp({ logger, bodyLimit: Math.max(config.db.maxBodyBytes * 4, 64 * 1024 * 1024), connections: opts.connections });
   registerHook(app, secret, replicas);
   registerQuery(app, { baseDomain: config.baseDomain, rootKeys: config.rootKeys, maxStatements: config.db.maxStatements, pool, replicas });
   return {

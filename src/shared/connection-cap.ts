@@ -1,0 +1,249 @@
+// A cap on open connections, per process and per client address, on every listener (docs/reliability.md,
+// "Connections"). Without it, connections opened and held took every file descriptor under the open-files limit,
+// and the server could then open no database, spawn no executor and accept nobody.
+import { readFileSync } from 'node:fs';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { Config } from './config.ts';
+import type { Logger } from './log.ts';
+import { connectionsClosedIdle, connectionsOpen, connectionsRefused } from './metrics.ts';
+import { requestIdOf } from './raw-route.ts';
+import { trustedPeers } from './trusted-peers.ts';
+
+/** Descriptors kept for all but client connections: stdio, listeners, executor pipes, the stores' SQLite files (and -wal, -shm), mirror, etcd and upstream pools. */
+const RESERVED_FDS = 128;
+/** The admin port's own connections, out of the reserve: health checks and /metrics answer while the public port is full. */
+export const ADMIN_CONNECTIONS = 32;
+/** What a host that says nothing is taken to allow (Linux's usual soft limit). */
+const FALLBACK_FD_LIMIT = 1024;
+/** Refused connections waiting to be answered 503: each holds a descriptor, so past this many a refusal is a plain close. */
+const MAX_REFUSING = 32;
+/** How long a refused connection may take to send the request its 503 answers. */
+const REFUSE_WAIT_MS = 1000;
+/** How many connections one look for an idle one passes at most (the busy ones it passes go to the back). */
+const SCAN = 64;
+/** At most one warning a minute: a flood of refusals must not become a flood of log lines. */
+const WARN_EVERY_MS = 60_000;
+
+/** The soft RLIMIT_NOFILE as this process runs with it (Node raises the soft limit to the hard one at start). */
+export function openFilesLimit(): number {
+  try {
+    // Linux: cheap and exact. `unlimited` cannot be met on Linux (fs.nr_open bounds it); it is taken as no bound.
+    const line = /^Max open files\s+(\S+)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
+    if (line) return line[1] === 'unlimited' ? Number.MAX_SAFE_INTEGER : Number(line[1]);
+  } catch {
+    // not Linux
+  }
+  try {
+    // Elsewhere (macOS, the BSDs): the diagnostic report reads getrlimit; built once at start, never per connection.
+    const soft = (process.report.getReport() as { userLimits?: { open_files?: { soft?: number | string } } }).userLimits?.open_files?.soft;
+    if (soft === 'unlimited') return Number.MAX_SAFE_INTEGER;
+    if (typeof soft === 'number' && soft > 0) return soft;
+  } catch {
+    // no report on this platform
+  }
+  return FALLBACK_FD_LIMIT;
+}
+
+export interface ConnectionLimits {
+  /** Connections open at once on the pool's listeners (MAX_CONNECTIONS). */
+  total: number;
+  /** Connections open at once from one client address, or one IPv6 /64 (MAX_CONNECTIONS_PER_CLIENT). */
+  perClient: number;
+}
+
+/**
+ * The public listeners' limits: MAX_CONNECTIONS, else half of the open-files limit left after the reserve and the
+ * admin port (a request proxied to an app or to `serve db`, or a WebSocket, holds a second descriptor upstream);
+ * MAX_CONNECTIONS_PER_CLIENT, else a quarter of the total (at least four clients share it), never above the total.
+ */
+export function connectionLimits(given: Config['connections'], fdLimit = openFilesLimit()): ConnectionLimits & { fdLimit: number; fits: number } {
+  const fits = Math.max(16, Math.floor((fdLimit - RESERVED_FDS - ADMIN_CONNECTIONS) / 2));
+  const total = given.max ?? Math.min(fits, 10_000_000);
+  return { total, perClient: Math.min(total, given.maxPerClient ?? Math.max(1, Math.floor(total / 4))), fdLimit, fits };
+}
+
+/** The cap every public listener of one product shares (descriptors are the process's), with the limits logged once. */
+export function publicConnections(config: Pick<Config, 'connections' | 'trustedProxies'>, logger: Logger): ConnectionCap {
+  const limits = connectionLimits(config.connections);
+  const fields = { maxConnections: limits.total, maxConnectionsPerClient: limits.perClient, openFilesLimit: limits.fdLimit };
+  if (limits.total > limits.fits) logger.warn(fields, `MAX_CONNECTIONS is above the ${limits.fits} connections the open-files limit leaves room for: raise the limit (ulimit -n, LimitNOFILE) or lower MAX_CONNECTIONS`);
+  else logger.info(fields, `connections: at most ${limits.total} open, ${limits.perClient} per client (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT)`);
+  return new ConnectionCap('public', limits, trustedPeers(config.trustedProxies), logger);
+}
+
+/** The admin port's cap: its own few connections, whoever holds the public ones. */
+export function adminConnections(logger: Logger): ConnectionCap {
+  return new ConnectionCap('admin', { total: ADMIN_CONNECTIONS, perClient: ADMIN_CONNECTIONS }, () => false, logger);
+}
+
+type Cap = 'total' | 'per_client';
+
+/** Refused connections (of any cap), until their request is answered or they are dropped. */
+const refused = new WeakMap<Socket, Cap>();
+
+/** SPEC 3's 503 for a request on a refused connection, or null. */
+function refusal(req: IncomingMessage): { headers: Record<string, string>; body: string } | null {
+  const cap = refused.get(req.socket);
+  if (cap === undefined) return null;
+  const message = cap === 'total' ? 'the server has too many connections open; retry in a second' : 'this client has too many connections open to the server; close some, or retry in a second';
+  const body = JSON.stringify({ error: { code: 'unavailable', message } });
+  return { headers: { 'content-type': 'application/json; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), 'retry-after': '1', 'x-request-id': requestIdOf(req), connection: 'close' }, body };
+}
+
+/** For 'upgrade' listeners (they get the socket, not a response): true when the connection was refused, and then it has been answered 503. */
+export function refuseUpgrade(req: IncomingMessage, socket: Duplex): boolean {
+  const answer = refusal(req);
+  if (answer === null) return false;
+  socket.end(`HTTP/1.1 503 Service Unavailable\r\n${Object.entries(answer.headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n${answer.body}`);
+  return true;
+}
+
+/** Node's own marks on an HTTP server's socket: its parser (gone once upgraded) and the response in flight. */
+type HttpSocket = Socket & { parser?: unknown; _httpMessage?: unknown };
+
+/**
+ * Counts the connections of the listeners it watches. At a cap, the least recently used idle connection under it
+ * (no request in flight: a keep-alive between requests, or one still sending its headers) is closed to make room;
+ * with none idle, the new connection is refused: its request is answered 503 `unavailable` with Retry-After.
+ * Not Node's `closeIdleConnections()`: it closes every keep-alive at once, and takes a connection that has sent
+ * nothing or part of its headers (the probe's) for busy.
+ */
+export class ConnectionCap {
+  /** Every connection, least recently used first, with its client key (null: a trusted proxy, held to the total only). */
+  private readonly open = new Map<Socket, string | null>();
+  /** Each client's connections, least recently used first. */
+  private readonly clients = new Map<string, Set<Socket>>();
+  private refusing = 0;
+  private quietUntil = 0;
+  private readonly gauge;
+  private readonly name: string;
+  private readonly limits: ConnectionLimits;
+  private readonly trusted: (address: string | undefined) => boolean;
+  private readonly logger: Logger;
+
+  constructor(name: string, limits: ConnectionLimits, trusted: (address: string | undefined) => boolean, logger: Logger) {
+    this.name = name;
+    this.limits = limits;
+    this.trusted = trusted;
+    this.logger = logger;
+    this.gauge = connectionsOpen.labels(name);
+    this.gauge.inc(0);
+    for (const cap of ['total', 'per_client']) {
+      connectionsRefused.inc({ pool: name, cap }, 0);
+      connectionsClosedIdle.inc({ pool: name, cap }, 0);
+    }
+  }
+
+  /** Holds `server`'s connections to the caps; its request handler must call `admit` first. */
+  watch(server: Server): void {
+    server.on('connection', (socket: Socket) => this.accept(socket));
+  }
+
+  /** False when `req` came on a refused connection: then it has been answered 503. Else notes the connection's use. */
+  admit(req: IncomingMessage, res: ServerResponse): boolean {
+    const answer = refusal(req);
+    if (answer === null) {
+      this.touch(req.socket);
+      return true;
+    }
+    res.writeHead(503, answer.headers);
+    res.end(answer.body); // not sent to a HEAD: Node drops a HEAD response's body
+    return false;
+  }
+
+  private accept(socket: Socket): void {
+    const key = this.trusted(socket.remoteAddress) ? null : clientKey(socket.remoteAddress);
+    const mine = key === null ? undefined : this.clients.get(key);
+    if (mine && mine.size >= this.limits.perClient && !this.closeIdle(mine, 'per_client')) return this.refuse(socket, 'per_client');
+    if (this.open.size >= this.limits.total && !this.closeIdle(this.open.keys(), 'total')) return this.refuse(socket, 'total');
+    this.open.set(socket, key);
+    if (key !== null) {
+      if (mine) mine.add(socket);
+      else this.clients.set(key, new Set([socket]));
+    }
+    this.gauge.inc();
+    socket.once('close', () => this.forget(socket));
+  }
+
+  /** Closes the least recently used idle connection of `sockets`, if one is found within SCAN of them. */
+  private closeIdle(sockets: Iterable<Socket>, cap: Cap): boolean {
+    const busy: Socket[] = [];
+    let found: Socket | null = null;
+    for (const s of sockets) {
+      const http = s as HttpSocket;
+      // Upgraded (a WebSocket, the proxy's channel to `serve db`): no parser; a request in flight: a response.
+      if (http.parser && !http._httpMessage) {
+        found = s;
+        break;
+      }
+      busy.push(s);
+      if (busy.length >= SCAN) break;
+    }
+    for (const s of busy) this.touch(s); // passed over once: the next look starts after them
+    if (found === null) return false;
+    connectionsClosedIdle.inc({ pool: this.name, cap });
+    this.warn(cap, 'closed the least recently used idle connection');
+    this.forget(found);
+    found.destroy();
+    return true;
+  }
+
+  private refuse(socket: Socket, cap: Cap): void {
+    connectionsRefused.inc({ pool: this.name, cap });
+    this.warn(cap, 'refused a connection: every one under the cap has a request in flight');
+    // The 503 waits for the request it answers (one sent first would reach a client not yet reading, and be lost).
+    if (this.refusing >= MAX_REFUSING) {
+      socket.destroy();
+      return;
+    }
+    this.refusing++;
+    refused.set(socket, cap);
+    socket.once('close', () => this.refusing--);
+    setTimeout(() => socket.destroy(), REFUSE_WAIT_MS).unref();
+  }
+
+  /** Moves a connection to the back: most recently used. */
+  private touch(socket: Socket): void {
+    const key = this.open.get(socket);
+    if (key === undefined) return;
+    this.open.delete(socket);
+    this.open.set(socket, key);
+    if (key === null) return;
+    const mine = this.clients.get(key)!;
+    mine.delete(socket);
+    mine.add(socket);
+  }
+
+  private forget(socket: Socket): void {
+    const key = this.open.get(socket);
+    if (key === undefined || !this.open.delete(socket)) return;
+    this.gauge.dec();
+    if (key === null) return;
+    const mine = this.clients.get(key)!;
+    mine.delete(socket);
+    if (mine.size === 0) this.clients.delete(key);
+  }
+
+  private warn(cap: Cap, what: string): void {
+    const now = performance.now();
+    if (now < this.quietUntil) return;
+    this.quietUntil = now + WARN_EVERY_MS;
+    // Counts only: no address (the metrics count every occurrence; this says when it starts).
+    this.logger.warn({ pool: this.name, cap, open: this.open.size, maxConnections: this.limits.total, maxConnectionsPerClient: this.limits.perClient }, `connection cap reached (${cap === 'total' ? 'MAX_CONNECTIONS' : 'MAX_CONNECTIONS_PER_CLIENT'}): ${what}; said at most once a minute, counted in scopebase_connections_* on /metrics`);
+  }
+}
+
+/** What the per-client cap counts by: an IPv4 address, or an IPv6 /64 (one client usually holds a whole /64). */
+export function clientKey(address: string | undefined): string {
+  if (address === undefined) return '';
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (mapped) return mapped[1]!;
+  if (!address.includes(':')) return address;
+  const [head = '', tail] = address.replace(/%.*$/, '').split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === undefined || tail === '' ? [] : tail.split(':');
+  const groups = [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right];
+  return `${groups.slice(0, 4).map((g) => parseInt(g, 16).toString(16)).join(':')}::/64`;
+}
