@@ -52,6 +52,7 @@ test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADM
     ['HOST', '192.0.2.1', /HOST: "192.0.2.1" is not an address of this machine/],
     // Before: "PORT: port 18931 … is already in use (another scopebase or server is running there)".
     ['ADMIN_PORT', '18931', /ADMIN_PORT: must differ from PORT \(both are 18931\)/, { PORT: '18931' }],
+    ['SHUTDOWN_TIMEOUT_MS', '30s', /SHUTDOWN_TIMEOUT_MS: must be a whole number, got "30s"/],
   ];
   for (const [name, value, message, more] of cases) {
     const dir = tempDir();

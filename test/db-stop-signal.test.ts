@@ -2,6 +2,8 @@
 // SIGTERM to the main process: the write in flight completes, answers 200, and is there after a restart.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { once } from 'node:events';
 import { call, ROOT_KEY, spawnProduct, tempDir, testEnv } from './helpers/product.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 
@@ -36,3 +38,26 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     }
   });
 }
+
+test('SIGTERM with a request whose body never comes: the drain ends at SHUTDOWN_TIMEOUT_MS, not when the client gives up', async () => {
+  const product = await spawnProduct(testEnv(tempDir(), { SHUTDOWN_TIMEOUT_MS: '1500' }));
+  try {
+    const { port } = new URL(product.url);
+    const socket = connect(Number(port), '127.0.0.1');
+    await once(socket, 'connect');
+    socket.write(`POST /web/_db/status HTTP/1.1\r\nHost: acme.localhost:${port}\r\nAuthorization: ${auth.authorization}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"data`);
+    await new Promise((r) => setTimeout(r, 300)); // the request is in flight, waiting for the rest of its body
+    const exited = once(product.child, 'exit');
+    const closed = once(socket, 'close');
+    const started = Date.now();
+    product.child.kill('SIGTERM');
+    const [code] = await exited;
+    assert.equal(code, 0, 'a clean stop');
+    const took = Date.now() - started;
+    assert.ok(took >= 1400 && took < 10_000, `stopped after ${took} ms: the deadline, not the client`);
+    await closed;
+  } catch (e) {
+    product.killAll();
+    throw e;
+  }
+});

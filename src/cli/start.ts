@@ -38,7 +38,8 @@ export async function startParts(part: Part, config: Config, logger: Logger, hos
     await admin.close();
   };
   try {
-    const { main, url, mirrorUrl } = await startMain(part, config, logger, host, closers, publicConnections(config, logger));
+    const connections = publicConnections(config, logger);
+    const { main, url, mirrorUrl } = await startMain(part, config, logger, host, closers, connections);
     const adminAddress = await admin.listen({ port: config.adminPort, host });
     return {
       part,
@@ -48,7 +49,16 @@ export async function startParts(part: Part, config: Config, logger: Logger, hos
       servers: { main, admin },
       async close() {
         draining = true;
-        await closeAll(); // the listener closes first: in-flight requests finish, new ones get 503
+        // A request whose body never comes would hold the drain for ever (Node stops timing requests once closing).
+        const deadline = setTimeout(() => {
+          const ended = connections.closeAll();
+          if (ended > 0) logger.warn({ connections: ended, shutdownTimeoutMs: config.shutdownTimeoutMs }, 'SHUTDOWN_TIMEOUT_MS passed: ended the connections still open');
+        }, config.shutdownTimeoutMs);
+        try {
+          await closeAll(); // the listener closes first: in-flight requests finish, new ones get 503
+        } finally {
+          clearTimeout(deadline);
+        }
       },
     };
   } catch (e) {

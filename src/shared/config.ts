@@ -73,6 +73,8 @@ export interface Config {
   trustedProxies: string[];
   /** MAX_CONNECTIONS and MAX_CONNECTIONS_PER_CLIENT; null: derived from the open-files limit (connection-cap.ts). */
   connections: { max: number | null; maxPerClient: number | null };
+  /** SHUTDOWN_TIMEOUT_MS: how long SIGTERM waits for requests in flight before it ends their connections. */
+  shutdownTimeoutMs: number;
   mirror: { port: number | null; secret: string | null; sourceUrl: string | null };
   apps: Map<string, AppRoute>;
   /** When a part runs as its own process, where the proxy reaches it. */
@@ -363,6 +365,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     },
     trustedProxies: parseTrustedProxies(str(env, 'TRUSTED_PROXIES')),
     connections: connectionsConfig(env),
+    shutdownTimeoutMs: int(env, 'SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000),
     mirror: {
       port: mirrorPortRaw === undefined ? null : int(env, 'MIRROR_PORT', 0, 0, 65535),
       secret: str(env, 'MIRROR_SECRET') ?? null,

@@ -141,6 +141,13 @@ export class ConnectionCap {
     server.on('connection', (socket: Socket) => this.accept(socket));
   }
 
+  /** Ends every connection still open, requests in flight included (a drain past its deadline); how many there were. */
+  closeAll(): number {
+    const sockets = [...this.open.keys()];
+    for (const s of sockets) s.destroy();
+    return sockets.length;
+  }
+
   /** False when `req` came on a refused connection: then it has been answered 503. Else notes the connection's use. */
   admit(req: IncomingMessage, res: ServerResponse): boolean {
     const answer = refusal(req);

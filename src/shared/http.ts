@@ -5,7 +5,7 @@ import { sendErrorPage, wantsHtml } from './html-page.ts';
 import { ApiError, isDiskFull } from './errors.ts';
 import type { Logger } from './log.ts';
 import { logAccess, requestIdOf, serveRaw, type RawRouter } from './raw-route.ts';
-import { answerClientError, limitSlowClients } from './client-errors.ts';
+import { answerClientError, limitSlowClients, TIMEOUT_CHECK_MS } from './client-errors.ts';
 import type { ConnectionCap } from './connection-cap.ts';
 import { LIBSQL_ERROR_TYPE, libsqlErrorBody } from './libsql-errors.ts';
 
@@ -60,7 +60,7 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
     serverFactory: (fastifyHandler) => {
       const serving = { logger: opts.logger, bodyLimit: opts.bodyLimit, closing: () => closing, toApiError: rawApiError };
       // A missing Host is the routes' to answer (unknown_host), in SPEC 3's shape, not Node's empty 400.
-      const server = createServer({ requireHostHeader: false }, (req, res) => {
+      const server = createServer({ requireHostHeader: false, connectionsCheckingInterval: TIMEOUT_CHECK_MS }, (req, res) => {
         if (!opts.connections.admit(req, res)) return; // a connection over a cap: answered 503
         if (!serveRaw(opts.rawRoutes, serving, req, res)) fastifyHandler(req, res);
       });
