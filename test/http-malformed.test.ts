@@ -121,3 +121,12 @@ test('HEAD with headers over the limit: 431 without a body, readable by a real c
   assert.equal(res.statusCode, 431);
   assert.equal(await res.body.text(), '');
 });
+
+test('the development identity provider (a person\'s browser reaches it too) answers malformed requests in SPEC 3\'s shape', async () => {
+  const login = await p.call('/web/_account/login');
+  assert.equal(login.status, 302, login.text);
+  const issuer = new URL(String(login.headers.location)).origin;
+  const r = await raw(issuer, 'GET /x HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n');
+  assert.equal(r.status, 400, r.body);
+  assert.match(JSON.parse(r.body).error.message, /both Content-Length and Transfer-Encoding/);
+});

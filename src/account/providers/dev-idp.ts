@@ -8,6 +8,7 @@ import type { Logger } from '../../shared/log.ts';
 import { escapeHtml, page, PAGE_CSP } from '../../shared/html-page.ts';
 import { MemoryAdapter } from './dev-idp-adapter.ts';
 import { requestIdOf } from '../../shared/raw-route.ts';
+import { answerClientError, limitSlowClients } from '../../shared/client-errors.ts';
 
 export interface DevIdp { issuer: string; clientId: string; clientSecret: string; close(): Promise<void> }
 
@@ -59,6 +60,9 @@ export async function startDevIdp(opts: { logger: Logger; host?: string; callbac
   const clientId = 'scopebase-dev';
   const clientSecret = randomBytes(32).toString('base64url');
   const server = createServer();
+  // What the parser refuses gets SPEC 3's shape here too, and slow clients the product's time limits.
+  server.on('clientError', answerClientError);
+  limitSlowClients(server);
   await new Promise<void>((resolve) => server.listen(0, host, resolve));
   const issuer = `http://${host}:${(server.address() as AddressInfo).port}`;
 
