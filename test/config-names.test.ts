@@ -17,6 +17,16 @@ test('a typo is named with the closest known variable; a far-off name gets no gu
   assert.equal(config.db.sync, 'full', 'the typo did not set DB_SYNC');
 });
 
+test('a near miss of a setting without a product prefix is named too; the rest of the environment is left alone', () => {
+  const config = loadConfig(testEnv(tempDir(), { MAX_CONECTIONS: '10', SHUTDOWN_TIMEOUT: '5', TRUSTED_PROXY: '10.0.0.1', MAX_CONNECTIONS_X: '1', HOSTNAME: 'box', DATA: 'x' }));
+  assert.deepEqual(config.warnings, [
+    'MAX_CONECTIONS is not a scopebase setting and does nothing; did you mean MAX_CONNECTIONS?',
+    'MAX_CONNECTIONS_X is not a scopebase setting and does nothing; did you mean MAX_CONNECTIONS?',
+    'SHUTDOWN_TIMEOUT is not a scopebase setting and does nothing; did you mean SHUTDOWN_TIMEOUT_MS?',
+    'TRUSTED_PROXY is not a scopebase setting and does nothing; did you mean TRUSTED_PROXIES?',
+  ]);
+});
+
 test('every DB_, ACCOUNT_ and MIRROR_ variable in README is one the configuration reads', () => {
   const readme = readFileSync('README.md', 'utf8');
   const documented = new Set([...readme.matchAll(/`((?:DB|ACCOUNT|MIRROR)_[A-Z0-9_]+)`/g)].map((m) => m[1]!));

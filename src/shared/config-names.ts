@@ -20,12 +20,24 @@ export function recordingReads<T extends Record<string, string | undefined>>(env
   return { env: proxy, read };
 }
 
-/** One warning per set variable with a product prefix that was never read, naming the closest one that is. */
+/** How far a name may be from a known one to be taken for its typo. */
+const near = (name: string, d: number): boolean => d <= Math.max(2, Math.floor(name.length / 4));
+
+/**
+ * One warning per set variable with a product prefix that was never read, naming the closest one that is; and per
+ * set variable without one that is a near miss of an unprefixed setting (MAX_CONECTIONS; the env holds PATH, HOME…).
+ */
 export function unknownVariables(env: Record<string, string | undefined>, read: ReadonlySet<string>): string[] {
   const known = [...read].filter((n) => PREFIXES.test(n));
-  return Object.keys(env).filter((n) => PREFIXES.test(n) && !read.has(n)).sort().map((name) => {
-    const best = known.map((k) => ({ k, d: distance(name, k) })).sort((a, b) => a.d - b.d)[0];
-    const hint = best && best.d <= Math.max(2, Math.floor(name.length / 4)) ? `; did you mean ${best.k}?` : '';
-    return `${name} is not a scopebase setting and does nothing${hint}`;
+  const plain = [...read].filter((n) => !PREFIXES.test(n) && n.length >= 8);
+  const closest = (name: string, among: string[]) => among.map((k) => ({ k, d: distance(name, k) })).sort((a, b) => a.d - b.d)[0];
+  const misses = Object.keys(env).filter((n) => !read.has(n) && !PREFIXES.test(n)).flatMap((name) => {
+    const best = closest(name, plain);
+    return best && near(name, best.d) ? [`${name} is not a scopebase setting and does nothing; did you mean ${best.k}?`] : [];
   });
+  const prefixed = Object.keys(env).filter((n) => PREFIXES.test(n) && !read.has(n)).map((name) => {
+    const best = closest(name, known);
+    return `${name} is not a scopebase setting and does nothing${best && near(name, best.d) ? `; did you mean ${best.k}?` : ''}`;
+  });
+  return [...prefixed, ...misses].sort();
 }
