@@ -27,6 +27,11 @@ export interface Config {
     maxStatements: number;
     maxResultBytes: number;
     maxSizeBytes: number;
+    /**
+     * Bytes of SQLite temporary files (sorts, GROUP BY, DISTINCT, materialized subqueries, index builds, statement
+     * journals) one executor process may hold at once; past it the statement is stopped (507). src/db/DESIGN.md.
+     */
+    tempMaxBytes: number;
     maxDatabasesPerRepo: number;
     maxValueBytes: number;
     maxBodyBytes: number;
@@ -300,6 +305,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   }
   const mirrorPortRaw = str(env, 'MIRROR_PORT');
   const maxResultBytes = int(env, 'DB_MAX_RESULT_BYTES', 16 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
+  const maxSizeBytes = int(env, 'DB_MAX_SIZE_BYTES', 1024 * 1024 * 1024, 64 * 1024, Number.MAX_SAFE_INTEGER);
   const host = str(env, 'HOST') ?? '127.0.0.1';
   const executors = int(env, 'DB_EXECUTORS', 2, 1, 64);
   const cluster = clusterConfig(env);
@@ -323,7 +329,11 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
       queryTimeoutMs: int(env, 'DB_QUERY_TIMEOUT_MS', 5000, 10, 3_600_000),
       maxStatements: int(env, 'DB_MAX_STATEMENTS', 100, 1, 100_000),
       maxResultBytes,
-      maxSizeBytes: int(env, 'DB_MAX_SIZE_BYTES', 1024 * 1024 * 1024, 64 * 1024, Number.MAX_SAFE_INTEGER),
+      maxSizeBytes,
+      // An import or a restore of a database at its size limit needs about twice that (measured: the statement journal
+      // of the copied rows, kept to the transaction's end, plus the sort of its largest index); the 1 GiB more is
+      // room for sorts of rows no database holds (joins, generated rows). src/db/DESIGN.md, "Temporary space".
+      tempMaxBytes: int(env, 'DB_TEMP_MAX_BYTES', Math.min(2 * maxSizeBytes + 1024 ** 3, Number.MAX_SAFE_INTEGER), 1024 * 1024, Number.MAX_SAFE_INTEGER),
       maxDatabasesPerRepo: int(env, 'DB_MAX_DATABASES_PER_REPO', 64, 1, 1_000_000),
       maxValueBytes: int(env, 'DB_MAX_VALUE_BYTES', Math.min(8 * 1024 * 1024, maxResultBytes), 1024, 1_000_000_000),
       maxBodyBytes: int(env, 'DB_MAX_BODY_BYTES', 32 * 1024 * 1024, 1024, 1024 * 1024 * 1024),

@@ -12,7 +12,7 @@ import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
 import { dropHistory } from '../history/archive.ts';
 import { removeCopy } from '../history/rebuild.ts';
-import { statSync } from 'node:fs';
+import { mkdirSync, statSync } from 'node:fs';
 
 flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or lives as long as the server
 // `systemctl stop`, Ctrl-C and many supervisors signal the whole process group: the parent drains, finishes the
@@ -20,6 +20,8 @@ flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or
 for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => {});
 const limits = JSON.parse(process.argv[2] ?? '{}') as ExecutorLimits;
 const handles = new HandleCache(limits);
+// Without its SQLITE_TMPDIR SQLite falls back to TMPDIR, /var/tmp or /tmp (its files are still counted, by name).
+if (limits.tempDir) mkdirSync(limits.tempDir, { recursive: true, mode: 0o700 });
 const channel = new Socket({ fd: 3, readable: true, writable: true });
 const decoder = new FrameDecoder();
 

@@ -21,6 +21,10 @@ export interface ExecutorLimits {
   idleCloseMs: number;
   /** Time-travel history (SPEC 4.11); absent where none is kept (a replica, or DB_HISTORY_DAYS=0). */
   history?: HistoryOptions;
+  /** Where SQLite puts its temporary files (SQLITE_TMPDIR of the process): DATA_DIR/tmp. Absent: the OS's. */
+  tempDir?: string;
+  /** Bytes of temporary files a process may hold while a statement runs (DB_TEMP_MAX_BYTES); absent: no limit. */
+  tempMaxBytes?: number;
 }
 
 export interface Prepared {

@@ -6,6 +6,7 @@ import { LostError } from './process.ts';
 import { maxWait, QueueError, Scheduler, waitedTooLong } from './scheduler.ts';
 import type { Scope } from '../contract.ts';
 import { ApiError } from '../../shared/errors.ts';
+import { sizeText } from './temp-space.ts';
 
 export interface ExecReply {
   status: number;
@@ -101,7 +102,7 @@ export class ExecutorPool {
       queueTargetMs: this.targetMs,
       maxQueuedPerTenant,
       maxQueued: opts.maxQueued ?? 8192,
-      onRestart: (pid) => opts.onRestart(pid, 'stopped'),
+      onRestart: (pid, stoppedFor) => opts.onRestart(pid, stoppedFor === 'temp_space' ? 'temporary files over DB_TEMP_MAX_BYTES' : 'stopped'),
       onError: (e) => opts.onError?.(e),
     });
   }
@@ -381,6 +382,10 @@ export function lostToApiError(e: unknown, budgetMs: number): ApiError {
   if (e instanceof QueueError) return new ApiError('unavailable', e.message, { committed: false }, { 'retry-after': '1' });
   if (e instanceof LostError && e.reason === 'timeout') {
     return new ApiError('query_timeout', `the statement ran past ${budgetMs} ms (DB_QUERY_TIMEOUT_MS) and was stopped; nothing of this request was applied`);
+  }
+  if (e instanceof LostError && e.reason === 'temp_space') {
+    const limit = e.tempMaxBytes ?? 0;
+    return new ApiError('quota_exceeded', `the statement's temporary files (a sort, GROUP BY, DISTINCT, a materialized subquery or CTE, an index build, a statement journal) grew past ${sizeText(limit)}, the limit per executor process (DB_TEMP_MAX_BYTES), and it was stopped; nothing of this request was applied`, { tempMaxBytes: limit });
   }
   if (e instanceof LostError && e.reason === 'unstarted') return new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' });
   return new ApiError('internal', 'the executor stopped while running this request; nothing of it was applied');

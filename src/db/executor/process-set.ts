@@ -16,7 +16,8 @@ export interface ProcessSetOptions {
   /** Processes in all, slow ones included. */
   maxProcesses: number;
   limits: ExecutorLimits;
-  onRestart: (pid: number | undefined) => void;
+  /** A process died and is replaced; `stoppedFor` says why it was stopped, when it was on purpose. */
+  onRestart: (pid: number | undefined, stoppedFor: 'timeout' | 'temp_space' | null) => void;
   onError: (e: unknown) => void;
   /** A process came or answered: work may go now. */
   onChange: () => void;
@@ -54,7 +55,7 @@ export class ProcessSet {
   private replace(dead: ExecutorProcess): void {
     const i = this.all.indexOf(dead);
     if (i === -1 || this.closing) return; // retired on purpose, or closing
-    this.opts.onRestart(dead.pid);
+    this.opts.onRestart(dead.pid, dead.stoppedFor);
     this.all.splice(i, 1);
     const now = performance.now();
     // One that died young may not be able to start at all: replace it after a pause, not in a tight loop.

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
 import type { ExecutorLimits } from './handles.ts';
 import { compileCacheDir } from '../../shared/compile-cache.js';
+import { TempSpaceMeter } from './temp-space.ts';
 
 const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
 /**
@@ -34,15 +35,21 @@ const NICE_SLOW = 10;
 /** How long a child may take to load before it is judged stuck (a loaded machine can take seconds). */
 const STARTUP_MS = 30_000;
 
-/** Why a message got no reply: it was running when the process was stopped or died, or it never started. */
-export type LostReason = 'timeout' | 'crash' | 'unstarted';
+/**
+ * Why a message got no reply: it was running when the process was stopped (at its time limit, or for its temporary
+ * files: `temp_space`) or died, or it never started.
+ */
+export type LostReason = 'timeout' | 'temp_space' | 'crash' | 'unstarted';
 
 export class LostError extends Error {
   readonly reason: LostReason;
+  /** For `temp_space`: the limit that was crossed (DB_TEMP_MAX_BYTES). */
+  readonly tempMaxBytes: number | undefined;
 
-  constructor(reason: LostReason) {
+  constructor(reason: LostReason, tempMaxBytes?: number) {
     super(`executor message lost: ${reason}`);
     this.reason = reason;
+    this.tempMaxBytes = tempMaxBytes;
   }
 }
 
@@ -64,7 +71,10 @@ export class ExecutorProcess {
   private seq = 0;
   /** When the message at the head of the queue started running (the previous one's reply, or its send). */
   private headStartedAt = 0;
-  private killedForTimeout = false;
+  /** Why this process was stopped on purpose, if it was: the reason its running message was lost. */
+  private killedFor: 'timeout' | 'temp_space' | null = null;
+  private readonly tempMaxBytes: number | undefined;
+  private readonly tempSpace: TempSpaceMeter | null;
   alive = true;
   /** close() has begun: it takes no new work (a message sent now might never be answered). */
   closing = false;
@@ -88,7 +98,11 @@ export class ExecutorProcess {
   constructor(limits: ExecutorLimits, onDeath: (p: ExecutorProcess) => void, onReply: () => void) {
     this.onDeath = onDeath;
     this.onReply = onReply;
-    this.child = spawn(process.execPath, [...nodeArgs(), CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'], env: childEnv() });
+    this.tempMaxBytes = limits.tempMaxBytes;
+    // SQLite reads SQLITE_TMPDIR when it starts: its temporary files go where DATA_DIR is, not to /tmp or /var/tmp.
+    const env = limits.tempDir === undefined ? childEnv() : { ...childEnv(), SQLITE_TMPDIR: limits.tempDir };
+    this.child = spawn(process.execPath, [...nodeArgs(), CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'], env });
+    this.tempSpace = limits.tempMaxBytes === undefined || this.child.pid === undefined ? null : new TempSpaceMeter(this.child.pid, limits.tempMaxBytes);
     this.channel = this.child.stdio[3] as Socket;
     this.channel.on('data', (chunk: Buffer) => {
       const frames = this.decoder.push(chunk);
@@ -197,10 +211,39 @@ export class ExecutorProcess {
     }
   }
 
+  /** Why it was stopped on purpose (null: it was not, or not yet). */
+  get stoppedFor(): 'timeout' | 'temp_space' | null {
+    return this.killedFor;
+  }
+
   /** Stops a runaway statement: SIGKILL is the one stop a native SQLite step cannot ignore. */
   killForTimeout(): void {
-    if (!this.alive || this.killedForTimeout) return;
-    this.killedForTimeout = true;
+    if (!this.alive || this.killedFor !== null) return;
+    this.killedFor = 'timeout';
+    this.child.kill('SIGKILL');
+  }
+
+  /**
+   * The running message, as a token: the same value later means the same message still runs (see overTempSpace).
+   * Undefined when nothing runs.
+   */
+  running(): unknown {
+    return this.ready ? this.queue[this.head] : undefined;
+  }
+
+  /** True when SQLite's temporary files in this process hold more than DB_TEMP_MAX_BYTES (never without a limit). */
+  overTempSpace(): boolean {
+    return this.alive && this.tempSpace !== null && this.tempSpace.over();
+  }
+
+  /**
+   * Stops the statement whose temporary files crossed DB_TEMP_MAX_BYTES, if `running` (from `running()` when they
+   * were measured) still runs: its reply may have come in since, and the next message is not the one to blame.
+   * Killing the process frees the files at once (they are already unlinked).
+   */
+  killForTempSpace(running: unknown): void {
+    if (!this.alive || this.killedFor !== null || running === undefined || this.running() !== running) return;
+    this.killedFor = 'temp_space';
     this.child.kill('SIGKILL');
   }
 
@@ -211,7 +254,7 @@ export class ExecutorProcess {
     const lost = this.queue.slice(this.head);
     this.queue.length = 0;
     this.head = 0;
-    lost.forEach((p, i) => p.reject(new LostError(i > 0 ? 'unstarted' : this.killedForTimeout ? 'timeout' : 'crash')));
+    lost.forEach((p, i) => p.reject(new LostError(i > 0 ? 'unstarted' : this.killedFor ?? 'crash', this.tempMaxBytes)));
     this.onDeath(this);
   }
 

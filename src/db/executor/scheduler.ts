@@ -133,7 +133,12 @@ export class Scheduler {
       p.yieldCpu(slow);
       // Judged again after this turn's I/O: on a busy loop the reply may already sit unread in the pipe.
       if (p.overBudget(now)) setImmediate(() => this.procs.guard(() => p.overBudget(performance.now()) && p.killForTimeout()));
-      else if (slow) {
+      else if (slow && p.overTempSpace()) {
+        // Only a statement running past SLOW_MS is measured (a quick one spills little before it ends); stopped after
+        // this turn's I/O, and only if the message measured still runs (its reply may be in the pipe).
+        const running = p.running();
+        setImmediate(() => this.procs.guard(() => p.killForTempSpace(running)));
+      } else if (slow) {
         for (const tag of p.waiting()) {
           const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs
           // A read that writes a file (a snapshot, an export) is never hedged: two copies would write one target.

@@ -38,7 +38,10 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
   // Reads run in the primary's executor processes: same sandbox, value encoding, result limits and query timeout.
   const pool = new ExecutorPool({
     processes: Math.min(config.db.executors, 2),
-    limits: { sync: 'normal', maxValueBytes: config.db.maxValueBytes, maxSizeBytes: config.db.maxSizeBytes, maxResultBytes: config.db.maxResultBytes, maxOpen: config.db.maxOpenDatabases, idleCloseMs: config.db.idleCloseMs },
+    limits: {
+      sync: 'normal', maxValueBytes: config.db.maxValueBytes, maxSizeBytes: config.db.maxSizeBytes, maxResultBytes: config.db.maxResultBytes, maxOpen: config.db.maxOpenDatabases, idleCloseMs: config.db.idleCloseMs,
+      tempDir: join(config.dataDir, 'tmp'), tempMaxBytes: config.db.tempMaxBytes, // as the database service's
+    },
     timeoutMs: config.db.queryTimeoutMs,
     beforeCreate: () => null,
     floor: () => null,
