@@ -250,8 +250,8 @@ describe('the temp schema and the reserved prefix, by every path (issue 11)', ()
     const events = (await p.db('web', 'changes', { database: 'fts', since: r.json.version - 1 })).json.events;
     assert.deepEqual(events.map((e: { changes: { tables: string[] } }) => e.changes.tables), [['box', 'docs'], ['docs']], 'events name the tables as made, not their shadow tables');
     assert.equal(events[1].version, w.json.version);
-    const m = await p.db('web', 'migrate', { database: 'fts2', migrations: [{ id: '1', sql: 'CREATE VIRTUAL TABLE notes USING fts5(body); CREATE TABLE plain(x)' }] });
+    const m = await p.db('web', 'migrate', { database: 'fts', migrations: [{ id: '1', sql: 'CREATE VIRTUAL TABLE notes USING fts5(body); CREATE TABLE plain(x)' }] });
     assert.equal(m.status, 200, m.text);
-    assert.deepEqual((await p.db('web', 'changes', { database: 'fts2', since: 0 })).json.events[0].changes.tables, ['notes', 'plain'], 'a migration too');
+    assert.deepEqual((await p.db('web', 'changes', { database: 'fts', since: m.json.version - 1 })).json.events[0].changes.tables, ['notes', 'plain'], 'a migration too');
   });
 });
