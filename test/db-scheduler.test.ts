@@ -108,6 +108,27 @@ describe('fairness across repos', () => {
     assert.ok(p99(latencies) < 100, `p99 ${p99(latencies).toFixed(1)} ms over ${latencies.length} reads`);
   });
 
+  test('another repo\'s runaways, stopped by killing their process, do not take a repo\'s open transactions with them', async () => {
+    const auth = { authorization: `Bearer ${p.secret('other', 'quiet')}` };
+    const pipeline = (database: string, body: unknown) => p.call(`/quiet/_db/${database}/v2/pipeline`, { org: 'other', body, headers: auth });
+    const opened: { database: string; baton: string }[] = [];
+    for (const database of ['d0', 'd1', 'd2']) {
+      const r = await pipeline(database, { baton: null, requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE IF NOT EXISTS t(x)' } }, { type: 'execute', stmt: { sql: 'BEGIN' } }, { type: 'execute', stmt: { sql: "INSERT INTO t VALUES ('kept')" } }] });
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual(r.json.results.map((x: { type: string }) => x.type), ['ok', 'ok', 'ok'], r.text);
+      opened.push({ database, baton: r.json.baton });
+    }
+    // As many runaways as executors, and more: each is stopped at its limit by killing the process it ran on.
+    const runaways = await Promise.all(Array.from({ length: p.config.db.executors + 1 }, (_, i) => p.db('hog', 'query', { database: ['a', 'b', 'c'][i % 3], sql: RUNAWAY })));
+    assert.ok(runaways.some((r) => r.json?.error?.code === 'query_timeout'), `a runaway was stopped: ${runaways.map((r) => r.status)}`);
+    for (const { database, baton } of opened) {
+      const r = await pipeline(database, { baton, requests: [{ type: 'execute', stmt: { sql: 'COMMIT' } }, { type: 'close' }] });
+      assert.equal(r.json.results[0].type, 'ok', `${database}: ${r.text}`);
+      const rows = await p.db('quiet', 'query', { database, sql: 'SELECT x FROM t' }, { org: 'other' });
+      assert.deepEqual(rows.json.results[0].rows, [['kept']], database);
+    }
+  });
+
   test('a request that waited for an executor is not charged the wait as statement time', async () => {
     // The repo's own runaways fill its share; its quick read waits, then runs: 200 or 503, never query_timeout.
     const runaways = Array.from({ length: p.config.db.executorsPerRepo }, () => p.db('hog', 'query', { database: 'a', sql: RUNAWAY }));

@@ -173,13 +173,13 @@ export class ExecutorPool {
       item.reject(e);
       return;
     }
-    const proc = this.scheduler.pin();
+    const tenant = tenantOfPath(path);
+    const proc = this.scheduler.pin(tenant);
     if (!proc) {
       created?.();
       item.reject(overloaded('no executor process is running'));
       return;
     }
-    const tenant = tenantOfPath(path);
     // What every message of the transaction carries: where, whose, and the token a lost commit is probed by.
     const common = { path, scope: lane.scope, create: created !== null, floor: this.opts.floor(lane.scope), token: randomBytes(12).toString('base64url') };
     await new Promise<void>((ended) => {
@@ -204,7 +204,7 @@ export class ExecutorPool {
         release: () => {
           if (released) return;
           released = true;
-          this.scheduler.unpin(proc);
+          this.scheduler.unpin(proc, tenant);
           created?.();
           ended();
         },

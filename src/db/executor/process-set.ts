@@ -48,6 +48,11 @@ export class ProcessSet {
     return this.all.filter((p) => p.alive && !p.closing && p.runningFor(now) <= SLOW_MS);
   }
 
+  /** Free and open to every repo's work: holding no repo's transaction of its own (see pin). */
+  private general(now: number): ExecutorProcess[] {
+    return this.free(now).filter((p) => p.pinnedBy.size === 0 || p.shared);
+  }
+
   private spawn(): ExecutorProcess {
     return new ExecutorProcess(this.opts.limits, (dead) => this.guard(() => this.replace(dead)), this.opts.onChange);
   }
@@ -71,7 +76,7 @@ export class ProcessSet {
 
   private grow(now: number): void {
     if (this.closing || now < this.spawnAfter) return;
-    let free = this.free(now).length;
+    let free = this.general(now).length;
     let spawned = false;
     while (free < this.opts.processes && this.all.length < this.opts.maxProcesses) {
       try {
@@ -90,7 +95,7 @@ export class ProcessSet {
   private shrink(now: number): void {
     const idle = (p: ExecutorProcess) => p.alive && !p.closing && p.inflight === 0 && p.pins === 0;
     let gone = this.all.find((p) => p.retire && idle(p));
-    if (!gone && this.all.length > this.opts.processes && this.free(now).length > this.opts.processes) {
+    if (!gone && this.all.length > this.opts.processes && this.general(now).length > this.opts.processes) {
       gone = this.all.find((p) => idle(p) && now - p.idleSince > RETIRE_IDLE_MS);
     }
     if (!gone) return;
@@ -99,16 +104,37 @@ export class ProcessSet {
     this.grow(now);
   }
 
-  /** The process an interactive transaction will run on: the least busy free one, kept until `unpin`. */
-  pin(): ExecutorProcess | undefined {
-    let best: ExecutorProcess | undefined;
-    for (const p of this.free(performance.now())) if (!best || p.inflight < best.inflight) best = p;
-    if (best) best.pins++;
+  /**
+   * The process an interactive transaction of repo `tenant` will run on, kept until `unpin`. A statement past its
+   * time limit is stopped by killing its process, and every transaction there dies with it: so a repo's transactions
+   * go to a process of their own that no other repo's work goes to (Scheduler.allowed), one it already holds or a
+   * spare one. Without a spare (`processes` must stay open to all, and no more may be spawned) it shares the least
+   * held one, which is then open to all again.
+   */
+  pin(tenant: string): ExecutorProcess | undefined {
+    const now = performance.now();
+    const free = this.free(now);
+    const least = (ps: ExecutorProcess[]) => ps.reduce<ExecutorProcess | undefined>((a, b) => (!a || b.inflight < a.inflight ? b : a), undefined);
+    let best = least(free.filter((p) => p.pinnedBy.has(tenant) && p.pinnedBy.size === 1));
+    const open = free.filter((p) => p.pinnedBy.size === 0);
+    if (!best && (open.length > this.opts.processes || (open.length > 0 && this.all.length < this.opts.maxProcesses))) best = least(open);
+    if (!best) {
+      best = free.reduce<ExecutorProcess | undefined>((a, b) => (!a || b.pinnedBy.size < a.pinnedBy.size || (b.pinnedBy.size === a.pinnedBy.size && b.inflight < a.inflight) ? b : a), undefined);
+      if (best && !(best.pinnedBy.size === 0 || (best.pinnedBy.size === 1 && best.pinnedBy.has(tenant)))) best.shared = true;
+    }
+    if (!best) return undefined;
+    best.pins++;
+    best.pinnedBy.set(tenant, (best.pinnedBy.get(tenant) ?? 0) + 1);
+    this.grow(now); // a process taken out of general use is replaced while a spare may be spawned
     return best;
   }
 
-  unpin(p: ExecutorProcess): void {
+  unpin(p: ExecutorProcess, tenant: string): void {
     p.pins = Math.max(0, p.pins - 1);
+    const left = (p.pinnedBy.get(tenant) ?? 1) - 1;
+    if (left > 0) p.pinnedBy.set(tenant, left);
+    else p.pinnedBy.delete(tenant);
+    if (p.pinnedBy.size === 0) p.shared = false;
   }
 
   /** Sends one message to every live process (e.g. to forget a database): never a job, never hedged. */

@@ -84,6 +84,10 @@ export class ExecutorProcess {
   readonly spawnedAt = performance.now();
   /** Interactive transactions held open on this process (it is not retired while any are). */
   pins = 0;
+  /** Their repos (tenant keys), with how many each holds. */
+  readonly pinnedBy = new Map<string, number>();
+  /** Pinned by a repo while others held it too, for want of a process of its own: open to every repo's work. */
+  shared = false;
   /** Lowered in priority while it runs a slow statement; `retire` once it could not be raised again. */
   niced = false;
   retire = false;

@@ -178,7 +178,8 @@ export class Scheduler {
     // process takes no new reads, so it drains and the write can start; while a read does, writes wait a pump.
     const { oldestWrite, oldestRead } = this.oldestWaiting(ready);
     const writesFirst = oldestWrite <= oldestRead;
-    const reserved = writesFirst && oldestWrite < Infinity ? ready.reduce((a, b) => (b.inflight < a.inflight ? b : a)) : undefined;
+    const open = ready.filter((p) => p.pinnedBy.size === 0 || p.shared); // not one held by a repo's transactions
+    const reserved = writesFirst && oldestWrite < Infinity && open.length > 0 ? open.reduce((a, b) => (b.inflight < a.inflight ? b : a)) : undefined;
     for (const p of ready) p.cork(); // one write per process for everything this pump sends it
     try {
       let progress = true;
@@ -200,8 +201,12 @@ export class Scheduler {
     }
   }
 
-  /** May tenant `t` send work to process `p`? Where it already runs, always; elsewhere only below its share. */
+  /**
+   * May tenant `t` send work to process `p`? Not to one holding another repo's transactions (ProcessSet.pin): its
+   * runaway would kill them with the process. Else where it already runs, always; elsewhere only below its share.
+   */
   private allowed(t: Tenant, p: ExecutorProcess): boolean {
+    if (p.pinnedBy.size > 0 && !p.shared && !p.pinnedBy.has(t.key)) return false;
     return t.onProcs.has(p) || t.onProcs.size < this.opts.perTenant;
   }
 
@@ -297,13 +302,13 @@ export class Scheduler {
     return true;
   }
 
-  /** The process an interactive transaction will run on (see ProcessSet.pin). */
-  pin(): ExecutorProcess | undefined {
-    return this.procs.pin();
+  /** The process an interactive transaction of repo `tenantKey` will run on (see ProcessSet.pin). */
+  pin(tenantKey: string): ExecutorProcess | undefined {
+    return this.procs.pin(tenantKey);
   }
 
-  unpin(p: ExecutorProcess): void {
-    this.procs.unpin(p);
+  unpin(p: ExecutorProcess, tenantKey: string): void {
+    this.procs.unpin(p, tenantKey);
   }
 
   /** Sends a message of a pinned transaction straight to its process; if that process died, the transaction is gone. */
