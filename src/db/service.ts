@@ -105,7 +105,7 @@ export class DbService implements DbHandler, ChangeFeed {
       ? new RateLimiter({ burst: db.rateLimitBurst, perMinute: db.rateLimitPerRepo * 60, refusal: `this repo sent more than ${db.rateLimitPerRepo} requests per second (DB_RATE_LIMIT_PER_REPO)`, maxClients: 100_000 })
       : null;
     pools.add(this.pool);
-    this.hrana = new Hrana(db.streamIdleMs, db.maxStreams, db.maxTransactions);
+    this.hrana = new Hrana(db);
   }
 
   attachMirrors(report: MirrorReport): void {

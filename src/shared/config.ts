@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'no
 import { randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
+import { getHeapStatistics } from 'node:v8';
 import { parseRootKeys } from './secrets.ts';
 import { isOrgName, isRepoName } from './names.ts';
 import { nearestExisting } from './paths.ts';
@@ -51,6 +52,12 @@ export interface Config {
     streamIdleMs: number;
     /** libSQL-protocol streams open at once in all; past it, the busiest repo's least recently used one is closed. */
     maxStreams: number;
+    /**
+     * Bytes of SQL texts libSQL-protocol streams keep stored (store_sql) between requests: every stream of a repo,
+     * and every stream of the process; past either, store_sql is refused (src/db/hrana/streams.ts counts them).
+     */
+    storedSqlMaxBytesPerRepo: number;
+    storedSqlMaxBytes: number;
     /** Interactive transactions open at once in all (32 per repo at most); past it, BEGIN gets 503. */
     maxTransactions: number;
     /** An interactive transaction open longer than this is rolled back (SPEC 4.10). */
@@ -311,6 +318,11 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   const cluster = clusterConfig(env);
   const rateLimitPerRepo = int(env, 'DB_RATE_LIMIT_PER_REPO', 10_000, 0, 100_000_000);
   if (!isIP(host) && !/^[a-z0-9.-]+$/i.test(host)) fail('HOST', 'must be an IP address or a host name, e.g. 0.0.0.0 to listen on every interface');
+  // Stored SQL of every stream is heap: an eighth of this process's heap limit, at most 512 MiB (measured: a full budget
+  // of it, on 10,000 streams, grows the heap by at most its own size; src/db/hrana/DESIGN.md).
+  const storedSqlMaxBytes = int(env, 'DB_STORED_SQL_MAX_BYTES', Math.min(512 * 1024 ** 2, Math.floor(getHeapStatistics().heap_size_limit / 8)), 1024, Number.MAX_SAFE_INTEGER);
+  const storedSqlMaxBytesPerRepo = int(env, 'DB_STORED_SQL_MAX_BYTES_PER_REPO', Math.min(64 * 1024 ** 2, storedSqlMaxBytes), 1024, Number.MAX_SAFE_INTEGER);
+  if (storedSqlMaxBytesPerRepo > storedSqlMaxBytes) fail('DB_STORED_SQL_MAX_BYTES_PER_REPO', `must not be above DB_STORED_SQL_MAX_BYTES (${storedSqlMaxBytesPerRepo} > ${storedSqlMaxBytes})`);
   const port = int(env, 'PORT', 8080, 0, 65535);
   const adminPort = int(env, 'ADMIN_PORT', 9090, 0, 65535);
   // Both are listened on by every part: the same number would fail at start as if another server held it.
@@ -348,6 +360,8 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
       rateLimitBurst: int(env, 'DB_RATE_LIMIT_BURST', Math.max(1, rateLimitPerRepo), 1, 100_000_000),
       streamIdleMs: int(env, 'DB_STREAM_IDLE_MS', 10_000, 100, 3_600_000),
       maxStreams: int(env, 'DB_MAX_STREAMS', 10_000, 1, 1_000_000),
+      storedSqlMaxBytesPerRepo,
+      storedSqlMaxBytes,
       maxTransactions: int(env, 'DB_MAX_TRANSACTIONS', 256, 1, 100_000),
       transactionMaxMs: int(env, 'DB_TRANSACTION_MAX_MS', 30_000, 100, 3_600_000),
       maxOpenDatabases: int(env, 'DB_MAX_OPEN', 64, 4, 100_000),

@@ -3,7 +3,7 @@ import { ApiError } from '../../shared/errors.ts';
 import { parseJsonObject } from '../../shared/http.ts';
 import { checkDatabase } from '../../shared/names.ts';
 import { type HranaBackend, Pipeline } from './pipeline.ts';
-import { Streams } from './streams.ts';
+import { SqlBudget, Streams } from './streams.ts';
 import { TxQuota } from './transaction.ts';
 
 export type { HranaBackend, Statement } from './pipeline.ts';
@@ -26,13 +26,23 @@ export function probeDatabase(op: string): string | null {
   return m ? checkDatabase(m[1] ?? 'main') : null;
 }
 
+export interface HranaLimits {
+  /** DB_STREAM_IDLE_MS, DB_MAX_STREAMS, DB_MAX_TRANSACTIONS. */
+  streamIdleMs: number;
+  maxStreams: number;
+  maxTransactions: number;
+  /** DB_STORED_SQL_MAX_BYTES_PER_REPO and DB_STORED_SQL_MAX_BYTES: what streams' stored SQL may count as. */
+  storedSqlMaxBytesPerRepo: number;
+  storedSqlMaxBytes: number;
+}
+
 export class Hrana {
   private readonly streams: Streams;
   private readonly transactions: TxQuota;
 
-  constructor(idleMs: number, maxStreams: number, maxTransactions: number) {
-    this.streams = new Streams(idleMs, maxStreams);
-    this.transactions = new TxQuota(maxTransactions);
+  constructor(limits: HranaLimits) {
+    this.streams = new Streams(limits.streamIdleMs, limits.maxStreams, new SqlBudget(limits.storedSqlMaxBytesPerRepo, limits.storedSqlMaxBytes));
+    this.transactions = new TxQuota(limits.maxTransactions);
   }
 
   /** One pipeline request: its stream (by baton), every request run in order, and the next baton. */
@@ -42,8 +52,18 @@ export class Hrana {
       throw new ApiError('invalid_request', 'a pipeline request is {"baton": string | null, "requests": [...]}');
     }
     const state = this.streams.take(body.baton, streamKey);
-    const { results, closed } = await new Pipeline(backend, state, this.transactions).run(body.requests);
-    return `{"baton":${JSON.stringify(closed ? null : this.streams.keep(state))},"base_url":null,"results":[${results.join(',')}]}`;
+    let closed = true; // a pipeline that throws ends its stream: nothing will name it again
+    try {
+      const done = await new Pipeline(backend, state, this.transactions).run(body.requests);
+      closed = done.closed;
+      return `{"baton":${JSON.stringify(closed ? null : this.streams.keep(state))},"base_url":null,"results":[${done.results.join(',')}]}`;
+    } finally {
+      if (closed) {
+        state.tx?.abandon('its pipeline failed'); // a 'close' request has ended it already
+        state.tx = null;
+        state.release(); // its stored SQL no longer counts against the repo's and the server's budgets
+      }
+    }
   }
 
   close(): void {

@@ -116,7 +116,7 @@ export class Pipeline {
         this.stream.storeSql(req.sql_id, req.sql);
         return { type: 'store_sql' };
       case 'close_sql':
-        this.stream.sqls.delete(req.sql_id as number);
+        this.stream.closeSql(req.sql_id as number);
         return { type: 'close_sql' };
       case 'get_autocommit': return { type: 'get_autocommit', is_autocommit: this.stream.tx === null };
       default:
@@ -127,7 +127,7 @@ export class Pipeline {
   private sqlOf(stmt: HranaStmt, where: string): string {
     if (typeof stmt?.sql === 'string') return stmt.sql;
     if (typeof stmt?.sql_id === 'number') {
-      const sql = this.stream.sqls.get(stmt.sql_id);
+      const sql = this.stream.sql(stmt.sql_id);
       if (sql === undefined) throw new ApiError('invalid_request', `${where}: no SQL is stored as sql_id ${stmt.sql_id}`);
       return sql;
     }

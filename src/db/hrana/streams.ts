@@ -4,36 +4,114 @@ import { randomBytes } from 'node:crypto';
 import { ApiError } from '../../shared/errors.ts';
 import type { StreamTx } from './transaction.ts';
 
-/** SQL texts one stream may store (store_sql), and their total size. */
+/** SQL texts one stream may store (store_sql), and the bytes they count as (`storedBytes`). */
 const MAX_SQLS = 1000;
 const MAX_SQL_BYTES = 4 * 1024 * 1024;
+/**
+ * What a stored text's entry costs besides its characters: the Map slot, the key and the string's header. Measured
+ * on Node 24 (texts parsed from JSON as a pipeline's are, kept in a Map): 45 bytes an entry with an empty text,
+ * 93 with a 29-character one; 64 bounds the part that is not characters.
+ */
+const ENTRY_BYTES = 64;
+
+/**
+ * The bytes a stored text counts as: two per UTF-16 code unit (V8 keeps a string one byte a character only while
+ * every character is Latin-1, two otherwise: two per unit never undercounts what the heap holds), and its entry.
+ */
+export function storedBytes(sql: string): number {
+  return 2 * sql.length + ENTRY_BYTES;
+}
+
+const HOW_COUNTED = 'a text counts 2 bytes per character and 64 for its entry';
+
+/**
+ * Bytes of stored SQL every stream of a repo keeps (DB_STORED_SQL_MAX_BYTES_PER_REPO), and every stream of this
+ * process (DB_STORED_SQL_MAX_BYTES), between requests: with 256 streams per repo and DB_MAX_STREAMS in all, the
+ * per-stream cap alone would let a few repos hold more than the heap. Taken by store_sql, given back by close_sql
+ * and when the stream closes, expires or is closed to make room.
+ */
+export class SqlBudget {
+  private readonly perRepo = new Map<string, number>();
+  private all = 0;
+  readonly maxPerRepo: number;
+  readonly max: number;
+
+  constructor(maxPerRepo: number, max: number) {
+    this.maxPerRepo = maxPerRepo;
+    this.max = max;
+  }
+
+  take(repo: string, bytes: number): void {
+    const mine = this.perRepo.get(repo) ?? 0;
+    if (mine + bytes > this.maxPerRepo) {
+      throw new ApiError('payload_too_large', `this repo's streams store at most ${this.maxPerRepo} bytes of SQL texts (DB_STORED_SQL_MAX_BYTES_PER_REPO; ${HOW_COUNTED}), ${mine} are stored and this one is ${bytes}; close_sql the ones no longer used, or close streams`);
+    }
+    if (this.all + bytes > this.max) {
+      throw new ApiError('payload_too_large', `the server's streams store at most ${this.max} bytes of SQL texts in all (DB_STORED_SQL_MAX_BYTES; ${HOW_COUNTED}), and it is full; send the SQL text itself instead of its sql_id, or retry once other streams have closed`);
+    }
+    this.perRepo.set(repo, mine + bytes);
+    this.all += bytes;
+  }
+
+  give(repo: string, bytes: number): void {
+    const n = (this.perRepo.get(repo) ?? 0) - bytes;
+    if (n <= 0) this.perRepo.delete(repo);
+    else this.perRepo.set(repo, n);
+    this.all = Math.max(0, this.all - bytes);
+  }
+}
 
 export class StreamState {
   /** `org/repo/database`: a baton works for this database only. */
   readonly key: string;
   /** `org/repo`: the tenant its stream counts against. */
   readonly repo: string;
-  readonly sqls = new Map<number, string>();
+  private readonly sqls = new Map<number, string>();
+  /** What its stored texts count as (`storedBytes`), taken from `budget`. */
   private sqlBytes = 0;
+  private readonly budget: SqlBudget;
   idleTimer: NodeJS.Timeout | null = null;
   /** Its open interactive transaction, if any. */
   tx: StreamTx | null = null;
   /** `PRAGMA foreign_keys = OFF` ran on it (and no `= ON` since): its writes run with foreign keys off, as on a connection. */
   foreignKeysOff = false;
 
-  constructor(key: string) {
+  constructor(key: string, budget: SqlBudget) {
     this.key = key;
     this.repo = key.slice(0, key.lastIndexOf('/'));
+    this.budget = budget;
+  }
+
+  sql(id: number): string | undefined {
+    return this.sqls.get(id);
   }
 
   storeSql(id: number, sql: string): void {
     if (!Number.isSafeInteger(id)) throw new ApiError('invalid_request', `store_sql: "sql_id" must be a whole number, got ${JSON.stringify(id)}`);
     if (this.sqls.has(id)) throw new ApiError('invalid_request', `store_sql: sql_id ${id} is already stored; close_sql it first`);
-    if (this.sqls.size >= MAX_SQLS || this.sqlBytes + sql.length > MAX_SQL_BYTES) {
-      throw new ApiError('payload_too_large', `a stream stores at most ${MAX_SQLS} SQL texts (${MAX_SQL_BYTES} bytes); close_sql the ones no longer used`);
+    const bytes = storedBytes(sql);
+    if (this.sqls.size >= MAX_SQLS || this.sqlBytes + bytes > MAX_SQL_BYTES) {
+      throw new ApiError('payload_too_large', `a stream stores at most ${MAX_SQLS} SQL texts (${MAX_SQL_BYTES} bytes; ${HOW_COUNTED}); close_sql the ones no longer used`);
     }
-    this.sqlBytes += sql.length;
+    this.budget.take(this.repo, bytes);
+    this.sqlBytes += bytes;
     this.sqls.set(id, sql);
+  }
+
+  closeSql(id: number): void {
+    const sql = this.sqls.get(id);
+    if (sql === undefined) return;
+    this.sqls.delete(id);
+    const bytes = storedBytes(sql);
+    this.sqlBytes -= bytes;
+    this.budget.give(this.repo, bytes);
+  }
+
+  /** The stream is over (closed, expired, closed to make room, the service stopping): its stored SQL is let go. */
+  release(): void {
+    this.sqls.clear();
+    if (this.sqlBytes > 0) this.budget.give(this.repo, this.sqlBytes);
+    this.sqlBytes = 0;
   }
 }
 
@@ -50,24 +128,30 @@ export class Streams {
   private readonly perRepo = new Map<string, number>();
   private readonly idleMs: number;
   private readonly maxStreams: number;
+  private readonly budget: SqlBudget;
 
-  constructor(idleMs: number, maxStreams: number) {
+  constructor(idleMs: number, maxStreams: number, budget: SqlBudget) {
     this.idleMs = idleMs;
     this.maxStreams = maxStreams;
+    this.budget = budget;
   }
 
+  /** `why`: the stream is over (expired, closed to make room), and its transaction rolled back; null: taken for a request. */
   private drop(baton: string, state: StreamState, why: string | null): void {
     if (!this.open.delete(baton)) return;
     const n = (this.perRepo.get(state.repo) ?? 1) - 1;
     if (n <= 0) this.perRepo.delete(state.repo);
     else this.perRepo.set(state.repo, n);
     if (state.idleTimer) clearTimeout(state.idleTimer);
-    if (why) state.tx?.abandon(why);
+    if (why) {
+      state.tx?.abandon(why);
+      state.release();
+    }
   }
 
   /** The stream a request names (its baton is spent now), or a new one for a null baton. */
   take(baton: unknown, key: string): StreamState {
-    if (baton === null || baton === undefined) return new StreamState(key);
+    if (baton === null || baton === undefined) return new StreamState(key, this.budget);
     const state = typeof baton === 'string' ? this.open.get(baton) : undefined;
     if (!state || state.key !== key) {
       throw new ApiError('invalid_request', 'unknown baton: the stream was closed, expired after DB_STREAM_IDLE_MS, belongs to another database, or this baton was already used');
@@ -105,6 +189,7 @@ export class Streams {
     for (const s of this.open.values()) {
       if (s.idleTimer) clearTimeout(s.idleTimer);
       s.tx?.abandon('the service is stopping');
+      s.release();
     }
     this.open.clear();
     this.perRepo.clear();
