@@ -83,7 +83,7 @@ export function upstreamUrl(route: AppRoute, rest: string): URL {
   return url;
 }
 
-/** Methods a browser sends across sites without asking (RFC 9110 9.2.1's safe ones): they may not change state. */
+/** RFC 9110 9.2.1's safe methods: they must not change state, so they go as the visitor whatever their Origin. */
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 /**
