@@ -44,9 +44,9 @@ function upgradeHeaders(headers: Record<string, string>): Promise<Record<string,
   });
 }
 
-/** The names among `got` that are one of `forged` in any spelling a server folds (case, `_` for `-`). */
+/** The names among `got` that are one of `forged` in any spelling a server folds (case, `_` or `.` for `-`). */
 function reached(got: Record<string, unknown>, forged: Record<string, string>): string[] {
-  const fold = (name: string) => name.toLowerCase().replaceAll('_', '-');
+  const fold = (name: string) => name.toLowerCase().replace(/[^a-z0-9-]/g, '-');
   return Object.keys(got).filter((name) => Object.keys(forged).some((f) => fold(f) === fold(name)));
 }
 
@@ -68,6 +68,18 @@ describe('headers a client may not send an app', () => {
       if (folded.startsWith('x-forwarded-')) assert.ok(!name.includes('_'), `${name} reached the app`);
     }
     assert.ok(!String(r.json.headers['x-forwarded-for']).includes('10.9.9.9'), 'an untrusted client cannot add to x-forwarded-for');
+  });
+
+  test('the same headers spelled with dots never reach the app (servers that map names to variables fold . into _, as -)', async () => {
+    const forged = { 'X.Auth.User.Id': 'usr_admin', 'x.auth.user.email': 'root@example.com', 'x-auth.user-login': 'root', 'X.Scopebase.Org': 'globex',
+      'X.Real.IP': '10.9.9.9', 'Remote.User': 'root', 'X.Original.URL': '/admin', 'x_auth.user_name': 'root' };
+    const r = await p.call('/web/', { headers: { ...forged, 'x.forwarded.for': '10.9.9.9', 'X.Forwarded.Proto': 'https' } });
+    assert.equal(r.status, 200);
+    assert.deepEqual(reached(r.json.headers, forged), [], 'a plain request');
+    assert.deepEqual(reached(await upgradeHeaders(forged), forged), [], 'a WebSocket upgrade');
+    assert.deepEqual(Object.keys(r.json.headers).filter((name) => name.includes('.')), [], 'forwarding headers spelled with dots neither');
+    assert.equal(r.json.headers['x-forwarded-for'], '127.0.0.1');
+    assert.equal(r.json.headers['x-forwarded-proto'], 'http');
   });
 
   test('client-address headers of CDNs and load balancers never reach the app from a client (True-Client-IP, CF-Connecting-IP, …)', async () => {

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import type { Duplex } from 'node:stream';
 import { Client } from 'undici';
-import { signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
+import { signIn, startAccounts, type AccountsProduct, type Browser } from './helpers/accounts.ts';
 import { waitFor } from './helpers/mirror.ts';
 import { AccountStore } from '../src/account/store.ts';
 import { tempDir, testEnv } from './helpers/product.ts';
@@ -212,7 +212,7 @@ describe('sessions and apps', () => {
     const { browser, location } = await signIn(p, { repo: 'private', returnTo: '/private/dash?tab=2', email: 'lin@example.com' });
     assert.equal(location, `http://acme.localhost:${p.port}/private/dash?tab=2`);
     browser.cookies(`acme.localhost:${p.port}`).set('theme', 'dark');
-    const r = await browser.fetch(location!, { connectTo: p.url, headers: { 'x-auth-user-id': 'usr_forged', x_auth_user_id: 'usr_forged', 'x-auth-user_email': 'root@example.com' } });
+    const r = await browser.fetch(location!, { connectTo: p.url, headers: { 'x-auth-user-id': 'usr_forged', x_auth_user_id: 'usr_forged', 'x-auth-user_email': 'root@example.com', 'X.Auth.User.Id': 'usr_forged' } });
     assert.equal(r.status, 200);
     const v = await browser.fetch(`http://acme.localhost:${p.port}/private/_account/verify`, { connectTo: p.url });
     assert.equal(r.json.headers['x-auth-user-id'], v.json.user.id);
@@ -222,6 +222,7 @@ describe('sessions and apps', () => {
     assert.equal(r.json.headers.cookie, 'theme=dark', 'the session token stays with the proxy');
     assert.equal(r.json.headers.x_auth_user_id, undefined, 'a forged underscore spelling never sits beside the real header');
     assert.equal(r.json.headers['x-auth-user_email'], undefined);
+    assert.equal(r.json.headers['x.auth.user.id'], undefined, 'nor a dotted one');
   });
 
   test('x-forwarded-* from a trusted proxy is kept and extended', async () => {
@@ -238,30 +239,30 @@ describe('sessions and apps', () => {
   });
 });
 
-describe('WebSocket upgrades', () => {
-  // A raw upgrade (Node's WebSocket cannot set Host, and *.localhost does not resolve here): the 101's headers and the
-  // first text frame.
-  function upgrade(path: string, proxy = p, headers: Record<string, string> = {}): Promise<{ headers: IncomingHttpHeaders; message: string }> {
-    return new Promise((resolve, reject) => {
-      const req = httpRequest(`${proxy.url}${path}`, { headers: { host: `acme.localhost:${proxy.port}`, connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'x-auth-user-id': 'usr_forged', ...headers } });
-      req.on('upgrade', (res, socket, head) => {
-        if (res.headers['sec-websocket-accept'] !== 's3pPLMBiTxaQ9kYGzzhZRbK+xOo=') reject(new Error('bad handshake'));
-        const onData = (buf: Buffer) => {
-          resolve({ headers: res.headers, message: buf.subarray(2, 2 + buf[1]!).toString() });
-          socket.destroy();
-        };
-        if (head.length) onData(head);
-        else socket.once('data', onData);
-      });
-      req.on('response', (res) => {
-        let body = '';
-        res.on('data', (d) => (body += d));
-        res.on('end', () => reject(new Error(`no upgrade: ${res.statusCode} ${body}`)));
-      });
-      req.on('error', reject);
-      req.end();
+// A raw upgrade (Node's WebSocket cannot set Host, and *.localhost does not resolve here): the 101's headers and the
+// first text frame.
+function upgrade(path: string, proxy = p, headers: Record<string, string> = {}): Promise<{ headers: IncomingHttpHeaders; message: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${proxy.url}${path}`, { headers: { host: `acme.localhost:${proxy.port}`, connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'x-auth-user-id': 'usr_forged', ...headers } });
+    req.on('upgrade', (res, socket, head) => {
+      if (res.headers['sec-websocket-accept'] !== 's3pPLMBiTxaQ9kYGzzhZRbK+xOo=') reject(new Error('bad handshake'));
+      const onData = (buf: Buffer) => {
+        resolve({ headers: res.headers, message: buf.subarray(2, 2 + buf[1]!).toString() });
+        socket.destroy();
+      };
+      if (head.length) onData(head);
+      else socket.once('data', onData);
     });
-  }
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (d) => (body += d));
+      res.on('end', () => reject(new Error(`no upgrade: ${res.statusCode} ${body}`)));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+describe('WebSocket upgrades', () => {
   const open = async (path: string) => (await upgrade(path)).message;
 
   test('upgrades are forwarded to the app with the same rules', async () => {
@@ -377,4 +378,105 @@ describe('WebSocket upgrades', () => {
       }
     });
   }
+});
+
+describe('writes and WebSocket upgrades from pages of another origin', () => {
+  // Org hosts are sibling subdomains, one site to browsers: a page of other.localhost gets acme's SameSite=Lax cookie
+  // sent with its requests to acme.localhost. The proxy must not pass them to apps as the visitor.
+  const own = () => `http://acme.localhost:${p.port}`;
+  const other = () => `http://other.localhost:${p.port}`;
+  async function alice(): Promise<Browser> {
+    return (await signIn(p, { repo: 'private', email: 'alice@example.com' })).browser;
+  }
+  const post = (browser: Browser, path: string, headers: Record<string, string> = {}) => browser.fetch(`${own()}${path}`, {
+    connectTo: p.url, method: 'POST', body: 'action=delete-everything', headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
+  });
+
+  test('the probe: a POST from another org\'s page reaches an app without the visitor\'s identity, and a requireSession app refuses it 403', async () => {
+    const browser = await alice();
+    const crossOrg = { origin: other(), 'sec-fetch-site': 'same-site' };
+    const open = await post(browser, '/web/api/delete', crossOrg);
+    assert.equal(open.status, 200);
+    assert.equal(open.json.body, 'action=delete-everything', 'it reaches the app');
+    assert.equal(open.json.headers['x-auth-user-id'], undefined, 'as anonymous');
+    assert.equal(open.json.headers['x-auth-user-email'], undefined);
+    assert.equal(open.json.headers.cookie, undefined);
+    const closed = await post(browser, '/private/api/delete', crossOrg);
+    assert.equal(closed.status, 403, closed.text);
+    assert.equal(closed.json.error.code, 'forbidden');
+    assert.match(closed.json.error.message, /requires a signed-in session, and a POST from a page of another origin is not sent as the visitor: only pages of http:\/\/acme\.localhost:\d+ may make it/);
+    assert.match(String(closed.headers['x-request-id']), /^[0-9a-f-]{36}$/);
+    const page = await post(browser, '/private/api/delete', { ...crossOrg, accept: 'text/html,application/xhtml+xml' });
+    assert.equal(page.status, 403);
+    assert.match(String(page.headers['content-type']), /^text\/html/, 'a browser\'s form post gets the error as a page');
+    assert.match(page.text, /another origin/);
+    for (const origin of ['https://evil.example', 'null', `http://acme.localhost:${Number(p.port) + 1}`, `https://acme.localhost:${p.port}`]) {
+      const r = await post(browser, '/private/x', { origin });
+      assert.equal(r.status, 403, `Origin: ${origin}`);
+    }
+    const scheme = await post(browser, '/private/x', { origin: `https://acme.localhost:${p.port}` });
+    assert.match(scheme.json.error.message, /the page is https:\/\/ but this server was reached over http:\/\/; behind a TLS-terminating proxy, list it in TRUSTED_PROXIES/);
+    for (const method of ['PUT', 'PATCH', 'DELETE']) {
+      const r = await browser.fetch(`${own()}/web/x`, { connectTo: p.url, method, headers: { origin: other() } });
+      assert.equal(r.status, 200, method);
+      assert.equal(r.json.headers['x-auth-user-id'], undefined, method);
+    }
+  });
+
+  test('a POST from a page of the org\'s own host, or without Origin (not a browser), keeps the identity; so do GET, HEAD and OPTIONS from anywhere', async () => {
+    const browser = await alice();
+    for (const [path, headers] of [
+      ['/private/api/save', { origin: own(), 'sec-fetch-site': 'same-origin' }],
+      ['/private/api/save', { origin: `http://ACME.localhost:${p.port}` }],
+      ['/private/api/save', {}],
+      ['/web/api/save', { origin: own() }],
+      ['/web/api/save', {}],
+    ] as const) {
+      const r = await post(browser, path, headers);
+      assert.equal(r.status, 200, `${path} ${JSON.stringify(headers)}: ${r.text}`);
+      assert.match(String(r.json.headers['x-auth-user-id']), /^usr_/, `${path} ${JSON.stringify(headers)}`);
+    }
+    for (const method of ['GET', 'OPTIONS']) {
+      const r = await browser.fetch(`${own()}/private/page`, { connectTo: p.url, method, headers: { origin: other(), 'sec-fetch-site': 'same-site' } });
+      assert.equal(r.status, 200, method);
+      assert.match(String(r.json.headers['x-auth-user-id']), /^usr_/, `${method}: a safe method is as before (what the app lets other origins read is its CORS)`);
+    }
+  });
+
+  test('a WebSocket upgrade from another origin opens as anonymous, or is refused 403 by a requireSession app; from the org\'s own page it is the visitor\'s', async () => {
+    const browser = await alice();
+    const cookie = browser.cookieHeader(`acme.localhost:${p.port}`)!;
+    for (const origin of ['https://evil.com', other()]) {
+      assert.equal(JSON.parse((await upgrade('/web/live', p, { cookie, origin })).message).user, null, `Origin: ${origin}`);
+      await assert.rejects(upgrade('/private/live', p, { cookie, origin }), /no upgrade: 403 .*"forbidden".*a WebSocket upgrade from a page of another origin/, `Origin: ${origin}`);
+    }
+    assert.match(JSON.parse((await upgrade('/private/live', p, { cookie, origin: own() })).message).user, /^usr_/);
+    assert.match(JSON.parse((await upgrade('/web/live', p, { cookie, origin: own() })).message).user, /^usr_/);
+    assert.match(JSON.parse((await upgrade('/private/live', p, { cookie })).message).user, /^usr_/, 'without Origin (not a browser): as before');
+  });
+
+  test('behind a trusted TLS-terminating proxy, the org\'s https:// pages are its own origin', async () => {
+    const q = await startAccounts({ APPS: JSON.stringify({ 'acme/private': { url: upstreamUrl, requireSession: true } }), TRUSTED_PROXIES: '127.0.0.1' });
+    try {
+      const store = new AccountStore(q.config.dataDir);
+      let token: string;
+      try {
+        const user = store.upsertUser('dev', 'tls-origin', { name: null, email: 'tls@example.com', login: null, avatarUrl: null });
+        token = store.createSession('acme', user.id, 3600_000).token;
+      } finally {
+        store.close();
+      }
+      const headers = { cookie: `__Host-session=${token}`, 'x-forwarded-proto': 'https' };
+      const https = `https://acme.localhost:${q.port}`;
+      assert.match(JSON.parse((await upgrade('/private/live', q, { ...headers, origin: https })).message).user, /^usr_/);
+      await assert.rejects(upgrade('/private/live', q, { ...headers, origin: `http://acme.localhost:${q.port}` }), /no upgrade: 403/, 'the http:// page of the same host is another origin');
+      const r = await q.call('/private/api', { method: 'POST', rawBody: '{}', headers: { ...headers, origin: https } });
+      assert.equal(r.status, 200, r.text);
+      assert.match(String(r.json.headers['x-auth-user-id']), /^usr_/);
+      const refused = await q.call('/private/api', { method: 'POST', rawBody: '{}', headers: { ...headers, origin: `https://other.localhost:${q.port}` } });
+      assert.equal(refused.status, 403);
+    } finally {
+      await q.close();
+    }
+  });
 });

@@ -266,10 +266,14 @@ test('the probe: under ulimit -n 256, 400 idle and slow connections leave the se
 });
 
 test('the defaults: from the open-files limit, a quarter of it per client; IPv6 clients counted by their /64; bad values named', () => {
-  assert.deepEqual(connectionLimits({ max: null, maxPerClient: null }, 256), { total: 48, perClient: 12, fdLimit: 256, fits: 48 });
-  assert.deepEqual(connectionLimits({ max: null, maxPerClient: null }, 20_000), { total: 9920, perClient: 2480, fdLimit: 20_000, fits: 9920 });
-  assert.deepEqual(connectionLimits({ max: 100, maxPerClient: null }, 20_000), { total: 100, perClient: 25, fdLimit: 20_000, fits: 9920 });
-  assert.equal(connectionLimits({ max: null, maxPerClient: 1_000_000 }, 1024).perClient, 432, 'never above the total');
+  const unset = { max: null, maxPerClient: null, maxWebSocketsPerClient: null };
+  assert.deepEqual(connectionLimits(unset, 256), { total: 48, perClient: 12, webSocketsPerClient: 6, fdLimit: 256, fits: 48 });
+  assert.deepEqual(connectionLimits(unset, 20_000), { total: 9920, perClient: 2480, webSocketsPerClient: 64, fdLimit: 20_000, fits: 9920 });
+  assert.deepEqual(connectionLimits({ ...unset, max: 100 }, 20_000), { total: 100, perClient: 25, webSocketsPerClient: 12, fdLimit: 20_000, fits: 9920 });
+  assert.equal(connectionLimits({ ...unset, maxPerClient: 1_000_000 }, 1024).perClient, 432, 'never above the total');
+  assert.equal(connectionLimits({ ...unset, maxWebSocketsPerClient: 1_000_000 }, 1024).webSocketsPerClient, 108, 'never above the per-client limit');
+  assert.equal(connectionLimits({ ...unset, max: 20, maxPerClient: 5, maxWebSocketsPerClient: 5 }).webSocketsPerClient, 5, 'as set, up to the per-client limit');
+  assert.equal(connectionLimits({ ...unset, max: 4, maxPerClient: 1 }).webSocketsPerClient, 1);
   assert.ok(openFilesLimit() > 0);
   assert.equal(clientKey('::ffff:192.0.2.7'), '192.0.2.7');
   assert.equal(clientKey('2001:db8:1:2:aaaa::1'), clientKey('2001:0db8:0001:0002:ffff:1:2:3'));
@@ -279,5 +283,9 @@ test('the defaults: from the open-files limit, a quarter of it per client; IPv6 
   assert.throws(() => loadConfig(env({ MAX_CONNECTIONS: 'many' })), /MAX_CONNECTIONS: must be a whole number/);
   assert.throws(() => loadConfig(env({ MAX_CONNECTIONS: '0' })), /MAX_CONNECTIONS: must be between 1/);
   assert.throws(() => loadConfig(env({ MAX_CONNECTIONS: '10', MAX_CONNECTIONS_PER_CLIENT: '11' })), /MAX_CONNECTIONS_PER_CLIENT: must not be above MAX_CONNECTIONS/);
-  assert.deepEqual(loadConfig(env({ MAX_CONNECTIONS: '10', MAX_CONNECTIONS_PER_CLIENT: '' })).connections, { max: 10, maxPerClient: null });
+  assert.deepEqual(loadConfig(env({ MAX_CONNECTIONS: '10', MAX_CONNECTIONS_PER_CLIENT: '' })).connections, { max: 10, maxPerClient: null, maxWebSocketsPerClient: null });
+  assert.throws(() => loadConfig(env({ MAX_CONNECTIONS_PER_CLIENT: '10', MAX_WEBSOCKETS_PER_CLIENT: '11' })), /MAX_WEBSOCKETS_PER_CLIENT: must not be above MAX_CONNECTIONS_PER_CLIENT/);
+  assert.throws(() => loadConfig(env({ MAX_WEBSOCKETS_PER_CLIENT: '0' })), /MAX_WEBSOCKETS_PER_CLIENT: must be between 1/);
+  assert.equal(loadConfig(env({})).appsWsIdleTimeoutMs, 120_000);
+  assert.throws(() => loadConfig(env({ APPS_WS_IDLE_TIMEOUT_MS: '2m' })), /APPS_WS_IDLE_TIMEOUT_MS: must be a whole number/);
 });

@@ -21,7 +21,7 @@ export interface AccountForProxy {
 
 /** For the proxy: the `account` and `apps` plugins, and what to close after the proxy stopped. */
 export async function accountForProxy(config: Config, logger: Logger, tuning: AccountTuning = {}): Promise<AccountForProxy> {
-  const base = { apps: config.apps, trustedProxies: config.trustedProxies, baseDomain: config.baseDomain, logger };
+  const base = { apps: config.apps, trustedProxies: config.trustedProxies, baseDomain: config.baseDomain, wsIdleTimeoutMs: config.appsWsIdleTimeoutMs, logger };
   if (config.services.accountUrl) {
     const remote = createRemoteAccount({ accountUrl: config.services.accountUrl, proxyToken: proxyToken(config.rootKeys[0]!), trustedProxies: config.trustedProxies });
     const apps = createAppsPlugin({ ...base, resolveSession: remote.resolveSession, renewalCookie: remote.renewalCookie });

@@ -1,10 +1,12 @@
-// WebSocket upgrades to apps: same routing, session and header rules as HTTP, then raw bytes piped both ways.
+// WebSocket upgrades to apps: same routing, session, origin and header rules as HTTP, then raw bytes piped both ways
+// until either side closes or no byte passes for APPS_WS_IDLE_TIMEOUT_MS.
 import { request as httpRequest, STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import { request as httpsRequest } from 'node:https';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { FastifyRequest } from 'fastify';
 import { ApiError } from '../shared/errors.ts';
-import { refuseUpgrade } from '../shared/connection-cap.ts';
+import { admitWebSocket, refuseUpgrade } from '../shared/connection-cap.ts';
 import type { Logger } from '../shared/log.ts';
 import type { AppRoute } from '../shared/config.ts';
 import type { SessionResolver } from '../account/contract.ts';
@@ -14,7 +16,7 @@ import { endToEndHeaders, forwardedHeaders, sessionView, setsCookie } from './fo
 import { stripSpoofableHeaders } from '../shared/headers.ts';
 import { orgFromHost } from '../shared/host.ts';
 import { hostConflict, requestIdOf } from '../shared/raw-route.ts';
-import { appTarget, upstreamUrl } from './apps.ts';
+import { appTarget, crossOrigin, upstreamUrl } from './apps.ts';
 
 export interface WsOptions {
   apps: Map<string, AppRoute>;
@@ -24,6 +26,8 @@ export interface WsOptions {
   renewalCookie?: (req: FastifyRequest) => string | null;
   isTrusted: (address: string | undefined) => boolean;
   privateCookies: string[];
+  /** A WebSocket that passes no byte either way for this long is closed, both sides (APPS_WS_IDLE_TIMEOUT_MS). */
+  idleTimeoutMs: number;
   logger: Logger;
 }
 
@@ -60,17 +64,19 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
   };
   const onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     if (refuseUpgrade(req, socket)) return; // a connection over a cap: answered 503
+    const active = admitWebSocket(req, socket); // counted as its client's WebSocket until it closes
+    if (active === null) return; // the client holds MAX_WEBSOCKETS_PER_CLIENT: answered 503
     track(socket);
     socket.on('error', () => socket.destroy());
     // SPEC 3: every answer carries x-request-id, the refusals and the relayed 101 included.
     const requestId = ['x-request-id', requestIdOf(req)];
-    handle(req, socket, head, requestId).catch((err) => {
+    handle(req, socket, head, requestId, active).catch((err) => {
       if (!(err instanceof ApiError)) opts.logger.error({ err }, 'websocket upgrade failed');
       refuse(socket, err instanceof ApiError ? err : new ApiError('internal', 'internal error'), requestId);
     });
   };
 
-  async function handle(req: IncomingMessage, socket: Duplex, head: Buffer, requestId: string[]): Promise<void> {
+  async function handle(req: IncomingMessage, socket: Duplex, head: Buffer, requestId: string[], active: () => void): Promise<void> {
     const conflict = hostConflict(req);
     if (conflict !== null) throw new ApiError('invalid_request', conflict);
     stripSpoofableHeaders(req.headers);
@@ -79,7 +85,9 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     const target = appTarget(org, req.url ?? '/', opts.apps);
     const trusted = opts.isTrusted(req.socket.remoteAddress);
     const view = sessionView(req, org, trusted);
-    const session = await opts.resolveSession(view);
+    // A page of another origin (another org's host is one site with this one) opens it as nobody, or not at all.
+    const foreign = crossOrigin(req.headers.origin, req.headers.host, view.protocol === 'https', 'a WebSocket upgrade', target.route);
+    const session = foreign ? null : await opts.resolveSession(view);
     // Whatever the answer (101, the app's refusal, 503), a renewed session's cookie goes with it, as for HTTP.
     const renewed = opts.renewalCookie?.(view);
     const cookieHeaders = [...requestId, ...(renewed ? ['set-cookie', renewed] : [])];
@@ -114,6 +122,11 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
       socket.on('close', () => upSocket.destroy());
       upSocket.pipe(socket);
       socket.pipe(upSocket);
+      // Idle both ways (the client socket's timer counts what it reads and what is written to it): both closed, as
+      // nginx (proxy_read_timeout) and Cloudflare do; apps keep a quiet socket open with pings.
+      (socket as Socket).setTimeout(opts.idleTimeoutMs, () => socket.destroy());
+      socket.on('data', active);
+      upSocket.on('data', active);
     });
     upstream.end();
   }

@@ -1,4 +1,5 @@
-// SPEC 8 apps: other /{repo}/* paths stream to the repo's upstream; requireSession sends anonymous visitors to sign in.
+// SPEC 8 apps: other /{repo}/* paths stream to the repo's upstream; requireSession sends anonymous visitors to sign in;
+// a write or WebSocket upgrade from a page of another origin goes to the app as anonymous (or not at all).
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppRoute } from '../shared/config.ts';
 import { ApiError } from '../shared/errors.ts';
@@ -13,6 +14,7 @@ import { attachWebSocketProxy } from './apps-ws.ts';
 import { isLandingRequest, sendLanding } from './landing.ts';
 import { Counter } from 'prom-client';
 import { metrics } from '../shared/metrics.ts';
+import { originMismatch, schemeHint } from '../shared/same-origin.ts';
 
 export interface AppsOptions {
   apps: Map<string, AppRoute>;
@@ -21,6 +23,8 @@ export interface AppsOptions {
   resolveSession: SessionResolver;
   /** Set-Cookie extending a session renewed while resolving this request (in-process, or relayed from /verify in split mode). */
   renewalCookie?: (req: FastifyRequest) => string | null;
+  /** APPS_WS_IDLE_TIMEOUT_MS (WsOptions). */
+  wsIdleTimeoutMs: number;
   logger: Logger;
 }
 
@@ -79,6 +83,28 @@ export function upstreamUrl(route: AppRoute, rest: string): URL {
   return url;
 }
 
+/** RFC 9110 9.2.1's safe methods: they must not change state, so they go as the visitor whatever their Origin. */
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/**
+ * Org hosts are sibling subdomains of BASE_DOMAIN, so to browsers one site: a page of another org (or any other
+ * origin, with the visitor's cookie where SameSite lets it go) can send this host writes and WebSocket upgrades,
+ * and the proxy would pass them to the app as the visitor. So a request whose `Origin` is not this host's own (as
+ * the proxy sees it: its Host, https from the socket or a TRUSTED_PROXIES x-forwarded-proto) is not sent as anyone:
+ * true, and it goes to the app without identity; a requireSession app refuses it (403 forbidden). Without an
+ * Origin (not a browser, or a same-origin GET), false.
+ */
+export function crossOrigin(origin: string | undefined, host: string | undefined, https: boolean, what: string, route: AppRoute): boolean {
+  if (origin === undefined) return false;
+  const mismatch = originMismatch(origin, host, https);
+  if (mismatch === null) return false;
+  if (route.requireSession) {
+    const hint = mismatch === 'scheme' ? ` (${schemeHint(origin, https)})` : '';
+    throw new ApiError('forbidden', `this app requires a signed-in session, and ${what} from a page of another origin is not sent as the visitor: only pages of ${https ? 'https' : 'http'}://${String(host ?? '').toLowerCase()} may make it${hint}`);
+  }
+  return true;
+}
+
 export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsync; close(): Promise<void> } {
   const agent = createAgent();
   const isTrusted = trustedPeers(opts.trustedProxies);
@@ -89,7 +115,8 @@ export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsyn
       if (!opts.apps.has(`${req.org}/${repo}`)) return sendLanding(req, reply, repo, await opts.resolveSession(req));
     }
     const target = appTarget(req.org, req.url, opts.apps);
-    const session = await opts.resolveSession(req);
+    const foreign = !SAFE_METHODS.has(req.method) && crossOrigin(req.headers.origin, req.headers.host, req.protocol === 'https', `a ${req.method}`, target.route);
+    const session = foreign ? null : await opts.resolveSession(req);
     const renewed = opts.renewalCookie?.(req);
     if (renewed) reply.header('set-cookie', renewed);
     if (!session && target.route.requireSession) {
@@ -114,7 +141,7 @@ export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsyn
     });
     app.all('/:repo', handler);
     app.all('/:repo/*', handler);
-    const detach = attachWebSocketProxy(app.server, { ...opts, isTrusted, privateCookies: PRIVATE_COOKIES });
+    const detach = attachWebSocketProxy(app.server, { ...opts, isTrusted, privateCookies: PRIVATE_COOKIES, idleTimeoutMs: opts.wsIdleTimeoutMs });
     app.addHook('preClose', async () => detach());
   };
   return { plugin, close: () => agent.close() };

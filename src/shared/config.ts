@@ -83,12 +83,14 @@ export interface Config {
     providerTimeoutMs: number;
   };
   trustedProxies: string[];
-  /** MAX_CONNECTIONS and MAX_CONNECTIONS_PER_CLIENT; null: derived from the open-files limit (connection-cap.ts). */
-  connections: { max: number | null; maxPerClient: number | null };
+  /** MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and MAX_WEBSOCKETS_PER_CLIENT; null: derived (connection-cap.ts). */
+  connections: { max: number | null; maxPerClient: number | null; maxWebSocketsPerClient: number | null };
   /** SHUTDOWN_TIMEOUT_MS: how long SIGTERM waits for requests in flight before it ends their connections. */
   shutdownTimeoutMs: number;
   mirror: { port: number | null; secret: string | null; sourceUrl: string | null };
   apps: Map<string, AppRoute>;
+  /** APPS_WS_IDLE_TIMEOUT_MS: a WebSocket to an app that passes no byte either way for this long is closed, both sides. */
+  appsWsIdleTimeoutMs: number;
   /** When a part runs as its own process, where the proxy reaches it. */
   services: { dbUrl: string | null; accountUrl: string | null };
   /** Scale-out on etcd (docs/scaling.md); null without CLUSTER_ETCD: one node, as before. */
@@ -396,6 +398,8 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
       sourceUrl: url(env, 'MIRROR_SOURCE_URL') ?? null,
     },
     apps: parseApps(str(env, 'APPS')),
+    // nginx closes at 60 s (proxy_read_timeout), Cloudflare at 100 s: apps that ping more often than that pass both.
+    appsWsIdleTimeoutMs: int(env, 'APPS_WS_IDLE_TIMEOUT_MS', 120_000, 100, 86_400_000),
     services: { dbUrl: url(env, 'DB_SERVICE_URL') ?? null, accountUrl: url(env, 'ACCOUNT_SERVICE_URL') ?? null },
     cluster,
     logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS) ?? 'info',
@@ -408,7 +412,9 @@ function connectionsConfig(env: Env): Config['connections'] {
   const max = str(env, 'MAX_CONNECTIONS') === undefined ? null : int(env, 'MAX_CONNECTIONS', 0, 1, 10_000_000);
   const maxPerClient = str(env, 'MAX_CONNECTIONS_PER_CLIENT') === undefined ? null : int(env, 'MAX_CONNECTIONS_PER_CLIENT', 0, 1, 10_000_000);
   if (max !== null && maxPerClient !== null && maxPerClient > max) fail('MAX_CONNECTIONS_PER_CLIENT', `must not be above MAX_CONNECTIONS (${maxPerClient} > ${max})`);
-  return { max, maxPerClient };
+  const maxWebSocketsPerClient = str(env, 'MAX_WEBSOCKETS_PER_CLIENT') === undefined ? null : int(env, 'MAX_WEBSOCKETS_PER_CLIENT', 0, 1, 10_000_000);
+  if (maxWebSocketsPerClient !== null && maxPerClient !== null && maxWebSocketsPerClient > maxPerClient) fail('MAX_WEBSOCKETS_PER_CLIENT', `must not be above MAX_CONNECTIONS_PER_CLIENT (${maxWebSocketsPerClient} > ${maxPerClient})`);
+  return { max, maxPerClient, maxWebSocketsPerClient };
 }
 
 /** What a cluster node does not replicate yet (docs/scaling.md) is refused there rather than silently diverging. */

@@ -25,6 +25,15 @@ const REFUSE_WAIT_MS = 1000;
 const SCAN = 64;
 /** At most one warning a minute: a flood of refusals must not become a flood of log lines. */
 const WARN_EVERY_MS = 60_000;
+/** App WebSockets one client may hold by default (MAX_WEBSOCKETS_PER_CLIENT), if under half its connections. */
+const WEBSOCKETS_PER_CLIENT = 64;
+/**
+ * An app WebSocket that passed no byte either way for this long may be closed to make room at the total, when no HTTP
+ * connection is idle; one that did is in use, as a request in flight is.
+ */
+export const WEBSOCKET_QUIET_MS = 5_000;
+/** How often a WebSocket's last activity is noted at most (its place in the quiet order): per chunk would cost more. */
+const ACTIVITY_GRAIN_MS = 1_000;
 
 /** The soft RLIMIT_NOFILE as this process runs with it (Node raises the soft limit to the hard one at start). */
 export function openFilesLimit(): number {
@@ -51,53 +60,85 @@ export interface ConnectionLimits {
   total: number;
   /** Connections open at once from one client address, or one IPv6 /64 (MAX_CONNECTIONS_PER_CLIENT). */
   perClient: number;
+  /**
+   * App WebSockets open at once from one client (MAX_WEBSOCKETS_PER_CLIENT): an upgraded connection is never idle
+   * to the caps, so a client's WebSockets may fill no more than this of its connections.
+   */
+  webSocketsPerClient: number;
 }
 
 /**
  * The public listeners' limits: MAX_CONNECTIONS, else half of the open-files limit left after the reserve and the
  * admin port (a request proxied to an app or to `serve db`, or a WebSocket, holds a second descriptor upstream);
- * MAX_CONNECTIONS_PER_CLIENT, else a quarter of the total (at least four clients share it), never above the total.
+ * MAX_CONNECTIONS_PER_CLIENT, else a quarter of the total (at least four clients share it), never above the total;
+ * MAX_WEBSOCKETS_PER_CLIENT, else 64 or half of the per-client limit if that is less, never above the per-client limit.
  */
 export function connectionLimits(given: Config['connections'], fdLimit = openFilesLimit()): ConnectionLimits & { fdLimit: number; fits: number } {
   const fits = Math.max(16, Math.floor((fdLimit - RESERVED_FDS - ADMIN_CONNECTIONS) / 2));
   const total = given.max ?? Math.min(fits, 10_000_000);
-  return { total, perClient: Math.min(total, given.maxPerClient ?? Math.max(1, Math.floor(total / 4))), fdLimit, fits };
+  const perClient = Math.min(total, given.maxPerClient ?? Math.max(1, Math.floor(total / 4)));
+  const webSocketsPerClient = Math.min(perClient, given.maxWebSocketsPerClient ?? Math.max(1, Math.min(WEBSOCKETS_PER_CLIENT, Math.floor(perClient / 2))));
+  return { total, perClient, webSocketsPerClient, fdLimit, fits };
 }
 
 /** The cap every public listener of one product shares (descriptors are the process's), with the limits logged once. */
 export function publicConnections(config: Pick<Config, 'connections' | 'trustedProxies'>, logger: Logger): ConnectionCap {
   const limits = connectionLimits(config.connections);
-  const fields = { maxConnections: limits.total, maxConnectionsPerClient: limits.perClient, openFilesLimit: limits.fdLimit };
+  const fields = { maxConnections: limits.total, maxConnectionsPerClient: limits.perClient, maxWebSocketsPerClient: limits.webSocketsPerClient, openFilesLimit: limits.fdLimit };
   if (limits.total > limits.fits) logger.warn(fields, `MAX_CONNECTIONS is above the ${limits.fits} connections the open-files limit leaves room for: raise the limit (ulimit -n, LimitNOFILE) or lower MAX_CONNECTIONS`);
-  else logger.info(fields, `connections: at most ${limits.total} open, ${limits.perClient} per client (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT)`);
+  else logger.info(fields, `connections: at most ${limits.total} open, ${limits.perClient} per client, of them ${limits.webSocketsPerClient} app WebSockets (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT, MAX_WEBSOCKETS_PER_CLIENT)`);
   return new ConnectionCap('public', limits, trustedPeers(config.trustedProxies), logger);
 }
 
 /** The admin port's cap: its own few connections, whoever holds the public ones. */
 export function adminConnections(logger: Logger): ConnectionCap {
-  return new ConnectionCap('admin', { total: ADMIN_CONNECTIONS, perClient: ADMIN_CONNECTIONS }, () => false, logger);
+  return new ConnectionCap('admin', { total: ADMIN_CONNECTIONS, perClient: ADMIN_CONNECTIONS, webSocketsPerClient: ADMIN_CONNECTIONS }, () => false, logger);
 }
 
-type Cap = 'total' | 'per_client';
+type Cap = 'total' | 'per_client' | 'websockets_per_client';
 
-/** Refused connections (of any cap), until their request is answered or they are dropped. */
+const MESSAGES: Record<Cap, string> = {
+  total: 'the server has too many connections open; retry in a second',
+  per_client: 'this client has too many connections open to the server; close some, or retry in a second',
+  websockets_per_client: 'this client has too many WebSocket connections open to the server; close some, or retry in a second',
+};
+
+/** Refused connections (of the total or per-client cap), until their request is answered or they are dropped. */
 const refused = new WeakMap<Socket, Cap>();
+/** The cap each watched connection counts against (an app's WebSocket proxy finds it from the socket). */
+const owners = new WeakMap<Socket, ConnectionCap>();
 
-/** SPEC 3's 503 for a request on a refused connection, or null. */
-function refusal(req: IncomingMessage): { headers: Record<string, string>; body: string } | null {
-  const cap = refused.get(req.socket);
-  if (cap === undefined) return null;
-  const message = cap === 'total' ? 'the server has too many connections open; retry in a second' : 'this client has too many connections open to the server; close some, or retry in a second';
-  const body = JSON.stringify({ error: { code: 'unavailable', message } });
+/** SPEC 3's 503 for a request refused by `cap`. */
+function refusal(req: IncomingMessage, cap: Cap): { headers: Record<string, string>; body: string } {
+  const body = JSON.stringify({ error: { code: 'unavailable', message: MESSAGES[cap] } });
   return { headers: { 'content-type': 'application/json; charset=utf-8', 'content-length': String(Buffer.byteLength(body)), 'retry-after': '1', 'x-request-id': requestIdOf(req), connection: 'close' }, body };
+}
+
+function answerUpgrade(req: IncomingMessage, socket: Duplex, cap: Cap): void {
+  const answer = refusal(req, cap);
+  socket.end(`HTTP/1.1 503 Service Unavailable\r\n${Object.entries(answer.headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n${answer.body}`);
 }
 
 /** For 'upgrade' listeners (they get the socket, not a response): true when the connection was refused, and then it has been answered 503. */
 export function refuseUpgrade(req: IncomingMessage, socket: Duplex): boolean {
-  const answer = refusal(req);
-  if (answer === null) return false;
-  socket.end(`HTTP/1.1 503 Service Unavailable\r\n${Object.entries(answer.headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n${answer.body}`);
+  const cap = refused.get(req.socket);
+  if (cap === undefined) return false;
+  answerUpgrade(req, socket, cap);
   return true;
+}
+
+/**
+ * For the proxy's WebSocket upgrades to apps, after refuseUpgrade: counts the connection as its client's WebSocket
+ * from now until it closes, and returns what to call when bytes pass either way (its place in the quiet order); or
+ * null when the client holds MAX_WEBSOCKETS_PER_CLIENT already (TRUSTED_PROXIES peers excepted), and then the
+ * upgrade has been answered 503 as a refused connection's is.
+ */
+export function admitWebSocket(req: IncomingMessage, socket: Duplex): (() => void) | null {
+  const cap = owners.get(req.socket);
+  if (cap === undefined) return () => {}; // a listener without a cap (none in the product)
+  if (cap.addWebSocket(req.socket)) return () => cap.webSocketActive(req.socket);
+  answerUpgrade(req, socket, 'websockets_per_client');
+  return null;
 }
 
 /** Node's own marks on an HTTP server's socket: its parser (gone once upgraded) and the response in flight. */
@@ -115,6 +156,10 @@ export class ConnectionCap {
   private readonly open = new Map<Socket, string | null>();
   /** Each client's connections, least recently used first. */
   private readonly clients = new Map<string, Set<Socket>>();
+  /** App WebSockets, quiet the longest first, with when they last passed a byte (to ACTIVITY_GRAIN_MS). */
+  private readonly webSockets = new Map<Socket, number>();
+  /** How many app WebSockets each client holds. */
+  private readonly clientWebSockets = new Map<string, number>();
   private refusing = 0;
   private quietUntil = 0;
   private readonly gauge;
@@ -130,7 +175,7 @@ export class ConnectionCap {
     this.logger = logger;
     this.gauge = connectionsOpen.labels(name);
     this.gauge.inc(0);
-    for (const cap of ['total', 'per_client']) {
+    for (const cap of ['total', 'per_client', 'websockets_per_client']) {
       connectionsRefused.inc({ pool: name, cap }, 0);
       connectionsClosedIdle.inc({ pool: name, cap }, 0);
     }
@@ -150,11 +195,12 @@ export class ConnectionCap {
 
   /** False when `req` came on a refused connection: then it has been answered 503. Else notes the connection's use. */
   admit(req: IncomingMessage, res: ServerResponse): boolean {
-    const answer = refusal(req);
-    if (answer === null) {
+    const cap = refused.get(req.socket);
+    if (cap === undefined) {
       this.touch(req.socket);
       return true;
     }
+    const answer = refusal(req, cap);
     res.writeHead(503, answer.headers);
     res.end(answer.body); // not sent to a HEAD: Node drops a HEAD response's body
     return false;
@@ -164,8 +210,9 @@ export class ConnectionCap {
     const key = this.trusted(socket.remoteAddress) ? null : clientKey(socket.remoteAddress);
     const mine = key === null ? undefined : this.clients.get(key);
     if (mine && mine.size >= this.limits.perClient && !this.closeIdle(mine, 'per_client')) return this.refuse(socket, 'per_client');
-    if (this.open.size >= this.limits.total && !this.closeIdle(this.open.keys(), 'total')) return this.refuse(socket, 'total');
+    if (this.open.size >= this.limits.total && !this.closeIdle(this.open.keys(), 'total') && !this.closeQuietWebSocket()) return this.refuse(socket, 'total');
     this.open.set(socket, key);
+    owners.set(socket, this);
     if (key !== null) {
       if (mine) mine.add(socket);
       else this.clients.set(key, new Set([socket]));
@@ -194,6 +241,51 @@ export class ConnectionCap {
     this.warn(cap, 'closed the least recently used idle connection');
     this.forget(found);
     found.destroy();
+    return true;
+  }
+
+  /** Counts `socket` as an app WebSocket of its client; false when that client has as many as it may. */
+  addWebSocket(socket: Socket): boolean {
+    const key = this.open.get(socket);
+    if (key === undefined) return true; // already closed
+    if (this.webSockets.has(socket)) return true;
+    if (key !== null) {
+      const n = this.clientWebSockets.get(key) ?? 0;
+      if (n >= this.limits.webSocketsPerClient) {
+        connectionsRefused.inc({ pool: this.name, cap: 'websockets_per_client' });
+        this.warn('websockets_per_client', 'refused a WebSocket upgrade: the client holds as many as it may');
+        return false;
+      }
+      this.clientWebSockets.set(key, n + 1);
+    }
+    this.webSockets.set(socket, performance.now());
+    return true;
+  }
+
+  /** Bytes passed on an app WebSocket: it goes to the back of the quiet order (at most once per ACTIVITY_GRAIN_MS). */
+  webSocketActive(socket: Socket): void {
+    const last = this.webSockets.get(socket);
+    if (last === undefined) return;
+    const now = performance.now();
+    if (now - last < ACTIVITY_GRAIN_MS) return;
+    this.webSockets.delete(socket);
+    this.webSockets.set(socket, now);
+  }
+
+  /**
+   * At the total with no HTTP connection idle: closes the app WebSocket quiet the longest, if it passed no byte for
+   * WEBSOCKET_QUIET_MS (its client reconnects, as WebSocket clients do after any drop). Else they could hold every
+   * slot for good, and every new client, on every route, would be refused.
+   */
+  private closeQuietWebSocket(): boolean {
+    const first = this.webSockets.entries().next();
+    if (first.done) return false;
+    const [socket, last] = first.value;
+    if (performance.now() - last < WEBSOCKET_QUIET_MS) return false;
+    connectionsClosedIdle.inc({ pool: this.name, cap: 'total' });
+    this.warn('total', 'closed the app WebSocket quiet the longest');
+    this.forget(socket);
+    socket.destroy();
     return true;
   }
 
@@ -227,7 +319,13 @@ export class ConnectionCap {
     const key = this.open.get(socket);
     if (key === undefined || !this.open.delete(socket)) return;
     this.gauge.dec();
+    const webSocket = this.webSockets.delete(socket);
     if (key === null) return;
+    if (webSocket) {
+      const n = this.clientWebSockets.get(key)! - 1;
+      if (n === 0) this.clientWebSockets.delete(key);
+      else this.clientWebSockets.set(key, n);
+    }
     const mine = this.clients.get(key)!;
     mine.delete(socket);
     if (mine.size === 0) this.clients.delete(key);
@@ -238,7 +336,8 @@ export class ConnectionCap {
     if (now < this.quietUntil) return;
     this.quietUntil = now + WARN_EVERY_MS;
     // Counts only: no address (the metrics count every occurrence; this says when it starts).
-    this.logger.warn({ pool: this.name, cap, open: this.open.size, maxConnections: this.limits.total, maxConnectionsPerClient: this.limits.perClient }, `connection cap reached (${cap === 'total' ? 'MAX_CONNECTIONS' : 'MAX_CONNECTIONS_PER_CLIENT'}): ${what}; said at most once a minute, counted in scopebase_connections_* on /metrics`);
+    const name = { total: 'MAX_CONNECTIONS', per_client: 'MAX_CONNECTIONS_PER_CLIENT', websockets_per_client: 'MAX_WEBSOCKETS_PER_CLIENT' }[cap];
+    this.logger.warn({ pool: this.name, cap, open: this.open.size, webSockets: this.webSockets.size, maxConnections: this.limits.total, maxConnectionsPerClient: this.limits.perClient, maxWebSocketsPerClient: this.limits.webSocketsPerClient }, `connection cap reached (${name}): ${what}; said at most once a minute, counted in scopebase_connections_* on /metrics`);
   }
 }
 

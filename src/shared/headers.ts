@@ -1,12 +1,16 @@
 // SPEC 8 header hygiene: headers the services trust can only come from the proxy, never from a client — in any
-// spelling a server may fold into them: case, and `_` for `-` (CGI, WSGI, PHP and many frameworks read
-// `x_auth_user_id` as `x-auth-user-id`; oauth2-proxy's CVE-2025-64484 was this).
+// spelling a server may fold into them: case, and `_` or `.` (any token character but a letter, digit or `-`) for
+// `-` (CGI, WSGI, PHP and many frameworks read `x_auth_user_id` as `x-auth-user-id`, oauth2-proxy's CVE-2025-64484;
+// those that map header names to variable names turn `X.Auth.User.Id` into the same `HTTP_X_AUTH_USER_ID`).
 import type { IncomingHttpHeaders } from 'node:http';
 
 /** Internal headers the proxy sets for standalone services; a client's copy is always dropped. */
 export const INTERNAL_PREFIX = 'x-scopebase-';
 
-const folded = (name: string) => (name.includes('_') ? name.toLowerCase().replaceAll('_', '-') : name.toLowerCase());
+/** Token characters other than letters, digits and `-` (RFC 9110 5.6.2): what a server may fold into `-`. */
+const SEPARATOR_LIKE = /[^A-Za-z0-9-]/g;
+const odd = (name: string) => /[^A-Za-z0-9-]/.test(name);
+const folded = (name: string) => (odd(name) ? name.toLowerCase().replace(SEPARATOR_LIKE, '-') : name.toLowerCase());
 
 /**
  * Identity headers other auth proxies set and apps are often told to trust (oauth2-proxy's `X-Auth-Request-*`,
@@ -52,9 +56,9 @@ export function isForwarding(name: string): boolean {
   return n.startsWith('x-forwarded-') || n === 'forwarded' || CLIENT_ADDRESS.test(n);
 }
 
-/** Drops a client's proxy-only headers in any spelling, and forwarding headers spelled with `_` (never a real proxy's). */
+/** Drops a client's proxy-only headers in any spelling, and forwarding headers spelled with `_` or `.` (never a real proxy's). */
 export function stripSpoofableHeaders(headers: IncomingHttpHeaders): void {
   for (const name of Object.keys(headers)) {
-    if (isProxyOnly(name) || (name.includes('_') && isForwarding(name))) delete headers[name];
+    if (isProxyOnly(name) || (odd(name) && isForwarding(name))) delete headers[name];
   }
 }

@@ -23,13 +23,13 @@ export const connectionsOpen = new Gauge({
 });
 export const connectionsRefused = new Counter({
   name: 'scopebase_connections_refused_total',
-  help: 'Connections refused (503, or closed at once past a few such answers) because every connection under a cap was busy; cap: total (MAX_CONNECTIONS) or per_client',
+  help: 'Connections refused (503, or closed at once past a few such answers) because every connection under a cap was busy; cap: total (MAX_CONNECTIONS), per_client, or websockets_per_client (an app WebSocket upgrade past MAX_WEBSOCKETS_PER_CLIENT)',
   labelNames: ['pool', 'cap'],
   registers: [metrics],
 });
 export const connectionsClosedIdle = new Counter({
   name: 'scopebase_connections_closed_idle_total',
-  help: 'Idle connections (no request in flight) closed to make room for a new one at a cap; cap: total (MAX_CONNECTIONS) or per_client',
+  help: 'Idle connections (no request in flight, or an app WebSocket quiet for 5 s at the total) closed to make room for a new one at a cap; cap: total (MAX_CONNECTIONS) or per_client',
   labelNames: ['pool', 'cap'],
   registers: [metrics],
 });
