@@ -55,7 +55,7 @@ test('a mirror down while writes go on: stalled in status and metrics, then ever
   });
   await p.db('web', 'execute', { sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY)' });
   for (let i = 0; i < 20; i++) await p.db('web', 'execute', { sql: 'INSERT INTO t DEFAULT VALUES' });
-  await waitFor(async () => (await p.db('web', 'status', {})).json.mirrors[0].stalled === true, 5000, 'stalled');
+  await waitFor(async () => (await p.db('web', 'status', {})).json.mirrors?.[0]?.stalled === true, 5000, 'stalled');
   const status = (await p.db('web', 'status', {})).json.mirrors[0];
   assert.equal(status.pendingEvents, 21);
   assert.match(status.lastError, /ECONNREFUSED/);
