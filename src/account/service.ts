@@ -15,6 +15,9 @@ import { signInRoutes } from './routes/sign-in.ts';
 import { Sessions } from './sessions.ts';
 import { AccountStore } from './store.ts';
 
+/** The largest request body an account endpoint reads (a credential's value is at most 64 KiB as JSON). */
+export const ACCOUNT_BODY_LIMIT = 1024 * 1024;
+
 export interface AccountServiceOptions {
   config: Config;
   logger: Logger;
@@ -56,6 +59,10 @@ export async function createAccountService(opts: AccountServiceOptions): Promise
   const timer = setInterval(cleanup, CLEANUP_EVERY_MS).unref();
 
   const plugin: FastifyPluginAsync = async (app) => {
+    // Its bodies are small (a credential is at most 64 KiB): behind the proxy too, not the database's DB_MAX_BODY_BYTES.
+    app.addHook('onRoute', (route) => {
+      route.bodyLimit ??= ACCOUNT_BODY_LIMIT;
+    });
     // SPEC 2: a bad repo name is 400 invalid_name before anything else, unknown paths included.
     app.addHook('onRequest', async (req: FastifyRequest<{ Params: { repo?: string } }>) => {
       checkRepo(req.params.repo ?? '');

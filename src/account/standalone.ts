@@ -12,7 +12,7 @@ import { deriveKey } from '../shared/secrets.ts';
 import { stripSpoofableHeaders } from '../shared/headers.ts';
 import { orgFromHost } from '../shared/host.ts';
 import { setForwardedInfo } from './request-info.ts';
-import type { AccountService } from './service.ts';
+import { ACCOUNT_BODY_LIMIT, type AccountService } from './service.ts';
 import { sendVerify } from './routes/session.ts';
 
 export function proxyToken(rootKey: Buffer): string {
@@ -37,7 +37,7 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
   };
 
   const app = createHttpApp({
-    logger: opts.logger.child({ server: 'account' }), bodyLimit: 1024 * 1024, connections: opts.connections,
+    logger: opts.logger.child({ server: 'account' }), bodyLimit: ACCOUNT_BODY_LIMIT, connections: opts.connections,
     // `{account_url}/X` is `/{repo}/_account/X`: the repo comes from the proxy's header, always. A path that itself
     // looks like `/{other}/_account/...` stays under the proxy's repo (404), so the path cannot override the header.
     rewriteUrl: (raw) => {

@@ -6,6 +6,7 @@ import { ConfigError, loadConfig, type Config } from '../shared/config.ts';
 import { createLogger, logDestination, type Logger } from '../shared/log.ts';
 import { createAdminServer } from '../shared/admin.ts';
 import { publicConnections, type ConnectionCap } from '../shared/connection-cap.ts';
+import { setBodyBudget } from '../shared/body-budget.ts';
 import { createProxy } from '../proxy/server.ts';
 import { createDbService } from '../db/service.ts';
 import { createRemoteDb, createDbServer } from '../db/remote.ts';
@@ -32,6 +33,7 @@ export interface Running {
 export async function startParts(part: Part, config: Config, logger: Logger, host = config.host): Promise<Running> {
   const closers: (() => Promise<void>)[] = [];
   let draining = false;
+  setBodyBudget(config.maxBodyBytesInFlight);
   const admin = createAdminServer(logger, { notReadyReason: () => (draining ? 'draining' : null) });
   const closeAll = async () => {
     for (const close of closers.reverse()) await close();
@@ -101,7 +103,7 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
     }
     const accounts = await accountForProxy(config, logger);
     closers.push(() => accounts.close());
-    main = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: config.db.maxBodyBytes, trustedProxies: config.trustedProxies, db, account: accounts.account, apps: accounts.apps, verify: accounts.verify, connections });
+    main = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: config.db.maxBodyBytes, rootKeys: config.rootKeys, trustedProxies: config.trustedProxies, db, account: accounts.account, apps: accounts.apps, verify: accounts.verify, connections });
   } else if (part === 'account') {
     const accounts = await accountAlone(config, logger, connections);
     closers.push(() => accounts.close());

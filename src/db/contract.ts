@@ -6,6 +6,11 @@ export interface DbRequest {
   org: string;
   repo: string;
   authorization: string | undefined;
+  /**
+   * True when the route that made this request (in this process) already found `authorization` to be the repo's
+   * secret, before reading the body (admit.ts): the service does not check it twice. Never read from the wire.
+   */
+  authenticated?: boolean;
   body: Buffer;
   requestId: string;
   /** /_db/import (SPEC 4.12): the body as it arrives, with the query string and content type. */

@@ -10,7 +10,8 @@ import { registerImportRoute } from './import.ts';
 import { ApiError } from '../shared/errors.ts';
 import { refuseUpgrade, type ConnectionCap } from '../shared/connection-cap.ts';
 import { createHttpApp } from '../shared/http.ts';
-import type { RawHandler } from '../shared/raw-route.ts';
+import type { RawRoute } from '../shared/raw-route.ts';
+import { admitDbHeaders } from './admit.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkOrg, checkRepo } from '../shared/names.ts';
 import { deriveKey } from '../shared/secrets.ts';
@@ -50,13 +51,20 @@ function decodeOp(op: string): string {
 /** `scopebase serve db`: the same routes as through the proxy, for the proxy only, served off node:http (raw-route.ts). */
 export function createDbServer({ config, logger, db, connections }: { config: Config; logger: Logger; db: DbService; connections: ConnectionCap }): FastifyInstance {
   const fromProxy = proxyTokenCheck(config.rootKeys);
-  const dbRoute: RawHandler = async (req, body, requestId) => {
-    if (!fromProxy(req.headers[PROXY_TOKEN_HEADER])) throw new ApiError('forbidden', 'the database control service only answers the proxy');
-    const [, repo, op] = DB_PATH.exec(req.url!)!;
-    const org = checkOrg(String(req.headers['x-scopebase-org'] ?? ''));
-    return db.handle({ op: decodeOp(op!), org, repo: checkRepo(repo!), authorization: req.headers.authorization, body, requestId });
+  // The proxy token first (nothing else is answered to anyone else), then, as at the proxy, names and the repo secret
+  // on the headers, before any of the body is read: the proxy checked them too, this side does not rely on it.
+  const dbRoute: RawRoute<{ org: string; repo: string; op: string; authenticated: boolean }> = {
+    admit: (req) => {
+      if (!fromProxy(req.headers[PROXY_TOKEN_HEADER])) throw new ApiError('forbidden', 'the database control service only answers the proxy');
+      const [, rawRepo, rawOp] = DB_PATH.exec(req.url!)!;
+      const org = checkOrg(String(req.headers['x-scopebase-org'] ?? ''));
+      const repo = checkRepo(rawRepo!);
+      const op = decodeOp(rawOp!);
+      return { org, repo, op, authenticated: admitDbHeaders(req, config.rootKeys, org, repo, op) };
+    },
+    handle: async (req, body, requestId, { org, repo, op, authenticated }) => db.handle({ op, org, repo, authorization: req.headers.authorization, authenticated, body, requestId }),
   };
-  const app = createHttpApp({ logger, bodyLimit: config.db.maxBodyBytes, connections, rawRoutes: (req) => (req.method === 'POST' && DB_PATH.test(req.url!) && !req.url!.endsWith('/_db/import') ? dbRoute : null) });
+  const app = createHttpApp({ logger, bodyLimit: config.db.maxBodyBytes, connections, rawRoutes: (req) => (req.method === 'POST' && DB_PATH.test(req.url!) && !req.url!.endsWith('/_db/import') ? dbRoute as RawRoute : null) });
   void registerImportRoute(app, async (req, upload) => {
     if (!fromProxy(req.headers[PROXY_TOKEN_HEADER])) throw new ApiError('forbidden', 'the database control service only answers the proxy');
     const org = checkOrg(String(req.headers['x-scopebase-org'] ?? ''));

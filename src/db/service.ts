@@ -8,12 +8,13 @@ import type { Logger } from '../shared/log.ts';
 import { metrics } from '../shared/metrics.ts';
 import { loopDelayMs, watchLoopDelay } from '../shared/loop-delay.ts';
 import { RateLimiter } from '../shared/rate-limit.ts';
-import { bearerToken, verifyRepoSecret, wrongSecret } from '../shared/secrets.ts';
+import { repoSecretRefusal } from '../shared/secrets.ts';
+import { dbRequests as requests, opLabel, unknownOperation } from './admit.ts';
 import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Replication, Scope } from './contract.ts';
 import { ExecutorPool, type ExecReply } from './executor/pool.ts';
 import { Layout } from './layout.ts';
 import { importParams, receiveBody } from './import.ts';
-import { databaseOf, MAX_CHANGES_PAGE, OPS, parseBody, validate, type Op } from './request.ts';
+import { databaseOf, MAX_CHANGES_PAGE, parseBody, validate, type Op } from './request.ts';
 import { Hrana, pipelineDatabase } from './hrana/index.ts';
 import { notFound, pipelineBackend, replyError } from './pipeline-backend.ts';
 import { removeCopy } from './history/rebuild.ts';
@@ -29,7 +30,6 @@ const JSON_TYPE = 'application/json; charset=utf-8';
 /** Operations a cluster's primary alone may run. */
 const WRITES = new Set<string>(['execute', 'migrate', 'restore', 'import']);
 
-const requests = new Counter({ name: 'scopebase_db_requests_total', help: 'Database control requests by operation and status', labelNames: ['op', 'status'], registers: [metrics] });
 const pools = new Set<ExecutorPool>();
 new Gauge({
   name: 'scopebase_db_queued_requests', help: 'Requests waiting for an executor process', registers: [metrics],
@@ -162,7 +162,7 @@ export class DbService implements DbHandler, ChangeFeed {
 
   async handle(req: DbRequest): Promise<DbResponse> {
     // Every answer is counted, refusals too; an unknown op is one label value, so a client cannot grow the series.
-    const op = OPS.has(req.op) || (req.op === 'import' && req.upload) ? req.op : pipelineDatabase(req.op) !== null ? 'pipeline' : 'unknown';
+    const op = opLabel(req.op, req.upload !== undefined);
     try {
       const res = await this.answer(op, req);
       requests.inc({ op, status: res.status });
@@ -198,7 +198,7 @@ export class DbService implements DbHandler, ChangeFeed {
     if (loopDelayMs() > this.config.db.maxLoopDelayMs) throw saturated(this.config.db.maxLoopDelayMs);
     if (name === 'pipeline') return this.pipeline(req);
     if (name === 'import') return this.importUpload(req);
-    if (name === 'unknown') throw new ApiError('not_found', `unknown operation /_db/${req.op.slice(0, 40)}; use status, migrate, query, execute, restore, import, export, changes or snapshot`);
+    if (name === 'unknown') throw unknownOperation(req.op);
     const op = name as Op;
     const body = parseBody(op, req.body);
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
@@ -208,12 +208,10 @@ export class DbService implements DbHandler, ChangeFeed {
     return this.run(op, scope, body, req.body);
   }
 
-  /** SPEC 4.1 and the per-repo rate limit. */
+  /** SPEC 4.1 (unless the route checked it before the body: admit.ts) and the per-repo rate limit. */
   private authorize(req: DbRequest): void {
-    const token = bearerToken(req.authorization);
-    if (token === null || !verifyRepoSecret(this.config.rootKeys, req.org, req.repo, token)) {
-      throw new ApiError('unauthorized', token === null ? 'missing Authorization: Bearer <repo secret>' : wrongSecret(req.org, req.repo), undefined, { 'www-authenticate': 'Bearer' });
-    }
+    const refusal = req.authenticated === true ? null : repoSecretRefusal(this.config.rootKeys, req.org, req.repo, req.authorization);
+    if (refusal !== null) throw refusal;
     this.limiter?.take(`${req.org}/${req.repo}`);
   }
 

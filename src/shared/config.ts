@@ -85,6 +85,11 @@ export interface Config {
   trustedProxies: string[];
   /** MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and MAX_WEBSOCKETS_PER_CLIENT; null: derived (connection-cap.ts). */
   connections: { max: number | null; maxPerClient: number | null; maxWebSocketsPerClient: number | null };
+  /**
+   * MAX_BODY_BYTES_IN_FLIGHT: request-body bytes the process holds in memory at once, across its listeners (declared
+   * Content-Lengths reserved as the headers arrive); past it 503 (src/shared/body-budget.ts, docs/security.md).
+   */
+  maxBodyBytesInFlight: number;
   /** SHUTDOWN_TIMEOUT_MS: how long SIGTERM waits for requests in flight before it ends their connections. */
   shutdownTimeoutMs: number;
   mirror: { port: number | null; secret: string | null; sourceUrl: string | null };
@@ -314,6 +319,11 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   }
   const mirrorPortRaw = str(env, 'MIRROR_PORT');
   const maxResultBytes = int(env, 'DB_MAX_RESULT_BYTES', 16 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
+  const maxBodyBytes = int(env, 'DB_MAX_BODY_BYTES', 32 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
+  // Eight bodies at the default limit at once (four at a raised one), and never under 256 MiB: a held body costs its
+  // size (measured: 8 × 30 MB held, RSS +241 MB; completed and parsed, a peak of +277 MB), so bodies add at most about
+  // 300 MB to the process (docs/security.md, "Request bodies"). Below one body at the limit, it would pass only alone.
+  const maxBodyBytesInFlight = int(env, 'MAX_BODY_BYTES_IN_FLIGHT', Math.max(256 * 1024 * 1024, 4 * maxBodyBytes), maxBodyBytes, Number.MAX_SAFE_INTEGER);
   const maxSizeBytes = int(env, 'DB_MAX_SIZE_BYTES', 1024 * 1024 * 1024, 64 * 1024, Number.MAX_SAFE_INTEGER);
   const host = str(env, 'HOST') ?? '127.0.0.1';
   const executors = int(env, 'DB_EXECUTORS', 2, 1, 64);
@@ -350,7 +360,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
       tempMaxBytes: int(env, 'DB_TEMP_MAX_BYTES', Math.min(2 * maxSizeBytes + 1024 ** 3, Number.MAX_SAFE_INTEGER), 1024 * 1024, Number.MAX_SAFE_INTEGER),
       maxDatabasesPerRepo: int(env, 'DB_MAX_DATABASES_PER_REPO', 64, 1, 1_000_000),
       maxValueBytes: int(env, 'DB_MAX_VALUE_BYTES', Math.min(8 * 1024 * 1024, maxResultBytes), 1024, 1_000_000_000),
-      maxBodyBytes: int(env, 'DB_MAX_BODY_BYTES', 32 * 1024 * 1024, 1024, 1024 * 1024 * 1024),
+      maxBodyBytes,
       executors,
       executorsPerRepo: int(env, 'DB_EXECUTORS_PER_REPO', executors, 1, executors),
       queueTimeoutMs: int(env, 'DB_QUEUE_TIMEOUT_MS', 1000, 1, 600_000),
@@ -391,6 +401,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     },
     trustedProxies: parseTrustedProxies(str(env, 'TRUSTED_PROXIES')),
     connections: connectionsConfig(env),
+    maxBodyBytesInFlight,
     shutdownTimeoutMs: int(env, 'SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000),
     mirror: {
       port: mirrorPortRaw === undefined ? null : int(env, 'MIRROR_PORT', 0, 0, 65535),

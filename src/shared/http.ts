@@ -1,5 +1,5 @@
 // The Fastify foundation every listener shares: request ids, raw bodies, and SPEC 3's error shape for every failure.
-import { createServer, type IncomingMessage } from 'node:http';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { sendErrorPage, wantsHtml } from './html-page.ts';
 import { ApiError, isDiskFull } from './errors.ts';
@@ -8,6 +8,7 @@ import { logAccess, requestIdOf, serveRaw, type RawRouter } from './raw-route.ts
 import { answerClientError, limitSlowClients, TIMEOUT_CHECK_MS } from './client-errors.ts';
 import type { ConnectionCap } from './connection-cap.ts';
 import { LIBSQL_ERROR_TYPE, libsqlErrorBody } from './libsql-errors.ts';
+import { answeredBeforeBody, collectBody } from './body-budget.ts';
 
 export interface HttpOptions {
   logger: Logger;
@@ -34,6 +35,8 @@ const KEEP_ALIVE_TIMEOUT_MS = 72_000;
 
 export function createHttpApp(opts: HttpOptions): FastifyInstance {
   let closing = false;
+  /** The response of each request with a body that Fastify serves: its bodies in flight are given back when it closes. */
+  const responses = new WeakMap<IncomingMessage, ServerResponse>();
   const rawApiError = (err: unknown, reqId: string) => {
     const e = toApiError(err);
     if (e.code === 'internal') opts.logger.error({ err, reqId }, 'unhandled error');
@@ -62,7 +65,9 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
       // A missing Host is the routes' to answer (unknown_host), in SPEC 3's shape, not Node's empty 400.
       const server = createServer({ requireHostHeader: false, connectionsCheckingInterval: TIMEOUT_CHECK_MS }, (req, res) => {
         if (!opts.connections.admit(req, res)) return; // a connection over a cap: answered 503
-        if (!serveRaw(opts.rawRoutes, serving, req, res)) fastifyHandler(req, res);
+        if (serveRaw(opts.rawRoutes, serving, req, res)) return;
+        if (req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined) responses.set(req, res);
+        fastifyHandler(req, res);
       });
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
       limitSlowClients(server);
@@ -73,9 +78,14 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
   app.addHook('preClose', async () => {
     closing = true;
   });
-  // Bodies stay raw: each service parses what it expects (curl -d sends form-urlencoded JSON).
+  // Bodies stay raw: each service parses what it expects (curl -d sends form-urlencoded JSON). They are collected
+  // against the route's body limit and the process's budget of bodies in flight (body-budget.ts), as on the raw routes.
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser('*', (req, payload, done) => {
+    const res = responses.get(req.raw);
+    if (res === undefined) return done(null, Buffer.alloc(0)); // no Content-Length or Transfer-Encoding: no body
+    collectBody(req.raw, res, req.routeOptions.bodyLimit ?? opts.bodyLimit, (body) => (body instanceof ApiError ? done(body) : done(null, body)));
+  });
 
   const table = new Set<string>();
   routeTables.set(app, table);
@@ -94,7 +104,9 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
     reply.type(LIBSQL_ERROR_TYPE);
     return libsql;
   });
-  app.setErrorHandler((err, req, reply) => answerError(req, reply, toApiError(err, req)));
+  // An error answered while a large body is still unread (a hook refused it, its host or names are wrong): the
+  // connection closes after the answer rather than wait for, or read, the rest.
+  app.setErrorHandler((err, req, reply) => answerError(req, reply, req.raw.complete ? toApiError(err, req) : answeredBeforeBody(req.raw, toApiError(err, req))));
   app.setNotFoundHandler((req, reply) => answerError(req, reply, new ApiError('not_found', `no route for ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`)));
   return app;
 }

@@ -1,6 +1,7 @@
 // Hot routes served straight off node:http, ahead of Fastify (the /{repo}/_db/{op} path: see src/db/DESIGN.md).
 // They skip Fastify's routing, hooks, body parser and per-request logger, and keep what callers rely on:
-// the request id, the body limit, SPEC 3's error shape, one access line, and 503 while the server closes.
+// the request id, the checks on the headers before the body (each route's `admit`), the body limit and the budget of
+// bodies in flight (body-budget.ts), SPEC 3's error shape, one access line, and 503 while the server closes.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
@@ -9,6 +10,7 @@ import { ApiError } from './errors.ts';
 import type { Logger } from './log.ts';
 import { LIBSQL_ERROR_TYPE, libsqlErrorBody } from './libsql-errors.ts';
 import { observeRequest } from './metrics.ts';
+import { answeredBeforeBody, collectBody } from './body-budget.ts';
 
 /** Printable ASCII, spaces included (AWS's `Root=1-…;Parent=…`, W3C trace ids), up to 200 characters. */
 const REQUEST_ID = /^[\x20-\x7e]{1,200}$/;
@@ -26,10 +28,18 @@ export interface RawReply {
   body: string | Buffer | Readable;
 }
 
-export type RawHandler = (req: IncomingMessage, body: Buffer, requestId: string) => Promise<RawReply>;
+/**
+ * A hot route. `admit` runs on the request line and headers alone, before any of the body is read (docs/security.md,
+ * "Request bodies"): it throws an ApiError to answer at once (the host, names, a wrong secret: `refuseBeforeBody`), else
+ * returns what it found (the org, names, whether the caller is authenticated) for `handle`, which gets the body.
+ */
+export interface RawRoute<A = unknown> {
+  admit(req: IncomingMessage): A;
+  handle(req: IncomingMessage, body: Buffer, requestId: string, admitted: A): Promise<RawReply>;
+}
 
-/** Picks the raw handler for a request, or null to leave it to Fastify. Must be cheap: it sees every request. */
-export type RawRouter = (req: IncomingMessage) => RawHandler | null;
+/** Picks the raw route for a request, or null to leave it to Fastify. Must be cheap: it sees every request. */
+export type RawRouter = (req: IncomingMessage) => RawRoute | null;
 
 export interface RawServing {
   logger: Logger;
@@ -88,8 +98,8 @@ export function serveRaw(router: RawRouter | undefined, serving: RawServing, req
     sendRaw(res, requestIdOf(req), errorReply(new ApiError('invalid_request', conflict, undefined, { connection: 'close' })));
     return true;
   }
-  const handler = router?.(req);
-  if (!handler) return false;
+  const route = router?.(req);
+  if (!route) return false;
   const started = performance.now();
   const requestId = requestIdOf(req);
   const done = (reply: RawReply) => {
@@ -99,38 +109,18 @@ export function serveRaw(router: RawRouter | undefined, serving: RawServing, req
     logAccess(serving.logger, requestId, req.method, req.url, reply.status, performance.now() - started);
   };
   const fail = (err: unknown) => done(errorReply(err instanceof ApiError ? err : serving.toApiError(err, requestId)));
-  readBody(req, serving.bodyLimit, (body) => {
-    if (body === null) return fail(new ApiError('payload_too_large', 'request body is over the size limit', undefined, { connection: 'close' }));
-    handler(req, body, requestId).then(done, fail);
+  let admitted: unknown;
+  try {
+    admitted = route.admit(req);
+  } catch (e) {
+    fail(e instanceof ApiError ? answeredBeforeBody(req, e) : e);
+    return true;
+  }
+  collectBody(req, res, serving.bodyLimit, (body) => {
+    if (body instanceof ApiError) return fail(body);
+    route.handle(req, body, requestId, admitted).then(done, fail);
   });
   return true;
-}
-
-/** Collects the body up to `limit` bytes; null when it is over (the rest is not read). A client that goes away gets no callback. */
-function readBody(req: IncomingMessage, limit: number, then: (body: Buffer | null) => void): void {
-  const declared = Number(req.headers['content-length']);
-  if (declared > limit) {
-    then(null);
-    return;
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let over = false;
-  req.on('data', (chunk: Buffer) => {
-    if (over) return;
-    size += chunk.length;
-    if (size > limit) {
-      over = true;
-      chunks.length = 0;
-      then(null);
-      return;
-    }
-    chunks.push(chunk);
-  });
-  req.on('end', () => {
-    if (!over) then(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-  });
-  req.on('error', () => {}); // an aborted request: the socket is gone, nothing to answer
 }
 
 function sendRaw(res: ServerResponse, requestId: string, reply: RawReply): void {

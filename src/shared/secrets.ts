@@ -1,5 +1,6 @@
 // SPEC 4.1: per-repo shared secrets derived from the runtime root key(s).
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import { ApiError } from './errors.ts';
 import { lowerAscii } from './names.ts';
 
 /** Parses RUNTIME_ROOT_KEY: a comma list of 64+ hex digit keys; the first is current. Throws a message without the value. */
@@ -63,6 +64,16 @@ export function verifyRepoSecret(rootKeys: readonly Buffer[], org: string, repo:
     if (given.length === expected.length && timingSafeEqual(given, expected)) ok = true;
   }
   return ok;
+}
+
+/**
+ * SPEC 4.1's check of a repo secret, the one every route uses (database control, runtime credentials), and now before
+ * the request's body is read: the 401 to answer, or null when `authorization` carries this repo's secret.
+ */
+export function repoSecretRefusal(rootKeys: readonly Buffer[], org: string, repo: string, authorization: string | string[] | undefined): ApiError | null {
+  const token = bearerToken(typeof authorization === 'string' ? authorization : undefined);
+  if (token !== null && verifyRepoSecret(rootKeys, org, repo, token)) return null;
+  return new ApiError('unauthorized', token === null ? 'missing Authorization: Bearer <repo secret>' : wrongSecret(org, repo), undefined, { 'www-authenticate': 'Bearer' });
 }
 
 /** Extracts the token of an `Authorization: Bearer <token>` header, or null. */

@@ -29,7 +29,7 @@ export async function startAccounts(env: Record<string, string> = {}, tuning: Ac
   const config = loadConfig(testEnv(dataDir, env));
   const logger = createLogger(config.logLevel);
   const accounts = await accountForProxy(config, logger, tuning);
-  const proxy = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: 1024 * 1024, trustedProxies: config.trustedProxies, db: stubDb, account: accounts.account, apps: accounts.apps, verify: accounts.verify, connections: publicConnections(config, logger) });
+  const proxy = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: 1024 * 1024, rootKeys: config.rootKeys, trustedProxies: config.trustedProxies, db: stubDb, account: accounts.account, apps: accounts.apps, verify: accounts.verify, connections: publicConnections(config, logger) });
   const url = await proxy.listen({ port: 0, host: '127.0.0.1' });
   return {
     url, port: new URL(url).port, config, proxy,

@@ -4,7 +4,7 @@ import type { Config } from '../../shared/config.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { parseJsonObject } from '../../shared/http.ts';
 import { checkRepo, safeDecode } from '../../shared/names.ts';
-import { bearerToken, verifyRepoSecret, wrongSecret } from '../../shared/secrets.ts';
+import { repoSecretRefusal } from '../../shared/secrets.ts';
 import type { ResolvedSession, SessionResolver } from '../contract.ts';
 import { assertSameSite } from '../same-site.ts';
 import { checkCredentialName, checkExpiresAt, checkUserId, formValue, isExpired, parseForm, parsePutBody, type FormInput } from './input.ts';
@@ -30,10 +30,8 @@ function unauthorized(message: string): ApiError {
 }
 
 function checkRuntime(req: Req, config: Config, repo: string): void {
-  const header = req.headers.authorization;
-  const token = bearerToken(typeof header === 'string' ? header : undefined);
-  if (token === null) throw unauthorized('this call needs the repo\'s secret: Authorization: Bearer <secret>');
-  if (!verifyRepoSecret(config.rootKeys, req.org, repo, token)) throw unauthorized(wrongSecret(req.org, repo));
+  const refusal = repoSecretRefusal(config.rootKeys, req.org, repo, req.headers.authorization);
+  if (refusal !== null) throw refusal;
 }
 
 async function requireSession(req: Req, resolve: SessionResolver): Promise<ResolvedSession> {
@@ -91,12 +89,9 @@ export function accountPage(repo: string, query: string): string {
   return `/${repo}/_account/${query ? `?${query}` : ''}`;
 }
 
-async function handleForm(req: Req, reply: FastifyReply, deps: Deps): Promise<FastifyReply> {
+/** A form post, its session and same-site check already passed on the headers (admitForm). */
+async function handleForm(req: Req, reply: FastifyReply, deps: Deps, session: ResolvedSession): Promise<FastifyReply> {
   const repo = checkRepo(req.params.repo);
-  // Names in the path come from the page itself: a bad one is a bad request, not a form mistake.
-  if (req.params.plugin !== undefined) target(req);
-  const session = await requireSession(req, deps.resolveSession);
-  assertSameSite(req);
   const input: FormInput = parseForm(req.headers['content-type'], req.body);
   let stage: 'form' | 'expiry' | 'store' = 'form';
   let names = '';
@@ -132,6 +127,23 @@ export function registerRoutes(app: FastifyInstance, deps: Deps): void {
     reply.header('cache-control', 'no-store');
   });
 
+  // Who calls is decided on the headers, before the body is read (docs/security.md, "Request bodies"): names, then
+  // the runtime's secret or the user's session and same-site check. A stranger's body is never read.
+  const callers = new WeakMap<FastifyRequest, Caller>();
+  const admitWrite = async (req: Req) => {
+    const { repo } = target(req);
+    callers.set(req, await caller(req, deps, repo, true));
+  };
+  const sessions = new WeakMap<FastifyRequest, ResolvedSession>();
+  const admitForm = async (req: Req) => {
+    checkRepo(req.params.repo);
+    // Names in the path come from the page itself: a bad one is a bad request, not a form mistake.
+    if (req.params.plugin !== undefined) target(req);
+    sessions.set(req, await requireSession(req, deps.resolveSession));
+    assertSameSite(req);
+  };
+  const formHandler = (req: Req, reply: FastifyReply) => handleForm(req, reply, deps, sessions.get(req)!);
+
   app.get('/credentials', async (req: Req) => {
     const repo = checkRepo(req.params.repo);
     const session = await requireSession(req, deps.resolveSession);
@@ -157,27 +169,28 @@ export function registerRoutes(app: FastifyInstance, deps: Deps): void {
     return { plugin, name, value: got.value, expiresAt: got.meta.expiresAt };
   });
 
-  app.put('/credentials/:plugin/:name', async (req: Req, reply) => {
+  app.put('/credentials/:plugin/:name', { onRequest: admitWrite }, async (req: Req, reply) => {
     const { repo, plugin, name } = target(req);
-    const c = await caller(req, deps, repo, true);
+    const c = callers.get(req)!;
     const { value, expiresAt } = parsePutBody(parseJsonObject(req.body));
     const out = put(req, deps, { org: req.org, repo, user: c.user, plugin, name }, value, expiresAt, actor(req, c));
     return reply.code(out.created ? 201 : 200).send(out.meta);
   });
 
-  app.delete('/credentials/:plugin/:name', async (req: Req, reply) => {
+  app.delete('/credentials/:plugin/:name', { onRequest: admitWrite }, async (req: Req, reply) => {
     const { repo, plugin, name } = target(req);
-    const c = await caller(req, deps, repo, true);
+    const c = callers.get(req)!;
     remove(req, deps, { org: req.org, repo, user: c.user, plugin, name }, actor(req, c));
     return reply.code(204).send();
   });
 
   // Plain HTML forms (no JavaScript) can only POST: _method=put|delete, then 303 back to the account page.
-  app.post('/credentials/form', (req: Req, reply) => handleForm(req, reply, deps));
-  app.post('/credentials/:plugin/:name', (req: Req, reply) => handleForm(req, reply, deps));
+  app.post('/credentials/form', { onRequest: admitForm }, formHandler);
+  app.post('/credentials/:plugin/:name', { onRequest: admitForm }, formHandler);
 
   // Anything else under /credentials/: a name with a slash, an over-long name, or a method this path does not take.
-  app.all('/credentials/*', async (req: Req) => {
+  // It always refuses, on the path alone: before the body is read.
+  const badPath = async (req: Req) => {
     checkRepo(req.params.repo);
     // Split the path as sent, then decode: `gh%2Ftoken` is one segment, a plugin "gh/token", not a plugin and a name.
     const raw = /\/_account\/credentials\/([^?]*)/.exec(req.url)?.[1] ?? req.params['*'] ?? '';
@@ -186,5 +199,6 @@ export function registerRoutes(app: FastifyInstance, deps: Deps): void {
     if (parts.length > 1) checkCredentialName('name', parts[1]);
     if (parts.length !== 2) throw new ApiError('invalid_name', 'the path is /credentials/{plugin}/{name}: plugin and name may not contain "/"');
     throw new ApiError('not_found', `${req.method} is not a method of /credentials/{plugin}/{name}`);
-  });
+  };
+  app.all('/credentials/*', { onRequest: badPath }, badPath);
 }

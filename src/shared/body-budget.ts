@@ -1,0 +1,175 @@
+// Request bodies held in memory, process-wide (docs/security.md, "Request bodies"). Every body a listener collects
+// into memory (the raw routes, Fastify's buffering parser) is counted here from its headers on: its declared
+// Content-Length is reserved before a byte of it is read (chunked: counted as it arrives), and given back when its
+// response has gone or its connection has closed. Past MAX_BODY_BYTES_IN_FLIGHT the request gets 503 `unavailable`
+// with Retry-After, its body unread. Bodies streamed elsewhere (an import into a file, app traffic) are not counted.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Counter, Gauge } from 'prom-client';
+import { ApiError } from './errors.ts';
+import { metrics } from './metrics.ts';
+
+/** The default when nothing configured it (a listener built outside `startParts`, e.g. a test's own server). */
+const DEFAULT_BYTES = 256 * 1024 * 1024;
+
+let max = DEFAULT_BYTES;
+let held = 0;
+
+new Gauge({
+  name: 'scopebase_request_body_bytes_in_flight',
+  help: 'Bytes of request bodies held in memory or reserved for them (declared Content-Length) right now, across the process\'s listeners (MAX_BODY_BYTES_IN_FLIGHT)',
+  registers: [metrics],
+  collect() {
+    this.set(held);
+  },
+});
+const refused = new Counter({
+  name: 'scopebase_request_body_budget_refusals_total',
+  help: 'Requests answered 503 because the bodies in flight would have gone past MAX_BODY_BYTES_IN_FLIGHT, since start',
+  registers: [metrics],
+});
+
+/** Sets the process's budget (startParts, from MAX_BODY_BYTES_IN_FLIGHT); the last caller wins: it is one process's memory. */
+export function setBodyBudget(bytes: number): void {
+  max = bytes;
+}
+
+/** Bytes held now (tests and the gauge). */
+export function bodyBytesInFlight(): number {
+  return held;
+}
+
+/**
+ * Takes `bytes` from the budget, or false when that would go past it. A body alone is always admitted (nothing else
+ * held), so a route whose own body limit is above the budget (a cluster's apply) still makes progress.
+ */
+function take(bytes: number): boolean {
+  if (held > 0 && held + bytes > max) {
+    refused.inc();
+    return false;
+  }
+  held += bytes;
+  return true;
+}
+
+function give(bytes: number): void {
+  held -= bytes;
+}
+
+export function overBudget(): ApiError {
+  return new ApiError('unavailable', 'the server holds as many request bodies as it may (MAX_BODY_BYTES_IN_FLIGHT): nothing of this request ran, retry after a second', { committed: false }, { 'retry-after': '1', connection: 'close' });
+}
+
+/**
+ * Collects a request's body up to `limit` bytes, counted against the budget. `then` gets the body, or an ApiError
+ * (413 past `limit`, 503 past the budget) decided before the rest is read: the caller answers it with
+ * `connection: close` (its headers say so), and Node drops the rest of the body. The bytes are given back when `res`
+ * closes (its response sent, or the client gone); a client that goes away before the end gets no callback.
+ */
+export function collectBody(req: IncomingMessage, res: ServerResponse, limit: number, then: (body: Buffer | ApiError) => void): void {
+  const refusal = refusedSmall.get(req);
+  if (refusal !== undefined) return collectUncounted(req, refusal, then);
+  let reserved = 0;
+  let settled = false;
+  const release = () => {
+    give(reserved);
+    reserved = 0;
+  };
+  res.once('close', release);
+  const declared = req.headers['content-length'];
+  if (declared !== undefined) {
+    const n = Number(declared); // Node's parser took it: a whole number
+    if (n > limit) return then(tooLarge());
+    if (!take(n)) return then(overBudget());
+    reserved = n;
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  const stop = (err: ApiError) => {
+    settled = true;
+    chunks.length = 0;
+    req.removeListener('data', onData);
+    release(); // what was read goes now: nothing keeps it
+    then(err);
+  };
+  const onData = (chunk: Buffer) => {
+    size += chunk.length;
+    if (size > limit) return stop(tooLarge());
+    // Chunked (or a body past its Content-Length, which Node's parser does not let through): counted as it arrives.
+    if (size > reserved) {
+      if (!take(size - reserved)) return stop(overBudget());
+      reserved = size;
+    }
+    chunks.push(chunk);
+  };
+  req.on('data', onData);
+  req.on('end', () => {
+    if (!settled) then(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+  });
+  req.on('error', () => {}); // an aborted request: the socket is gone, nothing to answer ('close' gives the bytes back)
+}
+
+/** A refused caller's small body (REFUSED_BODY_BYTES): read outside the budget; past that size, the refusal at once. */
+function collectUncounted(req: IncomingMessage, refusal: ApiError, then: (body: Buffer | ApiError) => void): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let settled = false;
+  const onData = (chunk: Buffer) => {
+    size += chunk.length;
+    if (size <= REFUSED_BODY_BYTES) return void chunks.push(chunk);
+    settled = true; // chunked, and longer than a refused caller may send
+    chunks.length = 0;
+    req.removeListener('data', onData);
+    then(withClose(refusal));
+  };
+  req.on('data', onData);
+  req.on('end', () => {
+    if (!settled) then(Buffer.concat(chunks, size));
+  });
+  req.on('error', () => {});
+}
+
+function tooLarge(): ApiError {
+  return new ApiError('payload_too_large', 'request body is over the size limit', undefined, { connection: 'close' });
+}
+
+/**
+ * A caller refused before its body is read (a wrong or missing secret) still has a body this small read, so that a
+ * name inside it is answered first as SPEC 2 orders (400 invalid_name before authentication). It is not counted in
+ * the budget (no stranger may spend the tenants' share): per connection it is bounded like the headers (16 KiB).
+ */
+export const REFUSED_BODY_BYTES = 16 * 1024;
+
+/** Requests whose small body is read although their caller was refused (refuseBeforeBody), with the refusal. */
+const refusedSmall = new WeakMap<IncomingMessage, ApiError>();
+
+/** A body declared over REFUSED_BODY_BYTES: never read for a refused caller. */
+function declaredLarge(req: IncomingMessage): boolean {
+  const declared = req.headers['content-length'];
+  return declared !== undefined && Number(declared) > REFUSED_BODY_BYTES;
+}
+
+/**
+ * What a refusal decided from the request line and headers means for the body: null (no refusal) lets the body in
+ * against the budget (true). A refusal is thrown at once for a body declared larger than REFUSED_BODY_BYTES; a
+ * smaller one, or a chunked one up to that size, is read first (false: the handler reaches the refusal after the
+ * names in the body; a chunked body that goes on past it gets the refusal then).
+ */
+export function refuseBeforeBody(req: IncomingMessage, refusal: ApiError | null): boolean {
+  if (refusal === null) return true;
+  if (declaredLarge(req)) throw refusal;
+  refusedSmall.set(req, refusal);
+  return false;
+}
+
+/**
+ * An error answered before the body was read. A large or chunked body is not read: the answer says
+ * `connection: close`, and Node ends the connection after it (no client can make the server read, or wait for, what
+ * it refused). A small one is read and dropped by Node, and the connection goes on.
+ */
+export function answeredBeforeBody(req: IncomingMessage, err: ApiError): ApiError {
+  return declaredLarge(req) || req.headers['transfer-encoding'] !== undefined ? withClose(err) : err;
+}
+
+function withClose(err: ApiError): ApiError {
+  return new ApiError(err.code, err.message, err.details, { ...err.headers, connection: 'close' });
+}
