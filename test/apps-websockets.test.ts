@@ -6,14 +6,13 @@
 // on loopback, with a tiny app that answers 101.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, request, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { repoSecret } from '../src/shared/secrets.ts';
+import { askFrom, metric as adminMetric, type Answer } from './helpers/ask-from.ts';
 import { freePort } from './helpers/ports.ts';
-import { ROOT_KEY, spawnProduct, tempDir, testEnv, type SpawnedProduct } from './helpers/product.ts';
+import { spawnProduct, tempDir, testEnv, type SpawnedProduct } from './helpers/product.ts';
 
-const SECRET = repoSecret(Buffer.from(ROOT_KEY, 'hex'), 'acme', 'web');
 
 let app: Server;
 /** The app's side of every WebSocket, by the path it was opened with. */
@@ -86,37 +85,8 @@ function upgrade(p: Running, from: string, path = '/site/live'): Promise<Ws> {
 }
 
 /** One request on a new connection from `from`. */
-function ask(p: Running, path: string, opts: { from?: string; body?: unknown } = {}): Promise<{ status: number; json: any }> { // eslint-disable-line @typescript-eslint/no-explicit-any
-  return new Promise((resolve, reject) => {
-    const text = opts.body === undefined ? undefined : JSON.stringify(opts.body);
-    const req = request({
-      host: '127.0.0.1', port: p.port, path, method: text === undefined ? 'GET' : 'POST', agent: false, localAddress: opts.from ?? '127.0.0.1',
-      headers: { host: `acme.localhost:${p.port}`, authorization: `Bearer ${SECRET}`, ...(text === undefined ? {} : { 'content-type': 'application/json' }) },
-      signal: AbortSignal.timeout(10_000),
-    }, (res) => {
-      let data = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => (data += d));
-      res.on('end', () => {
-        let json: unknown;
-        try {
-          json = JSON.parse(data);
-        } catch {
-          json = data;
-        }
-        resolve({ status: res.statusCode!, json });
-      });
-    });
-    req.on('error', reject);
-    req.end(text);
-  });
-}
-
-async function metric(p: Running, line: RegExp): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${p.adminPort}/metrics`)).text();
-  const m = text.split('\n').find((l) => line.test(l));
-  return m === undefined ? NaN : Number(m.split(' ').at(-1));
-}
+const ask = (p: Running, path: string, opts: { from?: string; body?: unknown } = {}): Promise<Answer> => askFrom(p.port, path, opts.body, opts);
+const metric = (p: Running, line: RegExp): Promise<number> => adminMetric(p.adminPort, line);
 
 async function until(done: () => boolean, ms: number): Promise<void> {
   for (const end = performance.now() + ms; !done() && performance.now() < end;) await sleep(20);

@@ -4,15 +4,17 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
-import { createServer, request } from 'node:http';
+import { createServer } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from '../src/shared/config.ts';
 import { clientKey, connectionLimits, openFilesLimit } from '../src/shared/connection-cap.ts';
+import { askFrom as ask, metric as adminMetric, type Answer } from './helpers/ask-from.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 import { freePort } from './helpers/ports.ts';
 import { ROOT_KEY, spawnProduct, tempDir, testEnv, type SpawnedProduct } from './helpers/product.ts';
 
+const metric = (p: Running, line: RegExp): Promise<number> => adminMetric(p.adminPort, line);
 const SECRET = repoSecret(Buffer.from(ROOT_KEY, 'hex'), 'acme', 'web');
 
 interface Running extends SpawnedProduct { port: number; adminPort: number }
@@ -45,40 +47,6 @@ function hold(port: number, kind: 'idle' | 'slow' | 'busy', from = '127.0.0.1'):
   });
 }
 
-interface Answer { status: number; headers: Record<string, string | string[] | undefined>; json: any } // eslint-disable-line @typescript-eslint/no-explicit-any
-
-/** One request on a new connection from `from`, with the repo's secret; fails after `timeoutMs`. */
-function ask(port: number, path: string, body: unknown, opts: { from?: string; timeoutMs?: number; method?: string } = {}): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const text = body === undefined ? undefined : JSON.stringify(body);
-    const req = request({
-      host: '127.0.0.1', port, path, method: opts.method ?? (text === undefined ? 'GET' : 'POST'), agent: false, localAddress: opts.from ?? '127.0.0.1',
-      headers: { host: `acme.localhost:${port}`, authorization: `Bearer ${SECRET}`, ...(text === undefined ? {} : { 'content-type': 'application/json' }) },
-      signal: AbortSignal.timeout(opts.timeoutMs ?? 10_000),
-    }, (res) => {
-      let data = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => (data += d));
-      res.on('end', () => {
-        let json: unknown;
-        try {
-          json = JSON.parse(data);
-        } catch {
-          json = undefined;
-        }
-        resolve({ status: res.statusCode!, headers: res.headers, json });
-      });
-    });
-    req.on('error', reject);
-    req.end(text);
-  });
-}
-
-async function metric(p: Running, line: RegExp): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${p.adminPort}/metrics`)).text();
-  const m = text.split('\n').find((l) => line.test(l));
-  return m === undefined ? NaN : Number(m.split(' ').at(-1));
-}
 
 /**
  * Waits until the server has taken in what was sent to it (a round trip through its event loop, on the admin port),
