@@ -3,6 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
+import { readFileSync } from 'node:fs';
 import { once } from 'node:events';
 import { call, ROOT_KEY, spawnProduct, tempDir, testEnv } from './helpers/product.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
@@ -60,4 +61,31 @@ test('SIGTERM with a request whose body never comes: the drain ends at SHUTDOWN_
     product.killAll();
     throw e;
   }
+});
+
+test('kill -9 of the server while an executor runs a runaway statement: the executor does not spin on, orphaned', async () => {
+  const product = await spawnProduct(testEnv(tempDir(), { DB_QUERY_TIMEOUT_MS: '120000' }));
+  const children = () => readFileSync(`/proc/${product.child.pid}/task/${product.child.pid}/children`, 'utf8').trim().split(' ').filter(Boolean).map(Number);
+  assert.equal((await call(product.url, 'localhost', '/web/_db/execute', { body: { sql: 'CREATE TABLE t(x)' }, headers: auth })).status, 200);
+  const runaway = call(product.url, 'localhost', '/web/_db/query', { body: { sql: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c' }, headers: auth }).catch(() => null);
+  await new Promise((r) => setTimeout(r, 500)); // the statement is running in an executor
+  const executors = children().filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('child.ts'));
+  const cpu = (pid: number) => Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[11]);
+  const before = executors.map(cpu);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.ok(executors.some((pid, i) => cpu(pid) - before[i]! >= 20), 'premise: an executor is busy with the runaway');
+  product.child.kill('SIGKILL');
+  await runaway;
+  const alive = (pid: number) => {
+    try {
+      return !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8')); // a zombie has stopped running
+    } catch {
+      return false;
+    }
+  };
+  const until = Date.now() + 5000;
+  while (executors.some(alive) && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+  const left = executors.filter(alive);
+  for (const pid of left) process.kill(pid, 'SIGKILL');
+  assert.deepEqual(left, [], 'every executor ended with its server');
 });

@@ -8,6 +8,7 @@ import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
 import type { ExecutorLimits } from './handles.ts';
 import { compileCacheDir } from '../../shared/compile-cache.js';
 import { TempSpaceMeter } from './temp-space.ts';
+import { forgetExecutor, watchExecutor } from './reaper.ts';
 
 const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
 /**
@@ -106,6 +107,9 @@ export class ExecutorProcess {
     // SQLite reads SQLITE_TMPDIR when it starts: its temporary files go where DATA_DIR is, not to /tmp or /var/tmp.
     const env = limits.tempDir === undefined ? childEnv() : { ...childEnv(), SQLITE_TMPDIR: limits.tempDir };
     this.child = spawn(process.execPath, [...nodeArgs(), CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'], env });
+    const pid = this.child.pid;
+    watchExecutor(pid); // killed if this process dies without stopping it (reaper.ts)
+    this.child.once('exit', () => forgetExecutor(pid));
     this.tempSpace = limits.tempMaxBytes === undefined || this.child.pid === undefined ? null : new TempSpaceMeter(this.child.pid, limits.tempMaxBytes);
     this.channel = this.child.stdio[3] as Socket;
     this.channel.on('data', (chunk: Buffer) => {
