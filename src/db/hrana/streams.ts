@@ -35,6 +35,8 @@ export class SqlBudget {
   private all = 0;
   readonly maxPerRepo: number;
   readonly max: number;
+  /** Closes streams to free `bytes` when the process's budget is full (Streams.freeBytes). */
+  makeRoom: ((bytes: number) => void) | null = null;
 
   constructor(maxPerRepo: number, max: number) {
     this.maxPerRepo = maxPerRepo;
@@ -46,11 +48,21 @@ export class SqlBudget {
     if (mine + bytes > this.maxPerRepo) {
       throw new ApiError('payload_too_large', `this repo's streams store at most ${this.maxPerRepo} bytes of SQL texts (DB_STORED_SQL_MAX_BYTES_PER_REPO; ${HOW_COUNTED}), ${mine} are stored and this one is ${bytes}; close_sql the ones no longer used, or close streams`);
     }
+    // Full: the repo storing the most gives way (its least recently used streams), as DB_MAX_STREAMS does, so
+    // that a few repos at their own budget cannot keep every other repo's clients from storing anything.
+    if (this.all + bytes > this.max) this.makeRoom?.(this.all + bytes - this.max);
     if (this.all + bytes > this.max) {
       throw new ApiError('payload_too_large', `the server's streams store at most ${this.max} bytes of SQL texts in all (DB_STORED_SQL_MAX_BYTES; ${HOW_COUNTED}), and it is full; send the SQL text itself instead of its sql_id, or retry once other streams have closed`);
     }
     this.perRepo.set(repo, mine + bytes);
     this.all += bytes;
+  }
+
+  /** The repo whose streams store the most, if any stores anything. */
+  heaviest(): string | undefined {
+    let top: string | undefined;
+    for (const [repo, n] of this.perRepo) if (top === undefined || n > this.perRepo.get(top)!) top = repo;
+    return top;
   }
 
   give(repo: string, bytes: number): void {
@@ -69,6 +81,9 @@ export class StreamState {
   private readonly sqls = new Map<number, string>();
   /** What its stored texts count as (`storedBytes`), taken from `budget`. */
   private sqlBytes = 0;
+  get storedSqlBytes(): number {
+    return this.sqlBytes;
+  }
   private readonly budget: SqlBudget;
   idleTimer: NodeJS.Timeout | null = null;
   /** Its open interactive transaction, if any. */
@@ -134,6 +149,24 @@ export class Streams {
     this.idleMs = idleMs;
     this.maxStreams = maxStreams;
     this.budget = budget;
+    budget.makeRoom = (bytes) => this.freeBytes(bytes);
+  }
+
+  /** The server's stored SQL is full: the repo storing the most loses its least recently used streams until `need` bytes are free. */
+  private freeBytes(need: number): void {
+    while (need > 0) {
+      const repo = this.budget.heaviest();
+      let victim: [string, StreamState] | undefined;
+      for (const entry of this.open) {
+        if (entry[1].repo === repo && entry[1].storedSqlBytes > 0) {
+          victim = entry;
+          break;
+        }
+      }
+      if (!victim) return; // its texts are all in streams a request holds now: refused, as nothing can be closed
+      need -= victim[1].storedSqlBytes;
+      this.drop(victim[0], victim[1], `the server's stored SQL was full (DB_STORED_SQL_MAX_BYTES), its repo stored the most, and it was that repo's least recently used stream`);
+    }
   }
 
   /** `why`: the stream is over (expired, closed to make room), and its transaction rolled back; null: taken for a request. */
