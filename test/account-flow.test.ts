@@ -57,6 +57,23 @@ describe('sign-in with the development provider', () => {
     assert.equal(v2.json.user.id, v.json.user.id);
   });
 
+  test('verify refuses a write or an upgrade from another org\'s page (same site to a browser, so the cookie came along)', async () => {
+    const { browser } = await signIn(p);
+    const host = new URL(origin()).host;
+    const ask = (headers: Record<string, string>) => browser.fetch(`${origin()}/web/_account/verify`, { connectTo: p.url, headers });
+    const other = `http://other.${host.split('.').slice(1).join('.')}`;
+    for (const headers of [{ 'x-forwarded-method': 'POST', origin: other }, { 'x-original-method': 'delete', origin: 'null' }, { 'x-forwarded-method': 'PUT', origin: 'https://evil.example' }]) {
+      const r = await ask(headers);
+      assert.equal(r.status, 403, JSON.stringify(headers));
+      assert.equal(r.json.error.code, 'forbidden');
+      assert.match(r.json.error.message, /from another origin .* is not this organization's page/);
+      assert.equal(r.headers['x-auth-user-id'], undefined, 'no identity to act with');
+    }
+    for (const headers of [{ 'x-forwarded-method': 'POST', origin: origin() }, { 'x-forwarded-method': 'GET', origin: other }, { origin: other }, { 'x-forwarded-method': 'POST' }]) {
+      assert.equal((await ask(headers)).status, 200, `${JSON.stringify(headers)}: its own page, a read, or no browser origin`);
+    }
+  });
+
   test('verify without a session, or with a bogus cookie, is 401 unauthenticated', async () => {
     for (const cookie of [undefined, 'session=nope', `session=${'A'.repeat(43)}`]) {
       const r = await p.call('/web/_account/verify', { headers: cookie ? { cookie } : {} });

@@ -8,6 +8,7 @@ import { wantsHtml } from '../../shared/html-page.ts';
 import { safeReturnTo } from '../return-to.ts';
 import type { Sessions } from '../sessions.ts';
 import { identityHeaders } from '../identity-headers.ts';
+import { originMismatch } from '../../shared/same-origin.ts';
 
 type Req = FastifyRequest<{ Params: { repo: string } }>;
 
@@ -21,6 +22,10 @@ export async function verify(sessions: Sessions, req: FastifyRequest): Promise<R
     const refused = errorReply(new ApiError('unauthenticated', 'no valid session for this organization; sign in first'));
     return { ...refused, headers: { ...headers, ...refused.headers } };
   }
+  if (foreignWrite(req)) {
+    const refused = errorReply(new ApiError('forbidden', `a ${forwardedMethod(req) || 'WebSocket upgrade'} from another origin (${String(req.headers.origin).slice(0, 100)}) is not this organization's page: another org's host is the same site to a browser, which sends the session along; the request is refused whoever is signed in (docs/security.md, "Org to org")`));
+    return { ...refused, headers: { ...headers, ...refused.headers } };
+  }
   const { user } = session;
   // The same headers, encoded the same way, as the proxy gives apps.
   Object.assign(headers, identityHeaders(user));
@@ -30,6 +35,25 @@ export async function verify(sessions: Sessions, req: FastifyRequest): Promise<R
     org: session.org,
   };
   return { status: 200, headers, body: JSON.stringify(body) };
+}
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/** The original request's method, as forward-auth proxies pass it (Traefik, Caddy: X-Forwarded-Method; nginx when told). */
+const forwardedMethod = (req: FastifyRequest): string => String(req.headers['x-forwarded-method'] ?? req.headers['x-original-method'] ?? '').toUpperCase();
+
+/**
+ * A write or an upgrade whose page is on another host (another org's: a sibling subdomain, the same site, so the
+ * cookie came along), as the proxy refuses for apps behind it. The host alone is compared: a forward-auth proxy
+ * outside TRUSTED_PROXIES makes the scheme unknown here.
+ */
+function foreignWrite(req: FastifyRequest): boolean {
+  const origin = req.headers.origin;
+  if (typeof origin !== 'string') return false;
+  const method = forwardedMethod(req);
+  if (!(method !== '' && !SAFE_METHODS.has(method)) && req.headers.upgrade === undefined) return false;
+  const mismatch = originMismatch(origin, req.headers.host, origin.startsWith('https:'));
+  return mismatch === 'host' || mismatch === 'malformed';
 }
 
 /** Sends GET /verify's answer through Fastify (under /{repo}/_account, and at the root of `serve account`). */
