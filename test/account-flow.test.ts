@@ -62,14 +62,16 @@ describe('sign-in with the development provider', () => {
     const host = new URL(origin()).host;
     const ask = (headers: Record<string, string>) => browser.fetch(`${origin()}/web/_account/verify`, { connectTo: p.url, headers });
     const other = `http://other.${host.split('.').slice(1).join('.')}`;
-    for (const headers of [{ 'x-forwarded-method': 'POST', origin: other }, { 'x-original-method': 'delete', origin: 'null' }, { 'x-forwarded-method': 'PUT', origin: 'https://evil.example' }]) {
+    const foreign: Record<string, string>[] = [{ 'x-forwarded-method': 'POST', origin: other }, { 'x-original-method': 'delete', origin: 'null' }, { 'x-forwarded-method': 'PUT', origin: 'https://evil.example' }];
+    for (const headers of foreign) {
       const r = await ask(headers);
       assert.equal(r.status, 403, JSON.stringify(headers));
       assert.equal(r.json.error.code, 'forbidden');
       assert.match(r.json.error.message, /from another origin .* is not this organization's page/);
       assert.equal(r.headers['x-auth-user-id'], undefined, 'no identity to act with');
     }
-    for (const headers of [{ 'x-forwarded-method': 'POST', origin: origin() }, { 'x-forwarded-method': 'GET', origin: other }, { origin: other }, { 'x-forwarded-method': 'POST' }]) {
+    const allowed: Record<string, string>[] = [{ 'x-forwarded-method': 'POST', origin: origin() }, { 'x-forwarded-method': 'GET', origin: other }, { origin: other }, { 'x-forwarded-method': 'POST' }];
+    for (const headers of allowed) {
       assert.equal((await ask(headers)).status, 200, `${JSON.stringify(headers)}: its own page, a read, or no browser origin`);
     }
   });

@@ -5,6 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
 import { request } from 'undici';
+import { newSecret } from './helpers/mirror.ts';
 import { ROOT_KEY, startProduct, type Product } from './helpers/product.ts';
 import { proxyToken } from '../src/db/remote.ts';
 
@@ -233,4 +234,19 @@ describe('serve db on its own: the proxy token first, then the secret, before th
     assert.equal(a?.status, 401);
     assert.equal(a.headers['www-authenticate'], 'Bearer');
   });
+});
+
+test('the reference mirror\'s /_db/query refuses a wrong secret on the headers too, before a large body', async () => {
+  const m = await startProduct({ MIRROR_PORT: '0', MIRROR_SECRET: newSecret() });
+  try {
+    const url = m.running.mirrorUrl!;
+    const c = partial(url, head('POST', '/web/_db/query', 'acme.localhost', { 'content-type': 'application/json', 'content-length': String(30_000_000), authorization: wrong }, new URL(url).port), 256 * 1024);
+    const a = await c.answer;
+    assert.ok(a, 'answered before the body was complete');
+    assert.equal(a.status, 401, a.body);
+    assert.equal(a.json.error.code, 'unauthorized');
+    await c.closed;
+  } finally {
+    await m.close();
+  }
 });

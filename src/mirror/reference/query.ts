@@ -1,10 +1,11 @@
 // POST /{repo}/_db/query on the replica: SPEC 4.3 with the primary's sandbox, executor and encoding, plus "minVersion".
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ExecutorPool } from '../../db/executor/pool.ts';
 import { databaseOf, parseBody, validate } from '../../db/request.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { checkRepo } from '../../shared/names.ts';
-import { bearerToken, verifyRepoSecret } from '../../shared/secrets.ts';
+import { bearerToken, repoSecretRefusal, verifyRepoSecret } from '../../shared/secrets.ts';
+import { refuseBeforeBody } from '../../shared/body-budget.ts';
 import { orgFromHost } from '../../shared/host.ts';
 import type { ReplicaSet } from './replicas.ts';
 
@@ -20,7 +21,12 @@ export interface QueryDeps {
 }
 
 export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
-  app.post<{ Params: { repo: string } }>('/:repo/_db/query', async (req, reply) => {
+  // The host, the repo and the secret are checked on the headers: a stranger's large body is not read (docs/security.md).
+  const onRequest = async (req: FastifyRequest<{ Params: { repo: string } }>) => {
+    const org = orgFromHost(req.headers.host, deps.baseDomain);
+    refuseBeforeBody(req.raw, repoSecretRefusal(deps.rootKeys, org, checkRepo(req.params.repo), req.headers.authorization));
+  };
+  app.post<{ Params: { repo: string } }>('/:repo/_db/query', { onRequest }, async (req, reply) => {
     const org = orgFromHost(req.headers.host, deps.baseDomain);
     const repo = checkRepo(req.params.repo);
     const body = parseBody('query', Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
