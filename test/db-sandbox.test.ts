@@ -96,6 +96,16 @@ describe('limits (quota_exceeded, result_too_large, payload_too_large)', () => {
     assert.equal(under.status, 200, 'well under the limit (9,000 bytes) it is written');
   });
 
+  test('DB_MAX_VALUE_BYTES bounds each value and each row (as D1\'s "string, BLOB or table row"): a value of exactly the limit is stored', async () => {
+    assert.equal((await p.db('web', 'execute', { sql: 'CREATE TABLE IF NOT EXISTS wide(a, b, c)' })).status, 200);
+    const exact = await p.db('web', 'execute', { sql: 'INSERT INTO wide(a, b, c) VALUES (?, 1, NULL)', params: ['x'.repeat(16 * 1024)] });
+    assert.equal(exact.status, 200, `a value of exactly 16384 bytes: ${exact.text}`);
+    const row = await p.db('web', 'execute', { sql: 'INSERT INTO wide(a, b, c) VALUES (?, ?, ?)', params: ['x'.repeat(16_000), 'y'.repeat(16_000), 'z'.repeat(16_000)] });
+    assert.equal(row.status, 507, row.text);
+    assert.match(row.json.error.message, /a string, blob or row is over the length limit \(DB_MAX_VALUE_BYTES bounds each string or blob, and each row's values together\)/);
+    await refused('query', 'SELECT zeroblob(40000)', 'quota_exceeded', 507);
+  });
+
   test('DB_MAX_RESULT_BYTES counts bytes of the reply as sent, not characters', async () => {
     // 5,000 '€' = 5,000 characters but 15,000 UTF-8 bytes; five of them are 75,000 bytes, over the 64 KiB limit.
     const euros = (n: number) => Array.from({ length: n }, () => "replace(hex(zeroblob(5000)), '00', '€')").join(', ');

@@ -49,6 +49,11 @@ export interface Prepared {
 }
 
 const STATEMENTS_PER_DB = 128;
+/**
+ * SQLite's length limit bounds each string and blob and each row's record (values plus a header of up to 9 bytes a
+ * column, 2,000 columns at most): this much above DB_MAX_VALUE_BYTES lets one value of exactly the limit be stored.
+ */
+const ROW_HEADER_BYTES = 9 * 2000 + 9;
 /** An empty database in memory: what a database that does not exist yet is described as (HandleCache.empty). */
 const EMPTY = ':memory:';
 
@@ -88,7 +93,7 @@ export class DbHandle {
       allowExtension: false,
       defensive: true,
       readOnly: immutable,
-      limits: { length: limits.maxValueBytes, attach: 0 },
+      limits: { length: limits.maxValueBytes + ROW_HEADER_BYTES, attach: 0 },
     } as DatabaseSyncOptions;
     this.db = openSqlite(url, options, (db) => {
       // Before the first access: SQLite then keeps the WAL index in this process's memory, not in the -shm file.
