@@ -117,6 +117,20 @@ describe('limits (quota_exceeded, result_too_large, payload_too_large)', () => {
     assert.equal(over.json.error.code, 'result_too_large');
   });
 
+  test('DB_MAX_RESULT_BYTES counts the whole reply: narrow rows\' brackets and commas, object keys, columns', async () => {
+    const limit = 64 * 1024;
+    let refusedAt = 0;
+    for (const [rows, n] of [['arrays', 13_000], ['arrays', 15_000], ['arrays', 17_000], ['objects', 1_500], ['objects', 1_900], ['objects', 2_100]] as const) {
+      const r = await p.db('web', 'query', { rows, statements: [{ sql: `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT ${n}) SELECT 1 AS averyveryverylongcolumnname FROM c` }] });
+      if (r.status === 200) assert.ok(Buffer.byteLength(r.text) <= limit, `${rows} × ${n}: a reply of ${Buffer.byteLength(r.text)} bytes passed the ${limit}-byte limit`);
+      else {
+        assert.equal(r.json.error.code, 'result_too_large', r.text);
+        refusedAt++;
+      }
+    }
+    assert.ok(refusedAt >= 2, 'the largest of each shape are refused');
+  });
+
   test('a result over DB_MAX_RESULT_BYTES is result_too_large, even an endless one', async () => {
     await refused('query', 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x, printf(\'%100d\', x) FROM c', 'result_too_large', 413);
   });

@@ -146,7 +146,6 @@ test('the attack, scaled down: stored SQL grows the heap by about its budget, no
   // and no stream may expire while the others are sent (DB_STREAM_IDLE_MS), as the attacker's were kept alive.
   const q = await startProduct({ DB_STORED_SQL_MAX_BYTES_PER_REPO: String(8 * 1024 * KIB), DB_STORED_SQL_MAX_BYTES: String(max), DB_MAX_LOOP_DELAY_MS: '0', DB_STREAM_IDLE_MS: '600000' });
   try {
-    const send = piper(q);
     const heap = () => {
       gc();
       gc();
@@ -162,11 +161,16 @@ test('the attack, scaled down: stored SQL grows the heap by about its budget, no
       for (let s = 0; s < 8; s++) {
         let baton: string | null = null;
         for (let i = 1; i <= 4; i++) {
-          const res = await send(`hog${r}`, baton, [store(i, big)]);
-          baton = res.baton;
-          if (res.results[0]!.type === 'ok') ok++;
+          const res = await q.call(`/hog${r}/_db/v2/pipeline`, { body: { baton, requests: [store(i, big)] }, headers: { authorization: `Bearer ${q.secret('acme', `hog${r}`)}` } });
+          if (res.status === 400 && /unknown baton/.test(res.text)) {
+            baton = null; // closed to make room for another repo's text (the heaviest repo's oldest stream): a new one
+            continue;
+          }
+          assert.equal(res.status, 200, res.text);
+          baton = res.json.baton;
+          if (res.json.results[0].type === 'ok') ok++;
         }
-        kept.push(baton!);
+        if (baton) kept.push(baton);
       }
     }));
     const grown = heap() - before;

@@ -16,15 +16,21 @@ export interface StatementSpec {
 }
 
 /** The request's remaining result allowance (DB_MAX_RESULT_BYTES), charged as rows are rendered. */
+/** What a reply adds around its results, at most: braces, keys, the version, a baton. */
+const ENVELOPE_BYTES = 128;
+/** What a result adds around its rows, at most, besides its columns: keys, counts, a rowid, a duration. */
+const RESULT_BYTES = 160;
+
 export class ResultBudget {
   private remaining: number;
 
+  /** The reply's own envelope (`{"results":[…],"version":N}`, a libSQL pipeline's `{"baton":…}`) is kept out of `limit`. */
   constructor(limit: number) {
-    this.remaining = limit;
+    this.remaining = limit - ENVELOPE_BYTES;
   }
-  /** Counts the text's UTF-8 bytes, as the reply is sent (a '€' is 3 bytes, not 1 UTF-16 unit). */
-  charge(text: string): void {
-    this.remaining -= Buffer.byteLength(text, 'utf8');
+  /** Counts the text's UTF-8 bytes, as the reply is sent (a '€' is 3 bytes, not 1 UTF-16 unit), and `more` around it. */
+  charge(text: string, more = 0): void {
+    this.remaining -= Buffer.byteLength(text, 'utf8') + more;
     if (this.remaining < 0) throw new ApiError('result_too_large', 'the result is over DB_MAX_RESULT_BYTES; select fewer rows or columns, or page with LIMIT');
   }
 }
@@ -90,7 +96,7 @@ function renderEach(rows: Iterator<unknown>, shape: RowShape, budget: ResultBudg
       if (!bigints) for (let i = 0; i < values.length; i++) checkSafe(values[i]);
       text = JSON.stringify(encodeRow(values));
     }
-    budget.charge(text);
+    budget.charge(text, 1); // and the comma (or bracket) after it
     parts.push(text);
   }
   return { json: `[${parts.join(',')}]`, count: parts.length };
@@ -130,7 +136,9 @@ export function runRead(h: DbHandle, spec: StatementSpec, index: number, shape: 
     return shape === 'hrana' ? hranaEmpty(since) : '{"columns":[],"rows":[]}';
   }
   const rows = rowsOf(p.stmt, args, shape, budget, false).json;
-  return shape === 'hrana' ? hranaResult(hranaCols(p.stmt), rows, 0, null, since) : `{${columnsOf(p.stmt)},"rows":${rows}}`;
+  const cols = shape === 'hrana' ? hranaCols(p.stmt) : columnsOf(p.stmt);
+  budget.charge(cols, RESULT_BYTES);
+  return shape === 'hrana' ? hranaResult(cols, rows, 0, null, since) : `{${cols},"rows":${rows}}`;
 }
 
 export interface WriteOutcome {
@@ -182,9 +190,11 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
     const rows = rowsOf(p.stmt, args, shape, budget, true);
     const count = p.dml ? rows.count : 0;
     const rowid = insertedRowid(p, count, () => h.internal('SELECT last_insert_rowid() AS id').get()!.id as number);
+    const cols = shape === 'hrana' ? hranaCols(p.stmt) : columnsOf(p.stmt);
+    budget.charge(cols, RESULT_BYTES);
     const text = shape === 'hrana'
-      ? hranaResult(hranaCols(p.stmt), rows.json, count, rowid, since)
-      : `{"rowsAffected":${count},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))},${columnsOf(p.stmt)},"rows":${rows.json}}`;
+      ? hranaResult(cols, rows.json, count, rowid, since)
+      : `{"rowsAffected":${count},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))},${cols},"rows":${rows.json}}`;
     return { text, rowsAffected: count, tables: p.written, untracked: p.untracked, rewrites: p.rewrites };
   }
   p.stmt.setReadBigInts(true);
@@ -196,5 +206,6 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   const changes = p.dml ? Number(r.changes) : 0;
   const rowid = insertedRowid(p, changes, () => r.lastInsertRowid);
   const text = shape === 'hrana' ? hranaResult('"cols":[]', '[]', changes, rowid, since) : `{"rowsAffected":${changes},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))}}`;
+  budget.charge(text, 1);
   return { text, rowsAffected: changes, tables: p.written, untracked: p.untracked, rewrites: p.rewrites };
 }
