@@ -78,6 +78,8 @@ test('cursors from another node raise a lane and its saved row, never lower them
   for (const o of gate.apply(change({ grants: [[scope.org, scope.repo, scope.database, 10]], leaseUntil: sharedNow() + 60_000 }))) w.notice(o.scope, o.upTo);
   await waitFor(() => receiver.acked.length === 3, 5000, 'versions 8..10');
   assert.deepEqual(receiver.versions('c'), [8, 9, 10], 'the new primary resumes after the shipped cursor');
+  // The receiver has answered; the engine takes the answer a moment later (closed before, it would send 10 again).
+  await waitFor(() => w.acknowledgedFloor(scope) === 10, 5000, 'the last answer taken');
   await w.close();
   const store = new DeliveryStore(join(dataDir, 'mirrors.sqlite'));
   assert.deepEqual(store.all().map((r) => [r.mirror, r.database, r.deliveredVersion]), [['hook', 'c', 10]]);
