@@ -1,14 +1,29 @@
 // The processes a test's product runs: executors are children of the test process (startProduct runs in-process).
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 
-/** Descendant pids of this test process (the executor processes). */
+/** What /proc says, or null for a process gone meanwhile (the reaper's `sed`, an executor just stopped). */
+function read(path: string): string | null {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return null;
+  }
+}
+
+/** Descendant pids of this test process that are executors (not the reaper's shell: src/db/executor/reaper.ts). */
 export function executorPids(): number[] {
   const out: number[] = [];
   const walk = (pid: number) => {
-    for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      const kids = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
+    let tasks: string[];
+    try {
+      tasks = readdirSync(`/proc/${pid}/task`);
+    } catch {
+      return; // gone meanwhile
+    }
+    for (const tid of tasks) {
+      const kids = (read(`/proc/${pid}/task/${tid}/children`) ?? '').trim();
       for (const k of kids ? kids.split(' ').map(Number) : []) {
-        out.push(k);
+        if (/executor[/\\]child\.[jt]s/.test(read(`/proc/${k}/cmdline`) ?? '')) out.push(k);
         walk(k);
       }
     }
