@@ -4,7 +4,7 @@ import type { ExecutorPool } from '../../db/executor/pool.ts';
 import { databaseOf, parseBody, validate } from '../../db/request.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { checkRepo } from '../../shared/names.ts';
-import { bearerToken, repoSecretRefusal, verifyRepoSecret } from '../../shared/secrets.ts';
+import { repoSecretRefusal } from '../../shared/secrets.ts';
 import { refuseBeforeBody } from '../../shared/body-budget.ts';
 import { orgFromHost } from '../../shared/host.ts';
 import type { ReplicaSet } from './replicas.ts';
@@ -22,19 +22,19 @@ export interface QueryDeps {
 
 export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
   // The host, the repo and the secret are checked on the headers: a stranger's large body is not read (docs/security.md).
+  const secretChecked = new WeakSet<FastifyRequest>();
   const onRequest = async (req: FastifyRequest<{ Params: { repo: string } }>) => {
     const org = orgFromHost(req.headers.host, deps.baseDomain);
-    refuseBeforeBody(req.raw, repoSecretRefusal(deps.rootKeys, org, checkRepo(req.params.repo), req.headers.authorization));
+    if (refuseBeforeBody(req.raw, repoSecretRefusal(deps.rootKeys, org, checkRepo(req.params.repo), req.headers.authorization))) secretChecked.add(req);
   };
   app.post<{ Params: { repo: string } }>('/:repo/_db/query', { onRequest }, async (req, reply) => {
     const org = orgFromHost(req.headers.host, deps.baseDomain);
     const repo = checkRepo(req.params.repo);
     const body = parseBody('query', Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
     const database = databaseOf(body);
-    const token = bearerToken(req.headers.authorization);
-    if (token === null || !verifyRepoSecret(deps.rootKeys, org, repo, token)) {
-      throw new ApiError('unauthorized', 'missing or wrong Bearer secret for this repo', undefined, { 'www-authenticate': 'Bearer' });
-    }
+    // A refused caller's small body was read so that its names are answered first (SPEC 2); then its refusal.
+    const refused = secretChecked.has(req) ? null : repoSecretRefusal(deps.rootKeys, org, repo, req.headers.authorization);
+    if (refused) throw refused;
     const minVersion = body.minVersion;
     delete body.minVersion;
     if (minVersion !== undefined && (typeof minVersion !== 'number' || !Number.isSafeInteger(minVersion) || minVersion < 0)) {
