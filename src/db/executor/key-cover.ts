@@ -24,9 +24,8 @@ const KEYED = `SELECT CASE
 
 const quote = (name: string): string => `"${name.replaceAll('"', '""')}"`;
 
-/** Known per table until the schema changes. */
-export function coverOf(h: DbHandle, table: string): Cover {
-  const schema = h.schemaVersion();
+/** Known per table until the schema changes; `schema`: the connection's schema version now. */
+function coverOf(h: DbHandle, table: string, schema: number): Cover {
   if (h.keyedTables.schema !== schema) h.keyedTables = { schema, known: new Map(), shadow: null };
   let cover = h.keyedTables.known.get(table);
   if (cover === undefined) {
@@ -54,26 +53,39 @@ function holdsNullKey(h: DbHandle, probe: string): boolean {
 export class KeyWatch {
   private readonly seen = new Set<string>();
   private nullBefore = false;
+  /** covers()'s last answer, for the same tables asked again in the same state (the no-change check, then the event). */
+  private verdict: { tables: string; covered: boolean } | null = null;
   private readonly h: DbHandle;
 
   constructor(h: DbHandle) {
     this.h = h;
   }
 
-  /** Before a statement runs that writes these tables (triggers and cascades included). */
-  enter(tables: Iterable<string>): void {
+  /** Before a statement runs that writes these tables (triggers and cascades included), prepared under `schema`. */
+  enter(tables: Iterable<string>, schema: number): void {
+    this.verdict = null;
     for (const t of tables) {
       if (this.seen.has(t)) continue;
       this.seen.add(t);
-      const cover = coverOf(this.h, t);
+      const cover = coverOf(this.h, t, schema);
       if (cover.kind === 'unlessNull' && !this.nullBefore) this.nullBefore = holdsNullKey(this.h, cover.probe);
     }
   }
 
   /** After the writes: whether a changeset shows every row they changed. */
   covers(tables: Iterable<string>): boolean {
+    const names = [...tables];
+    const key = names.join('\0');
+    if (this.verdict?.tables === key) return this.verdict.covered;
+    const covered = this.judge(names);
+    this.verdict = { tables: key, covered };
+    return covered;
+  }
+
+  private judge(tables: string[]): boolean {
+    const schema = this.h.schemaVersion();
     for (const t of tables) {
-      const cover = coverOf(this.h, t);
+      const cover = coverOf(this.h, t, schema);
       if (cover.kind === 'none') return false;
       if (cover.kind === 'unlessNull' && (this.nullBefore || !this.seen.has(t) || holdsNullKey(this.h, cover.probe))) return false;
     }
@@ -84,7 +96,7 @@ export class KeyWatch {
 /** The tables as the user made them: a full-text index's shadow tables (`f_data`, …) go by the index's name. */
 export function asMade(h: DbHandle, tables: string[]): string[] {
   if (tables.length < 2) return tables; // a shadow table is never written alone
-  coverOf(h, tables[0]!); // the cache is the schema version's
+  coverOf(h, tables[0]!, h.schemaVersion()); // the cache is the schema version's
   h.keyedTables.shadow ??= new Set((h.internal("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'").all() as { name: string }[]).map((r) => r.name));
   const shadow = h.keyedTables.shadow;
   return shadow.size === 0 ? tables : tables.filter((t) => !shadow.has(t));
@@ -93,6 +105,7 @@ export function asMade(h: DbHandle, tables: string[]): string[] {
 /** For a change made without a watch (a migration, a restore): a NULL-able key means not shown. */
 export function capturable(h: DbHandle, tables: Iterable<string>, watch?: KeyWatch): boolean {
   if (watch) return watch.covers(tables);
-  for (const t of tables) if (coverOf(h, t).kind !== 'all') return false;
+  const schema = h.schemaVersion();
+  for (const t of tables) if (coverOf(h, t, schema).kind !== 'all') return false;
   return true;
 }

@@ -182,7 +182,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   const p: Prepared = h.prepare(spec.sql, 'write');
   checkParams(p.params, spec.params, index);
   const args = bind(params, p.params);
-  watch.enter(p.written);
+  watch.enter(p.written, p.schema); // the schema version prepare just read
   if (p.defersForeignKeys) deferForeignKeys(h);
   if (p.inserts && p.rewrites) markNoInsert(h);
   h.sandbox.mode = 'write'; // the internal statements above switched it: a re-prepare while this runs is a write's
