@@ -16,29 +16,39 @@ done
 exit 0`;
 
 let reaper: ChildProcess | null = null;
+/** The executors alive now: told again to a new shell if the one before is gone (killed by someone). */
+const live = new Set<number>();
 
-function tell(line: string): void {
-  if (process.platform === 'win32') return;
-  if (reaper === null) {
-    try {
-      reaper = spawn('/bin/sh', ['-c', SCRIPT], { stdio: ['pipe', 'ignore', 'ignore'], detached: false });
-    } catch {
-      return; // no shell: executors are only stopped by their parent, as before
-    }
-    reaper.on('error', () => {});
-    reaper.stdin!.on('error', () => {}); // the shell gone (killed with the group): nothing to tell
-    reaper.unref();
-    (reaper.stdin as unknown as { unref?: () => void }).unref?.();
+/** The shell, started (again) when there is none: null where none can be started (no /bin/sh). */
+function shell(): ChildProcess | null {
+  if (reaper !== null && reaper.exitCode === null && reaper.signalCode === null && reaper.stdin?.writable) return reaper;
+  if (process.platform === 'win32') return null;
+  try {
+    reaper = spawn('/bin/sh', ['-c', SCRIPT], { stdio: ['pipe', 'ignore', 'ignore'] });
+  } catch {
+    return null; // executors are then stopped by their parent only, as before
   }
-  reaper.stdin!.write(`${line}\n`);
+  reaper.on('error', () => {});
+  reaper.stdin!.on('error', () => {}); // the shell gone meanwhile: 'exit' starts another
+  // Killed by someone while executors live: another takes their list (it ends only when this process does).
+  reaper.once('exit', () => {
+    if (live.size > 0) shell();
+  });
+  reaper.unref();
+  (reaper.stdin as unknown as { unref?: () => void }).unref?.();
+  if (live.size > 0) reaper.stdin!.write([...live].map((pid) => `+${pid}\n`).join(''));
+  return reaper;
 }
 
 /** An executor started: killed if this process dies first. */
 export function watchExecutor(pid: number | undefined): void {
-  if (pid !== undefined) tell(`+${pid}`);
+  if (pid === undefined) return;
+  live.add(pid);
+  shell()?.stdin!.write(`+${pid}\n`);
 }
 
 /** An executor exited: its pid may be another process's soon. */
 export function forgetExecutor(pid: number | undefined): void {
-  if (pid !== undefined && reaper !== null) tell(`-${pid}`);
+  if (pid === undefined || !live.delete(pid)) return;
+  if (reaper !== null && reaper.stdin?.writable) reaper.stdin.write(`-${pid}\n`);
 }
