@@ -14,7 +14,7 @@ import { attachWebSocketProxy } from './apps-ws.ts';
 import { isLandingRequest, sendLanding } from './landing.ts';
 import { Counter } from 'prom-client';
 import { metrics } from '../shared/metrics.ts';
-import { originMismatch, schemeHint } from '../shared/same-origin.ts';
+import { isSafeMethod, originMismatch, schemeHint } from '../shared/same-origin.ts';
 
 export interface AppsOptions {
   apps: Map<string, AppRoute>;
@@ -83,9 +83,6 @@ export function upstreamUrl(route: AppRoute, rest: string): URL {
   return url;
 }
 
-/** RFC 9110 9.2.1's safe methods: they must not change state, so they go as the visitor whatever their Origin. */
-const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
-
 /**
  * Org hosts are sibling subdomains of BASE_DOMAIN, so to browsers one site: a page of another org (or any other
  * origin, with the visitor's cookie where SameSite lets it go) can send this host writes and WebSocket upgrades,
@@ -115,7 +112,7 @@ export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsyn
       if (!opts.apps.has(`${req.org}/${repo}`)) return sendLanding(req, reply, repo, await opts.resolveSession(req));
     }
     const target = appTarget(req.org, req.url, opts.apps);
-    const foreign = !SAFE_METHODS.has(req.method) && crossOrigin(req.headers.origin, req.headers.host, req.protocol === 'https', `a ${req.method}`, target.route);
+    const foreign = !isSafeMethod(req.method) && crossOrigin(req.headers.origin, req.headers.host, req.protocol === 'https', `a ${req.method}`, target.route);
     const session = foreign ? null : await opts.resolveSession(req);
     const renewed = opts.renewalCookie?.(req);
     if (renewed) reply.header('set-cookie', renewed);

@@ -1,6 +1,11 @@
 // Whether a browser's `Origin` names the origin a request came to: the account service's same-site check on its own
 // writes (SPEC 7) and the proxy's on writes and WebSocket upgrades it forwards to apps (SPEC 8) read it the same way.
 
+/** RFC 9110 9.2.1's safe methods: they must not change state, so their Origin decides nothing (a page may send them). */
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+export const isSafeMethod = (method: string): boolean => SAFE_METHODS.has(method.toUpperCase());
+
 /** How an `Origin` differs from the request's own origin: another host or port, another scheme, or no origin at all (`null`, garbage). */
 export type OriginMismatch = 'host' | 'scheme' | 'malformed';
 

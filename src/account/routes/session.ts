@@ -8,7 +8,7 @@ import { wantsHtml } from '../../shared/html-page.ts';
 import { safeReturnTo } from '../return-to.ts';
 import type { Sessions } from '../sessions.ts';
 import { identityHeaders } from '../identity-headers.ts';
-import { originMismatch } from '../../shared/same-origin.ts';
+import { isSafeMethod, originMismatch } from '../../shared/same-origin.ts';
 
 type Req = FastifyRequest<{ Params: { repo: string } }>;
 
@@ -37,8 +37,6 @@ export async function verify(sessions: Sessions, req: FastifyRequest): Promise<R
   return { status: 200, headers, body: JSON.stringify(body) };
 }
 
-const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
-
 /** The original request's method, as forward-auth proxies pass it (Traefik, Caddy: X-Forwarded-Method; nginx when told). */
 const forwardedMethod = (req: FastifyRequest): string => String(req.headers['x-forwarded-method'] ?? req.headers['x-original-method'] ?? '').toUpperCase();
 
@@ -51,7 +49,7 @@ function foreignWrite(req: FastifyRequest): boolean {
   const origin = req.headers.origin;
   if (typeof origin !== 'string') return false;
   const method = forwardedMethod(req);
-  if (!(method !== '' && !SAFE_METHODS.has(method)) && req.headers.upgrade === undefined) return false;
+  if ((method === '' || isSafeMethod(method)) && req.headers.upgrade === undefined) return false;
   const mismatch = originMismatch(origin, req.headers.host, origin.startsWith('https:'));
   return mismatch === 'host' || mismatch === 'malformed';
 }
