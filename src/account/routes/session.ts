@@ -23,7 +23,8 @@ export async function verify(sessions: Sessions, req: FastifyRequest): Promise<R
     return { ...refused, headers: { ...headers, ...refused.headers } };
   }
   if (foreignWrite(req)) {
-    const refused = errorReply(new ApiError('forbidden', `a ${forwardedMethod(req) || 'WebSocket upgrade'} from another origin (${String(req.headers.origin).slice(0, 100)}) is not this organization's page: another org's host is the same site to a browser, which sends the session along; the request is refused whoever is signed in (docs/security.md, "Org to org")`));
+    // Neither the Origin nor the method is quoted: header values never reach an error (docs/security.md).
+    const refused = errorReply(new ApiError('forbidden', 'a write or a WebSocket upgrade from another origin (a page not on this host) is not this organization\'s page: another org\'s host is the same site to a browser, which sends the session along; the request is refused whoever is signed in (docs/security.md, "Org to org")'));
     return { ...refused, headers: { ...headers, ...refused.headers } };
   }
   const { user } = session;
