@@ -220,6 +220,33 @@ describe('bounded waiting', () => {
   });
 });
 
+describe('writes to one database are serialized (SPEC 4.8), not refused for waiting behind each other', () => {
+  let p: Product;
+  before(async () => {
+    p = await startProduct({ DB_QUERY_TIMEOUT_MS: '20000', DB_QUEUE_TIMEOUT_MS: '200', DB_QUEUE_TARGET_MS: '50' });
+    await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+  });
+  after(() => p.close());
+
+  test('writes that arrive while a slow write to their database runs wait for it and then commit (they used to get 503 after the queue target)', async () => {
+    const t0 = performance.now();
+    const slow = p.db('web', 'execute', { sql: 'WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 2000000) INSERT INTO t SELECT -i FROM c' })
+      .then((r) => ({ r, ms: performance.now() - t0 }));
+    await pause(30);
+    const followers = await Promise.all([
+      ...[1, 2, 3].map((i) => p.db('web', 'execute', { sql: 'INSERT INTO t VALUES (?)', params: [i] })),
+      p.db('web', 'migrate', { migrations: [{ id: '001', sql: 'CREATE TABLE u(y)' }] }),
+    ]);
+    const first = await slow;
+    assert.equal(first.r.status, 200, first.r.text);
+    assert.ok(first.ms > 400, `premise: the slow write outlasted DB_QUEUE_TIMEOUT_MS (it took ${first.ms.toFixed(0)} ms)`);
+    for (const f of followers) assert.equal(f.status, 200, f.text);
+    const rows = await p.db('web', 'query', { sql: 'SELECT x FROM t WHERE x > 0 ORDER BY x' });
+    assert.deepEqual(rows.json.results[0].rows, [[1], [2], [3]]);
+    assert.equal((await p.db('web', 'query', { sql: 'SELECT count(*) FROM u' })).status, 200, 'the migration ran');
+  });
+});
+
 describe('rate limit per repo', () => {
   let p: Product;
   before(async () => {

@@ -266,6 +266,7 @@ export class ExecutorPool {
       if (lane.queue.length === 0) break;
       const items = this.take(lane);
       if (lane.queue.length === 0) lane.lastEmptyAt = now;
+      const startedAt = performance.now();
       if (items[0]!.op === 'hold') {
         lane.heldSince = performance.now();
         for (const waiting of lane.queue) this.waitBehindHold(lane, waiting);
@@ -274,6 +275,10 @@ export class ExecutorPool {
         lane.lastEmptyAt = performance.now(); // the wait behind a transaction is not overload: DB_QUEUE_TIMEOUT_MS bounds it
       }
       else await this.runGroup(path, lane, items, items.length > 1);
+      // Writes that came while this group ran waited for their database's earlier write, which SPEC 4.8 serializes
+      // them behind (bounded by its time limit), not for an executor: their allowance counts from now.
+      const end = performance.now();
+      for (const it of lane.queue) if (it.at >= startedAt) it.at = end;
     }
     lane.busy = false;
     this.lanes.delete(path);
@@ -310,7 +315,11 @@ export class ExecutorPool {
         items[i]!.resolve({ status: r.s, body, version: r.v });
       });
       // A change no changeset can carry ended the group early: the rest go first in the next one.
-      if (replies.length < items.length) lane.queue.unshift(...items.slice(replies.length));
+      if (replies.length < items.length) {
+        const rest = items.slice(replies.length);
+        for (const it of rest) it.at = performance.now(); // they waited for their own group, not for an executor
+        lane.queue.unshift(...rest);
+      }
     } catch (e) {
       await this.recover(path, lane, items, splittable, token, e, release !== null);
     } finally {
