@@ -5,6 +5,8 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { createHmac } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
+import { gzipSync } from 'node:zlib';
+import { request as undiciRequest } from 'undici';
 import { ROOT_KEY, startProduct, type Product } from './helpers/product.ts';
 
 let p: Product;
@@ -180,6 +182,45 @@ describe('routing, request ids and the error shape (3, 8)', () => {
       assert.equal(r.status, 400, JSON.stringify(b));
       assert.equal(r.json.error.code, 'invalid_request', JSON.stringify(b));
     }
+  });
+
+  test('a body that is not exactly what was meant is refused, never stored altered: invalid UTF-8, a lone surrogate, a Content-Encoding', async () => {
+    const before = (await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' })).json.results[0].rows[0][0];
+    // A lone surrogate (\ud83d without its pair) used to be stored as U+FFFD without a word.
+    for (const raw of ['{"sql":"INSERT INTO t VALUES (?)","params":["a\\ud83d"]}', '{"sql":"INSERT INTO t VALUES (\'\\udc00\')"}', '{"sql":"INSERT INTO t VALUES (1)","\\ud800":1}']) {
+      const r = await p.db('web', 'execute', undefined, { rawBody: raw });
+      assert.equal(r.status, 400, raw);
+      assert.equal(r.json.error.code, 'invalid_request');
+      assert.match(r.json.error.message, /lone UTF-16 surrogate/);
+    }
+    const latin1 = await p.db('web', 'execute', undefined, { rawBody: Buffer.concat([Buffer.from('{"sql":"INSERT INTO t VALUES (?)","params":["caf'), Buffer.from([0xe9]), Buffer.from('"]}')]) });
+    assert.equal(latin1.status, 400);
+    assert.match(latin1.json.error.message, /not valid UTF-8/);
+    // Compressed bytes used to be read as the body itself ("malformed JSON"); now the coding is named, and the import too.
+    const gz = await p.db('web', 'execute', undefined, { rawBody: gzipSync('{"sql":"INSERT INTO t VALUES (1)"}'), headers: { 'content-encoding': 'gzip' } });
+    assert.equal(gz.status, 400);
+    assert.match(gz.json.error.message, /Content-Encoding/);
+    assert.equal(gz.headers['accept-encoding'], 'identity');
+    const imported = await p.call('/web/_db/import?database=gz&mode=create', {
+      method: 'POST', rawBody: gzipSync('CREATE TABLE a(x);'), headers: { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/sql', 'content-encoding': 'gzip' },
+    });
+    assert.equal(imported.status, 400, imported.text);
+    assert.match(imported.json.error.message, /Content-Encoding/);
+    assert.equal((await p.db('web', 'query', { database: 'gz', sql: 'SELECT 1' })).status, 404, 'the import made nothing');
+    assert.deepEqual((await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' })).json.results[0].rows[0][0], before, 'nothing of them was stored');
+    // What is meant goes through: a whole surrogate pair, identity coding, any character as UTF-8.
+    const ok = await p.db('web', 'execute', undefined, { rawBody: '{"sql":"SELECT ?, ?","params":["\\ud83d\\ude00","é"]}', headers: { 'content-encoding': 'identity' } });
+    assert.equal(ok.status, 200, ok.text);
+    assert.deepEqual(ok.json.results[0].rows, [['😀', 'é']]);
+  });
+
+  test('two x-request-id headers are no id: the answer carries a fresh one, not the two joined', async () => {
+    const r = await undiciRequest(`${p.url}/web/_db/status`, {
+      method: 'POST', body: '{}', headers: ['host', 'acme.localhost', 'authorization', `Bearer ${p.secret('acme', 'web')}`, 'content-type', 'application/json', 'x-request-id', 'one', 'x-request-id', 'two'],
+    });
+    await r.body.text();
+    assert.equal(r.statusCode, 200);
+    assert.match(String(r.headers['x-request-id']), /^[0-9a-f-]{36}$/);
   });
 
   test('a body over the limit is 413 payload_too_large', async () => {

@@ -9,6 +9,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { DbRequest, DbResponse } from './contract.ts';
 import { finished } from 'node:stream/promises';
 import { ApiError } from '../shared/errors.ts';
+import { encodedBody } from '../shared/body-budget.ts';
 import { checkDatabase } from '../shared/names.ts';
 
 export interface ImportParams { database: string; mode: 'create' | 'replace'; format: 'sqlite' | 'sql' }
@@ -88,6 +89,8 @@ export async function registerImportRoute(app: FastifyInstance, handle: (req: Fa
       const stream = req.body instanceof Readable ? req.body : Readable.from([]);
       let res: DbResponse;
       try {
+        const encoded = encodedBody(req.raw);
+        if (encoded !== null) throw encoded;
         res = await handle(req, { stream, query: q < 0 ? '' : req.url.slice(q + 1), contentType: req.headers['content-type'] });
       } finally {
         // Refused before the whole body was read: the rest is drained, and the connection ends after the reply.

@@ -68,6 +68,8 @@ export function overBudget(): ApiError {
 export function collectBody(req: IncomingMessage, res: ServerResponse, limit: number, then: (body: Buffer | ApiError) => void): void {
   const refusal = refusedSmall.get(req);
   if (refusal !== undefined) return collectUncounted(req, refusal, then);
+  const encoded = encodedBody(req);
+  if (encoded !== null) return then(encoded);
   let reserved = 0;
   let settled = false;
   const release = () => {
@@ -126,6 +128,16 @@ function collectUncounted(req: IncomingMessage, refusal: ApiError, then: (body: 
     if (!settled) then(Buffer.concat(chunks, size));
   });
   req.on('error', () => {});
+}
+
+/**
+ * A body sent with a Content-Encoding (gzip, br, ...) is refused, unread: it would otherwise be taken as the
+ * compressed bytes themselves (a JSON body as malformed, an import as garbage). Decoding is a front proxy's job.
+ */
+export function encodedBody(req: IncomingMessage): ApiError | null {
+  const coding = req.headers['content-encoding'];
+  if (coding === undefined || /^\s*(identity)?\s*$/i.test(coding)) return null;
+  return new ApiError('invalid_request', 'the request body has a Content-Encoding this server does not decode: send it uncompressed (identity)', undefined, { 'accept-encoding': 'identity', connection: 'close' });
 }
 
 function tooLarge(): ApiError {

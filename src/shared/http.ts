@@ -1,4 +1,5 @@
 // The Fastify foundation every listener shares: request ids, raw bodies, and SPEC 3's error shape for every failure.
+import { isUtf8 } from 'node:buffer';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { sendErrorPage, wantsHtml } from './html-page.ts';
@@ -143,15 +144,40 @@ export function sendError(reply: FastifyReply, err: ApiError): FastifyReply {
 /** Parses a JSON request body into a plain object, or throws invalid_request. */
 export function parseJsonObject(body: unknown): Record<string, unknown> {
   if (!Buffer.isBuffer(body) || body.length === 0) throw new ApiError('invalid_request', 'the request body must be a JSON object');
+  // Not valid UTF-8: decoding would put U+FFFD in place of what the caller sent, and store that silently.
+  if (!isUtf8(body)) throw new ApiError('invalid_request', 'the request body is not valid UTF-8');
+  const text = body.toString('utf8');
   let value: unknown;
   try {
-    value = JSON.parse(body.toString('utf8'));
+    value = JSON.parse(text);
   } catch {
     throw malformedJson();
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new ApiError('invalid_request', 'the request body must be a JSON object');
   if (tooDeep(value)) throw new ApiError('invalid_request', `the JSON body nests deeper than ${MAX_JSON_DEPTH} levels`);
+  if (SURROGATE_ESCAPE.test(text) && hasLoneSurrogate(value)) {
+    throw new ApiError('invalid_request', 'a string in the JSON body holds a lone UTF-16 surrogate (a \\uD800–\\uDFFF escape without its pair): it is no character, and UTF-8 cannot store it; send the whole character');
+  }
   return value as Record<string, unknown>;
+}
+
+/** Only a \\u escape can make a lone surrogate (valid UTF-8 cannot): the walk below runs only when one is there. */
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
+
+function hasLoneSurrogate(root: object): boolean {
+  const stack: unknown[] = [root];
+  while (stack.length > 0) {
+    const value = stack.pop();
+    if (typeof value === 'string') {
+      if (!value.isWellFormed()) return true;
+    } else if (typeof value === 'object' && value !== null) {
+      for (const [key, child] of Array.isArray(value) ? value.entries() : Object.entries(value)) {
+        if (typeof key === 'string' && !key.isWellFormed()) return true;
+        stack.push(child);
+      }
+    }
+  }
+  return false;
 }
 
 /** How deep a request's JSON may nest: deeper values would overflow the stack of whatever walks them later. */
