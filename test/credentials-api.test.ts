@@ -170,6 +170,16 @@ describe('the runtime with the repo secret', () => {
     assert.equal(r.status, 404);
   });
 
+  test('a user id nobody signed in with is 404, and nothing is stored for it (it used to be 201: a credential no one could ever see)', async () => {
+    const r = await asRuntime('PUT', '/credentials/slack/bot', `${alice.userId}x`, { value: 'typo' });
+    assert.equal(r.status, 404, r.text);
+    assert.equal(r.json.error.code, 'not_found');
+    assert.match(r.json.error.message, /no user with this id/);
+    assert.equal((await asRuntime('GET', '/credentials/slack/bot', `${alice.userId}x`)).status, 404, 'nothing stored');
+    assert.equal((await asRuntime('PUT', '/credentials/slack/typo', alice.userId, { value: 'v' })).status, 201, 'a known user still works');
+    assert.equal((await asRuntime('DELETE', '/credentials/slack/typo', alice.userId)).status, 204);
+  });
+
   test('missing, wrong, other repo\'s and other org\'s secrets: 401 with WWW-Authenticate', async () => {
     await asRuntime('PUT', '/credentials/slack/bot', alice.userId, { value: 'v' });
     const cases: [string, Record<string, string>][] = [

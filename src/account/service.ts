@@ -80,7 +80,7 @@ export async function createAccountService(opts: AccountServiceOptions): Promise
     await app.register(async (child) => signInRoutes(child, { providers, store, sessions, limiter }));
     await app.register(async (child) => sessionRoutes(child, { sessions }));
     await app.register(async (child) => pageRoutes(child, { sessions }));
-    await app.register(credentialsPlugin, { resolveSession: sessions.resolve, config, logger });
+    await app.register(credentialsPlugin, { resolveSession: sessions.resolve, config, logger, knownUser: (id) => store.hasUser(id) });
   };
 
   return {

@@ -59,6 +59,7 @@ export class AccountStore {
     this.db.exec(SCHEMA);
     this.q = {
       findUser: this.db.prepare('SELECT id FROM users WHERE provider = ? AND subject = ?'),
+      hasUser: this.db.prepare('SELECT 1 FROM users WHERE id = ?'),
       insertUser: this.db.prepare('INSERT INTO users (id, provider, subject, name, email, login, avatar_url, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)'),
       updateUser: this.db.prepare('UPDATE users SET name = ?, email = ?, login = ?, avatar_url = ?, updated_at = ? WHERE id = ?'),
       insertSession: this.db.prepare('INSERT INTO sessions (token_hash, id, org, user_id, created_at, expires_at, renewed_at) VALUES (?, ?, ?, ?, ?, ?, ?)'),
@@ -90,6 +91,11 @@ export class AccountStore {
   }
 
   /** Returns the new session's token (for the cookie only: it is never stored or logged). */
+  /** Whether a user with this id ever signed in (ids are made here, at a first sign-in). */
+  hasUser(id: string): boolean {
+    return this.q.hasUser!.get(id) !== undefined;
+  }
+
   createSession(org: string, userId: string, ttlMs: number, now = Date.now()): { token: string; id: string; expiresAt: number } {
     const token = newToken();
     const id = newId('ses');

@@ -7,7 +7,13 @@ import { registerRoutes } from './routes.ts';
 import { renderSection } from './section.ts';
 import { CredentialStore } from './store.ts';
 
-export interface CredentialsOptions { resolveSession: SessionResolver; config: Config; logger: Logger }
+export interface CredentialsOptions {
+  resolveSession: SessionResolver;
+  config: Config;
+  logger: Logger;
+  /** Whether a user id is one of the account store's (the runtime may store credentials only for those). */
+  knownUser(id: string): boolean;
+}
 
 // credentialsSection only gets the request, so it finds the store of the Fastify context it was registered in:
 // the plugin records its store on its parent (the account plugin) and the request's context is walked upwards.
@@ -25,7 +31,7 @@ export const credentialsPlugin: FastifyPluginAsync<CredentialsOptions> = async (
     openStores.delete(store);
     store.close();
   });
-  registerRoutes(app, { store, config: opts.config, resolveSession: opts.resolveSession });
+  registerRoutes(app, { store, config: opts.config, resolveSession: opts.resolveSession, knownUser: opts.knownUser });
   opts.logger.debug({ keyId: store.sealer.currentKeyId }, 'credential store open');
 };
 

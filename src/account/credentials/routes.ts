@@ -20,6 +20,7 @@ interface Deps {
   store: CredentialStore;
   config: Config;
   resolveSession: SessionResolver;
+  knownUser(id: string): boolean;
 }
 
 /** Who is calling: the runtime (Bearer secret of this repo, acting for ?user=) or a user with a session. */
@@ -173,6 +174,8 @@ export function registerRoutes(app: FastifyInstance, deps: Deps): void {
     const { repo, plugin, name } = target(req);
     const c = callers.get(req)!;
     const { value, expiresAt } = parsePutBody(parseJsonObject(req.body));
+    // A typo in ?user= would otherwise store a credential nobody can ever list, replace or delete from the page.
+    if (c.kind === 'runtime' && !deps.knownUser(c.user)) throw new ApiError('not_found', 'no user with this id (?user=) has signed in: a credential is stored for a user the account service knows');
     const out = put(req, deps, { org: req.org, repo, user: c.user, plugin, name }, value, expiresAt, actor(req, c));
     return reply.code(out.created ? 201 : 200).send(out.meta);
   });
