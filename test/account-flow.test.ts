@@ -84,6 +84,18 @@ describe('sign-in with the development provider', () => {
     }
   });
 
+  test('two session cookies: the first counts, as a browser sends the most specific first (docs/security.md)', async () => {
+    const { browser } = await signIn(p, { email: 'twice@example.com' });
+    const valid = browser.cookies(new URL(origin()).host).get('session');
+    assert.ok(valid, 'premise: a session cookie');
+    const bogus = 'B'.repeat(43);
+    const first = await p.call('/web/_account/verify', { headers: { cookie: `session=${valid}; session=${bogus}` } });
+    assert.equal(first.status, 200);
+    assert.equal(first.json.user.email, 'twice@example.com');
+    const second = await p.call('/web/_account/verify', { headers: { cookie: `session=${bogus}; session=${valid}` } });
+    assert.equal(second.status, 401, 'a planted cookie sent first is not skipped over to find a valid one');
+  });
+
   test('verify answers JSON even to a navigation: forward-auth subrequests carry the browser\'s own headers', async () => {
     const navigation = { accept: 'text/html,application/xhtml+xml', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' };
     const r = await p.call('/web/_account/verify', { headers: navigation });
