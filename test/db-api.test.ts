@@ -356,6 +356,29 @@ describe('migrations as drizzle-kit and wrangler write them (SPEC 4.6, issue 10)
     assert.equal(orphan.status, 409, 'with foreign keys off every key is still checked before COMMIT');
   });
 
+  test('a DEFERRABLE INITIALLY DEFERRED foreign key broken by one write fails that write alone, not the writes committed with it (it used to fail the whole group commit)', async () => {
+    const db = 'deferred';
+    assert.equal((await q.db('web', 'execute', { database: db, statements: [{ sql: 'CREATE TABLE a(id INTEGER PRIMARY KEY)' }, { sql: 'CREATE TABLE b(id INTEGER PRIMARY KEY, a INTEGER REFERENCES a(id) DEFERRABLE INITIALLY DEFERRED)' }, { sql: 'CREATE TABLE c(x)' }] })).status, 200);
+    // A slow write holds the database's lane, so the writes sent meanwhile commit together, as one group.
+    const slow = q.db('web', 'execute', { database: db, sql: 'WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 200000) INSERT INTO c SELECT i FROM r' });
+    await new Promise((r) => setTimeout(r, 30));
+    const [before, broken, after] = await Promise.all([
+      q.db('web', 'execute', { database: db, sql: 'INSERT INTO c VALUES (-1)' }),
+      q.db('web', 'execute', { database: db, statements: [{ sql: 'INSERT INTO a VALUES (1)' }, { sql: 'INSERT INTO b VALUES (1, 99)' }] }),
+      q.db('web', 'execute', { database: db, sql: 'INSERT INTO c VALUES (-2)' }),
+    ]);
+    assert.equal((await slow).status, 200);
+    assert.equal(before!.status, 200, before!.text);
+    assert.equal(after!.status, 200, after!.text);
+    assert.equal(broken!.status, 409, broken!.text);
+    assert.equal(broken!.json.error.code, 'constraint_violation');
+    assert.equal(broken!.json.error.details.sqliteCode, 'SQLITE_CONSTRAINT_FOREIGNKEY');
+    assert.equal(broken!.json.error.details.statement, 1, 'checked when the request ended: its last statement is named');
+    assert.match(broken!.json.error.message, /deferred foreign key/);
+    const rows = await q.db('web', 'query', { database: db, sql: 'SELECT (SELECT group_concat(x) FROM (SELECT x FROM c WHERE x < 0 ORDER BY x)), (SELECT count(*) FROM a), (SELECT count(*) FROM b)' });
+    assert.deepEqual(rows.json.results[0].rows[0], ['-2,-1', 0, 0], 'its neighbours committed; nothing of it stayed');
+  });
+
   test('a migration that leaves a broken foreign key fails at its end, and a dry run fails exactly where the real run would', async () => {
     const breaking = { id: '0002_break', sql: 'PRAGMA foreign_keys=OFF;\nDELETE FROM authors;\nPRAGMA foreign_keys=ON;' };
     const all = [init, rebuild, breaking];

@@ -26,8 +26,10 @@ export function mapSqliteError(e: unknown, denied: ExecError | null): ExecError 
   const err = e as { code?: string; errcode?: number; message?: string };
   const message = String(err.message ?? 'unknown error').slice(0, 500);
   if (err.code !== 'ERR_SQLITE_ERROR' || typeof err.errcode !== 'number') {
-    // node:sqlite argument errors (bad bind, unknown named parameter) are the caller's.
-    return { code: 'sql_error', message };
+    // node:sqlite argument errors (bad bind, unknown named parameter) are the caller's; anything else is a bug of
+    // ours, never to be passed off as the caller's SQL (nor its message shown: it may quote anything).
+    if (typeof err.code === 'string' && err.code.startsWith('ERR_')) return { code: 'sql_error', message };
+    return { code: 'internal', message: `internal error in the executor (${(e as Error | null)?.constructor?.name ?? typeof e})` };
   }
   const sqliteCode = sqliteCodeName(err.errcode);
   const details = { sqliteCode };

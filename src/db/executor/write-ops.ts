@@ -6,6 +6,7 @@ import type { DbHandle } from './handles.ts';
 import { assertSchemaClean } from '../sandbox.ts';
 import { ResultBudget, runWrite, type RowShape, type StatementSpec } from './statements.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
+import { ApiError } from '../../shared/errors.ts';
 import { KEEP_EVENTS, KEEP_MS } from './schema.ts';
 import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from '../schema-fingerprint.ts';
 import { deferForeignKeys, endDeferral, turnsForeignKeysOff, withForeignKeysOff } from './foreign-keys.ts';
@@ -208,9 +209,16 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, fo
   } catch (e) {
     // COMMIT itself failed (disk full, I/O): nothing of the group is on disk, so no request may report success.
     if (h.db.isTransaction) h.internal('ROLLBACK').run();
-    return bodies.map(() => failure(e, null));
+    if (!isForeignKeyFailure(e)) return bodies.map(() => failure(e, null));
+    // A DEFERRABLE INITIALLY DEFERRED foreign key is checked at COMMIT, for the whole group: each request runs again
+    // alone, so the one that broke it fails and its neighbours (other callers' writes) commit.
+    if (bodies.length > 1) return bodies.flatMap((b) => runGroup(h, [b], groupCtx, foreignKeysOff));
+    const statements = bodies[0]!.statements?.length ?? 1;
+    return [failure(new ApiError('constraint_violation', 'FOREIGN KEY constraint failed when the request committed: a deferred foreign key (DEFERRABLE INITIALLY DEFERRED) is checked at the end, and a row this request wrote or left refers to a missing row; nothing of it was applied', { sqliteCode: 'SQLITE_CONSTRAINT_FOREIGNKEY', atCommit: true }), null, statements - 1)];
   }
 }
+
+const isForeignKeyFailure = (e: unknown): boolean => (e as { errcode?: unknown } | null)?.errcode === 787; // SQLITE_CONSTRAINT_FOREIGNKEY
 
 const checksum = (sql: string) => createHash('sha256').update(sql, 'utf8').digest('hex');
 
