@@ -160,6 +160,75 @@ describe('import: schemas', () => {
   });
 });
 
+describe('import: a crafted file runs nothing outside the sandbox (attack round, 2026-11-26)', () => {
+  let p: Product;
+  let dir: string;
+  before(async () => {
+    p = await startProduct();
+    dir = tempDir('scopebase-import-crafted-');
+    assert.equal((await p.db('app', 'execute', { sql: 'CREATE TABLE secrets(k)' }, { org: 'victim' })).status, 200);
+    assert.equal((await p.db('app', 'execute', { sql: "INSERT INTO secrets VALUES ('victim-secret')" }, { org: 'victim' })).status, 200);
+  });
+  after(async () => {
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** A sound file whose table t's schema text is `sql` (and its tbl_name `tbl`): SQLite loads it, integrity_check says ok. */
+  function crafted(sql: string, tbl = 't', setup = 'CREATE TABLE t(a); INSERT INTO t VALUES (1)', name = 't'): Buffer {
+    const path = join(dir, `crafted-${Math.random().toString(36).slice(2)}.sqlite`);
+    const db = new DatabaseSync(path);
+    db.exec(`PRAGMA journal_mode=DELETE; ${setup}`);
+    db.enableDefensive(false);
+    db.exec('PRAGMA writable_schema=ON');
+    db.prepare('UPDATE sqlite_schema SET sql = ?, tbl_name = ? WHERE name = ?').run(sql, tbl, name);
+    db.exec('PRAGMA writable_schema=OFF');
+    db.close();
+    return readFileSync(path);
+  }
+
+  test('SQL after an object\'s CREATE statement (leave the transaction, swap the attached file for another org\'s, the account store) is refused, and none of it runs', async () => {
+    const victim = join(p.dataDir, 'db', 'victim', 'app', 'main.sqlite');
+    const accounts = join(p.dataDir, 'accounts.sqlite');
+    const files = [
+      crafted('CREATE TABLE t(a); CREATE TABLE leak AS SELECT * FROM pragma_database_list'),
+      crafted(`CREATE TABLE t(a); COMMIT; DETACH src; ATTACH '${victim}' AS src; CREATE TABLE stolen AS SELECT * FROM src.secrets; UPDATE src.secrets SET k = 'overwritten'; DETACH src; ATTACH '${accounts}' AS src; CREATE TABLE users AS SELECT * FROM src.users; BEGIN`),
+      crafted('CREATE TABLE t(a) -- a comment;\n; CREATE TABLE leak(x)'),
+    ];
+    for (const bytes of files) {
+      for (const query of ['database=main&mode=replace', 'database=fresh']) {
+        const r = await upload(p, 'x', query, bytes);
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.json.error.code, 'not_allowed');
+        assert.match(r.json.error.message, /more SQL after its CREATE statement/);
+      }
+    }
+    assert.equal((await p.db('x', 'query', { sql: 'SELECT 1' })).status, 404, 'nothing was made');
+    assert.equal((await p.db('x', 'query', { database: 'fresh', sql: 'SELECT 1' })).status, 404);
+    assert.deepEqual((await p.db('app', 'query', { sql: 'SELECT k FROM secrets' }, { org: 'victim' })).json.results[0].rows, [['victim-secret']], 'the other org\'s data is as it was');
+  });
+
+  test('an object on an internal table (by its tbl_name), a virtual table whose name hides its module, a table made from a query: refused or made under the sandbox', async () => {
+    const onInternal = crafted('CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT 1; END', '_scopebase_meta', 'CREATE TABLE t(a); CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT 1; END', 'tr');
+    let r = await upload(p, 'y', 'database=a', onInternal);
+    assert.equal(r.status, 400, r.text); // SQLite itself finds such a schema malformed; the import checks tbl_name too
+    // `.+? USING` once stopped at the USING inside the quoted name, and took this for an fts5 table.
+    const vt = join(dir, 'vt.sqlite');
+    const v = new DatabaseSync(vt);
+    v.exec('PRAGMA journal_mode=DELETE; CREATE TABLE t(a); CREATE VIRTUAL TABLE "v USING fts5 x" USING dbstat');
+    v.close();
+    r = await upload(p, 'y', 'database=b', readFileSync(vt));
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.code, 'not_allowed');
+    assert.match(r.json.error.message, /module dbstat/);
+    // A schema row may read as CREATE TABLE … AS SELECT: made as the repo's own SQL, under its sandbox.
+    r = await upload(p, 'y', 'database=c', crafted('CREATE TABLE t AS SELECT * FROM pragma_database_list'));
+    assert.notEqual(r.status, 200, 'no table of the server\'s file paths');
+    assert.ok(r.status < 500, r.text);
+    for (const database of ['a', 'b', 'c']) assert.equal((await p.db('y', 'query', { database, sql: 'SELECT 1' })).status, 404, database);
+  });
+});
+
 test('an import that fails on the server is logged naming its own database file, not main.sqlite', async () => {
   const dataDir = tempDir('scopebase-import-log-');
   const damaged = join(dataDir, 'db', 'acme', 'web', 'h1.sqlite');

@@ -6,9 +6,10 @@ import { openSqlite } from '../../shared/sqlite-open.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { Archiver, historyDirOf } from '../history/archive.ts';
 import { committedAtOf, index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
-import { assertNoInternalReference, INTERNAL_PREFIX, VTABLE_MODULES } from '../sandbox.ts';
+import { assertNoInternalReference, INTERNAL_PREFIX } from '../sandbox.ts';
+import { hasSecondStatement } from '../statement-end.ts';
 import type { DbHandle, ExecutorLimits } from './handles.ts';
-import { replaceContent, userTables, withSource } from './install.ts';
+import { oneStatementOnly, replaceContent, userTables, withSource } from './install.ts';
 import { loadSql } from './load-sql.ts';
 import { failure, type Reply } from './reply.ts';
 import { recordChange, type GroupContext } from './write-ops.ts';
@@ -144,10 +145,12 @@ function checkImport(source: string): void {
     if (check.length !== 1 || check[0]!.integrity_check !== 'ok') {
       throw new ApiError('invalid_request', `the file fails SQLite's integrity check: ${check.map((r) => r.integrity_check).join('; ').slice(0, 300)}`);
     }
-    for (const o of db.prepare('SELECT type, name, sql FROM sqlite_schema').all() as { type: string; name: string; sql: string | null }[]) {
-      if (o.name.toLowerCase().startsWith(INTERNAL_PREFIX)) throw new ApiError('not_allowed', `the file holds ${o.type} ${o.name}: the ${INTERNAL_PREFIX}* names are reserved`);
-      const module = /^CREATE\s+VIRTUAL\s+TABLE\s+.+?\s+USING\s+([A-Za-z0-9_]+)/is.exec(o.sql ?? '')?.[1]?.toLowerCase();
-      if (module !== undefined && !VTABLE_MODULES.has(module)) throw new ApiError('not_allowed', `virtual table ${o.name} uses module ${module}; allowed: ${[...VTABLE_MODULES].join(', ')}`);
+    for (const o of db.prepare('SELECT type, name, tbl_name, sql FROM sqlite_schema').all() as { type: string; name: string; tbl_name: string; sql: string | null }[]) {
+      for (const name of [o.name, o.tbl_name]) {
+        if (name.toLowerCase().startsWith(INTERNAL_PREFIX)) throw new ApiError('not_allowed', `the file holds ${o.type} ${o.name}${name === o.name ? '' : ` on ${name}`}: the ${INTERNAL_PREFIX}* names are reserved`);
+      }
+      if (o.sql !== null && hasSecondStatement(o.sql)) throw oneStatementOnly();
+      // Virtual tables' modules are checked where they are made, by the sandbox (install.ts): SQLite names the module.
       if (o.type === 'view') {
         try {
           db.prepare(`SELECT * FROM "${o.name.replaceAll('"', '""')}" LIMIT 0`); // a view's functions are checked when it is used

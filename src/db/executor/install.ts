@@ -3,7 +3,9 @@
 // through the log that history keeps, and bumps the version once. Rows keep their rowids; the change log is kept.
 import type { DatabaseSync } from 'node:sqlite';
 import type { DbHandle } from './handles.ts';
-import { INTERNAL_PREFIX } from '../sandbox.ts';
+import { assertSchemaClean, INTERNAL_PREFIX } from '../sandbox.ts';
+import { hasSecondStatement } from '../statement-end.ts';
+import { ApiError } from '../../shared/errors.ts';
 
 const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
@@ -35,14 +37,43 @@ export function withSource<T>(h: DbHandle, source: string, fn: () => T): T {
   }
 }
 
-/** Copies user content (and the applied-migrations list) of attached `src` over the database's, in the open transaction. */
+/**
+ * Copies user content (and the applied-migrations list) of attached `src` over the database's, in the open
+ * transaction. The file's schema is text from its sender: each object is created as the repo's own SQL would be,
+ * under the sandbox's write mode (SPEC 4.8), and the schema is checked after.
+ */
 export function replaceContent(h: DbHandle): { tables: string[] } {
   h.sandbox.mode = 'internal';
-  return copyContent(h.db, true);
+  const tables = copyContent(h.db, true, (sql) => {
+    try {
+      h.prepare(sql, 'write').stmt.run();
+    } catch (e) {
+      const denied = h.sandbox.denied; // read now: the rollback's own statements clear it
+      throw denied === null ? e : new ApiError(denied.code, denied.message, denied.details);
+    } finally {
+      h.sandbox.mode = 'internal';
+    }
+  });
+  assertSchemaClean(h.db);
+  return tables;
 }
 
-/** Replaces main's user objects and rows with attached `src`'s (and, with `migrations`, the applied list). */
-export function copyContent(db: DatabaseSync, migrations: boolean): { tables: string[] } {
+/**
+ * Runs one object's CREATE statement from a schema. Only that statement: SQLite loads a schema row whose text goes on
+ * after it (`CREATE TABLE t(a); ATTACH …`), and running the rest would run whatever a crafted file put there.
+ */
+export function createOnly(db: DatabaseSync, sql: string): void {
+  if (hasSecondStatement(sql)) throw oneStatementOnly();
+  db.prepare(sql).run();
+}
+
+export const oneStatementOnly = () => new ApiError('not_allowed', 'an object of the file\'s schema has more SQL after its CREATE statement (a crafted file): a schema entry is one statement');
+
+/**
+ * Replaces main's user objects and rows with attached `src`'s (and, with `migrations`, the applied list); `create`
+ * makes each object from its schema text.
+ */
+export function copyContent(db: DatabaseSync, migrations: boolean, create: (sql: string) => void = (sql) => createOnly(db, sql)): { tables: string[] } {
   const run = (sql: string, ...args: (string | number)[]) => db.prepare(sql).run(...args);
   const all = <T>(sql: string) => db.prepare(sql).all() as T[];
   const touched = new Set(userTables(db, 'main'));
@@ -57,11 +88,11 @@ export function copyContent(db: DatabaseSync, migrations: boolean): { tables: st
     // In with the new, in creation order: virtual tables first (they make their shadow tables), then tables.
     const objs = all<SchemaRow>('SELECT type, name, tbl_name, sql FROM src.sqlite_schema WHERE sql IS NOT NULL ORDER BY rowid').filter((o) => isUser(o.name));
     const virtual = (o: SchemaRow) => o.type === 'table' && /^CREATE\s+VIRTUAL/i.test(o.sql!);
-    for (const o of objs) if (virtual(o)) db.exec(o.sql!);
+    for (const o of objs) if (virtual(o)) create(o.sql!);
     for (const o of objs) {
       if (o.type !== 'table' || virtual(o)) continue;
       const exists = all(`SELECT 1 FROM main.sqlite_schema WHERE type = 'table' AND name = '${o.name.replaceAll("'", "''")}'`).length > 0;
-      if (!exists) db.exec(o.sql!);
+      if (!exists) create(o.sql!);
       else run(`DELETE FROM main.${q(o.name)}`); // a shadow table its virtual table just made
       copyRows(db, o.name);
     }
@@ -72,7 +103,7 @@ export function copyContent(db: DatabaseSync, migrations: boolean): { tables: st
       run('DELETE FROM main.sqlite_sequence');
       run('INSERT INTO main.sqlite_sequence SELECT * FROM src.sqlite_sequence');
     }
-    for (const o of objs) if (o.type === 'index' || o.type === 'trigger' || o.type === 'view') db.exec(o.sql!);
+    for (const o of objs) if (o.type === 'index' || o.type === 'trigger' || o.type === 'view') create(o.sql!);
     if (migrations) {
       run('DELETE FROM main._scopebase_migrations');
       if (all("SELECT 1 FROM src.sqlite_schema WHERE name = '_scopebase_migrations'").length) run('INSERT INTO main._scopebase_migrations SELECT * FROM src._scopebase_migrations');
