@@ -162,7 +162,7 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.equal((await pipeline({ baton: null, requests: [] }, '/web/_db/Bad/v2/pipeline')).json.error.code, 'invalid_name');
   });
 
-  test(`interactive transactions are bounded: ${MAX_TRANSACTIONS_PER_REPO} per repo and DB_MAX_TRANSACTIONS in all; a full server refuses BEGIN, nothing else`, async () => {
+  test(`interactive transactions are bounded: ${MAX_TRANSACTIONS_PER_REPO} per repo and DB_MAX_TRANSACTIONS in all; a full server makes room from the busiest repo, or refuses BEGIN, nothing else`, async () => {
     const q = await startProduct({ DB_MAX_TRANSACTIONS: String(MAX_TRANSACTIONS_PER_REPO + 2) });
     try {
       const send = async (repo: string, db: string, baton: string | null, sql: string) => {
@@ -183,12 +183,19 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
       assert.equal(outside.result.type, 'ok', `statements outside a transaction still run: ${JSON.stringify(outside.result)}`);
       assert.equal((await send('quiet', 'x', null, 'BEGIN')).result.type, 'ok', 'another repo still begins');
       assert.equal((await send('quiet', 'y', null, 'BEGIN')).result.type, 'ok');
-      const full = await send('third', 'z', null, 'BEGIN');
-      assert.match(full.result.error?.message ?? '', /DB_MAX_TRANSACTIONS \(34\) interactive transactions open/, 'the server is full');
+      // The server is full; a repo holding fewer than the busiest takes the place of its least recently used
+      // transaction (it used to be refused: one org's repos at their cap kept every other org from BEGIN).
+      assert.equal((await send('third', 'z', null, 'BEGIN')).result.type, 'ok', 'a third repo still begins');
+      const evicted = await q.call(`/busy/_db/${open[0]!.db}/v2/pipeline`, { body: { baton: open[0]!.baton, requests: [] }, headers: { authorization: `Bearer ${q.secret('acme', 'busy')}` } });
+      assert.equal(evicted.status, 400, 'the busiest repo\'s least recently used transaction was rolled back, its stream closed');
+      assert.match(evicted.json.error.message, /unknown baton/);
+      open.shift();
+      const full = await send('busy', 'one-more', null, 'BEGIN');
+      assert.match(full.result.error?.message ?? '', /DB_MAX_TRANSACTIONS \(34\) interactive transactions open/, 'the busiest repo itself is refused: the server is full');
       // Ending one frees its place.
-      const first = open.shift()!;
-      assert.equal((await send('busy', first.db, first.baton, 'ROLLBACK')).result.type, 'ok');
-      assert.equal((await send('third', 'z', null, 'BEGIN')).result.type, 'ok');
+      const next = open.shift()!;
+      assert.equal((await send('busy', next.db, next.baton, 'ROLLBACK')).result.type, 'ok');
+      assert.equal((await send('busy', 'one-more', null, 'BEGIN')).result.type, 'ok');
     } finally {
       await q.close();
     }

@@ -43,6 +43,7 @@ export class Hrana {
   constructor(limits: HranaLimits) {
     this.streams = new Streams(limits.streamIdleMs, limits.maxStreams, new SqlBudget(limits.storedSqlMaxBytesPerRepo, limits.storedSqlMaxBytes));
     this.transactions = new TxQuota(limits.maxTransactions);
+    this.transactions.makeRoom = (repo) => this.streams.freeTransaction(repo, limits.maxTransactions);
   }
 
   /** One pipeline request: its stream (by baton), every request run in order, and the next baton. */

@@ -209,6 +209,17 @@ export class Streams {
     return baton;
   }
 
+  /** DB_MAX_TRANSACTIONS is full (TxQuota.makeRoom): `repo`'s least recently used stream holding a transaction is closed. */
+  freeTransaction(repo: string, max: number): boolean {
+    for (const [baton, s] of this.open) {
+      if (s.repo === repo && s.tx !== null) {
+        this.drop(baton, s, `the server had DB_MAX_TRANSACTIONS (${max}) interactive transactions open, its repo the most, and it was that repo's least recently used: it was rolled back`);
+        return true;
+      }
+    }
+    return false; // all of them are in requests running now
+  }
+
   private dropOldest(repo: string, why: string): void {
     for (const [baton, s] of this.open) {
       if (s.repo === repo) {

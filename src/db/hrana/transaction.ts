@@ -12,12 +12,17 @@ export const MAX_TRANSACTIONS_PER_REPO = 32;
 
 /**
  * Interactive transactions open at once: each holds its database's write lane and a connection of its own in an
- * executor process, so they are bounded per repo and in all; past either, BEGIN gets 503 with Retry-After.
+ * executor process, so they are bounded per repo and in all; past either, BEGIN gets 503 with Retry-After. When
+ * all are taken, a repo holding fewer than the busiest one gets the place of the busiest one's least recently used
+ * idle transaction (rolled back, its stream closed), as DB_MAX_STREAMS does: a few repos, or one org's many, at
+ * their own cap cannot keep every other repo's clients from opening one.
  */
 export class TxQuota {
   private readonly perRepo = new Map<string, number>();
   private all = 0;
   private readonly max: number;
+  /** Rolls back `repo`'s least recently used idle transaction and closes its stream; false if it has none idle. */
+  makeRoom: ((repo: string) => boolean) | null = null;
 
   constructor(max: number) {
     this.max = max;
@@ -26,6 +31,11 @@ export class TxQuota {
   /** A place for one more transaction of `repo`; the function returned gives it back (once, however often called). */
   take(repo: string): () => void {
     const mine = this.perRepo.get(repo) ?? 0;
+    if (this.all >= this.max && mine < MAX_TRANSACTIONS_PER_REPO) {
+      let busiest: string | undefined;
+      for (const [r, n] of this.perRepo) if (busiest === undefined || n > this.perRepo.get(busiest)!) busiest = r;
+      if (busiest !== undefined && busiest !== repo && this.perRepo.get(busiest)! > mine + 1) this.makeRoom?.(busiest);
+    }
     const full = mine >= MAX_TRANSACTIONS_PER_REPO ? `this repo has ${MAX_TRANSACTIONS_PER_REPO} interactive transactions open` : this.all >= this.max ? `the server has DB_MAX_TRANSACTIONS (${this.max}) interactive transactions open` : null;
     if (full) throw new ApiError('unavailable', `${full}; commit or roll one back, or retry`, { committed: false }, { 'retry-after': '1' });
     this.perRepo.set(repo, mine + 1);
@@ -93,6 +103,7 @@ export class StreamTx {
   /** Ends it without waiting (a stream closed, expired or the service stopping): rolled back, the lane let go. */
   abandon(why: string): void {
     if (this.ended) return;
+    this.giveBack(); // its place goes now (TxQuota.makeRoom); the lane, once the rollback ran
     void this.hold.run({ op: 'tx.rollback', tx: this.id }).catch(() => undefined).finally(() => this.finish(why));
     this.ended = why;
   }
