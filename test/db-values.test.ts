@@ -40,6 +40,17 @@ describe('values (4.2)', () => {
     assert.deepEqual(real.json.results[0].rows, [['real']], 'past the 64-bit range a number can only be a REAL');
   });
 
+  test('a number past the range of a double (1e400 parses as Infinity) is refused: stored, it would read back as null', async () => {
+    for (const raw of ['1e400', '-1e400']) {
+      const r = await p.db('web', 'execute', undefined, { rawBody: `{"database":"values","sql":"SELECT ?","params":[${raw}]}` });
+      assert.equal(r.status, 400, `${raw}: ${r.text}`);
+      assert.match(r.json.error.message, /params\[0\].*Infinity/);
+    }
+    const hrana = await p.call('/web/_db/values/v2/pipeline', { rawBody: '{"baton":null,"requests":[{"type":"execute","stmt":{"sql":"SELECT ?","args":[{"type":"float","value":1e400}]}}]}', headers: { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/json' } });
+    assert.equal(hrana.json.results[0].type, 'error', hrana.text);
+    assert.match(hrana.json.results[0].error.message, /Infinity/);
+  });
+
   test('named parameters with :name, @name and $name are keyed by the bare name', async () => {
     const r = await p.db('web', 'execute', { database: 'values', sql: 'SELECT :a AS a, @b AS b, $c AS c', params: { a: 1, b: 'x', c: null } });
     assert.equal(r.status, 200, r.text);

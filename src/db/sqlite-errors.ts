@@ -38,7 +38,7 @@ export function mapSqliteError(e: unknown, denied: ExecError | null): ExecError 
   switch (err.errcode & 0xff) {
     case 19: return { code: 'constraint_violation', message, details };
     case 23: return denied ?? { code: 'not_allowed', message: 'the sandbox refused this statement', details };
-    case 13: return { code: 'quota_exceeded', message: 'the database is at its size limit (DB_MAX_SIZE_BYTES), or the server\'s disk is full', details };
+    case 13: return { code: 'quota_exceeded', message: 'the database is at its size limit (DB_MAX_SIZE_BYTES), or the server\'s disk is full, or an AUTOINCREMENT table\'s counter (sqlite_sequence) is at its largest value, 9223372036854775807', details };
     case 18: return { code: 'quota_exceeded', message: 'a string, blob or row is over the length limit (DB_MAX_VALUE_BYTES bounds each string or blob, and each row\'s values together)', details };
     case 5: case 6: return { code: 'unavailable', message: 'the database is busy, retry', details };
     case 7: return { code: 'unavailable', message: 'out of memory', details };

@@ -19,6 +19,7 @@ export function decodeValue(v: unknown, where: string, reals = false): SqlValue 
     case 'string': return v;
     case 'number':
       if (Number.isSafeInteger(v)) return BigInt(v);
+      if (!Number.isFinite(v)) throw notFinite(where);
       // JSON.parse has already rounded such an integer (9007199254740993 arrives as …992): refuse it, never store it wrong.
       if (Number.isInteger(v) && Math.abs(v) <= 2 ** 63) throw new ApiError('invalid_request', `${where}: the integer ${v} is past ±(2^53−1), where a JSON number loses digits; send {"$bigint": "<decimal>"}`);
       return v;
@@ -33,7 +34,7 @@ export function decodeValue(v: unknown, where: string, reals = false): SqlValue 
         if (n < INT64_MIN || n > INT64_MAX) throw new ApiError('invalid_request', `${where}: $bigint is outside the 64-bit integer range`);
         return n;
       }
-      if (reals && keys.length === 1 && typeof o.$real === 'number') return o.$real; // a JS number binds as REAL
+      if (reals && keys.length === 1 && typeof o.$real === 'number') return o.$real; // a JS number binds as REAL (Hrana checked it is finite)
       if (keys.length === 1 && typeof o.$blob === 'string') {
         if (o.$blob.length % 4 !== 0 || !BASE64.test(o.$blob)) throw new ApiError('invalid_request', `${where}: $blob must be standard base64`);
         return Buffer.from(o.$blob, 'base64');
@@ -43,6 +44,11 @@ export function decodeValue(v: unknown, where: string, reals = false): SqlValue 
     default:
       throw new ApiError('invalid_request', `${where}: unsupported value`);
   }
+}
+
+/** 1e400 parses as Infinity: stored, it would read back as null (JSON has no Infinity), so it is refused. */
+export function notFinite(where: string): ApiError {
+  return new ApiError('invalid_request', `${where}: the number is past the range of a 64-bit float (±1.8e308), so it would be stored as Infinity, which no JSON reply can carry back`);
 }
 
 export function decodeParams(raw: unknown, where: string, reals = false): Params | undefined {

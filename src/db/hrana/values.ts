@@ -2,6 +2,7 @@
 // there, as numbers or {"$bigint"} here; blobs as {"base64"} there, {"$blob"} here. Results are rendered by the
 // executor in Hrana's own shape (executor/hrana-result.ts) and pass through here as text where they can.
 import { ApiError } from '../../shared/errors.ts';
+import { notFinite } from '../values.ts';
 
 export type HranaValue =
   | { type: 'null' }
@@ -39,7 +40,8 @@ export function toParam(v: unknown, where: string): unknown {
       if (typeof o.value !== 'string') break;
       return o.value;
     case 'float':
-      if (typeof o.value !== 'number' || !Number.isFinite(o.value)) break;
+      if (typeof o.value !== 'number') break;
+      if (!Number.isFinite(o.value)) throw notFinite(where);
       return { $real: o.value }; // REAL even when integral, as libsql-server binds it
     case 'integer': {
       if (typeof o.value !== 'string' || !INTEGER.test(o.value)) break;
