@@ -192,6 +192,29 @@ describe('interactive transactions', () => {
     other.close();
   });
 
+  test('transaction(\'read\') and batch(…, \'read\') only read: a write in them is SQLITE_READONLY, nothing commits, and writers do not wait for them', async () => {
+    const c = client('web/_db/readonly/');
+    const other = client('web/_db/readonly/');
+    await c.executeMultiple("CREATE TABLE k(v); INSERT INTO k VALUES ('keep');");
+    const v0 = await version('readonly');
+    const tx = await c.transaction('read');
+    assert.equal((await tx.execute('SELECT count(*) AS n FROM k')).rows[0]!.n, 1n);
+    // A read transaction holds no lane: a write to its database commits at once (it used to wait ~1 s, then 503).
+    const t0 = performance.now();
+    await other.execute("INSERT INTO k VALUES ('meanwhile')");
+    assert.ok(performance.now() - t0 < 500, `a writer did not wait for the read transaction (${(performance.now() - t0).toFixed(0)} ms)`);
+    assert.equal((await tx.execute('SELECT count(*) AS n FROM k')).rows[0]!.n, 1n, 'the transaction reads its snapshot, from BEGIN');
+    await assert.rejects(tx.execute('DELETE FROM k'), (e: { code?: string; message?: string }) => e.code === 'SQLITE_READONLY' && /read-only transaction/.test(e.message ?? ''), 'a write in it is refused');
+    await tx.commit();
+    await assert.rejects(c.batch(["INSERT INTO k VALUES ('batched')"], 'read'), (e: { code?: string }) => e.code === 'SQLITE_READONLY', 'a read batch that writes is refused');
+    assert.deepEqual((await c.execute('SELECT v FROM k ORDER BY rowid')).rows.map((r) => r.v), ['keep', 'meanwhile'], 'nothing of the read transactions was written');
+    assert.equal(await version('readonly'), v0 + 1, 'only the other client\'s write made a version');
+    const rows = await c.batch(['SELECT count(*) AS n FROM k'], 'read');
+    assert.equal(rows[0]!.rows[0]!.n, 2n, 'a read batch reads');
+    c.close();
+    other.close();
+  });
+
   test('Drizzle db.transaction commits, and tx.rollback() undoes', async () => {
     const db = drizzle(client('web/_db/drizzletx/'));
     const notes = sqliteTable('notes', { id: integer('id').primaryKey(), body: text('body').notNull() });

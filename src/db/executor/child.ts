@@ -7,7 +7,7 @@ import { HandleCache, type DbHandle, type ExecutorLimits } from './handles.ts';
 import { changes, query, snapshot, status } from './read-ops.ts';
 import { executeGroup, migrate, type GroupContext } from './write-ops.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
-import { beginTx, commitTx, execTx, rollbackTx } from './tx-ops.ts';
+import { beginTx, commitTx, execTx, rollbackTx, type BeginOptions } from './tx-ops.ts';
 import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
 import { dropHistory } from '../history/archive.ts';
@@ -149,7 +149,7 @@ function handle(frame: Frame): Buffer {
     }
     case 'tx.begin': case 'tx.exec': case 'tx.commit': case 'tx.rollback': {
       const reply = h.op === 'tx.begin'
-        ? beginTx(h.tx, path, h.create === true, { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token }, limits, frame.body.length > 0 && JSON.parse(frame.body.toString('utf8')).foreignKeysOff === true)
+        ? beginTx(h.tx, path, h.create === true, { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token }, limits, frame.body.length > 0 ? JSON.parse(frame.body.toString('utf8')) as BeginOptions : {})
         : h.op === 'tx.exec' ? execTx(h.tx, JSON.parse(frame.body.toString('utf8')), limits.maxResultBytes)
         : h.op === 'tx.commit' ? commitTx(h.tx) : rollbackTx(h.tx);
       // A transaction that created its database and ended without a change leaves none, as a first write does; so

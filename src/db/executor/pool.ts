@@ -2,7 +2,7 @@
 // at a time, so writes are serialized without SQLITE_BUSY and concurrent requests share one commit.
 import { randomBytes } from 'node:crypto';
 import type { ExecutorLimits } from './handles.ts';
-import { LostError } from './process.ts';
+import { LostError, type ExecutorProcess } from './process.ts';
 import { maxWait, QueueError, Scheduler, waitedTooLong } from './scheduler.ts';
 import type { Scope } from '../contract.ts';
 import { ApiError } from '../../shared/errors.ts';
@@ -173,43 +173,56 @@ export class ExecutorPool {
       item.reject(e);
       return;
     }
-    const tenant = tenantOfPath(path);
-    const proc = this.scheduler.pin(tenant);
+    const proc = this.scheduler.pin(tenantOfPath(path));
     if (!proc) {
       created?.();
       item.reject(overloaded('no executor process is running'));
       return;
     }
+    await new Promise<void>((ended) => item.held!(this.pinned(lane.scope, path, proc, created, ended)));
+  }
+
+  /**
+   * A read-only interactive transaction (`BEGIN TRANSACTION READONLY`) of an existing database: a snapshot on one
+   * process, which holds no lane (SPEC 4.10: only a write transaction holds its database's writes).
+   */
+  async pinReader(scope: Scope, path: string): Promise<LaneHold> {
+    const proc = this.scheduler.pin(tenantOfPath(path));
+    if (!proc) throw overloaded('no executor process is running');
+    return this.pinned(scope, path, proc, null, () => {});
+  }
+
+  /** The transaction's handle: its messages all go to `proc`; `release` unpins it (and lets its lane go: `ended`). */
+  private pinned(scope: Scope, path: string, proc: ExecutorProcess, created: (() => void) | null, ended: () => void): LaneHold {
+    const tenant = tenantOfPath(path);
     // What every message of the transaction carries: where, whose, and the token a lost commit is probed by.
-    const common = { path, scope: lane.scope, create: created !== null, floor: this.opts.floor(lane.scope), token: randomBytes(12).toString('base64url') };
-    await new Promise<void>((ended) => {
-      let released = false;
-      item.held!({
-        create: created !== null,
-        run: async (header, body, budgetMs = this.opts.timeoutMs) => {
-          if (released) throw new ApiError('invalid_request', 'this transaction has ended');
-          try {
-            const frame = await this.scheduler.runOn(proc, tenant, { ...header, ...common }, body, budgetMs);
-            const version = frame.header.v as number | undefined;
-            if (version !== undefined) this.opts.onCommit(lane.scope, version);
-            return { status: frame.header.s as number, body: frame.body, version };
-          } catch (e) {
-            if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await this.lostCommit(path, common.token, common.create);
-            // The transaction died with its process. One that was creating its database leaves none (the probe
-            // removes it at version 0), as a first write killed before its commit does; the lane is still held here.
-            if (e instanceof LostError && common.create) await this.probe(path, common.token, true).catch(() => null);
-            throw lostToApiError(e, budgetMs);
-          }
-        },
-        release: () => {
-          if (released) return;
-          released = true;
-          this.scheduler.unpin(proc, tenant);
-          created?.();
-          ended();
-        },
-      });
-    });
+    const common = { path, scope, create: created !== null, floor: this.opts.floor(scope), token: randomBytes(12).toString('base64url') };
+    let released = false;
+    return {
+      create: created !== null,
+      run: async (header, body, budgetMs = this.opts.timeoutMs) => {
+        if (released) throw new ApiError('invalid_request', 'this transaction has ended');
+        try {
+          const frame = await this.scheduler.runOn(proc, tenant, { ...header, ...common }, body, budgetMs);
+          const version = frame.header.v as number | undefined;
+          if (version !== undefined) this.opts.onCommit(scope, version);
+          return { status: frame.header.s as number, body: frame.body, version };
+        } catch (e) {
+          if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await this.lostCommit(path, common.token, common.create);
+          // The transaction died with its process. One that was creating its database leaves none (the probe
+          // removes it at version 0), as a first write killed before its commit does; the lane is still held here.
+          if (e instanceof LostError && common.create) await this.probe(path, common.token, true).catch(() => null);
+          throw lostToApiError(e, budgetMs);
+        }
+      },
+      release: () => {
+        if (released) return;
+        released = true;
+        this.scheduler.unpin(proc, tenant);
+        created?.();
+        ended();
+      },
+    };
   }
 
   /**

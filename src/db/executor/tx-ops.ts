@@ -5,7 +5,7 @@
 import type { DbHandle, ExecutorLimits } from './handles.ts';
 import { DbHandle as Handle } from './handles.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
-import { ResultBudget, runWrite, type StatementSpec } from './statements.ts';
+import { ResultBudget, runRead, runWrite, type StatementSpec } from './statements.ts';
 import { changedNothing, type GroupContext, prune, recordChange, totals } from './write-ops.ts';
 import { keepHistory } from './history-ops.ts';
 import { KeyWatch } from './key-cover.ts';
@@ -21,14 +21,21 @@ interface Tx {
   tables: Set<string>;
   /** A statement wrote rows no changeset shows (Sandbox.untracked). */
   untracked: boolean;
+  /** `BEGIN TRANSACTION READONLY`: a read snapshot, its statements run as reads (a write is read_only), no lane held. */
+  readOnly: boolean;
 }
 
 const open = new Map<string, Tx>();
 
 const gone = (): Reply => errorReply({ code: 'invalid_request', message: 'this transaction is no longer open in its executor' });
 
-/** `foreignKeysOff`: the stream turned them off before BEGIN, so they are off for the whole transaction (foreign-keys.ts). */
-export function beginTx(id: string, path: string, create: boolean, ctx: GroupContext, limits: ExecutorLimits, foreignKeysOff = false): Reply {
+export interface BeginOptions {
+  /** The stream turned foreign keys off before BEGIN, so they are off for the whole transaction (foreign-keys.ts). */
+  foreignKeysOff?: boolean;
+  readOnly?: boolean;
+}
+
+export function beginTx(id: string, path: string, create: boolean, ctx: GroupContext, limits: ExecutorLimits, { foreignKeysOff = false, readOnly = false }: BeginOptions = {}): Reply {
   if (open.has(id)) return errorReply({ code: 'invalid_request', message: 'this transaction is already open' });
   let h: DbHandle;
   try {
@@ -38,10 +45,11 @@ export function beginTx(id: string, path: string, create: boolean, ctx: GroupCon
   }
   try {
     if (foreignKeysOff) h.internal('PRAGMA foreign_keys = OFF').run(); // this connection is the transaction's alone
-    h.internal('BEGIN IMMEDIATE').run();
+    h.internal(readOnly ? 'BEGIN' : 'BEGIN IMMEDIATE').run();
+    if (readOnly) h.internal('SELECT count(*) FROM sqlite_schema').get(); // the snapshot starts now, at BEGIN, as on a connection
     if (foreignKeysOff) deferForeignKeys(h); // every key is checked at COMMIT
     h.sandbox.allowSavepoints = true; // nested transactions of ORMs; COMMIT and ROLLBACK stay the stream's
-    open.set(id, { h, ctx, session: h.db.createSession(), watch: new KeyWatch(h), before: totals(h), tables: new Set(), untracked: false });
+    open.set(id, { h, ctx, session: h.db.createSession(), watch: new KeyWatch(h), before: totals(h), tables: new Set(), untracked: false, readOnly });
     return { status: 200, body: '{}' };
   } catch (e) {
     h.close();
@@ -56,12 +64,15 @@ export function execTx(id: string, statement: StatementSpec & { maxResultBytes?:
   if (!tx) return gone();
   try {
     const budget = new ResultBudget(Math.min(maxResultBytes, statement.maxResultBytes ?? Infinity));
+    if (tx.readOnly) return { status: 200, body: `{"results":[${runRead(tx.h, statement, 0, 'hrana', budget)}]}` };
     const out = runWrite(tx.h, statement, 0, 'hrana', budget, tx.watch); // only the libSQL protocol opens transactions
     for (const t of out.tables) tx.tables.add(t);
     tx.untracked ||= out.untracked === true;
     return { status: 200, body: `{"results":[${out.text}]}` };
   } catch (e) {
-    return failure(e, tx.h.sandbox.denied, 0);
+    const denied = tx.h.sandbox.denied;
+    if (tx.readOnly && denied?.code === 'read_only') return failure(e, { code: 'read_only', message: 'attempt to write in a read-only transaction (BEGIN TRANSACTION READONLY): nothing was written' }, 0);
+    return failure(e, denied, 0);
   }
 }
 

@@ -14,6 +14,9 @@ export interface BatchStep { condition?: BatchCond | null; stmt: HranaStmt }
 
 export type Outcome = 'ok' | 'error' | 'skipped';
 
+/** libSQL's read-only transaction (`transaction('read')`, `batch(…, 'read')` of @libsql/client). */
+export const READ_ONLY_BEGIN = /^\s*BEGIN\s+(TRANSACTION\s+)?READONLY\b/i;
+
 /** Steps `begin` (BEGIN) to `commit` (COMMIT), and the ROLLBACK that follows a failed commit, if the batch has one. */
 export interface Block { begin: number; commit: number; rollback: number | null; readOnly: boolean }
 
@@ -53,7 +56,7 @@ export function transactionBlock(sqls: string[], steps: BatchStep[], control: Re
   if (commit > begin + 1 && !chained(steps[begin + 1]!.condition, begin)) return null;
   const rollback = commit + 1 < sqls.length && /^\s*ROLLBACK\s*;?\s*$/i.test(sqls[commit + 1]!) ? commit + 1 : null;
   for (let i = (rollback ?? commit) + 1; i < sqls.length; i++) if (control.test(sqls[i]!)) return null;
-  return { begin, commit, rollback, readOnly: /^\s*BEGIN\s+(TRANSACTION\s+)?READONLY\b/i.test(sqls[begin]!) };
+  return { begin, commit, rollback, readOnly: READ_ONLY_BEGIN.test(sqls[begin]!) };
 }
 
 /** Is step `i` of a batch with `block` run in autocommit (outside the block's transaction)? */

@@ -5,7 +5,7 @@
 import { ApiError } from '../../shared/errors.ts';
 import { turnsForeignKeysOff } from '../executor/foreign-keys.ts';
 import { splitStatements } from '../statement-end.ts';
-import { type BatchStep, blockAutocommit, checkConditions, evaluate, transactionBlock } from './batch.ts';
+import { type BatchStep, blockAutocommit, checkConditions, evaluate, READ_ONLY_BEGIN, transactionBlock } from './batch.ts';
 import type { LaneHold } from '../executor/pool.ts';
 import type { StreamState } from './streams.ts';
 import { StreamTx, type TxQuota } from './transaction.ts';
@@ -27,7 +27,8 @@ export interface HranaBackend {
    * foreign keys off and checked before COMMIT (a table rebuild).
    */
   run(kind: 'read' | 'write', statements: Statement[], opts?: RunOptions): Promise<string>;
-  holdLane(): Promise<LaneHold>;
+  /** `readOnly`: BEGIN TRANSACTION READONLY, whose statements only read and which holds no lane where it can. */
+  holdLane(readOnly: boolean): Promise<LaneHold>;
   /** HRANA_3_SPEC's DescribeResult of one statement, prepared on the database and not run. */
   describe(sql: string): Promise<Record<string, unknown>>;
   transactionMaxMs: number;
@@ -56,6 +57,11 @@ export function hranaError(e: unknown): HranaError {
   if (!(e instanceof ApiError)) return { message: 'internal error', code: 'SQLITE_INTERNAL' };
   const sqlite = (e.details as { sqliteCode?: unknown } | undefined)?.sqliteCode;
   return { message: e.message, code: typeof sqlite === 'string' ? sqlite : CODES[e.code] ?? e.code.toUpperCase() };
+}
+
+/** A write in a read-only transaction: SQLite's own words for it (SQLITE_READONLY), and its statement. */
+function readOnlyTransaction(e: ApiError): ApiError {
+  return new ApiError('read_only', 'attempt to write in a read-only transaction (BEGIN TRANSACTION READONLY): nothing was written', e.details);
 }
 
 const EMPTY: StmtResult = { cols: [], rows: [], affected_row_count: 0, last_insert_rowid: null, rows_read: 0, rows_written: 0, query_duration_ms: 0 };
@@ -166,7 +172,8 @@ export class Pipeline {
       if (tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
       const giveBack = this.quota.take(this.stream.repo);
       try {
-        this.stream.tx = await StreamTx.begin(await this.backend.holdLane(), this.backend.transactionMaxMs, this.stream.foreignKeysOff, giveBack);
+        const readOnly = READ_ONLY_BEGIN.test(sql);
+        this.stream.tx = await StreamTx.begin(await this.backend.holdLane(readOnly), this.backend.transactionMaxMs, { foreignKeysOff: this.stream.foreignKeysOff, readOnly }, giveBack);
       } catch (e) {
         giveBack();
         throw e;
@@ -188,7 +195,8 @@ export class Pipeline {
   }
 
   /** Reads that turn out to write run as a write (which creates a database that does not exist yet, if it changes it). */
-  private async runAs(kind: 'read' | 'write', statements: Statement[], foreignKeysOff = this.stream.foreignKeysOff): Promise<string> {
+  /** `read only`: a read that must stay one (a read-only transaction's block): a write in it is refused, not run. */
+  private async runAs(kind: 'read' | 'read only' | 'write', statements: Statement[], foreignKeysOff = this.stream.foreignKeysOff): Promise<string> {
     this.checkAllowance();
     const reply = await this.runOnce(kind, statements, foreignKeysOff);
     this.resultBytesLeft -= Buffer.byteLength(reply);
@@ -206,10 +214,11 @@ export class Pipeline {
     if (this.resultBytesLeft <= 0) throw new ApiError('result_too_large', `this pipeline's results are over DB_MAX_RESULT_BYTES (${this.backend.maxResultBytes} bytes); this statement did not run: send the rest in another request`);
   }
 
-  private async runOnce(kind: 'read' | 'write', statements: Statement[], foreignKeysOff: boolean): Promise<string> {
+  private async runOnce(kind: 'read' | 'read only' | 'write', statements: Statement[], foreignKeysOff: boolean): Promise<string> {
     try {
-      return await this.backend.run(kind, statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft });
+      return await this.backend.run(kind === 'read only' ? 'read' : kind, statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft });
     } catch (e) {
+      if (kind === 'read only' && e instanceof ApiError && e.code === 'read_only') throw readOnlyTransaction(e);
       // A read that turns out to write runs as a write. (A database that does not exist reads as an empty one, as on
       // Turso: see pipeline-backend.ts.)
       if (kind === 'read' && e instanceof ApiError && e.code === 'read_only') return this.backend.run('write', statements, { foreignKeysOff, maxResultBytes: this.resultBytesLeft });
@@ -235,7 +244,7 @@ export class Pipeline {
         const statements = indexes.map((i) => this.statement(steps[i]!.stmt, `${where}.steps[${i}].stmt`));
         // Steps before BEGIN run later, in the evaluation: a `PRAGMA foreign_keys=OFF` among them (migrate()) holds here already.
         const off = this.stream.foreignKeysOff || sqls.slice(0, block.begin).some(turnsForeignKeysOff);
-        const replies = statements.length ? resultsOf(await this.runAs(block.readOnly ? 'read' : 'write', statements, off), indexes.map((i) => steps[i]!.stmt)) : [];
+        const replies = statements.length ? resultsOf(await this.runAs(block.readOnly ? 'read only' : 'write', statements, off), indexes.map((i) => steps[i]!.stmt)) : [];
         indexes.forEach((i, k) => inBlock.set(i, { result: replies[k]! }));
       } catch (e) {
         // The statements before the failing one ran (then rolled back with it): ok, without rows, as sqld reports them.

@@ -65,11 +65,11 @@ export class StreamTx {
     this.timer = setTimeout(() => this.abandon(`it was open longer than ${maxMs} ms (DB_TRANSACTION_MAX_MS) and was rolled back`), maxMs).unref();
   }
 
-  /** `foreignKeysOff`: the stream ran `PRAGMA foreign_keys = OFF` first, so the transaction runs with them off. */
-  static async begin(hold: LaneHold, maxMs: number, foreignKeysOff: boolean, giveBack: () => void): Promise<StreamTx> {
+  /** `foreignKeysOff`: the stream ran `PRAGMA foreign_keys = OFF` first; `readOnly`: BEGIN TRANSACTION READONLY. */
+  static async begin(hold: LaneHold, maxMs: number, options: { foreignKeysOff: boolean; readOnly: boolean }, giveBack: () => void): Promise<StreamTx> {
     const tx = new StreamTx(hold, maxMs, giveBack);
     try {
-      await tx.send('tx.begin', foreignKeysOff ? Buffer.from('{"foreignKeysOff":true}') : undefined);
+      await tx.send('tx.begin', Buffer.from(JSON.stringify(options)));
     } catch (e) {
       tx.finish('it could not begin');
       throw e;
