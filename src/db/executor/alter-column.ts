@@ -7,6 +7,7 @@
 // rewritten in sqlite_schema inside the request's transaction, and the schema version is bumped.
 import { DatabaseSync } from 'node:sqlite';
 import { ApiError } from '../../shared/errors.ts';
+import { firstOrphan } from './foreign-keys.ts';
 import { INTERNAL_PREFIX, assertSchemaClean } from '../sandbox.ts';
 import { hasSecondStatement, skipQuotedOrComment, splitStatements } from '../statement-end.ts';
 import type { DbHandle } from './handles.ts';
@@ -118,7 +119,7 @@ export function execMigration(h: DbHandle, sql: string): void {
 function checkRows(h: DbHandle, table: string): void {
   const problems = (h.db.prepare('SELECT quick_check AS p FROM pragma_quick_check(?) LIMIT 3').all(table) as { p: string }[]).map((r) => r.p).filter((p) => p !== 'ok');
   if (problems.length) throw new ApiError('constraint_violation', `ALTER COLUMN: existing rows break the new definition (${problems.join('; ')}); update them first`, { sqliteCode: 'SQLITE_CONSTRAINT' });
-  const orphan = h.db.prepare('SELECT parent FROM pragma_foreign_key_check(?) LIMIT 1').get(table) as { parent: string } | undefined;
+  const orphan = firstOrphan(h, table);
   if (orphan) throw new ApiError('constraint_violation', `ALTER COLUMN: existing rows of ${table} refer to missing rows of ${orphan.parent}; update them first`, { sqliteCode: 'SQLITE_CONSTRAINT_FOREIGNKEY' });
 }
 

@@ -36,9 +36,37 @@ export function endDeferral(h: DbHandle, check: boolean): void {
   h.deferringForeignKeys = false;
   try {
     if (!check) return;
-    const bad = h.internal('SELECT "table" AS t, parent AS p FROM pragma_foreign_key_check LIMIT 1').get() as { t: string; p: string } | undefined;
-    if (bad) throw new ApiError('constraint_violation', `FOREIGN KEY constraint failed: a row of ${bad.t} refers to a missing row of ${bad.p}`, { sqliteCode: 'SQLITE_CONSTRAINT_FOREIGNKEY' });
+    const bad = firstOrphan(h);
+    if (bad) throw orphanError(bad);
   } finally {
     h.internal('PRAGMA defer_foreign_keys = OFF').run();
   }
+}
+
+const MISMATCH = /foreign key mismatch/i;
+
+/**
+ * The first row (of `table`, or of any table) whose foreign key names a missing row, or null. A key SQLite can never
+ * check — its parent columns have no unique index ("foreign key mismatch") — is skipped, as SQLite itself skips it
+ * until a row is written to its table: the schema is the repo's to keep, and its export must import again.
+ */
+export function firstOrphan(h: DbHandle, table?: string): { table: string; parent: string } | null {
+  try {
+    const row = table === undefined
+      ? h.internal('SELECT "table", parent FROM pragma_foreign_key_check LIMIT 1').get()
+      : h.internal('SELECT "table", parent FROM pragma_foreign_key_check(?) LIMIT 1').get(table);
+    return (row as { table: string; parent: string } | undefined) ?? null;
+  } catch (e) {
+    if (!MISMATCH.test(String((e as Error).message))) throw e;
+    if (table !== undefined) return null;
+    for (const t of h.internal("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table'").all() as { name: string }[]) {
+      const found = firstOrphan(h, t.name);
+      if (found) return found;
+    }
+    return null;
+  }
+}
+
+export function orphanError(bad: { table: string; parent: string }): ApiError {
+  return new ApiError('constraint_violation', `FOREIGN KEY constraint failed: a row of ${bad.table} refers to a missing row of ${bad.parent}`, { sqliteCode: 'SQLITE_CONSTRAINT_FOREIGNKEY' });
 }

@@ -4,6 +4,7 @@
 import type { DatabaseSync } from 'node:sqlite';
 import { openSqlite } from '../../shared/sqlite-open.ts';
 import { ApiError } from '../../shared/errors.ts';
+import { firstOrphan, orphanError } from './foreign-keys.ts';
 import { Archiver, historyDirOf } from '../history/archive.ts';
 import { committedAtOf, index, oldest, oldestIn, rebuild, removeCopy, versionAt } from '../history/rebuild.ts';
 import { assertNoInternalReference, INTERNAL_PREFIX } from '../sandbox.ts';
@@ -97,8 +98,8 @@ function install(h: DbHandle, source: string, ctx: GroupContext, event: { type: 
       try {
         const prev = h.version();
         const { tables } = replaceContent(h);
-        const broken = h.db.prepare('PRAGMA main.foreign_key_check').all() as { table: string }[];
-        if (broken.length) throw new ApiError('constraint_violation', `FOREIGN KEY constraint failed: ${broken.length} row(s) of ${broken[0]!.table} refer to missing rows`);
+        const orphan = firstOrphan(h);
+        if (orphan) throw orphanError(orphan);
         recordChange(h, ctx, null, prev + 1, {
           type: event.type, operation: event.operation, changes: { rowsAffected: 0, tables: tables.sort() }, schemaChanged: true,
           ...(event.restoredVersion !== undefined ? { extra: { restoredVersion: event.restoredVersion } } : {}),

@@ -5,6 +5,7 @@
 // itself is never allowed.
 import { readFileSync } from 'node:fs';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
+import { firstOrphan, orphanError } from './foreign-keys.ts';
 import { assertNoInternalReference } from '../sandbox.ts';
 import { hasSecondStatement, splitStatements } from '../statement-end.ts';
 import { DbHandle, type ExecutorLimits } from './handles.ts';
@@ -79,17 +80,19 @@ class DumpedVirtualTables {
 
 /**
  * Runs a SQL text (a dump) into a new database under the sandbox; the dump's own BEGIN/COMMIT are the import's.
- * Foreign keys are enforced as deferred constraints: actions (ON DELETE …) run, violations refuse the whole text.
+ * Foreign keys are off while it runs, as in sqlite3 (no ON DELETE action runs); a dangling reference refuses the whole text.
  */
 export function loadSql(sqlPath: string, target: string, limits: ExecutorLimits, step: (done?: boolean) => void): void {
   const h = new DbHandle(target, true, { ...limits, history: undefined });
   try {
     const { statements, rest } = splitStatements(readFileSync(sqlPath, 'utf8'));
     if (rest) statements.push(rest);
-    h.internal('BEGIN IMMEDIATE').run();
     // A dump makes every table before any row (SPEC 4.12), so a row may refer to one its table's turn has not
-    // loaded yet: references are checked once, when the whole text has run.
-    h.internal('PRAGMA defer_foreign_keys = ON').run();
+    // loaded yet: with foreign keys off, as the dump itself asks and sqlite3 loads it, references are checked once,
+    // when the whole text has run (deferred, a parent's insert looked for children, and failed on a key SQLite can
+    // never check: "foreign key mismatch").
+    h.internal('PRAGMA foreign_keys = OFF').run(); // this connection is the load's alone, closed after it
+    h.internal('BEGIN IMMEDIATE').run();
     const dumped = new DumpedVirtualTables();
     statements.forEach((sql, i) => {
       if (IMPORTS_OWN.test(sql)) return;
@@ -116,8 +119,8 @@ export function loadSql(sqlPath: string, target: string, limits: ExecutorLimits,
     h.sandbox.mode = 'internal';
     dumped.check(h);
     assertNoInternalReference(h.db); // what the text built obeys the file's rules: no view or content= on internals
-    const broken = h.internal('PRAGMA main.foreign_key_check').all() as { table: string }[];
-    if (broken.length) throw new ApiError('constraint_violation', `FOREIGN KEY constraint failed: ${broken.length} row(s) of ${broken[0]!.table} refer to missing rows`);
+    const orphan = firstOrphan(h);
+    if (orphan) throw orphanError(orphan);
     h.internal('COMMIT').run();
   } finally {
     h.close();
