@@ -22,8 +22,11 @@ export function keepHistory(h: DbHandle, prevVersion: number, version: number): 
   try {
     h.archiver ??= new Archiver(h.history, h.path);
     // The commit's time is the one its event tells (SPEC 5, /_db/changes): restore's committedAt and toTime agree with it.
-    const event = h.internal("SELECT json_extract(event, '$.committedAt') AS at FROM _scopebase_changes WHERE version = ?").get(version) as { at: string | null } | undefined;
-    h.archiver.record(prevVersion, version, event?.at ? Date.parse(event.at) : Date.now());
+    const committedAt = (v: number) => {
+      const event = h.internal("SELECT json_extract(event, '$.committedAt') AS at FROM _scopebase_changes WHERE version = ?").get(v) as { at: string | null } | undefined;
+      return event?.at ? Date.parse(event.at) : null;
+    };
+    h.archiver.record(prevVersion, version, committedAt(version) ?? Date.now(), () => committedAt(prevVersion));
   } catch (e) {
     h.archiver?.reset(); // the next commit starts a new segment: history stays exact, with a gap
     process.stderr.write(`${JSON.stringify({ level: 50, msg: 'history: a commit could not be recorded', error: String((e as Error).message).slice(0, 200) })}\n`);

@@ -4,6 +4,8 @@
 // checkpoints), so the log file it reads holds exactly what the commit wrote.
 import { closeSync, copyFileSync, mkdirSync, openSync, rmSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { DatabaseSync } from 'node:sqlite';
 import { appendRecord, lastRecord, readRecords, segmentName, segments } from './log.ts';
 import { readCommitted, readWalHeader } from './wal.ts';
 
@@ -63,7 +65,7 @@ export class Archiver {
    * from the last one (no history yet, or a commit went unrecorded: a process killed right after COMMIT), a new
    * segment starts from a copy of the database file plus this log generation's frames: exact all the same.
    */
-  record(prevVersion: number, version: number, committedAt: number): void {
+  record(prevVersion: number, version: number, committedAt: number, prevCommittedAt: () => number | null = () => null): void {
     this.walFd ??= openSync(`${this.dbPath}-wal`, 'r');
     const header = readWalHeader(this.walFd);
     if (!header) return; // a commit always leaves its log: nothing to read means nothing can be kept exactly
@@ -87,6 +89,15 @@ export class Archiver {
       closeQuietly(this.log?.fd ?? null);
       this.log = { segment, fd: openSync(join(this.dir, segment, 'log'), 'a', 0o600) };
     }
+    // The first commit on a checkpointed file (a restored backup, a database from before history): the base alone
+    // is the version before it, which is kept as a record with no pages, so that version stays restorable too.
+    const prevAt = fresh && prevVersion > 0 && baseVersion(join(this.dir, segment, 'base')) === prevVersion ? prevCommittedAt() : null;
+    if (prevAt !== null) {
+      logBytes += appendRecord(this.log.fd, {
+        version: prevVersion, prevVersion, committedAt: prevAt, pageSize: header.pageSize,
+        dbPages: Math.ceil(statSync(join(this.dir, segment, 'base')).size / header.pageSize), salt1: header.salt1, salt2: header.salt2, walEnd: 32,
+      }, []);
+    }
     logBytes += appendRecord(this.log.fd, {
       version, prevVersion, committedAt, pageSize: header.pageSize, dbPages: commit.dbPages || Math.ceil(statSync(this.dbPath).size / header.pageSize),
       salt1: header.salt1, salt2: header.salt2, walEnd: commit.end,
@@ -105,6 +116,21 @@ export class Archiver {
     closeQuietly(this.log?.fd ?? null);
     this.walFd = null;
     this.log = null;
+  }
+}
+
+/** The version a base file holds by itself (its WAL not applied), or null when it cannot be read. */
+function baseVersion(base: string): number | null {
+  const url = pathToFileURL(base);
+  url.searchParams.set('immutable', '1'); // the file alone: no -wal or -shm is looked for or made beside the copy
+  let db: DatabaseSync | undefined;
+  try {
+    db = new DatabaseSync(url, { readOnly: true });
+    return Number((db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number } | undefined)?.value ?? NaN);
+  } catch {
+    return null;
+  } finally {
+    db?.close();
   }
 }
 
