@@ -142,6 +142,20 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.deepEqual(noRows.cols, [{ name: 'id', decltype: 'INTEGER' }]);
   });
 
+  test('blob arguments: base64 with or without = padding, as libsql-server takes them; anything else is refused in Hrana\'s words', async () => {
+    const run = (base64: string) => pipeline({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'SELECT hex(?) AS h', args: [{ type: 'blob', base64 }] } }] });
+    for (const [base64, hex] of [['AAE', '0001'], ['AAE=', '0001'], ['AP8', '00FF'], ['AA', '00'], ['AA==', '00'], ['', '']]) {
+      const r = await run(base64!);
+      assert.equal(r.json.results[0].type, 'ok', `${base64}: ${r.text}`);
+      assert.deepEqual(r.json.results[0].response.result.rows, [[{ type: 'text', value: hex }]], base64);
+    }
+    for (const bad of ['A', 'AA=A', 'AA*=', 'AAAAA']) {
+      const r = await run(bad);
+      assert.equal(r.json.results[0].type, 'error', bad);
+      assert.match(r.json.results[0].error.message, /"base64" is not base64/, bad);
+    }
+  });
+
   test('batons: one use each, bound to their database and repo; malformed bodies get SPEC 3 errors', async () => {
     const first = await pipeline({ baton: null, requests: [{ type: 'store_sql', sql_id: 5, sql: 'SELECT 5 AS v' }] });
     const baton = first.json.baton as string;

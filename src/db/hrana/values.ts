@@ -49,9 +49,13 @@ export function toParam(v: unknown, where: string): unknown {
       if (n < -(2n ** 63n) || n >= 2n ** 63n) break;
       return Number.isSafeInteger(Number(o.value)) ? Number(o.value) : { $bigint: n.toString() };
     }
-    case 'blob':
+    case 'blob': {
       if (typeof o.base64 !== 'string') break;
-      return { $blob: o.base64 };
+      // Padding is optional in Hrana: libsql-server and the clients built on its code send none.
+      const bare = o.base64.replace(/={1,2}$/, '');
+      if (!/^[A-Za-z0-9+/]*$/.test(bare) || bare.length % 4 === 1) throw new ApiError('invalid_request', `${where}: "base64" is not base64 (A–Z, a–z, 0–9, +, /, with or without = padding)`);
+      return { $blob: bare + '='.repeat((4 - (bare.length % 4)) % 4) };
+    }
   }
   throw new ApiError('invalid_request', `${where} is not a Hrana value ({"type": "null" | "integer" | "float" | "text" | "blob", ...})`);
 }
