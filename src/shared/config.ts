@@ -81,6 +81,8 @@ export interface Config {
     loginRateLimit: { burst: number; perMinute: number };
     /** How long any call to a sign-in provider may take. */
     providerTimeoutMs: number;
+    /** DEV_IDP_PORT: the development identity provider's port on 127.0.0.1 (0: any free port). */
+    devIdpPort: number;
   };
   trustedProxies: string[];
   /** MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and MAX_WEBSOCKETS_PER_CLIENT; null: derived (connection-cap.ts). */
@@ -339,6 +341,8 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   const adminPort = int(env, 'ADMIN_PORT', 9090, 0, 65535);
   // Both are listened on by every part: the same number would fail at start as if another server held it.
   if (port !== 0 && port === adminPort) fail('ADMIN_PORT', `must differ from PORT (both are ${port})`);
+  const devIdpPort = int(env, 'DEV_IDP_PORT', 0, 0, 65535);
+  if (devIdpPort !== 0 && (devIdpPort === port || devIdpPort === adminPort)) fail('DEV_IDP_PORT', `must differ from PORT and ADMIN_PORT (${devIdpPort})`);
   return {
     production,
     generatedKeys, // filled by the keyList calls below
@@ -398,6 +402,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
         perMinute: int(env, 'ACCOUNT_LOGIN_RATE_PER_MINUTE', 30, 1, 1_000_000),
       },
       providerTimeoutMs: int(env, 'ACCOUNT_PROVIDER_TIMEOUT_MS', 10_000, 50, 600_000),
+      devIdpPort,
     },
     trustedProxies: parseTrustedProxies(str(env, 'TRUSTED_PROXIES')),
     connections: connectionsConfig(env),

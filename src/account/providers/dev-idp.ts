@@ -54,7 +54,7 @@ ${error ? `<p class="card error" role="alert">${escapeHtml(error)}</p>` : ''}
 }
 
 /** `callbackPattern` decides which redirect URIs the development client may use (any org and repo on BASE_DOMAIN). */
-export async function startDevIdp(opts: { logger: Logger; host?: string; callbackPattern: RegExp }): Promise<DevIdp> {
+export async function startDevIdp(opts: { logger: Logger; host?: string; port?: number; callbackPattern: RegExp }): Promise<DevIdp> {
   const host = opts.host ?? '127.0.0.1';
   const accounts = new Map<string, DevAccount>();
   const clientId = 'scopebase-dev';
@@ -63,7 +63,14 @@ export async function startDevIdp(opts: { logger: Logger; host?: string; callbac
   // What the parser refuses gets SPEC 3's shape here too, and slow clients the product's time limits.
   server.on('clientError', answerClientError);
   limitSlowClients(server);
-  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  // DEV_IDP_PORT (0: any free port); a taken one rejects, for start's "port in use" line, instead of crashing later.
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
   const issuer = `http://${host}:${(server.address() as AddressInfo).port}`;
 
   // oidc-provider (~20 MB of heap and code) and its RSA key are only built on the first sign-in, not at start-up.
