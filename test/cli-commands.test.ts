@@ -270,7 +270,7 @@ test('exit 1 when the server says no, 3 when it cannot be reached, 78 for config
   oneLine(await cli(['query', 'acme/web', '--database', 'nosuch', 'SELECT 1']), /database_not_found: .*; `scopebase execute` or `scopebase migrate` with this --database creates it\n?$/);
   const wrongSecret = await cli(['status', 'acme/web', '--secret', 'wrong']);
   assert.equal(wrongSecret.code, 1);
-  oneLine(wrongSecret, /refused the secret for acme\/web: pass --secret/);
+  oneLine(wrongSecret, new RegExp(`^scopebase: the server at http://127\\.0\\.0\\.1:${port} refused the secret for acme/web: pass --secret .*another server: export its PORT here, or pass --url$`));
   assert.doesNotMatch(wrongSecret.stderr, /wrong/);
 
   const closed = createServer();
