@@ -224,9 +224,15 @@ test('secret prints the repo secret; usage mistakes exit 2 with one line', async
   const s = await cli(['secret', 'ACME/Web']);
   assert.equal(s.code, 0);
   assert.equal(s.stdout.trim(), p.secret('acme', 'web'));
-  // Where no key exists yet (another folder than the server's), it makes one owner-only and says so.
+  // Where no key exists yet (an app's folder, not the server's), it stops as `query` does, and makes none.
   const elsewhere = join(work, 'elsewhere-data');
-  const made = await cli(['secret', 'acme/web'], { RUNTIME_ROOT_KEY: undefined, DATA_DIR: elsewhere });
+  const refused = await cli(['secret', 'acme/web'], { RUNTIME_ROOT_KEY: undefined, DATA_DIR: elsewhere });
+  assert.equal(refused.code, 78);
+  assert.equal(refused.stdout, '');
+  oneLine(refused, /^scopebase: configuration error: no key in .*elsewhere-data\/runtime-root\.key, so no secret for acme\/web: run this where the server runs, .*\(--create makes a new development key there instead\)$/);
+  assert.throws(() => statSync(elsewhere), /ENOENT/, 'no folder, no key made');
+  // --create makes one owner-only and says so.
+  const made = await cli(['secret', 'acme/web', '--create'], { RUNTIME_ROOT_KEY: undefined, DATA_DIR: elsewhere });
   assert.equal(made.code, 0);
   assert.match(made.stdout.trim(), /^\S+$/);
   oneLine(made, /no key in .*elsewhere-data\/runtime-root\.key yet, so one was created; a server with another DATA_DIR or RUNTIME_ROOT_KEY will refuse this secret/);

@@ -159,7 +159,7 @@ describe('configuration (9.1)', () => {
     const dataDir = tempDir();
     try {
       const env = { ...process.env, DATA_DIR: dataDir, RUNTIME_ROOT_KEY: '', ACCOUNT_ENCRYPTION_KEYS: '' };
-      const first = execFileSync(process.execPath, ['src/cli/main.ts', 'secret', 'acme/web'], { env }).toString();
+      const first = execFileSync(process.execPath, ['src/cli/main.ts', 'secret', 'acme/web', '--create'], { env }).toString();
       const key = readFileSync(join(dataDir, 'runtime-root.key'), 'utf8').trim();
       assert.match(key, /^[0-9a-f]{64}$/);
       const second = execFileSync(process.execPath, ['src/cli/main.ts', 'secret', 'acme/web'], { env }).toString();
