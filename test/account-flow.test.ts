@@ -314,6 +314,26 @@ describe('callback failures', () => {
     assert.equal(r.status, 400);
   });
 
+  test('the sign-in page reached again (Back) says it was used, and links back to the repo it started from', async () => {
+    const browser = new Browser();
+    const login = await browser.fetch(`${origin()}/web/_account/login`, { connectTo: p.url });
+    const toForm = await browser.fetch(login.location!);
+    const formUrl = toForm.location!;
+    assert.match(formUrl, /\/interaction\//);
+    assert.equal((await browser.fetch(formUrl)).status, 200);
+    let res = await browser.fetch(formUrl, { method: 'POST', body: 'email=back%40example.com', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    while (res.location && !res.location.includes('/_account/callback')) res = await browser.fetch(res.location);
+    assert.equal((await browser.fetch(res.location!, { connectTo: p.url })).status, 302, 'signed in');
+    const again = await browser.fetch(formUrl);
+    assert.equal(again.status, 400);
+    assert.match(again.text, /This sign-in page was already used/);
+    assert.match(again.text, /You may already be signed in/);
+    assert.ok(again.text.includes(`href="${origin()}/web/"`), again.text);
+    const unknown = await browser.fetch(new URL('/interaction/nosuchattempt', formUrl).href);
+    assert.match(unknown.text, /already used/);
+    assert.doesNotMatch(unknown.text, /href="http/, 'no link where the start is unknown');
+  });
+
   test('a browser gets a readable error page with the same status', async () => {
     const r = await p.call('/web/_account/callback?state=x&code=y', { headers: { accept: 'text/html' } });
     assert.equal(r.status, 400);

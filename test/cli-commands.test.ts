@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
-import { startProduct, tempDir, testEnv, ROOT_KEY, type Product } from './helpers/product.ts';
+import { startProduct, tempDir, ROOT_KEY, type Product } from './helpers/product.ts';
 import { oneLine, runCli, type Run } from './helpers/cli.ts';
 
 let p: Product;
@@ -224,9 +224,15 @@ test('secret prints the repo secret; usage mistakes exit 2 with one line', async
   const s = await cli(['secret', 'ACME/Web']);
   assert.equal(s.code, 0);
   assert.equal(s.stdout.trim(), p.secret('acme', 'web'));
-  // Where no key exists yet (another folder than the server's), it makes one owner-only and says so.
+  // Where no key exists yet (an app's folder, not the server's), it stops as `query` does, and makes none.
   const elsewhere = join(work, 'elsewhere-data');
-  const made = await cli(['secret', 'acme/web'], { RUNTIME_ROOT_KEY: undefined, DATA_DIR: elsewhere });
+  const refused = await cli(['secret', 'acme/web'], { RUNTIME_ROOT_KEY: undefined, DATA_DIR: elsewhere });
+  assert.equal(refused.code, 78);
+  assert.equal(refused.stdout, '');
+  oneLine(refused, /^scopebase: configuration error: no key in .*elsewhere-data\/runtime-root\.key, so no secret for acme\/web: run this where the server runs, .*\(--create makes a new development key there instead\)$/);
+  assert.throws(() => statSync(elsewhere), /ENOENT/, 'no folder, no key made');
+  // --create makes one owner-only and says so.
+  const made = await cli(['secret', 'acme/web', '--create'], { RUNTIME_ROOT_KEY: undefined, DATA_DIR: elsewhere });
   assert.equal(made.code, 0);
   assert.match(made.stdout.trim(), /^\S+$/);
   oneLine(made, /no key in .*elsewhere-data\/runtime-root\.key yet, so one was created; a server with another DATA_DIR or RUNTIME_ROOT_KEY will refuse this secret/);
@@ -270,7 +276,7 @@ test('exit 1 when the server says no, 3 when it cannot be reached, 78 for config
   oneLine(await cli(['query', 'acme/web', '--database', 'nosuch', 'SELECT 1']), /database_not_found: .*; `scopebase execute` or `scopebase migrate` with this --database creates it\n?$/);
   const wrongSecret = await cli(['status', 'acme/web', '--secret', 'wrong']);
   assert.equal(wrongSecret.code, 1);
-  oneLine(wrongSecret, /refused the secret for acme\/web: pass --secret/);
+  oneLine(wrongSecret, new RegExp(`^scopebase: the server at http://127\\.0\\.0\\.1:${port} refused the secret for acme/web: pass --secret .*another server: export its PORT here, or pass --url$`));
   assert.doesNotMatch(wrongSecret.stderr, /wrong/);
 
   const closed = createServer();
@@ -304,52 +310,6 @@ test('exit 1 when the server says no, 3 when it cannot be reached, 78 for config
   const fromDataDir = await cli(['status', 'acme/web'], { RUNTIME_ROOT_KEY: '', DATA_DIR: devKey });
   assert.equal(fromDataDir.code, 0, `the development key in DATA_DIR gives the secret: ${fromDataDir.stderr}`);
   assert.equal(readFileSync(join(devKey, 'runtime-root.key'), 'utf8').trim(), ROOT_KEY);
-});
-
-test('start on a port in use names PORT or ADMIN_PORT in one line and exits 78', async () => {
-  const busy = createServer();
-  await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r));
-  const busyPort = String((busy.address() as { port: number }).port);
-  try {
-    for (const [name, env] of [['PORT', { PORT: busyPort }], ['ADMIN_PORT', { PORT: '0', ADMIN_PORT: busyPort }]] as const) {
-      const dataDir = tempDir();
-      const r = await cli(['start'], { ...testEnv(dataDir), LOG_LEVEL: 'silent', ...env });
-      rmSync(dataDir, { recursive: true, force: true });
-      assert.equal(r.code, 78, r.stderr);
-      oneLine(r, new RegExp(`^scopebase: configuration error: ${name}: port ${busyPort} on 127\\.0\\.0\\.1 is already in use.*start with ${name}=<another port>`));
-    }
-  } finally {
-    busy.close();
-  }
-});
-
-/** Starts `scopebase start` and resolves its banner (everything it wrote to stderr until it is ready), then stops it. */
-async function banner(env: Record<string, string | undefined>): Promise<string> {
-  const child = spawn(process.execPath, ['src/cli/main.ts', 'start'], { env: { ...process.env, PORT: '0', ADMIN_PORT: '0', LOG_LEVEL: 'silent', BASE_DOMAIN: 'localhost', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  child.stderr.on('data', (d) => (stderr += d));
-  const closed = new Promise((r) => child.on('close', r));
-  for (let i = 0; i < 300 && !/data: /.test(stderr) && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
-  child.kill('SIGTERM');
-  await closed;
-  return stderr;
-}
-
-test('the start-up banner: sign-in URL and curl line first, where the data lives, and development mode said plainly', async () => {
-  const dataDir = tempDir();
-  try {
-    const dev = await banner({ DATA_DIR: dataDir, RUNTIME_ROOT_KEY: undefined, ACCOUNT_ENCRYPTION_KEYS: undefined });
-    const lines = dev.trim().split('\n');
-    assert.match(lines[0]!, /^scopebase all is running: http:\/\/127\.0\.0\.1:\d+ \(admin http:\/\/127\.0\.0\.1:\d+\)$/);
-    assert.match(lines[1]!, /^ {2}sign in: http:\/\/acme\.localhost:\d+\/web\/_account\/login$/);
-    assert.match(lines[2]!, /^ {2}try it: {2}curl .*\/web\/_db\/status$/);
-    assert.equal(lines[3], `  data:    ${dataDir} (DATA_DIR)`);
-    assert.match(dev, /DEVELOPMENT MODE: keys generated in DATA_DIR \(RUNTIME_ROOT_KEY, ACCOUNT_ENCRYPTION_KEYS\) and the development identity provider \(any email signs in\)/);
-    const keyed = await banner({ DATA_DIR: dataDir, RUNTIME_ROOT_KEY: ROOT_KEY, ACCOUNT_ENCRYPTION_KEYS: 'c'.repeat(64) });
-    assert.match(keyed, /DEVELOPMENT MODE: the development identity provider \(any email signs in\);/, 'set keys are not called generated');
-  } finally {
-    rmSync(dataDir, { recursive: true, force: true });
-  }
 });
 
 test('logs: JSON lines for collectors; one readable line each with LOG_FORMAT=pretty (the default on a terminal)', async () => {

@@ -173,6 +173,20 @@ test('timeouts, AbortSignal and an unreachable server are typed errors, never a 
   assert.throws(() => createClient({ url: 'http://acme.localhost:1/web', secret: '' }), /`secret` is required/);
 });
 
+test('the libSQL URL (…/web/_db/) given to createClient is refused at once, naming the repo URL that works', async () => {
+  const p = await startProduct();
+  try {
+    const repoUrl = `http://acme.localhost:${new URL(p.url).port}/web`;
+    for (const url of [`${repoUrl}/_db/`, `${repoUrl}/_db`]) {
+      assert.throws(() => createClient({ url, secret: p.secret('acme', 'web') }), (e: Error) => e instanceof TypeError && e.message === `createClient: \`url\` is the repo's URL (${repoUrl}), without /_db/: that one is for libSQL clients`);
+    }
+    // Before: requests went to /web/_db/_db/query, and the 404 spoke of the libSQL protocol.
+    assert.equal((await createClient({ url: repoUrl, secret: p.secret('acme', 'web') }).status()).database, 'main');
+  } finally {
+    await p.close();
+  }
+});
+
 test('exportToFile and importFile stream a file of tens of MiB from and to disk, with progress up to the content length', async () => {
   const p = await startProduct();
   const dir = tempDir('scopebase-files-');

@@ -105,7 +105,7 @@ test('npm pack, install the tarball into a fresh app, and use scopebase/client f
         let out = '';
         server.stderr.on('data', (d) => { // the banner; logs go to stdout
           out += d;
-          const m = /is running: (http:\/\/\S+)/.exec(out);
+          const m = /\n {2}address: (http:\/\/\S+)/.exec(out);
           if (m) resolve(m[1]!);
         });
         server.on('exit', (code) => reject(new Error(`exited ${code}`)));

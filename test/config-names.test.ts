@@ -18,8 +18,9 @@ test('a typo is named with the closest known variable; a far-off name gets no gu
 });
 
 test('a near miss of a setting without a product prefix is named too; the rest of the environment is left alone', () => {
-  const config = loadConfig(testEnv(tempDir(), { MAX_CONECTIONS: '10', SHUTDOWN_TIMEOUT: '5', TRUSTED_PROXY: '10.0.0.1', MAX_CONNECTIONS_X: '1', HOSTNAME: 'box', DATA: 'x' }));
+  const config = loadConfig(testEnv(tempDir(), { MAX_CONECTIONS: '10', SHUTDOWN_TIMEOUT: '5', TRUSTED_PROXY: '10.0.0.1', MAX_CONNECTIONS_X: '1', HOSTNAME: 'box', DATA: 'x', DEV_IDP_PROT: '9000' }));
   assert.deepEqual(config.warnings, [
+    'DEV_IDP_PROT is not a scopebase setting and does nothing; did you mean DEV_IDP_PORT?',
     'MAX_CONECTIONS is not a scopebase setting and does nothing; did you mean MAX_CONNECTIONS?',
     'MAX_CONNECTIONS_X is not a scopebase setting and does nothing; did you mean MAX_CONNECTIONS?',
     'SHUTDOWN_TIMEOUT is not a scopebase setting and does nothing; did you mean SHUTDOWN_TIMEOUT_MS?',

@@ -323,7 +323,7 @@ describe('forms and the account page (no JavaScript)', () => {
     r = await p.call(`${base}/credentials/form`, { method: 'POST', headers: formHeaders(dave), rawBody: form({ plugin: 'Bad/Name', name: 'x', value: 'v' }) });
     assert.equal(r.headers.location, '/web/_account/?credentials_error=invalid_name');
     r = await p.call(`${base}/credentials/form`, { method: 'POST', headers: formHeaders(dave), rawBody: form({ plugin: 'a', name: 'b', value: '[1]', type: 'json' }) });
-    assert.equal(r.headers.location, '/web/_account/?credentials_error=invalid_request&problem=value_object&plugin=a&name=b');
+    assert.equal(r.headers.location, '/web/_account/?credentials_error=invalid_request&problem=value_object&plugin=a&name=b&type=json');
     // The page words what was wrong (fixed text, nothing echoed) and fills in the names again, never the value.
     const cases: [Record<string, string>, string, RegExp][] = [
       [{ plugin: 'gh', name: 'tok', value: '{not json', type: 'json' }, 'value_json', /The value is not valid JSON/],
@@ -332,10 +332,11 @@ describe('forms and the account page (no JavaScript)', () => {
     ];
     for (const [fields, problem, words] of cases) {
       const posted = await p.call(`${base}/credentials/form`, { method: 'POST', headers: formHeaders(dave), rawBody: form(fields) });
-      assert.match(String(posted.headers.location), new RegExp(`problem=${problem}&plugin=gh&name=tok$`));
+      assert.match(String(posted.headers.location), new RegExp(`problem=${problem}&plugin=gh&name=tok&type=json$`));
       const page = await p.call(String(posted.headers.location), { headers: { cookie: dave.cookie, accept: 'text/html' } });
       assert.match(page.text, words);
       assert.match(page.text, /id="new-plugin"[^>]* value="gh"/);
+      assert.match(page.text, /id="new-type"[^>]*><option value="text">[^<]*<\/option><option value="json" selected>/, 'the kind chosen stays chosen');
       assert.doesNotMatch(page.text, /not json/, 'the value is never put back');
     }
     const crafted = await p.call('/web/_account/?credentials_error=invalid_request&problem=x&plugin=%3Cb%3E', { headers: { cookie: dave.cookie, accept: 'text/html' } });

@@ -103,3 +103,34 @@ test('sign in through the development identity provider lands on the account pag
     await context.close();
   }
 });
+
+test('the add form says the name rule, and a JSON value that did not parse keeps "JSON object" chosen', { skip, timeout: 60_000 }, async () => {
+  const context = await browser.newContext({ javaScriptEnabled: false });
+  const page = await context.newPage();
+  const origin = `http://acme.localhost:${new URL(p.url).port}`;
+  const { cookie } = await signInUser(p, 'acme', 'rules');
+  const [name, value] = cookie.split('=') as [string, string];
+  await context.addCookies([{ name, value, url: origin, httpOnly: true, sameSite: 'Lax' }]);
+  await page.goto(`${origin}/web/_account/`);
+  // Chromium refuses it and shows the title (the rule) under its own "Please match the requested format."
+  await page.fill('#new-plugin', 'GitHub');
+  assert.equal(await page.$eval('#new-plugin', (el) => (el as HTMLInputElement).validity.patternMismatch), true);
+  assert.equal(await page.getAttribute('#new-plugin', 'title'), 'lowercase letters, digits, ".", "_" or "-", starting with a letter or digit, up to 64');
+  assert.match(await page.locator('#name-rule').innerText(), /Plugin and name: lowercase letters, digits/);
+  assert.equal(await page.getAttribute('#new-name', 'title'), await page.getAttribute('#new-plugin', 'title'));
+
+  await page.fill('#new-plugin', 'github');
+  await page.fill('#new-name', 'app');
+  await page.fill('#new-value', '{"token": oops}');
+  await page.selectOption('#new-type', 'json');
+  await page.click('text=Store credential');
+  await page.waitForURL(/problem=value_json/);
+  assert.match(await page.locator('[role=alert]').innerText(), /The value is not valid JSON/);
+  assert.equal(await page.inputValue('#new-type'), 'json', 'the kind stays "JSON object"');
+  // The corrected value is then stored as an object, not as a string.
+  await page.fill('#new-value', '{"token": "ok"}');
+  await page.click('text=Store credential');
+  await page.waitForURL(`${origin}/web/_account/?credentials=created`);
+  assert.match(await page.locator('.credential[data-plugin="github"][data-name="app"]').innerText(), /token/);
+  await context.close();
+});

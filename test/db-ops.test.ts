@@ -144,6 +144,9 @@ describe('configuration (9.1)', () => {
     [{ ACCOUNT_PROVIDER_TIMEOUT_MS: '10s' }, /ACCOUNT_PROVIDER_TIMEOUT_MS: must be a whole number/],
     [{ NODE_ENV: 'production', RUNTIME_ROOT_KEY: '', ACCOUNT_OIDC_ISSUER: 'https://id.example.com', ACCOUNT_OIDC_CLIENT_ID: 'x' }, /RUNTIME_ROOT_KEY: is required when NODE_ENV=production/],
     [{ NODE_ENV: 'production' }, /ACCOUNT_OIDC_ISSUER.*ACCOUNT_GITHUB_CLIENT_ID/],
+    // Every missing one at once (before: the provider, then RUNTIME_ROOT_KEY on the next start, then the other key).
+    [{ NODE_ENV: 'production', RUNTIME_ROOT_KEY: '', ACCOUNT_ENCRYPTION_KEYS: '' }, /^scopebase: configuration error: NODE_ENV=production needs 3 settings that are missing: ACCOUNT_OIDC_ISSUER \(with ACCOUNT_OIDC_CLIENT_ID\) or ACCOUNT_GITHUB_CLIENT_ID \(with ACCOUNT_GITHUB_CLIENT_SECRET\), a sign-in provider; RUNTIME_ROOT_KEY \(64\+ hex digits\); ACCOUNT_ENCRYPTION_KEYS \(64 hex digits each\); .*\(docs\/deploy\.md\)\n$/],
+    [{ NODE_ENV: 'production', RUNTIME_ROOT_KEY: '', ACCOUNT_ENCRYPTION_KEYS: '', ACCOUNT_GITHUB_CLIENT_ID: 'x', ACCOUNT_GITHUB_CLIENT_SECRET: 'y' }, /NODE_ENV=production needs 2 settings that are missing: RUNTIME_ROOT_KEY \(64\+ hex digits\); ACCOUNT_ENCRYPTION_KEYS /],
   ];
   for (const [env, message] of cases) {
     test(`${Object.keys(env).join(', ')}: the start stops with a message naming the variable`, () => {
@@ -159,7 +162,7 @@ describe('configuration (9.1)', () => {
     const dataDir = tempDir();
     try {
       const env = { ...process.env, DATA_DIR: dataDir, RUNTIME_ROOT_KEY: '', ACCOUNT_ENCRYPTION_KEYS: '' };
-      const first = execFileSync(process.execPath, ['src/cli/main.ts', 'secret', 'acme/web'], { env }).toString();
+      const first = execFileSync(process.execPath, ['src/cli/main.ts', 'secret', 'acme/web', '--create'], { env }).toString();
       const key = readFileSync(join(dataDir, 'runtime-root.key'), 'utf8').trim();
       assert.match(key, /^[0-9a-f]{64}$/);
       const second = execFileSync(process.execPath, ['src/cli/main.ts', 'secret', 'acme/web'], { env }).toString();

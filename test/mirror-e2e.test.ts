@@ -7,6 +7,7 @@ import { call, ROOT_KEY, spawnProduct, startProduct, tempDir, testEnv, type Prod
 import { repoSecret } from '../src/shared/secrets.ts';
 import { freePort } from './helpers/ports.ts';
 import { newSecret, range, Receiver, waitFor } from './helpers/mirror.ts';
+import { runCli } from './helpers/cli.ts';
 import fc from 'fast-check';
 
 const mirrorsEnv = (list: { name: string; url: string; secret: string }[]) => JSON.stringify(list);
@@ -42,6 +43,10 @@ test('real writes: one signed event per changing request, none for a no-op, migr
   }
   const status = await p.db('web', 'status', {});
   assert.deepEqual(status.json.mirrors, [{ name: 'replica', deliveredVersion: 3, pendingEvents: 0, lastError: null, stalled: false }]);
+  // The CLI's table: no last error is a dash, not SQL's NULL.
+  const cli = await runCli(['status', 'acme/web', '--url', p.url], { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, BASE_DOMAIN: p.config.baseDomain });
+  assert.equal(cli.code, 0, cli.stderr);
+  assert.match(cli.stdout, /^mirror\s+delivered\s+pending\s+last error\n[- ]+\nreplica\s+3\s+0\s+-$/m);
 });
 
 test('a mirror down while writes go on: stalled in status and metrics, then every event in order once back; the log kept them all', async (t) => {

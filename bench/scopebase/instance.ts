@@ -14,7 +14,8 @@ import { ROWS, SCHEMA, seedSql } from '../servers/seed.ts';
 // The package's bin, as `npm start` and `npx scopebase` run it; BENCH_SCOPEBASE_MAIN: another entry point with the
 // same CLI (e.g. an installed build or an older copy), to compare versions.
 const MAIN = process.env.BENCH_SCOPEBASE_MAIN ?? fileURLToPath(new URL('../../bin/scopebase.js', import.meta.url));
-const READY = /is running: (http:\/\/\S+)/;
+// `address:` since the banner put the org host first; an older copy's `is running: <url> (admin`.
+const READY = /\n {2}address: (http:\/\/\S+)|is running: (http:\/\/\S+) \(admin/;
 export const ORG = 'acme';
 export const REPO = 'web';
 

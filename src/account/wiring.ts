@@ -8,8 +8,13 @@ import { createAccountServer } from './standalone.ts';
 
 export type AccountTuning = Omit<AccountServiceOptions, 'config' | 'logger'>;
 
+/** The URL of a sign-in provider this process runs itself (the development one), if any: the start banner prints it. */
+export function devIdpUrlOf(providers: { address?: string }[]): string | undefined {
+  return providers.find((p) => p.address !== undefined)?.address;
+}
+
 /** `scopebase serve account`: the account service on its own listener. */
-export async function accountAlone(config: Config, logger: Logger, connections: ConnectionCap, tuning: AccountTuning = {}): Promise<{ server: FastifyInstance; close(): Promise<void> }> {
+export async function accountAlone(config: Config, logger: Logger, connections: ConnectionCap, tuning: AccountTuning = {}): Promise<{ server: FastifyInstance; devIdpUrl?: string; close(): Promise<void> }> {
   const service = await createAccountService({ config, logger, ...tuning });
-  return { server: createAccountServer({ config, logger, service, connections }), close: () => service.close() };
+  return { server: createAccountServer({ config, logger, service, connections }), devIdpUrl: devIdpUrlOf(service.providers), close: () => service.close() };
 }

@@ -82,7 +82,7 @@ function printStatus(s: Status): void {
   process.stdout.write(lines.join('\n') + '\n');
   if (s.tables && s.tables.length > 0) process.stdout.write('\n' + table(['table', 'rows'], s.tables.map((t) => [t.name, t.rows])));
   if (s.mirrors && s.mirrors.length > 0) {
-    process.stdout.write('\n' + table(['mirror', 'delivered', 'pending', 'last error'], s.mirrors.map((m) => [m.name, m.deliveredVersion, m.pendingEvents, m.lastError])));
+    process.stdout.write('\n' + table(['mirror', 'delivered', 'pending', 'last error'], s.mirrors.map((m) => [m.name, m.deliveredVersion, m.pendingEvents, m.lastError ?? '-'])));
   }
 }
 

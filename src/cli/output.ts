@@ -92,7 +92,8 @@ function explainLine(e: ScopebaseError, ctx: { url: string; org: string; repo: s
     case 'timeout':
       return `${ctx.url} did not answer in time: check the server, or pass --timeout with more milliseconds`;
     case 'unauthorized':
-      return `the server refused the secret for ${ctx.org}/${ctx.repo}: pass --secret "$(npx scopebase secret ${ctx.org}/${ctx.repo})" run where the server runs (same RUNTIME_ROOT_KEY or DATA_DIR)`;
+      // The URL said: a PORT not exported here sends the command to whatever server holds the default port.
+      return `the server at ${ctx.url} refused the secret for ${ctx.org}/${ctx.repo}: pass --secret "$(npx scopebase secret ${ctx.org}/${ctx.repo})" run where the server runs (same RUNTIME_ROOT_KEY or DATA_DIR); another server: export its PORT here, or pass --url`;
     case 'unknown_host':
       return `${ctx.url} does not serve the org "${ctx.org}": check --org and the server's BASE_DOMAIN (${e.message})`;
     default: {

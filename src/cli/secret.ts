@@ -47,18 +47,22 @@ export function derivedSecret(org: string, repo: string, env: Record<string, str
 export function addSecretCommand(program: Command): void {
   program
     .command('secret')
-    .description("print a repo's shared secret (SPEC 4.1), derived from RUNTIME_ROOT_KEY or the development key in DATA_DIR (created there if missing, as `start` would)")
+    .description("print a repo's shared secret (SPEC 4.1), derived from RUNTIME_ROOT_KEY or the development key in DATA_DIR; where there is no key yet it stops, unless --create makes one")
     .argument('<org/repo>', 'the repo, e.g. acme/web')
+    .option('--create', 'where DATA_DIR holds no key yet, make one there (as `start` would) instead of stopping')
     .addHelpText('after', `
 Example:
   curl -H "Authorization: Bearer $(npx scopebase secret acme/web)" -d '{}' http://acme.localhost:8080/web/_db/status`)
-    .action((target: string) => {
+    .action((target: string, opts: { create?: boolean }) => {
       const { org, repo } = parseRepoPath(target);
       const keyFile = keyFileOf(process.env);
       const creating = !process.env.RUNTIME_ROOT_KEY && !existsSync(keyFile);
+      // Run outside the server's folder (an app's), a new key would print a secret the server refuses, and leave keys there.
+      if (creating && !opts.create) {
+        throw new ConfigError(`no key in ${keyFile}, so no secret for ${org}/${repo}: run this where the server runs, or set DATA_DIR or RUNTIME_ROOT_KEY as the server has them (--create makes a new development key there instead)`);
+      }
       process.umask(0o077); // a key it creates is owner-only, as `start` makes it
       const config = loadConfig();
-      // Run outside the server's folder, this makes a key of its own: say so, since its secret will not work there.
       if (creating) process.stderr.write(`scopebase: no key in ${keyFile} yet, so one was created; a server with another DATA_DIR or RUNTIME_ROOT_KEY will refuse this secret (run this where the server runs)\n`);
       process.stdout.write(repoSecret(config.rootKeys[0]!, org, repo) + '\n');
     });

@@ -25,6 +25,8 @@ export interface Running {
   url: string;
   adminUrl: string;
   mirrorUrl: string | null;
+  /** The development identity provider this process runs, if any. */
+  devIdpUrl: string | null;
   /** The public and admin servers (tests read their route tables). */
   servers: { main: FastifyInstance; admin: FastifyInstance };
   close(): Promise<void>;
@@ -33,21 +35,25 @@ export interface Running {
 export async function startParts(part: Part, config: Config, logger: Logger, host = config.host): Promise<Running> {
   const closers: (() => Promise<void>)[] = [];
   let draining = false;
+  let started = false;
   setBodyBudget(config.maxBodyBytesInFlight);
-  const admin = createAdminServer(logger, { notReadyReason: () => (draining ? 'draining' : null) });
+  const admin = createAdminServer(logger, { notReadyReason: () => (draining ? 'draining' : started ? null : 'starting') });
   const closeAll = async () => {
     for (const close of closers.reverse()) await close();
     await admin.close();
   };
   try {
-    const connections = publicConnections(config, logger);
-    const { main, url, mirrorUrl } = await startMain(part, config, logger, host, closers, connections);
+    // The admin port first: taken, it stops the start before any part has started (and logged that it did).
     const adminAddress = await admin.listen({ port: config.adminPort, host });
+    const connections = publicConnections(config, logger);
+    const { main, url, mirrorUrl, devIdpUrl } = await startMain(part, config, logger, host, closers, connections);
+    started = true;
     return {
       part,
       url,
       adminUrl: adminAddress,
       mirrorUrl,
+      devIdpUrl,
       servers: { main, admin },
       async close() {
         draining = true;
@@ -70,8 +76,9 @@ export async function startParts(part: Part, config: Config, logger: Logger, hos
   }
 }
 
-async function startMain(part: Part, config: Config, logger: Logger, host: string, closers: (() => Promise<void>)[], connections: ConnectionCap): Promise<{ main: FastifyInstance; url: string; mirrorUrl: string | null }> {
+async function startMain(part: Part, config: Config, logger: Logger, host: string, closers: (() => Promise<void>)[], connections: ConnectionCap): Promise<{ main: FastifyInstance; url: string; mirrorUrl: string | null; devIdpUrl: string | null }> {
   let main: FastifyInstance;
+  let devIdpUrl: string | null = null;
   if (part === 'db') {
     const db = await createDbService({ config, logger });
     closers.push(() => db.close());
@@ -103,15 +110,17 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
     }
     const accounts = await accountForProxy(config, logger);
     closers.push(() => accounts.close());
+    devIdpUrl = accounts.devIdpUrl ?? null;
     main = await createProxy({ logger, baseDomain: config.baseDomain, bodyLimit: config.db.maxBodyBytes, rootKeys: config.rootKeys, trustedProxies: config.trustedProxies, db, account: accounts.account, apps: accounts.apps, verify: accounts.verify, connections });
   } else if (part === 'account') {
     const accounts = await accountAlone(config, logger, connections);
     closers.push(() => accounts.close());
     main = accounts.server;
+    devIdpUrl = accounts.devIdpUrl ?? null;
   } else {
     const { mirror, url } = await listenReferenceMirror(config, logger, host, null, connections);
     closers.push(() => mirror.close());
-    return { main: mirror.app, url, mirrorUrl: url };
+    return { main: mirror.app, url, mirrorUrl: url, devIdpUrl };
   }
   closers.push(() => main.close());
   const url = await main.listen({ port: config.port, host });
@@ -121,7 +130,7 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
     closers.push(() => started.mirror.close());
     mirrorUrl = started.url;
   }
-  return { main, url, mirrorUrl };
+  return { main, url, mirrorUrl, devIdpUrl };
 }
 
 /** A port already taken, or a HOST this machine lacks, named by the variable that sets it (one line instead of a stack trace). */
@@ -132,7 +141,7 @@ function listenFailure(e: unknown, config: Config): ConfigError | null {
     return new ConfigError(`HOST: ${JSON.stringify(config.host)} is not an address of this machine (${err.code}): use an address it has, e.g. 127.0.0.1 or 0.0.0.0`);
   }
   if (err?.code !== 'EADDRINUSE' && err?.code !== 'EACCES') return null;
-  const names = [['PORT', config.port], ['ADMIN_PORT', config.adminPort], ['MIRROR_PORT', config.mirror.port]] as const;
+  const names = [['PORT', config.port], ['ADMIN_PORT', config.adminPort], ['MIRROR_PORT', config.mirror.port], ['DEV_IDP_PORT', config.account.devIdpPort]] as const;
   const name = names.find(([, port]) => port === err.port)?.[0] ?? 'PORT';
   const why = err.code === 'EADDRINUSE' ? 'is already in use (another scopebase or server is running there)' : 'may not be used by this user';
   return new ConfigError(`${name}: port ${err.port} on ${err.address ?? config.host} ${why}: stop that process or start with ${name}=<another port>`);
@@ -181,20 +190,34 @@ export async function startCommand(part: Part): Promise<number> {
   return 0;
 }
 
+/** A value as one shell word (a DATA_DIR with spaces stays one argument when pasted). */
+function shellWord(v: string): string {
+  return /^[\w@%+=:,./-]+$/.test(v) ? v : `'${v.replaceAll("'", `'\\''`)}'`;
+}
+
 function printBanner(running: Running, config: Config): void {
   const port = new URL(running.url).port;
   const base = `http://acme.${config.baseDomain}:${port}`;
-  const lines = [`scopebase ${running.part} is running: ${running.url} (admin ${running.adminUrl})`];
   const proxied = running.part === 'all' || running.part === 'proxy';
+  // The org host first: the listener's bare address answers every page with 404 unknown_host.
+  const lines = [
+    `scopebase ${running.part} is running: ${proxied ? `${base}/web/ (acme and web stand for any org and repo)` : running.url}`,
+    `  address: ${running.url} (admin ${running.adminUrl})`,
+  ];
+  // What `npx scopebase …` in another terminal must share with this server to find it and derive the same secrets.
+  const dataDir = resolve(config.dataDir) === resolve('./data') ? [] : [`DATA_DIR=${shellWord(resolve(config.dataDir))}`];
+  const cliEnv = [...dataDir, ...(port === '8080' ? [] : [`PORT=${port}`]), ...(config.baseDomain === 'localhost' ? [] : [`BASE_DOMAIN=${config.baseDomain}`])];
   if (proxied) {
     lines.push(
       `  sign in: ${base}/web/_account/login`,
-      `  try it:  curl -s -H "Authorization: Bearer $(npx scopebase secret acme/web)" -d '{}' ${base}/web/_db/status`,
+      `  try it:  curl -s -H "Authorization: Bearer $(${[...dataDir, 'npx scopebase secret acme/web'].join(' ')})" -d '{}' ${base}/web/_db/status`,
     );
+    if (cliEnv.length) lines.push(`  cli:     export ${cliEnv.join(' ')} (in another terminal, so npx scopebase … uses this server and its key)`);
   }
   if (running.part !== 'proxy') lines.push(`  data:    ${resolve(config.dataDir)} (DATA_DIR)`);
   if (running.mirrorUrl) lines.push(`  reference mirror: ${running.mirrorUrl}`);
-  const devIdp = (running.part === 'all' || running.part === 'account') && config.account.oidc === null && config.account.github === null;
+  if (running.devIdpUrl) lines.push(`  development sign-in provider: ${running.devIdpUrl} (forward this port too from a remote machine; DEV_IDP_PORT fixes it)`);
+  const devIdp = running.devIdpUrl !== null;
   const dev = [
     ...(config.generatedKeys.length ? [`keys generated in DATA_DIR (${config.generatedKeys.join(', ')})`] : []),
     ...(devIdp ? ['the development identity provider (any email signs in)'] : []),

@@ -81,6 +81,8 @@ export function resolveTarget(opts: Pick<ClientOptions, 'url' | 'baseUrl' | 'org
   if (!raw) throw new TypeError('createClient: `url` is required, e.g. http://acme.localhost:8080/web');
   const base = new URL(raw);
   const path = base.pathname.replace(/\/+$/, '');
+  // The libSQL URL (…/web/_db/) is for libSQL clients; this client adds /_db/<op> itself.
+  if (/\/_db$/.test(path)) throw new TypeError(`createClient: \`url\` is the repo's URL (${base.origin}${path.slice(0, -'/_db'.length)}), without /_db/: that one is for libSQL clients`);
   if (opts.repo && path !== '' && path !== `/${opts.repo}`) throw new TypeError(`createClient: \`url\` already names the repo ${path.slice(1)}; drop \`repo\` or the path`);
   if (!opts.repo && path === '') throw new TypeError('createClient: name the repo, in `url` (http://acme.localhost:8080/web) or as `repo`');
   base.pathname = opts.repo ? `/${opts.repo}` : path;

@@ -9,13 +9,15 @@ import { createRemoteAccount } from './forward-account.ts';
 import { createAccountService } from '../account/service.ts';
 import { proxyToken } from '../account/standalone.ts';
 import { verify } from '../account/routes/session.ts';
-import type { AccountTuning } from '../account/wiring.ts';
+import { devIdpUrlOf, type AccountTuning } from '../account/wiring.ts';
 
 export interface AccountForProxy {
   account: FastifyPluginAsync;
   apps: FastifyPluginAsync;
   /** In-process only: GET /verify for the proxy's raw route (forward auth is on every request of a protected app). */
   verify?: (view: FastifyRequest) => Promise<RawReply>;
+  /** The development identity provider's URL when this process runs it (the start banner prints it). */
+  devIdpUrl?: string;
   close(): Promise<void>;
 }
 
@@ -30,7 +32,7 @@ export async function accountForProxy(config: Config, logger: Logger, tuning: Ac
   const service = await createAccountService({ config, logger, ...tuning });
   const apps = createAppsPlugin({ ...base, resolveSession: service.resolveSession, renewalCookie: (req) => service.sessions.renewalCookie(req) });
   return {
-    account: service.plugin, apps: apps.plugin, verify: (view) => verify(service.sessions, view),
+    account: service.plugin, apps: apps.plugin, verify: (view) => verify(service.sessions, view), devIdpUrl: devIdpUrlOf(service.providers),
     close: async () => { await apps.close(); await service.close(); },
   };
 }

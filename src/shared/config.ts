@@ -81,6 +81,8 @@ export interface Config {
     loginRateLimit: { burst: number; perMinute: number };
     /** How long any call to a sign-in provider may take. */
     providerTimeoutMs: number;
+    /** DEV_IDP_PORT: the development identity provider's port on 127.0.0.1 (0: any free port). */
+    devIdpPort: number;
   };
   trustedProxies: string[];
   /** MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT and MAX_WEBSOCKETS_PER_CLIENT; null: derived (connection-cap.ts). */
@@ -314,9 +316,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   const ghId = str(env, 'ACCOUNT_GITHUB_CLIENT_ID');
   const ghSecret = str(env, 'ACCOUNT_GITHUB_CLIENT_SECRET');
   if ((ghId === undefined) !== (ghSecret === undefined)) fail(ghId ? 'ACCOUNT_GITHUB_CLIENT_SECRET' : 'ACCOUNT_GITHUB_CLIENT_ID', 'ACCOUNT_GITHUB_CLIENT_ID and ACCOUNT_GITHUB_CLIENT_SECRET go together');
-  if (production && oidcIssuer === undefined && ghId === undefined) {
-    fail('ACCOUNT_OIDC_ISSUER', 'no sign-in provider is configured: set ACCOUNT_OIDC_ISSUER (with ACCOUNT_OIDC_CLIENT_ID) or ACCOUNT_GITHUB_CLIENT_ID (with ACCOUNT_GITHUB_CLIENT_SECRET); the development identity provider does not run under NODE_ENV=production');
-  }
+  if (production) requireForProduction(env, oidcIssuer === undefined && ghId === undefined);
   const mirrorPortRaw = str(env, 'MIRROR_PORT');
   const maxResultBytes = int(env, 'DB_MAX_RESULT_BYTES', 16 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
   const maxBodyBytes = int(env, 'DB_MAX_BODY_BYTES', 32 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
@@ -339,6 +339,8 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   const adminPort = int(env, 'ADMIN_PORT', 9090, 0, 65535);
   // Both are listened on by every part: the same number would fail at start as if another server held it.
   if (port !== 0 && port === adminPort) fail('ADMIN_PORT', `must differ from PORT (both are ${port})`);
+  const devIdpPort = int(env, 'DEV_IDP_PORT', 0, 0, 65535);
+  if (devIdpPort !== 0 && (devIdpPort === port || devIdpPort === adminPort)) fail('DEV_IDP_PORT', `must differ from PORT and ADMIN_PORT (${devIdpPort})`);
   return {
     production,
     generatedKeys, // filled by the keyList calls below
@@ -398,6 +400,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
         perMinute: int(env, 'ACCOUNT_LOGIN_RATE_PER_MINUTE', 30, 1, 1_000_000),
       },
       providerTimeoutMs: int(env, 'ACCOUNT_PROVIDER_TIMEOUT_MS', 10_000, 50, 600_000),
+      devIdpPort,
     },
     trustedProxies: parseTrustedProxies(str(env, 'TRUSTED_PROXIES')),
     connections: connectionsConfig(env),
@@ -416,6 +419,18 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS) ?? 'info',
     logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'pretty'] as const) ?? null,
   };
+}
+
+/** Under NODE_ENV=production, every required setting that is missing, in one message rather than one per start. */
+function requireForProduction(env: Env, noProvider: boolean): void {
+  const keys = [['RUNTIME_ROOT_KEY', '64+ hex digits'], ['ACCOUNT_ENCRYPTION_KEYS', '64 hex digits each']].filter(([name]) => str(env, name!) === undefined);
+  const missing = [
+    ...(noProvider ? ['ACCOUNT_OIDC_ISSUER (with ACCOUNT_OIDC_CLIENT_ID) or ACCOUNT_GITHUB_CLIENT_ID (with ACCOUNT_GITHUB_CLIENT_SECRET), a sign-in provider'] : []),
+    ...keys.map(([name, what]) => `${name} (${what})`),
+  ];
+  if (missing.length > 1) throw new ConfigError(`NODE_ENV=production needs ${missing.length} settings that are missing: ${missing.join('; ')}; nothing is generated or run for development under NODE_ENV=production (docs/deploy.md)`);
+  if (noProvider) fail('ACCOUNT_OIDC_ISSUER', 'no sign-in provider is configured: set ACCOUNT_OIDC_ISSUER (with ACCOUNT_OIDC_CLIENT_ID) or ACCOUNT_GITHUB_CLIENT_ID (with ACCOUNT_GITHUB_CLIENT_SECRET); the development identity provider does not run under NODE_ENV=production');
+  // One key alone: keyList names it as before.
 }
 
 /** Connection caps (docs/reliability.md, "Connections"); unset, connection-cap.ts derives them from the open-files limit. */

@@ -119,7 +119,7 @@ export function spawnProduct(env: Record<string, string>, args: string[] = ['sta
     const timer = setTimeout(() => reject(new Error(`product did not start in 20s:\n${err}`)), 20_000);
     child.stderr!.on('data', (d) => {
       err += d;
-      const m = /is running: (http:\/\/[^\s]+)/.exec(err);
+      const m = /\n {2}address: (http:\/\/[^\s]+)/.exec(err);
       if (m) {
         clearTimeout(timer);
         resolve({ child, url: m[1]!, stderr: () => err, stdout: () => out, killAll: () => process.kill(-child.pid!, 'SIGKILL') });

@@ -22,11 +22,11 @@ const ERRORS: Record<string, string> = {
 
 const when = (iso: string | null) => (iso === null ? '<span class="muted">never</span>' : timeHtml(iso));
 
-function valueFields(prefix: string): string {
+function valueFields(prefix: string, json = false): string {
   return `<label for="${prefix}-value">New value</label>
 <textarea id="${prefix}-value" name="value" rows="2" required autocomplete="off" spellcheck="false"></textarea>
 <label for="${prefix}-type">Kind of value</label>
-<select id="${prefix}-type" name="type"><option value="text">text (stored as a string)</option><option value="json">JSON object</option></select>
+<select id="${prefix}-type" name="type"><option value="text">text (stored as a string)</option><option value="json"${json ? ' selected' : ''}>JSON object</option></select>
 <label for="${prefix}-expires">Expires (UTC, optional)</label>
 <input id="${prefix}-expires" name="expiresAt" type="datetime-local">`;
 }
@@ -79,6 +79,9 @@ const PROBLEMS: Record<string, string> = {
   expiry: 'The expiry must be a real date and time in the future, or left empty.',
 };
 
+/** CREDENTIAL_NAME in words, shown by the form and in the browser's own complaint (title). */
+const NAME_RULE = escapeHtml('lowercase letters, digits, ".", "_" or "-", starting with a letter or digit, up to 64');
+
 /** A name from the query string, filled into the form again only if it is a valid credential name. */
 const refill = (v: unknown): string => (typeof v === 'string' && CREDENTIAL_NAME.test(v) ? ` value="${escapeHtml(v)}"` : '');
 
@@ -101,10 +104,11 @@ ${list}
 <form method="post" action="/${escapeHtml(d.repo)}/_account/credentials/form">
 <input type="hidden" name="_method" value="put">
 <label for="new-plugin">Plugin</label>
-<input id="new-plugin" name="plugin" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" autocomplete="off"${error ? refill(q.plugin) : ''}>
+<input id="new-plugin" name="plugin" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" maxlength="64" title="${NAME_RULE}" aria-describedby="name-rule" autocomplete="off"${error ? refill(q.plugin) : ''}>
 <label for="new-name">Name</label>
-<input id="new-name" name="name" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" autocomplete="off"${error ? refill(q.name) : ''}>
-${valueFields('new')}
+<input id="new-name" name="name" required pattern="[a-z0-9][a-z0-9._\\-]{0,63}" maxlength="64" title="${NAME_RULE}" aria-describedby="name-rule" autocomplete="off"${error ? refill(q.name) : ''}>
+<p id="name-rule" class="muted">Plugin and name: ${NAME_RULE}, e.g. <code>github</code> / <code>token</code>.</p>
+${valueFields('new', error !== undefined && q.type === 'json')}
 <p><button type="submit" class="primary">Store credential</button></p>
 </form>
 </div>

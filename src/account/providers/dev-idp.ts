@@ -54,7 +54,7 @@ ${error ? `<p class="card error" role="alert">${escapeHtml(error)}</p>` : ''}
 }
 
 /** `callbackPattern` decides which redirect URIs the development client may use (any org and repo on BASE_DOMAIN). */
-export async function startDevIdp(opts: { logger: Logger; host?: string; callbackPattern: RegExp }): Promise<DevIdp> {
+export async function startDevIdp(opts: { logger: Logger; host?: string; port?: number; callbackPattern: RegExp }): Promise<DevIdp> {
   const host = opts.host ?? '127.0.0.1';
   const accounts = new Map<string, DevAccount>();
   const clientId = 'scopebase-dev';
@@ -63,7 +63,14 @@ export async function startDevIdp(opts: { logger: Logger; host?: string; callbac
   // What the parser refuses gets SPEC 3's shape here too, and slow clients the product's time limits.
   server.on('clientError', answerClientError);
   limitSlowClients(server);
-  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  // DEV_IDP_PORT (0: any free port); a taken one rejects, for start's "port in use" line, instead of crashing later.
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
   const issuer = `http://${host}:${(server.address() as AddressInfo).port}`;
 
   // oidc-provider (~20 MB of heap and code) and its RSA key are only built on the first sign-in, not at start-up.
@@ -102,17 +109,33 @@ export async function startDevIdp(opts: { logger: Logger; host?: string; callbac
     return { provider, handle: provider.callback() };
   };
 
+  // Where each sign-in page's attempt came from (its repo's page), for the page reached again with Back once used.
+  const startedAt = new Map<string, string>();
+  const remember = (uid: string, redirectUri: unknown) => {
+    // Only a redirect URI the callback pattern allows (an org host's own callback), so the link is never an open redirect.
+    if (typeof redirectUri !== 'string' || !opts.callbackPattern.test(redirectUri)) return;
+    startedAt.delete(uid);
+    startedAt.set(uid, redirectUri.replace(/_account\/callback$/, ''));
+    if (startedAt.size > 1000) startedAt.delete(startedAt.keys().next().value!);
+  };
+
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     res.setHeader('x-request-id', requestIdOf(req)); // SPEC 3: every response, the development provider's too
     const m = /^\/interaction\/([A-Za-z0-9_-]{1,64})$/.exec(req.url?.split('?')[0] ?? '');
     (ready ??= build()).then(({ provider, handle }) => (m ? interaction(provider, req, res, m[1]!) : handle(req, res))).catch((err) => {
       opts.logger.warn({ err: { message: (err as Error).message } }, 'development sign-in failed');
-      if (!res.headersSent) send(res, 400, page('Sign-in failed', '<h1>Sign-in failed</h1><p>This sign-in attempt expired. Go back to the application and start again.</p>'));
+      if (res.headersSent) return;
+      if (!m) return send(res, 400, page('Sign-in failed', '<h1>Sign-in failed</h1><p>This sign-in attempt expired. Go back to the application and start again.</p>'));
+      // Mostly Back after signing in: the page's attempt is finished, and the session it made is likely valid.
+      const back = startedAt.get(m[1]!);
+      const link = back ? `<p><a class="button primary" href="${escapeHtml(back)}">Back to ${escapeHtml(new URL(back).host + new URL(back).pathname)}</a></p>` : '<p>Go back to the application; sign in there again if you need to.</p>';
+      send(res, 400, page('Sign-in page already used', `<h1>This sign-in page was already used</h1><p>You may already be signed in. A sign-in page works once, for 10 minutes; to sign in again, start from the application.</p>${link}`));
     });
   });
 
   async function interaction(provider: OidcProvider, req: IncomingMessage, res: ServerResponse, uid: string): Promise<void> {
     const details = await provider.interactionDetails(req, res);
+    remember(uid, details.params.redirect_uri);
     const client = String(details.params.client_id ?? '');
     if (req.method === 'GET') return send(res, 200, loginForm(uid, client));
     if (req.method !== 'POST') return send(res, 405, page('Method not allowed', '<h1>Method not allowed</h1>'));

@@ -32,13 +32,13 @@ export async function createProviders(config: Config, logger: Logger, opts: Prov
   if (list.length === 0) {
     if (config.production) throw new Error('no sign-in provider: set ACCOUNT_OIDC_ISSUER (with ACCOUNT_OIDC_CLIENT_ID) or ACCOUNT_GITHUB_CLIENT_ID (with ACCOUNT_GITHUB_CLIENT_SECRET)');
     const callbackPattern = new RegExp(`^https?://[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.${escapeRegExp(config.baseDomain)}(:\\d{1,5})?/[a-z0-9][a-z0-9._-]{0,99}/_account/callback$`);
-    const idp = await startDevIdp({ logger: logger.child({ component: 'dev-idp' }), callbackPattern });
+    const idp = await startDevIdp({ logger: logger.child({ component: 'dev-idp' }), port: config.account.devIdpPort, callbackPattern });
     logger.warn({ issuer: idp.issuer }, 'no sign-in provider configured: running the development identity provider (any email signs in)');
     const dev = createOidcProvider({
       id: 'dev', label: 'Development sign-in', namespace: 'dev', issuer: idp.issuer, clientId: idp.clientId, clientSecret: idp.clientSecret,
       timeoutMs: opts.timeoutMs, allowHttp: true, extraParams: { prompt: 'login' },
     });
-    list.push({ ...dev, close: idp.close });
+    list.push({ ...dev, address: idp.issuer, close: idp.close });
   }
   return list;
 }

@@ -24,5 +24,7 @@ export interface SignInProvider {
   usesNonce: boolean;
   authorizationUrl(req: AuthorizationRequest): Promise<URL>;
   finish(input: CallbackInput): Promise<SignedIn>;
+  /** A provider this process runs itself (the development one): its URL, for the start banner (to forward it). */
+  address?: string;
   close?(): Promise<void>;
 }
