@@ -67,6 +67,23 @@ describe('import', () => {
     assert.deepEqual(changes.json.events[0].changes.tables, [...named, 'only'].sort(), 'the tables it changed: those it replaced and those it brought');
   });
 
+  test('the file\'s PRAGMA user_version comes with it (a repo cannot set it any other way); a UTF-16 file is refused saying what to do', async () => {
+    const path = join(dir, 'versioned.sqlite');
+    const f = new DatabaseSync(path);
+    f.exec("PRAGMA journal_mode=DELETE; PRAGMA user_version = 42; CREATE TABLE t(x); INSERT INTO t VALUES ('é')");
+    f.close();
+    const r = await upload(p, 'imp', 'database=versioned', readFileSync(path));
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual((await p.db('imp', 'query', { database: 'versioned', sql: 'PRAGMA user_version' })).json.results[0].rows, [[42]]);
+    const utf16 = join(dir, 'utf16.sqlite');
+    const u = new DatabaseSync(utf16);
+    u.exec("PRAGMA encoding = 'UTF-16le'; PRAGMA journal_mode=DELETE; CREATE TABLE t(x); INSERT INTO t VALUES ('é')");
+    u.close();
+    const refused = await upload(p, 'imp', 'database=utf16', readFileSync(utf16));
+    assert.equal(refused.status, 400, refused.text);
+    assert.match(refused.json.error.message, /stores text as UTF-16le.*import its SQL text instead/);
+  });
+
   test('SQL text, as sqlite3 .dump writes it, imports the same content', async () => {
     const dump = `PRAGMA foreign_keys=OFF;
 BEGIN TRANSACTION;
@@ -106,6 +123,7 @@ COMMIT;
       ['sql view on internals', 'database=keep&mode=replace', 'CREATE TABLE ok(a);\nCREATE VIEW vv AS SELECT * FROM _scopebase_changes;', 'application/sql', 400, /view vv refers to an internal table/],
       ['fts5 content from internals', 'database=keep&mode=replace', sampleFile(dir, "CREATE VIRTUAL TABLE f USING fts5(event, content='_scopebase_changes');").bytes, SQLITE, 400, /table f refers to an internal table/],
       ['sql error', 'database=keep&mode=replace', 'CREATE TABLE a(x);\nINSERT INTO nowhere VALUES (1);', 'application/sql', 400, /statement 1.*no such table/],
+      ['sql schema write', 'database=keep&mode=replace', "CREATE TABLE a(x);\nPRAGMA writable_schema=ON;\nUPDATE sqlite_schema SET sql = 'CREATE TABLE a(y)' WHERE name = 'a';", 'application/sql', 400, /statement 2 of the SQL text: sqlite_schema is not written to by SQL/],
       ['sql broken reference', 'database=keep&mode=replace', 'CREATE TABLE c(p REFERENCES p(id));\nCREATE TABLE p(id INTEGER PRIMARY KEY);\nINSERT INTO c VALUES (7);\nINSERT INTO p VALUES (1);', 'application/sql', 409, /FOREIGN KEY constraint failed: a row of c refers to a missing row of p/],
       ['too big', 'database=keep&mode=replace', Buffer.alloc(2 * 1024 * 1024, 1), SQLITE, 507, /DB_MAX_SIZE_BYTES/],
       ['sql too big once loaded', 'database=keep&mode=replace', `CREATE TABLE big(x);\n${"INSERT INTO big VALUES (randomblob(200000));\n".repeat(8)}`, 'application/sql', 507, /.+/],

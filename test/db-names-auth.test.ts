@@ -141,10 +141,14 @@ describe('routing, request ids and the error shape (3, 8)', () => {
     assert.equal(r.json.error.code, 'not_found');
   });
 
-  test('GET on a /_db route is 404 not_found', async () => {
+  test('GET on a /_db route is 404 not_found: an operation takes POST, anything else is no operation', async () => {
     const r = await p.call('/web/_db/query');
     assert.equal(r.status, 404);
     assert.ok(isErrorShape(r.json));
+    assert.match(r.json.error.message, /\/_db\/query takes POST/);
+    const v1 = await p.call('/web/_db/v1');
+    assert.equal(v1.status, 404);
+    assert.match(v1.json.error.message, /unknown operation \/_db\/v1/);
   });
 
   test('a query string on a JSON operation is refused, not read as nothing (the database goes in the body)', async () => {

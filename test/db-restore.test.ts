@@ -166,6 +166,9 @@ describe('time travel', () => {
     assert.deepEqual({ version: dry.json.restoredTo.version, now: dry.json.version, dryRun: dry.json.dryRun }, { version: w1.json.version, now: w2.json.version, dryRun: true });
     assert.ok(Date.parse(dry.json.restoredTo.committedAt) <= Date.parse(between));
     assert.deepEqual((await p.db('timed', 'query', { database, sql: 'SELECT x FROM t ORDER BY x' })).json.results[0].rows, [[1], [2]], 'a dry run changes nothing');
+    const lower = await p.db('timed', 'restore', { database, toTime: between.toLowerCase(), dryRun: true });
+    assert.equal(lower.status, 200, `RFC 3339 allows a lowercase t and z: ${lower.text}`);
+    assert.equal(lower.json.restoredTo.version, w1.json.version);
 
     const real = await p.db('timed', 'restore', { database, toTime: between });
     assert.equal(real.status, 200, real.text);

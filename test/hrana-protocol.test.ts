@@ -156,6 +156,19 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     }
   });
 
+  test('a statement with both "sql" and "sql_id" is refused (Hrana: exactly one); every sandbox refusal is SQLITE_AUTH, load_extension too', async () => {
+    const r = await pipeline({ baton: null, requests: [
+      { type: 'store_sql', sql_id: 1, sql: 'SELECT 2' },
+      { type: 'execute', stmt: { sql: 'SELECT 1', sql_id: 1 } },
+      { type: 'execute', stmt: { sql: "SELECT load_extension('x')" } },
+      { type: 'execute', stmt: { sql: 'CREATE TEMP TABLE t(x)' } },
+    ] });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.results[1].type, 'error');
+    assert.match(r.json.results[1].error.message, /"sql" or "sql_id", not both/);
+    assert.deepEqual(r.json.results.slice(2).map((x: { error?: { code: string } }) => x.error?.code), ['SQLITE_AUTH', 'SQLITE_AUTH']);
+  });
+
   test('batons: one use each, bound to their database and repo; malformed bodies get SPEC 3 errors', async () => {
     const first = await pipeline({ baton: null, requests: [{ type: 'store_sql', sql_id: 5, sql: 'SELECT 5 AS v' }] });
     const baton = first.json.baton as string;

@@ -24,13 +24,18 @@ export function opLabel(op: string, upload: boolean): string {
   }
 }
 
+/** An operation of SPEC 4 (import included) or a libSQL pipeline path. */
+export function isDbOperation(op: string): boolean {
+  return OPS.has(op) || op === 'import' || pipelineDatabase(op) !== null;
+}
+
 export function unknownOperation(op: string): ApiError {
   return new ApiError('not_found', `unknown operation /_db/${op.slice(0, 40)}; use status, migrate, query, execute, restore, import, export, changes or snapshot`);
 }
 
 /** Throws for an unknown operation or a bad database name in the path; else the 401 to answer (null: the secret is right). */
 export function admitDb(rootKeys: readonly Buffer[], org: string, repo: string, op: string, authorization: string | undefined): ApiError | null {
-  if (!OPS.has(op) && op !== 'import' && pipelineDatabase(op) === null) throw unknownOperation(op);
+  if (!isDbOperation(op)) throw unknownOperation(op);
   return repoSecretRefusal(rootKeys, org, repo, authorization);
 }
 

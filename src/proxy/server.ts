@@ -6,7 +6,7 @@ import { ApiError } from '../shared/errors.ts';
 import type { ConnectionCap } from '../shared/connection-cap.ts';
 import { createHttpApp } from '../shared/http.ts';
 import type { RawRoute } from '../shared/raw-route.ts';
-import { admitDbHeaders } from '../db/admit.ts';
+import { admitDbHeaders, isDbOperation, unknownOperation } from '../db/admit.ts';
 import { OPENAPI_PATH, openApiJson } from '../shared/openapi.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkRepo } from '../shared/names.ts';
@@ -103,6 +103,7 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     }
     // SPEC 4.10's version probe (GET …/_db/v2): libSQL clients ask it before they speak, without a secret.
     if (req.method === 'GET' && probeDatabase(op) !== null) return;
+    if (req.method !== 'POST' && !isDbOperation(op)) throw unknownOperation(op);
     if (req.method !== 'POST') throw new ApiError('not_found', `/_db/${op.slice(0, 40)} takes POST`);
     // `?database=x` read as nothing would run the request on main: refused, not ignored (import alone takes a query).
     if (req.url.includes('?') && pipelineDatabase(op) === null) throw new ApiError('invalid_request', `/_db/${op.slice(0, 40)} reads no query string: send "database" and the rest in the JSON body (SPEC 4)`);

@@ -145,6 +145,8 @@ function checkImport(source: string): void {
     throw unsafeUse(e, name ?? 'its schema') ?? new ApiError('invalid_request', `the body is not a usable SQLite database file (${String((e as Error).message).slice(0, 120)})`);
   }
   try {
+    const encoding = (db.prepare('PRAGMA encoding').get() as { encoding: string }).encoding;
+    if (encoding !== 'UTF-8') throw new ApiError('invalid_request', `the file stores text as ${encoding}, and scopebase databases are UTF-8: import its SQL text instead (sqlite3 file .dump > dump.sql), which converts it`);
     const check = db.prepare('PRAGMA integrity_check(20)').all() as { integrity_check: string }[];
     if (check.length !== 1 || check[0]!.integrity_check !== 'ok') {
       throw new ApiError('invalid_request', `the file fails SQLite's integrity check: ${check.map((r) => r.integrity_check).join('; ').slice(0, 300)}`);

@@ -104,6 +104,9 @@ export function copyContent(db: DatabaseSync, migrations: boolean, create: (sql:
       run('INSERT INTO main.sqlite_sequence SELECT * FROM src.sqlite_sequence');
     }
     for (const o of objs) if (o.type === 'index' || o.type === 'trigger' || o.type === 'view') create(o.sql!);
+    // PRAGMA user_version is the file's own (a repo cannot set it, so an import or restore is how it comes).
+    const userVersion = Number((db.prepare('PRAGMA src.user_version').get() as { user_version: number }).user_version);
+    db.exec(`PRAGMA main.user_version = ${Number.isSafeInteger(userVersion) ? userVersion : 0}`);
     if (migrations) {
       run('DELETE FROM main._scopebase_migrations');
       if (all("SELECT 1 FROM src.sqlite_schema WHERE name = '_scopebase_migrations'").length) run('INSERT INTO main._scopebase_migrations SELECT * FROM src._scopebase_migrations');

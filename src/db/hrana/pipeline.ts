@@ -55,6 +55,7 @@ const CODES: Record<string, string> = {
 /** A scopebase error as a Hrana error: `code` is the SQLite code name where SQLite gave one. */
 export function hranaError(e: unknown): HranaError {
   if (!(e instanceof ApiError)) return { message: 'internal error', code: 'SQLITE_INTERNAL' };
+  if (e.code === 'not_allowed') return { message: e.message, code: 'SQLITE_AUTH' }; // every sandbox refusal alike, whatever SQLite said
   const sqlite = (e.details as { sqliteCode?: unknown } | undefined)?.sqliteCode;
   return { message: e.message, code: typeof sqlite === 'string' ? sqlite : CODES[e.code] ?? e.code.toUpperCase() };
 }
@@ -131,6 +132,7 @@ export class Pipeline {
   }
 
   private sqlOf(stmt: HranaStmt, where: string): string {
+    if (stmt?.sql !== undefined && stmt?.sql !== null && stmt?.sql_id !== undefined && stmt?.sql_id !== null) throw new ApiError('invalid_request', `${where}: a statement has "sql" or "sql_id", not both`);
     if (typeof stmt?.sql === 'string') return stmt.sql;
     if (typeof stmt?.sql_id === 'number') {
       const sql = this.stream.sql(stmt.sql_id);
