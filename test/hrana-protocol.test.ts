@@ -169,6 +169,34 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.deepEqual(r.json.results.slice(2).map((x: { error?: { code: string } }) => x.error?.code), ['SQLITE_AUTH', 'SQLITE_AUTH']);
   });
 
+  test('v3/cursor (HRANA_3_SPEC): a batch\'s result as newline-separated JSON, a baton line then step entries; the stream goes on', async () => {
+    const cursor = async (body: unknown) => {
+      const r = await p.call('/web/_db/cursordb/v3/cursor', { body, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
+      assert.equal(r.status, 200, r.text);
+      assert.ok(r.text.endsWith('\n'));
+      return r.text.trimEnd().split('\n').map((line) => JSON.parse(line));
+    };
+    const lines = await cursor({ baton: null, batch: { steps: [
+      { stmt: { sql: 'CREATE TABLE c(x)' } },
+      { stmt: { sql: 'INSERT INTO c VALUES (1), (2)' } },
+      { stmt: { sql: 'SELECT x FROM c ORDER BY x' } },
+      { stmt: { sql: 'SELECT nope FROM c' } },
+      { condition: { type: 'ok', step: 3 }, stmt: { sql: 'SELECT 1' } },
+    ] } });
+    const [head, ...entries] = lines;
+    assert.equal(head.base_url, null);
+    assert.match(head.baton, /^[A-Za-z0-9_-]{20,}$/);
+    assert.deepEqual(entries.map((e: { type: string; step?: number }) => `${e.type}${e.step ?? ''}`), ['step_begin0', 'step_end', 'step_begin1', 'step_end', 'step_begin2', 'row', 'row', 'step_end', 'step_error3']);
+    assert.deepEqual(entries[5].row, [{ type: 'integer', value: '1' }]);
+    assert.deepEqual(entries[3], { type: 'step_end', affected_row_count: 2, last_insert_rowid: '2' });
+    assert.match(entries[8].error.message, /no such column/);
+    const next = await cursor({ baton: head.baton, batch: { steps: [{ stmt: { sql: 'SELECT count(*) FROM c' } }] } });
+    assert.deepEqual(next[2].row, [{ type: 'integer', value: '2' }], 'the baton continues the stream');
+    const bad = await p.call('/web/_db/v3/cursor', { body: { baton: null, requests: [] }, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
+    assert.equal(bad.status, 400);
+    assert.match(bad.json.error.message, /a cursor request is/);
+  });
+
   test('batons: one use each, bound to their database and repo; malformed bodies get SPEC 3 errors', async () => {
     const first = await pipeline({ baton: null, requests: [{ type: 'store_sql', sql_id: 5, sql: 'SELECT 5 AS v' }] });
     const baton = first.json.baton as string;

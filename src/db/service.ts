@@ -15,7 +15,7 @@ import { ExecutorPool, type ExecReply } from './executor/pool.ts';
 import { Layout } from './layout.ts';
 import { importParams, receiveBody } from './import.ts';
 import { databaseOf, MAX_CHANGES_PAGE, parseBody, validate, type Op } from './request.ts';
-import { Hrana, pipelineDatabase } from './hrana/index.ts';
+import { Hrana, isCursor, pipelineDatabase } from './hrana/index.ts';
 import { notFound, pipelineBackend, replyError } from './pipeline-backend.ts';
 import { removeCopy } from './history/rebuild.ts';
 import { exportHeaders, makeFile, streamFile, tmpFile } from './files.ts';
@@ -227,7 +227,9 @@ export class DbService implements DbHandler, ChangeFeed {
       exists: (s) => this.exists(s), replicated: (s, res) => this.replicated(s, res),
       reportBug: (e) => this.logger.error({ err: e, org: scope.org, repo: scope.repo, database: scope.database }, 'a libSQL request failed unexpectedly (answered SQLITE_INTERNAL)'),
     });
-    return { status: 200, headers: { 'content-type': JSON_TYPE }, body: await this.hrana.pipeline(`${scope.org}/${scope.repo}/${scope.database}`, backend, req.body) };
+    const stream = `${scope.org}/${scope.repo}/${scope.database}`;
+    if (isCursor(req.op)) return { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' }, body: await this.hrana.cursor(stream, backend, req.body) };
+    return { status: 200, headers: { 'content-type': JSON_TYPE }, body: await this.hrana.pipeline(stream, backend, req.body) };
   }
 
   private async run(op: Op, scope: Scope, body: Record<string, unknown>, raw: Buffer): Promise<DbResponse> {

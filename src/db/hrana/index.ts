@@ -5,11 +5,15 @@ import { checkDatabase } from '../../shared/names.ts';
 import { type HranaBackend, Pipeline } from './pipeline.ts';
 import { SqlBudget, Streams } from './streams.ts';
 import { TxQuota } from './transaction.ts';
+import { cursorBody } from './cursor.ts';
 
 export type { HranaBackend, Statement } from './pipeline.ts';
 
-/** `[{database}/]v2/pipeline` or `…/v3/pipeline` after `/{repo}/_db/` (v3 takes the same JSON requests). */
-const PIPELINE = /^(?:([^/]+)\/)?v[23]\/pipeline$/;
+/** `[{database}/]v2/pipeline`, `…/v3/pipeline` (the same JSON requests) or `…/v3/cursor` after `/{repo}/_db/`. */
+const PIPELINE = /^(?:([^/]+)\/)?(?:v[23]\/pipeline|v3\/cursor)$/;
+
+/** Whether a pipeline op is v3's cursor endpoint. */
+export const isCursor = (op: string): boolean => op.endsWith('v3/cursor');
 /** `[{database}/]v2` or `…/v3`: the version probe, answered 200 by the proxy. */
 const VERSION_PROBE = /^(?:([^/]+)\/)?v[23]$/;
 
@@ -65,6 +69,16 @@ export class Hrana {
         state.release(); // its stored SQL no longer counts against the repo's and the server's budgets
       }
     }
+  }
+
+  /** One v3/cursor request: `{"baton", "batch"}`, run as a pipeline's batch request, its result as cursor entries. */
+  async cursor(streamKey: string, backend: HranaBackend, raw: Buffer): Promise<string> {
+    const body = parseJsonObject(raw);
+    if (typeof body.batch !== 'object' || body.batch === null || (body.baton !== undefined && body.baton !== null && typeof body.baton !== 'string')) {
+      throw new ApiError('invalid_request', 'a cursor request is {"baton": string | null, "batch": {"steps": [...]}}');
+    }
+    const reply = JSON.parse(await this.pipeline(streamKey, backend, Buffer.from(JSON.stringify({ baton: body.baton ?? null, requests: [{ type: 'batch', batch: body.batch }] })))) as { baton: string | null; results: unknown[] };
+    return cursorBody(reply.baton, JSON.stringify(reply.results[0]));
   }
 
   close(): void {
