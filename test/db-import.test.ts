@@ -123,7 +123,7 @@ COMMIT;
       ['sql view on internals', 'database=keep&mode=replace', 'CREATE TABLE ok(a);\nCREATE VIEW vv AS SELECT * FROM _scopebase_changes;', 'application/sql', 400, /view vv refers to an internal table/],
       ['fts5 content from internals', 'database=keep&mode=replace', sampleFile(dir, "CREATE VIRTUAL TABLE f USING fts5(event, content='_scopebase_changes');").bytes, SQLITE, 400, /table f refers to an internal table/],
       ['sql error', 'database=keep&mode=replace', 'CREATE TABLE a(x);\nINSERT INTO nowhere VALUES (1);', 'application/sql', 400, /statement 1.*no such table/],
-      ['sql schema write', 'database=keep&mode=replace', "CREATE TABLE a(x);\nPRAGMA writable_schema=ON;\nUPDATE sqlite_schema SET sql = 'CREATE TABLE a(y)' WHERE name = 'a';", 'application/sql', 400, /statement 2 of the SQL text: sqlite_schema is not written to by SQL/],
+      ['sql schema write', 'database=keep&mode=replace', "CREATE TABLE a(x);\nPRAGMA writable_schema=ON;\nUPDATE sqlite_schema SET sql = 'CREATE TABLE a(y)' WHERE name = 'a';", 'application/sql', 400, /statement 2 of the SQL text: sqlite_schema may not be modified by SQL/],
       ['sql broken reference', 'database=keep&mode=replace', 'CREATE TABLE c(p REFERENCES p(id));\nCREATE TABLE p(id INTEGER PRIMARY KEY);\nINSERT INTO c VALUES (7);\nINSERT INTO p VALUES (1);', 'application/sql', 409, /FOREIGN KEY constraint failed: a row of c refers to a missing row of p/],
       ['too big', 'database=keep&mode=replace', Buffer.alloc(2 * 1024 * 1024, 1), SQLITE, 507, /DB_MAX_SIZE_BYTES/],
       ['sql too big once loaded', 'database=keep&mode=replace', `CREATE TABLE big(x);\n${"INSERT INTO big VALUES (randomblob(200000));\n".repeat(8)}`, 'application/sql', 507, /.+/],
