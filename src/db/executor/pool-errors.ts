@@ -1,0 +1,29 @@
+// What the pool answers when a request could not run, or lost its executor: SPEC 3's errors, saying what of it ran.
+import { ApiError } from '../../shared/errors.ts';
+import { LostError } from './process.ts';
+import { QueueError } from './scheduler.ts';
+import { sizeText } from './temp-space.ts';
+
+/** A database file's folder is its repo's (`…/db/{org}/{repo}/{database}.sqlite`): the repo is the tenant. */
+export function tenantOfPath(path: unknown): string {
+  const p = String(path);
+  return p.slice(0, p.lastIndexOf('/'));
+}
+
+export function overloaded(why: string): ApiError {
+  return new ApiError('unavailable', `the database service is overloaded: ${why}; nothing of this request ran, retry after a second`, { committed: false }, { 'retry-after': '1' });
+}
+
+export function lostToApiError(e: unknown, budgetMs: number): ApiError {
+  if (e instanceof ApiError) return e;
+  if (e instanceof QueueError) return new ApiError('unavailable', e.message, { committed: false }, { 'retry-after': '1' });
+  if (e instanceof LostError && e.reason === 'timeout') {
+    return new ApiError('query_timeout', `the statement ran past ${budgetMs} ms (DB_QUERY_TIMEOUT_MS) and was stopped; nothing of this request was applied`);
+  }
+  if (e instanceof LostError && e.reason === 'temp_space') {
+    const limit = e.tempMaxBytes ?? 0;
+    return new ApiError('quota_exceeded', `the statement's temporary files (a sort, GROUP BY, DISTINCT, a materialized subquery or CTE, an index build, a statement journal) grew past ${sizeText(limit)}, the limit per executor process (DB_TEMP_MAX_BYTES), and it was stopped; nothing of this request was applied`, { tempMaxBytes: limit });
+  }
+  if (e instanceof LostError && e.reason === 'unstarted') return new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' });
+  return new ApiError('internal', 'the executor stopped while running this request; nothing of it was applied');
+}
