@@ -5,7 +5,6 @@ import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import { parseRootKeys } from './secrets.ts';
-import { isOrgName, isRepoName } from './names.ts';
 import { nearestExisting } from './paths.ts';
 
 export interface MirrorConfig { name: string; url: string; secret: string }
@@ -122,39 +121,9 @@ export interface ClusterConfig {
 
 import { recordingReads, unknownVariables } from './config-names.ts';
 
-export class ConfigError extends Error {}
+import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, str, url, type Env } from './config-values.ts';
 
-type Env = Record<string, string | undefined>;
-
-function fail(name: string, why: string): never {
-  throw new ConfigError(`${name}: ${why}`);
-}
-
-function int(env: Env, name: string, dflt: number, min: number, max: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return dflt;
-  if (!/^\d+$/.test(raw)) fail(name, `must be a whole number, got ${JSON.stringify(raw.slice(0, 40))}`);
-  const n = Number(raw);
-  if (n < min || n > max) fail(name, `must be between ${min} and ${max}, got ${n}`);
-  return n;
-}
-
-function str(env: Env, name: string): string | undefined {
-  const v = env[name];
-  return v === undefined || v === '' ? undefined : v;
-}
-
-function url(env: Env, name: string): string | undefined {
-  const v = str(env, name);
-  if (v === undefined) return undefined;
-  try {
-    const u = new URL(v);
-    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('scheme');
-  } catch {
-    fail(name, 'must be an http(s) URL');
-  }
-  return v.replace(/\/+$/, '');
-}
+export { ConfigError };
 
 /** Parses `14d`, `12h`, `30m`, `45s` or a bare number of seconds. */
 export function parseDuration(name: string, raw: string): number {
@@ -206,73 +175,6 @@ function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[]):
   const v = str(env, name);
   if (v !== undefined && !(allowed as readonly string[]).includes(v)) fail(name, `must be one of ${allowed.join(', ')}, got ${JSON.stringify(v.slice(0, 20))}`);
   return v as T | undefined;
-}
-
-function unknownKeys(name: string, what: string, o: Record<string, unknown>, known: string[]): void {
-  const extra = Object.keys(o).find((k) => !known.includes(k));
-  if (extra !== undefined) fail(name, `${what}: unknown field ${JSON.stringify(extra.slice(0, 40))}; the fields are ${known.map((k) => JSON.stringify(k)).join(', ')}`);
-}
-
-function parseMirrors(raw: string | undefined): MirrorConfig[] {
-  if (raw === undefined) return [];
-  let list: unknown;
-  try {
-    list = JSON.parse(raw);
-  } catch {
-    fail('DB_MIRRORS', 'must be a JSON array of {"name","url","secret"}');
-  }
-  if (!Array.isArray(list)) fail('DB_MIRRORS', 'must be a JSON array of {"name","url","secret"}');
-  const names = new Set<string>();
-  return list.map((m: unknown, i) => {
-    const o = m as Record<string, unknown>;
-    if (typeof o !== 'object' || o === null || typeof o.name !== 'string' || typeof o.url !== 'string' || typeof o.secret !== 'string') {
-      fail('DB_MIRRORS', `entry ${i} must be {"name","url","secret"} with string values`);
-    }
-    unknownKeys('DB_MIRRORS', `entry ${i}`, o, ['name', 'url', 'secret']);
-    if (!/^[A-Za-z0-9._-]{1,64}$/.test(o.name)) fail('DB_MIRRORS', `entry ${i}: name must match ^[A-Za-z0-9._-]{1,64}$`);
-    if (names.has(o.name)) fail('DB_MIRRORS', `entry ${i}: duplicate name ${JSON.stringify(o.name)}`);
-    names.add(o.name);
-    url({ DB_MIRRORS: o.url }, 'DB_MIRRORS');
-    if (!/^whsec_[A-Za-z0-9+/=]{16,}$/.test(o.secret)) fail('DB_MIRRORS', `entry ${i}: secret must be in Standard Webhooks form whsec_<base64>`);
-    return { name: o.name, url: o.url, secret: o.secret };
-  });
-}
-
-function parseApps(raw: string | undefined): Map<string, AppRoute> {
-  const apps = new Map<string, AppRoute>();
-  if (raw === undefined) return apps;
-  let obj: unknown;
-  try {
-    obj = JSON.parse(raw);
-  } catch {
-    fail('APPS', 'must be a JSON object {"org/repo": "http://upstream" | {"url", "requireSession"}}');
-  }
-  if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) fail('APPS', 'must be a JSON object');
-  for (const [key, value] of Object.entries(obj)) {
-    // A key no request can reach (a name SPEC 2 refuses) would configure an app that never answers.
-    const [org, repo, ...more] = key.split('/');
-    if (more.length || !isOrgName(org!) || !isRepoName(repo ?? '')) fail('APPS', `key ${JSON.stringify(key)} must be "org/repo" in lowercase, with names as SPEC 2 allows them`);
-    const v = typeof value === 'string' ? { url: value, requireSession: false } : (value as Record<string, unknown>);
-    if (typeof v !== 'object' || v === null || typeof v.url !== 'string') fail('APPS', `value of ${key} must be a URL or {"url", "requireSession"}`);
-    // A misspelt "requireSession" must not leave the app open to anonymous visitors without a word.
-    unknownKeys('APPS', `value of ${key}`, v, ['url', 'requireSession']);
-    if (v.requireSession !== undefined && typeof v.requireSession !== 'boolean') fail('APPS', `requireSession of ${key} must be true or false`);
-    apps.set(key, { url: url({ APPS: v.url }, 'APPS')!, requireSession: v.requireSession === true });
-  }
-  return apps;
-}
-
-function parseTrustedProxies(raw: string | undefined): string[] {
-  if (raw === undefined) return [];
-  return raw.split(',').map((p) => p.trim()).filter(Boolean).map((p) => {
-    const [addr, bits] = p.split('/');
-    const family = isIP(addr ?? '');
-    const max = family === 4 ? 32 : 128;
-    if (!family || (bits !== undefined && (!/^\d+$/.test(bits) || Number(bits) > max))) {
-      fail('TRUSTED_PROXIES', `${JSON.stringify(p)} is not an IP address or CIDR`);
-    }
-    return p;
-  });
 }
 
 export function loadConfig(given: Env = process.env): Config {

@@ -1,0 +1,107 @@
+// Values of the environment as SPEC 9.1 reads them: whole numbers, URLs, and the JSON lists (mirrors, apps) and
+// address lists a setting holds. A bad one throws ConfigError naming the variable.
+import { isIP } from 'node:net';
+import { isOrgName, isRepoName } from './names.ts';
+import type { AppRoute, MirrorConfig } from './config.ts';
+
+export class ConfigError extends Error {}
+
+export type Env = Record<string, string | undefined>;
+
+export function fail(name: string, why: string): never {
+  throw new ConfigError(`${name}: ${why}`);
+}
+
+export function int(env: Env, name: string, dflt: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return dflt;
+  if (!/^\d+$/.test(raw)) fail(name, `must be a whole number, got ${JSON.stringify(raw.slice(0, 40))}`);
+  const n = Number(raw);
+  if (n < min || n > max) fail(name, `must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+export function str(env: Env, name: string): string | undefined {
+  const v = env[name];
+  return v === undefined || v === '' ? undefined : v;
+}
+
+export function url(env: Env, name: string): string | undefined {
+  const v = str(env, name);
+  if (v === undefined) return undefined;
+  try {
+    const u = new URL(v);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('scheme');
+  } catch {
+    fail(name, 'must be an http(s) URL');
+  }
+  return v.replace(/\/+$/, '');
+}
+
+function unknownKeys(name: string, what: string, o: Record<string, unknown>, known: string[]): void {
+  const extra = Object.keys(o).find((k) => !known.includes(k));
+  if (extra !== undefined) fail(name, `${what}: unknown field ${JSON.stringify(extra.slice(0, 40))}; the fields are ${known.map((k) => JSON.stringify(k)).join(', ')}`);
+}
+
+export function parseMirrors(raw: string | undefined): MirrorConfig[] {
+  if (raw === undefined) return [];
+  let list: unknown;
+  try {
+    list = JSON.parse(raw);
+  } catch {
+    fail('DB_MIRRORS', 'must be a JSON array of {"name","url","secret"}');
+  }
+  if (!Array.isArray(list)) fail('DB_MIRRORS', 'must be a JSON array of {"name","url","secret"}');
+  const names = new Set<string>();
+  return list.map((m: unknown, i) => {
+    const o = m as Record<string, unknown>;
+    if (typeof o !== 'object' || o === null || typeof o.name !== 'string' || typeof o.url !== 'string' || typeof o.secret !== 'string') {
+      fail('DB_MIRRORS', `entry ${i} must be {"name","url","secret"} with string values`);
+    }
+    unknownKeys('DB_MIRRORS', `entry ${i}`, o, ['name', 'url', 'secret']);
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(o.name)) fail('DB_MIRRORS', `entry ${i}: name must match ^[A-Za-z0-9._-]{1,64}$`);
+    if (names.has(o.name)) fail('DB_MIRRORS', `entry ${i}: duplicate name ${JSON.stringify(o.name)}`);
+    names.add(o.name);
+    url({ DB_MIRRORS: o.url }, 'DB_MIRRORS');
+    if (!/^whsec_[A-Za-z0-9+/=]{16,}$/.test(o.secret)) fail('DB_MIRRORS', `entry ${i}: secret must be in Standard Webhooks form whsec_<base64>`);
+    return { name: o.name, url: o.url, secret: o.secret };
+  });
+}
+
+export function parseApps(raw: string | undefined): Map<string, AppRoute> {
+  const apps = new Map<string, AppRoute>();
+  if (raw === undefined) return apps;
+  let obj: unknown;
+  try {
+    obj = JSON.parse(raw);
+  } catch {
+    fail('APPS', 'must be a JSON object {"org/repo": "http://upstream" | {"url", "requireSession"}}');
+  }
+  if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) fail('APPS', 'must be a JSON object');
+  for (const [key, value] of Object.entries(obj)) {
+    // A key no request can reach (a name SPEC 2 refuses) would configure an app that never answers.
+    const [org, repo, ...more] = key.split('/');
+    if (more.length || !isOrgName(org!) || !isRepoName(repo ?? '')) fail('APPS', `key ${JSON.stringify(key)} must be "org/repo" in lowercase, with names as SPEC 2 allows them`);
+    const v = typeof value === 'string' ? { url: value, requireSession: false } : (value as Record<string, unknown>);
+    if (typeof v !== 'object' || v === null || typeof v.url !== 'string') fail('APPS', `value of ${key} must be a URL or {"url", "requireSession"}`);
+    // A misspelt "requireSession" must not leave the app open to anonymous visitors without a word.
+    unknownKeys('APPS', `value of ${key}`, v, ['url', 'requireSession']);
+    if (v.requireSession !== undefined && typeof v.requireSession !== 'boolean') fail('APPS', `requireSession of ${key} must be true or false`);
+    apps.set(key, { url: url({ APPS: v.url }, 'APPS')!, requireSession: v.requireSession === true });
+  }
+  return apps;
+}
+
+export function parseTrustedProxies(raw: string | undefined): string[] {
+  if (raw === undefined) return [];
+  return raw.split(',').map((p) => p.trim()).filter(Boolean).map((p) => {
+    const [addr, bits] = p.split('/');
+    const family = isIP(addr ?? '');
+    const max = family === 4 ? 32 : 128;
+    if (!family || (bits !== undefined && (!/^\d+$/.test(bits) || Number(bits) > max))) {
+      fail('TRUSTED_PROXIES', `${JSON.stringify(p)} is not an IP address or CIDR`);
+    }
+    return p;
+  });
+}
+
