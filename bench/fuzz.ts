@@ -32,7 +32,7 @@ const log = (s: string) => process.stderr.write(`[fuzz] ${s}\n`);
 const weird = fc.constantFrom('..', '%2e%2e', '%2F', '%00', 'é', '\u202e', ' ', '~', '.', '_db', '_account', 'a'.repeat(300), '%', '%zz', '//');
 const repoName = fc.oneof({ weight: 6, arbitrary: fc.constantFrom('web', 'other', 'site') }, { weight: 1, arbitrary: fc.stringMatching(/^[a-z0-9][a-z0-9-]{0,20}$/) }, { weight: 1, arbitrary: weird });
 const tail = fc.oneof(
-  { weight: 8, arbitrary: fc.constantFrom('_db/status', '_db/query', '_db/execute', '_db/migrate', '_db/restore', '_db/export', '_db/import', '_db/changes', '_db/snapshot', '_db/v2/pipeline', '_db/v3/pipeline', '_db/main/v2/pipeline', '_db/other/v2/pipeline', '_db/v2', '_db/v3') },
+  { weight: 8, arbitrary: fc.constantFrom('_db/status', '_db/query', '_db/execute', '_db/migrate', '_db/restore', '_db/export', '_db/import', '_db/changes', '_db/snapshot', '_db/v2/pipeline', '_db/v3/pipeline', '_db/v3/cursor', '_db/main/v2/pipeline', '_db/other/v2/pipeline', '_db/v2', '_db/v3') },
   { weight: 4, arbitrary: fc.constantFrom('_account/login', '_account/callback', '_account/verify', '_account/logout', '_account/', '_account', '_account/credentials', '_account/credentials/github/token', '_account/credentials/form') },
   { weight: 2, arbitrary: fc.constantFrom('', 'index.html', 'api/items', '_scopebase/openapi.json', '_db', '_db/', '_db/nope', '_db/a/b/c/v2/pipeline') },
   { weight: 1, arbitrary: fc.array(fc.oneof(weird, fc.string({ maxLength: 8 })), { maxLength: 4 }).map((p) => p.join('/')) },
@@ -41,7 +41,8 @@ const query = fc.oneof({ weight: 4, arbitrary: fc.constant('') }, { weight: 1, a
 const sql = fc.oneof(
   fc.constantFrom('SELECT 1', 'SELECT * FROM kv', 'INSERT INTO kv(v) VALUES (1)', 'CREATE TABLE IF NOT EXISTS f(x)', 'ATTACH \'/etc/passwd\' AS p', 'PRAGMA writable_schema=1',
     'SELECT * FROM _scopebase_meta', 'DROP TABLE _scopebase_changes', 'BEGIN', 'COMMIT', 'VACUUM', "SELECT load_extension('x')", 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c LIMIT 100000) SELECT count(*) FROM c',
-    'ALTER TABLE kv ALTER COLUMN v TO v TEXT --', 'SELECT ?', 'SELECT :a, ?', "SELECT '", 'CREATE TEMP TABLE t(x)', 'PRAGMA foreign_keys=OFF'),
+    'ALTER TABLE kv ALTER COLUMN v TO v TEXT --', 'SELECT ?', 'SELECT :a, ?', "SELECT '", 'CREATE TEMP TABLE t(x)', 'PRAGMA foreign_keys=OFF',
+    'BEGIN TRANSACTION READONLY', 'SELECT \'\\ud83d\'', "SELECT '\u00e9'"),
   fc.string({ maxLength: 60 }),
 );
 const jsonBody = fc.oneof(
@@ -62,7 +63,8 @@ const rawBody = fc.oneof(
   { weight: 6, arbitrary: jsonBody.map((b) => JSON.stringify(b)) },
   { weight: 1, arbitrary: fc.string({ maxLength: 200 }) },
   { weight: 1, arbitrary: fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b)) },
-  { weight: 1, arbitrary: fc.constantFrom('{"sql":', '[]', 'null', '{"sql":"SELECT 1"}'.repeat(2), '{"__proto__":{"x":1},"sql":"SELECT 1"}', `{"sql":"${'x'.repeat(3_000_000)}"}`) },
+  { weight: 1, arbitrary: fc.constantFrom('{"sql":', '[]', 'null', '{"sql":"SELECT 1"}'.repeat(2), '{"__proto__":{"x":1},"sql":"SELECT 1"}', `{"sql":"${'x'.repeat(3_000_000)}"}`, '{"sql":"SELECT ?","params":["\\ud800"]}', '{"baton":null,"batch":{"steps":[{"stmt":{"sql":"SELECT 1"}}]}}') },
+  { weight: 1, arbitrary: fc.constantFrom(Buffer.from([0x7b, 0x22, 0xff, 0x22, 0x7d]), Buffer.from('{"sql":"SELECT 1","params":[1e400]}')) },
 );
 
 function arbitraryRequest(inst: Instance, adminHost: string): fc.Arbitrary<Req> {
@@ -76,6 +78,7 @@ function arbitraryRequest(inst: Instance, adminHost: string): fc.Arbitrary<Req> 
     contentType: fc.constantFrom(undefined, 'application/json', 'text/plain', 'application/x-www-form-urlencoded', 'application/sql', 'application/vnd.sqlite3', 'multipart/form-data; boundary=x'),
     cookie: fc.option(fc.oneof(fc.string({ maxLength: 60 }), fc.constant(`sb_session=${'A'.repeat(4000)}`)), { nil: undefined }),
     big: fc.boolean().map((b) => b && Math.random() < 0.02),
+    encoding: fc.oneof({ weight: 20, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.constantFrom('gzip', 'identity', 'br, gzip', 'x') }),
   }).map((r) => {
     const headers: Record<string, string> = {};
     if (r.host) headers.host = r.admin ? adminHost : r.host;
@@ -83,6 +86,7 @@ function arbitraryRequest(inst: Instance, adminHost: string): fc.Arbitrary<Req> 
     if (r.contentType) headers['content-type'] = r.contentType;
     if (r.cookie) headers.cookie = r.cookie;
     if (r.big) headers['x-padding'] = 'p'.repeat(12_000);
+    if (r.encoding) headers['content-encoding'] = r.encoding;
     const secret = (org: string, repo: string) => repoSecret(inst.rootKey, org, repo);
     const byAuth: Record<string, string | undefined> = { web: `Bearer ${secret('acme', 'web')}`, other: `Bearer ${secret('acme', 'other')}`, wrongorg: `Bearer ${secret('evil', 'web')}`, garbage: 'Bearer x.y.z', none: undefined, basic: 'Basic YTpi', empty: 'Bearer ' };
     if (byAuth[r.auth]) headers.authorization = byAuth[r.auth]!;
