@@ -211,6 +211,13 @@ describe('interactive transactions', () => {
     assert.equal(await version('readonly'), v0 + 1, 'only the other client\'s write made a version');
     const rows = await c.batch(['SELECT count(*) AS n FROM k'], 'read');
     assert.equal(rows[0]!.rows[0]!.n, 2n, 'a read batch reads');
+    // Of a database not made yet: an empty one is read, and none is made (nor, in a cluster, placed).
+    const fresh = client('web/_db/never-made/');
+    const empty = await fresh.transaction('read');
+    assert.deepEqual((await empty.execute("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_scopebase%' ESCAPE '\\'")).rows, []);
+    await empty.commit();
+    assert.equal((await p.db('web', 'status', { database: 'never-made' })).json.exists, false, 'no database was made');
+    fresh.close();
     c.close();
     other.close();
   });

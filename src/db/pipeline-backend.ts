@@ -56,8 +56,8 @@ export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts
       return res.body.toString('utf8');
     },
     holdLane: async (readOnly) => {
-      // A read-only transaction of an existing database is a snapshot: no lane, no claim of placement (SPEC 4.10).
-      if (readOnly && parts.exists(scope)) return pool.pinReader(scope, path);
+      // A read-only transaction is a snapshot: no lane, no claim of placement, no file made (SPEC 4.10).
+      if (readOnly) return pool.pinReader(scope, path);
       // BEGIN may create the database (its first write inside): admitted, and in a cluster placed, as a write.
       if (replication !== null) await replication.admit(scope, true);
       const hold = await pool.holdLane(scope, path);

@@ -55,7 +55,8 @@ const STATEMENTS_PER_DB = 128;
  */
 const ROW_HEADER_BYTES = 9 * 2000 + 9;
 /** An empty database in memory: what a database that does not exist yet is described as (HandleCache.empty). */
-const EMPTY = ':memory:';
+/** An empty database with the internal tables, in memory: what reads of a database not yet made see. */
+export const EMPTY = ':memory:';
 
 /** How a read reaches a database that a full disk keeps from opening as usual (HandleCache.readWhileDiskFull). */
 type DiskFullRead = 'immutable' | 'exclusive';

@@ -183,8 +183,8 @@ export class ExecutorPool {
   }
 
   /**
-   * A read-only interactive transaction (`BEGIN TRANSACTION READONLY`) of an existing database: a snapshot on one
-   * process, which holds no lane (SPEC 4.10: only a write transaction holds its database's writes).
+   * A read-only interactive transaction (`BEGIN TRANSACTION READONLY`): a snapshot on one process, which holds no
+   * lane (SPEC 4.10: only a write transaction holds its database's writes); of a missing database, an empty one.
    */
   async pinReader(scope: Scope, path: string): Promise<LaneHold> {
     const proc = this.scheduler.pin(tenantOfPath(path));

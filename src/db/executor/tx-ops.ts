@@ -3,7 +3,8 @@
 // to this one process; the transaction has a connection of its own, so this process's other requests for the same
 // database never see it, or run inside it. On COMMIT it is recorded like an execute: one version, one event.
 import type { DbHandle, ExecutorLimits } from './handles.ts';
-import { DbHandle as Handle } from './handles.ts';
+import { DbHandle as Handle, EMPTY } from './handles.ts';
+import { existsSync } from 'node:fs';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { ResultBudget, runRead, runWrite, type StatementSpec } from './statements.ts';
 import { changedNothing, type GroupContext, prune, recordChange, totals } from './write-ops.ts';
@@ -39,7 +40,8 @@ export function beginTx(id: string, path: string, create: boolean, ctx: GroupCon
   if (open.has(id)) return errorReply({ code: 'invalid_request', message: 'this transaction is already open' });
   let h: DbHandle;
   try {
-    h = new Handle(path, create, limits);
+    // A read-only transaction of a database not made yet reads an empty one, as its plain reads do: no file is made.
+    h = readOnly && !create && !existsSync(path) ? new Handle(EMPTY, true, limits) : new Handle(path, create, limits);
   } catch (e) {
     return failure(e, null);
   }
