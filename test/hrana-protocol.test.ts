@@ -256,6 +256,28 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     }
   });
 
+  test('transactions of many repos never take the last DB_EXECUTORS processes from everyone else (6 repos with one each left none: 503 for every other org)', async () => {
+    const q = await startProduct({ DB_EXECUTORS: '2' }); // at most 2 × 2 + 2 = 6 processes
+    try {
+      assert.equal((await q.db('app', 'execute', { sql: 'CREATE TABLE t(x)' }, { org: 'victim' })).status, 200);
+      const open: { repo: string; baton: string }[] = [];
+      for (let i = 1; i <= 8; i++) {
+        const repo = `p${i}`;
+        for (const [mode, db] of [['BEGIN TRANSACTION READONLY', 'main'], ['BEGIN', 'w']] as const) {
+          const r = await q.call(`/${repo}/_db/${db}/v2/pipeline`, { body: { baton: null, requests: [{ type: 'execute', stmt: { sql: mode } }, { type: 'execute', stmt: { sql: 'SELECT 1' } }] }, headers: { authorization: `Bearer ${q.secret('acme', repo)}` } });
+          assert.equal(r.json.results[1].type, 'ok', r.text);
+          open.push({ repo, baton: r.json.baton });
+        }
+        const t0 = performance.now();
+        const other = await q.db('app', 'query', { sql: 'SELECT count(*) FROM t' }, { org: 'victim' });
+        assert.equal(other.status, 200, `with ${i} repos holding transactions: ${other.text}`);
+        assert.ok(performance.now() - t0 < 400, `answered at once with ${i} repos holding transactions (${(performance.now() - t0).toFixed(0)} ms)`);
+      }
+    } finally {
+      await q.close();
+    }
+  });
+
   test('past DB_MAX_STREAMS in all, the busiest repo gives up its least recently used stream: no repo keeps others out', async () => {
     const q = await startProduct({ DB_MAX_STREAMS: '20' });
     try {

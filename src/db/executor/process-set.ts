@@ -115,12 +115,16 @@ export class ProcessSet {
     const now = performance.now();
     const free = this.free(now);
     const least = (ps: ExecutorProcess[]) => ps.reduce<ExecutorProcess | undefined>((a, b) => (!a || b.inflight < a.inflight ? b : a), undefined);
-    let best = least(free.filter((p) => p.pinnedBy.has(tenant) && p.pinnedBy.size === 1));
+    let best = least(free.filter((p) => p.pinnedBy.has(tenant) && p.pinnedBy.size === 1 && !p.shared));
     const open = free.filter((p) => p.pinnedBy.size === 0);
-    if (!best && (open.length > this.opts.processes || (open.length > 0 && this.all.length < this.opts.maxProcesses))) best = least(open);
+    // One of its own only while `processes` stay open to every repo after it (or one more may be spawned for them).
+    const spare = this.general(now).length > this.opts.processes || this.all.length < this.opts.maxProcesses;
+    if (!best && open.length > 0 && spare) best = least(open);
     if (!best) {
+      // No spare: it shares the least held process, which is (or stays) open to all. Taken exclusively here, six
+      // repos with a transaction each left no process to any other repo (attack round 2, 2026-11-26).
       best = free.reduce<ExecutorProcess | undefined>((a, b) => (!a || b.pinnedBy.size < a.pinnedBy.size || (b.pinnedBy.size === a.pinnedBy.size && b.inflight < a.inflight) ? b : a), undefined);
-      if (best && !(best.pinnedBy.size === 0 || (best.pinnedBy.size === 1 && best.pinnedBy.has(tenant)))) best.shared = true;
+      if (best) best.shared = true;
     }
     if (!best) return undefined;
     best.pins++;
