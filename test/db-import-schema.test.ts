@@ -229,6 +229,65 @@ describe('import: a crafted file runs nothing outside the sandbox (attack round,
   });
 });
 
+describe('import: no trigger on a virtual table\'s shadow table, by any order of a file\'s schema or any SQL text (attack round 2)', () => {
+  let p: Product;
+  let dir: string;
+  before(async () => {
+    p = await startProduct();
+    dir = tempDir('scopebase-import-shadow-');
+  });
+  after(async () => {
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('a file listing a trigger on f_data before its fts5 table (so it loads) is refused; the database stays usable', async () => {
+    const path = join(dir, 'shadow.sqlite');
+    const db = new DatabaseSync(path);
+    db.enableDefensive(false);
+    db.exec("PRAGMA journal_mode=DELETE; CREATE VIRTUAL TABLE f USING fts5(a); INSERT INTO f VALUES ('hello world'); CREATE TABLE log(x)");
+    db.exec('PRAGMA writable_schema=ON');
+    const row = db.prepare("SELECT * FROM sqlite_schema WHERE name = 'f'").get() as Record<string, string | number>;
+    db.prepare("DELETE FROM sqlite_schema WHERE name = 'f'").run();
+    db.prepare("INSERT INTO sqlite_schema(type, name, tbl_name, rootpage, sql) VALUES ('trigger', 'tr', 'f_data', 0, 'CREATE TRIGGER tr AFTER INSERT ON f_data BEGIN UPDATE f_data SET block = x''ffff'' WHERE id = 10; END')").run();
+    db.prepare('INSERT INTO sqlite_schema(type, name, tbl_name, rootpage, sql) VALUES (?, ?, ?, ?, ?)').run(row.type!, row.name!, row.tbl_name!, row.rootpage!, row.sql!);
+    db.exec('PRAGMA writable_schema=OFF');
+    db.close();
+    assert.equal((await p.db('x', 'execute', { sql: 'CREATE TABLE keep(v)' })).status, 200);
+    const r = await upload(p, 'x', 'database=main&mode=replace', readFileSync(path));
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.code, 'not_allowed');
+    assert.match(r.json.error.message, /shadow table/);
+    assert.equal((await p.db('x', 'status', {})).status, 200, 'the database still loads');
+    assert.deepEqual((await p.db('x', 'query', { sql: "SELECT name FROM sqlite_schema WHERE type = 'trigger'" })).json.results[0].rows, []);
+  });
+
+  test('a .dump of an fts5 table whose shadow row hides a trigger on f_data behind a $a(\'x) parameter (read as a string, it hid the trigger) is refused', async () => {
+    const src = new DatabaseSync(':memory:');
+    src.exec("CREATE VIRTUAL TABLE f USING fts5(a); INSERT INTO f VALUES ('hello world')");
+    const lit = (v: unknown) => (v === null ? 'NULL' : v instanceof Uint8Array ? `X'${Buffer.from(v).toString('hex')}'` : typeof v === 'string' ? `'${v.replaceAll("'", "''")}'` : String(v));
+    const lines = ['PRAGMA foreign_keys=OFF;', 'BEGIN TRANSACTION;', 'CREATE TABLE log(x);', 'PRAGMA writable_schema=ON;', "INSERT INTO sqlite_schema(type,name,tbl_name,rootpage,sql)VALUES('table','f','f',0,'CREATE VIRTUAL TABLE f USING fts5(a)');"];
+    let hidden = false;
+    for (const t of ['f_data', 'f_idx', 'f_content', 'f_docsize', 'f_config']) {
+      const sql = (src.prepare('SELECT sql FROM sqlite_schema WHERE name = ?').get(t) as { sql: string }).sql;
+      lines.push(`${sql.replace(/^CREATE TABLE '?(\w+)'?/, "CREATE TABLE IF NOT EXISTS '$1'")};`);
+      for (const r of src.prepare(`SELECT * FROM ${t}`).all()) {
+        const values = Object.values(r as Record<string, unknown>).map(lit);
+        if (!hidden && t === 'f_data') {
+          lines.push(`INSERT INTO f_data VALUES(${values[0]}, ${values[1]} || coalesce($a('x), X'')) ; CREATE TRIGGER tr AFTER INSERT ON f_data BEGIN INSERT INTO log VALUES (1); END; SELECT $b(');`);
+          hidden = true;
+        } else lines.push(`INSERT INTO ${t} VALUES(${values.join(',')});`);
+      }
+    }
+    lines.push('PRAGMA writable_schema=OFF;', 'COMMIT;');
+    src.close();
+    const r = await upload(p, 'y', 'database=sql', lines.join('\n'), 'application/sql');
+    assert.equal(r.status, 400, r.text);
+    assert.match(r.json.error.message, /shadow table/);
+    assert.equal((await p.db('y', 'query', { database: 'sql', sql: 'SELECT 1' })).status, 404, 'no database was made');
+  });
+});
+
 test('an import that fails on the server is logged naming its own database file, not main.sqlite', async () => {
   const dataDir = tempDir('scopebase-import-log-');
   const damaged = join(dataDir, 'db', 'acme', 'web', 'h1.sqlite');

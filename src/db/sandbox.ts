@@ -192,6 +192,10 @@ export function assertNoInternalReference(db: DatabaseSync): void {
  */
 export function assertSchemaClean(db: DatabaseSync): void {
   assertNoInternalReference(db);
+  // Defensive mode refuses these only when the shadow table is one as the trigger is made; a file's schema may order
+  // them otherwise. Such a schema no connection loads again (a database beyond repair, backups failing on it).
+  const onShadow = db.prepare("SELECT s.name AS name, s.tbl_name AS tbl FROM main.sqlite_schema s JOIN pragma_table_list l ON l.schema = 'main' AND l.name = s.tbl_name WHERE s.type = 'trigger' AND l.type = 'shadow' LIMIT 1").get() as { name: string; tbl: string } | undefined;
+  if (onShadow) throw new ApiError('not_allowed', `trigger ${onShadow.name} is on ${onShadow.tbl}, a virtual table's shadow table: triggers may not be made on those`);
   const reserved = db.prepare(`SELECT name FROM main.sqlite_schema WHERE lower(name) LIKE '\\${INTERNAL_PREFIX.slice(0, -1)}\\_%' ESCAPE '\\' AND name NOT IN (${INTERNAL_TABLES.map((t) => `'${t}'`).join(', ')}) LIMIT 1`).get() as { name: string } | undefined;
   if (reserved) throw new ApiError('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved (${reserved.name})`);
 }

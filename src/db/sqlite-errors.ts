@@ -48,6 +48,7 @@ export function mapSqliteError(e: unknown, denied: ExecError | null): ExecError 
       if (/cannot VACUUM/i.test(message)) return { code: 'not_allowed', message: 'VACUUM is not allowed', details };
       // Extensions are disabled in the connection itself, so SQLite refuses before the authorizer is asked.
       if (/load_extension/i.test(message)) return { code: 'not_allowed', message: 'load_extension is not allowed', details };
+      if (/cannot create triggers on shadow tables/i.test(message)) return { code: 'not_allowed', message: 'triggers may not be made on a virtual table\'s shadow tables', details };
       if (/^table sqlite_\w+ may not be modified/i.test(message)) return { code: 'not_allowed', message: 'sqlite_schema may not be modified by SQL: it changes only through CREATE, ALTER and DROP', details };
       return { code: 'sql_error', message, details };
   }

@@ -45,6 +45,9 @@ function terminatedEnd(sql: string): number | null {
       if (!trigger || lastWord === 'END') return i + 1;
       lastWord = '';
       i++;
+    } else if (c === '$' || c === '@' || c === ':' || c === '#') {
+      i = variableEnd(sql, i);
+      lastWord = '';
     } else if (/[A-Za-z_]/.test(c)) {
       let j = i + 1;
       while (j < n && /[A-Za-z0-9_$]/.test(sql[j]!)) j++;
@@ -60,8 +63,40 @@ function terminatedEnd(sql: string): number | null {
   return null;
 }
 
+const ID_CHAR = /[A-Za-z0-9_$\u0080-\uffff]/;
+
+/**
+ * Past a parameter token starting at `i` (`$name`, `@name`, `:name`, `#name`), as SQLite's tokenizer reads it: with
+ * `::` inside and a Tcl-style `(…)` suffix, which takes any character up to `)` or a space, quotes included. Read
+ * as SQL, `$a('x)` opened a string here that SQLite never sees, and hid statements after it (attack round 2).
+ */
+function variableEnd(sql: string, i: number): number {
+  let j = i + 1;
+  let named = 0;
+  while (j < sql.length) {
+    const c = sql[j]!;
+    if (ID_CHAR.test(c)) {
+      named++;
+      j++;
+    } else if (c === '(' && named > 0) {
+      do j++; while (j < sql.length && !/\s/.test(sql[j]!) && sql[j] !== ')');
+      return sql[j] === ')' ? j + 1 : j;
+    } else if (c === ':' && sql[j + 1] === ':') {
+      j += 2;
+    } else {
+      break;
+    }
+  }
+  return j;
+}
+
 /** Comments, spaces and `;`: what does not make a statement. */
 const BLANK = /--[^\n]*(\n|$)|\/\*[\s\S]*?(\*\/|$)|[\s;]+/g;
+
+/** True when the text holds no statement: only comments, spaces and `;`. */
+export function isBlank(sql: string): boolean {
+  return sql.replace(BLANK, '') === '';
+}
 
 /** True when the text holds more than one statement (comments, spaces and `;` after the first do not count). */
 export function hasSecondStatement(sql: string): boolean {

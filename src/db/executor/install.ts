@@ -45,6 +45,7 @@ export function withSource<T>(h: DbHandle, source: string, fn: () => T): T {
 export function replaceContent(h: DbHandle): { tables: string[] } {
   h.sandbox.mode = 'internal';
   const tables = copyContent(h.db, true, (sql) => {
+    h.db.enableDefensive(true); // off only to copy rows into shadow tables: with it off, a trigger could go on one
     try {
       h.prepare(sql, 'write').stmt.run();
     } catch (e) {
@@ -52,6 +53,7 @@ export function replaceContent(h: DbHandle): { tables: string[] } {
       throw denied === null ? e : new ApiError(denied.code, denied.message, denied.details);
     } finally {
       h.sandbox.mode = 'internal';
+      h.db.enableDefensive(false);
     }
   });
   assertSchemaClean(h.db);

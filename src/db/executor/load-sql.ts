@@ -6,8 +6,8 @@
 import { readFileSync } from 'node:fs';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import { firstOrphan, orphanError } from './foreign-keys.ts';
-import { assertNoInternalReference } from '../sandbox.ts';
-import { hasSecondStatement, splitStatements } from '../statement-end.ts';
+import { assertSchemaClean } from '../sandbox.ts';
+import { hasSecondStatement, isBlank, splitStatements } from '../statement-end.ts';
 import { DbHandle, type ExecutorLimits } from './handles.ts';
 import { failure } from './reply.ts';
 
@@ -28,7 +28,10 @@ const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
 function asUser(h: DbHandle, sql: string): void {
   h.sandbox.mode = 'write';
   h.sandbox.denied = null;
-  h.db.exec(sql);
+  // One statement, prepared: exec would run whatever a text the splitter read differently from SQLite hides after it.
+  if (hasSecondStatement(sql)) throw new ApiError('sql_error', 'the statement holds more than one statement as SQLite reads it');
+  if (isBlank(sql)) return; // nothing but comments
+  h.db.prepare(sql).run();
 }
 
 /** The `.dump` form of virtual tables, followed through one text. */
@@ -118,7 +121,7 @@ export function loadSql(sqlPath: string, target: string, limits: ExecutorLimits,
     step(true);
     h.sandbox.mode = 'internal';
     dumped.check(h);
-    assertNoInternalReference(h.db); // what the text built obeys the file's rules: no view or content= on internals
+    assertSchemaClean(h.db); // what the text built obeys the file's rules: nothing on internals, no trigger on a shadow table
     const orphan = firstOrphan(h);
     if (orphan) throw orphanError(orphan);
     h.internal('COMMIT').run();
