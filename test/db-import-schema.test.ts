@@ -208,6 +208,23 @@ describe('import: a crafted file runs nothing outside the sandbox (attack round,
     assert.deepEqual((await p.db('app', 'query', { sql: 'SELECT k FROM secrets' }, { org: 'victim' })).json.results[0].rows, [['victim-secret']], 'the other org\'s data is as it was');
   });
 
+  test('a view naming main.t loads alone but not once attached: 400 saying so, not a 500 about the repo\'s database', async () => {
+    const path = join(dir, 'main-view.sqlite');
+    const db = new DatabaseSync(path);
+    db.exec('PRAGMA journal_mode=DELETE; CREATE TABLE t(a); INSERT INTO t VALUES (1); CREATE VIEW v AS SELECT 1');
+    db.enableDefensive(false);
+    db.exec('PRAGMA writable_schema=ON');
+    db.prepare("UPDATE sqlite_schema SET sql = 'CREATE VIEW v AS SELECT * FROM main.t' WHERE name = 'v'").run();
+    db.exec('PRAGMA writable_schema=OFF');
+    db.close();
+    assert.equal((await p.db('v6', 'execute', { sql: 'CREATE TABLE keep(x)' })).status, 200);
+    const r = await upload(p, 'v6', 'database=main&mode=replace', readFileSync(path));
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.code, 'invalid_request');
+    assert.match(r.json.error.message, /does not load once attached.*view v cannot reference objects in database main/);
+    assert.equal((await p.db('v6', 'status', {})).status, 200, 'the repo\'s database is as it was');
+  });
+
   test('an object on an internal table (by its tbl_name), a virtual table whose name hides its module, a table made from a query: refused or made under the sandbox', async () => {
     const onInternal = crafted('CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT 1; END', '_scopebase_meta', 'CREATE TABLE t(a); CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT 1; END', 'tr');
     let r = await upload(p, 'y', 'database=a', onInternal);

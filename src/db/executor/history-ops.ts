@@ -1,7 +1,7 @@
 // Executor-side time travel and import (SPEC 4.11, 4.12): keeping history after each commit, restoring a version,
 // importing a file. Both restore and import end as one ordinary write (install.ts), recorded in the change log
 // with no changeset: followers take a snapshot.
-import type { DatabaseSync } from 'node:sqlite';
+import { DatabaseSync } from 'node:sqlite';
 import { openSqlite } from '../../shared/sqlite-open.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { firstOrphan, orphanError } from './foreign-keys.ts';
@@ -167,6 +167,25 @@ function checkImport(source: string): void {
       }
     }
     assertNoInternalReference(db);
+  } finally {
+    db.close();
+  }
+  loadsAttached(source);
+}
+
+/**
+ * The import attaches the file as `src`: a schema that loads alone may not load there (a view naming `main.t` means
+ * the importing database then), and would fail as if the repo's own database were damaged (a 500).
+ */
+function loadsAttached(source: string): void {
+  const db = new DatabaseSync(':memory:');
+  try {
+    db.exec('PRAGMA trusted_schema=OFF');
+    db.prepare('ATTACH DATABASE ? AS src').run(source);
+    db.prepare('SELECT count(*) FROM src.sqlite_schema').get();
+  } catch (e) {
+    const why = /malformed database schema \((.*?)\) - (.*)$/.exec(String((e as Error).message));
+    throw new ApiError('invalid_request', `the file's schema does not load once attached for the import${why ? ` (${why[1]}: ${why[2]!.slice(0, 120)})` : ''}`);
   } finally {
     db.close();
   }
