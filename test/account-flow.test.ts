@@ -3,6 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DatabaseSync } from 'node:sqlite';
 import { join } from 'node:path';
+import { connect } from 'node:net';
 import { Browser, devIdpToCallback, signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
 
 let p: AccountsProduct;
@@ -74,6 +75,26 @@ describe('sign-in with the development provider', () => {
     for (const headers of allowed) {
       assert.equal((await ask(headers)).status, 200, `${JSON.stringify(headers)}: its own page, a read, or no browser origin`);
     }
+    // A WebSocket's handshake as nginx and Traefik pass it to forward auth: Upgrade dropped, Sec-WebSocket-* kept.
+    const handshake = { 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'sec-websocket-version': '13' };
+    const ws = await ask({ ...handshake, origin: other });
+    assert.equal(ws.status, 403, 'a cross-origin WebSocket handshake without Upgrade is refused too (it was 200)');
+    assert.equal(ws.headers['x-auth-user-id'], undefined);
+    assert.equal((await ask({ ...handshake, origin: origin() })).status, 200, 'its own page\'s WebSocket');
+    // With Upgrade and Connection kept (as a forward-auth proxy may), /verify is still answered as a request (it was 404).
+    const cookie = browser.cookieHeader(host)!;
+    const raw = (extra: string) => new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(new URL(p.url).port), '127.0.0.1', () => socket.write(`GET /web/_account/verify HTTP/1.1\r\nHost: ${host}\r\nCookie: ${cookie}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n${extra}\r\n`));
+      let text = '';
+      socket.on('data', (d) => {
+        text += d;
+        if (text.includes('\r\n\r\n')) socket.destroy();
+      });
+      socket.on('close', () => resolve(text));
+      socket.on('error', reject);
+    });
+    assert.match(await raw(`Origin: ${origin()}\r\n`), /^HTTP\/1\.1 200 /);
+    assert.match(await raw(`Origin: ${other}\r\n`), /^HTTP\/1\.1 403 /);
   });
 
   test('verify without a session, or with a bogus cookie, is 401 unauthenticated', async () => {

@@ -52,6 +52,8 @@ const opOf = (req: DbRequestOf): string => req.params.op ?? req.params['*'] ?? '
 /** The shapes the raw routes take: a plain repo segment, no query string or escapes (the rest goes to Fastify). */
 const DB_PATH = /^\/([^/?%#]+)\/_db\/([^/?%#]+|(?:[^/?%#]+\/)?v[23]\/pipeline)$/;
 const VERIFY_PATH = /^\/([^/?%#]+)\/_account\/verify$/;
+/** The product's own routes under a repo: the account service and the database service. */
+const SERVICE_PATH = /^\/[^/?#]+\/(_account|_db)(\/|\?|$)/;
 
 export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> {
   // POST /{repo}/_db/{op} is the hot path: served off node:http, with the same answers as the Fastify route below.
@@ -80,6 +82,9 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
   };
   const app = createHttpApp({
     logger: opts.logger, bodyLimit: opts.bodyLimit, trustProxy: opts.trustedProxies.length ? opts.trustedProxies : false, connections: opts.connections,
+    // Only apps take WebSockets: an upgrade to the product's own routes is answered as the plain request it also is
+    // (nginx and Traefik pass a WebSocket's Upgrade to forward auth's GET /verify, which got 404 as an upgrade).
+    shouldUpgrade: (req) => !SERVICE_PATH.test(req.url ?? '/'),
     rawRoutes: (req) => {
       if (req.method === 'POST') return DB_PATH.test(req.url!) && !req.url!.endsWith('/_db/import') ? rawDbRoute as RawRoute : null;
       return verify && req.method === 'GET' && VERIFY_PATH.test(req.url!) ? rawVerifyRoute as RawRoute : null;

@@ -1,6 +1,6 @@
 // The Fastify foundation every listener shares: request ids, raw bodies, and SPEC 3's error shape for every failure.
 import { isUtf8 } from 'node:buffer';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { sendErrorPage, wantsHtml } from './html-page.ts';
 import { ApiError, isDiskFull } from './errors.ts';
@@ -22,6 +22,8 @@ export interface HttpOptions {
   rawRoutes?: RawRouter;
   /** The connection cap this listener counts against (one per product for the public listeners, its own for admin). */
   connections: ConnectionCap;
+  /** Which requests with `Upgrade` go to the server's 'upgrade' listeners; the rest are answered as plain requests. */
+  shouldUpgrade?: (req: IncomingMessage) => boolean;
 }
 
 const routeTables = new WeakMap<FastifyInstance, Set<string>>();
@@ -64,7 +66,11 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
     serverFactory: (fastifyHandler) => {
       const serving = { logger: opts.logger, bodyLimit: opts.bodyLimit, closing: () => closing, toApiError: rawApiError };
       // A missing Host is the routes' to answer (unknown_host), in SPEC 3's shape, not Node's empty 400.
-      const server = createServer({ requireHostHeader: false, connectionsCheckingInterval: TIMEOUT_CHECK_MS }, (req, res) => {
+      const upgrades = opts.shouldUpgrade;
+      const server: Server = createServer({
+        requireHostHeader: false, connectionsCheckingInterval: TIMEOUT_CHECK_MS,
+        ...(upgrades ? { shouldUpgradeCallback: (req: IncomingMessage): boolean => server.listenerCount('upgrade') > 0 && upgrades(req) } : {}),
+      }, (req, res) => {
         if (!opts.connections.admit(req, res)) return; // a connection over a cap: answered 503
         if (serveRaw(opts.rawRoutes, serving, req, res)) return;
         if (req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined) responses.set(req, res);

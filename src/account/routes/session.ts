@@ -50,7 +50,9 @@ function foreignWrite(req: FastifyRequest): boolean {
   const origin = req.headers.origin;
   if (typeof origin !== 'string') return false;
   const method = forwardedMethod(req);
-  if ((method === '' || isSafeMethod(method)) && req.headers.upgrade === undefined) return false;
+  // A WebSocket's handshake, however the forward-auth proxy passed it: nginx and Traefik drop Upgrade, not these.
+  const upgrade = req.headers.upgrade !== undefined || req.headers['sec-websocket-key'] !== undefined || req.headers['sec-websocket-version'] !== undefined;
+  if ((method === '' || isSafeMethod(method)) && !upgrade) return false;
   const mismatch = originMismatch(origin, req.headers.host, origin.startsWith('https:'));
   return mismatch === 'host' || mismatch === 'malformed';
 }
