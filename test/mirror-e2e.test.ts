@@ -224,6 +224,11 @@ test('reference mirror /hook: bad or stale signatures are refused; duplicates an
   const unsigned = await call(mirrorUrl, 'localhost', '/hook', { body: forged });
   assert.equal(unsigned.status, 401);
   assert.equal(unsigned.json.error.code, 'unauthorized');
+  // Signed right but not JSON: a bad request, not a wrong secret (it was 401 "signature refused").
+  const at = new Date();
+  const notJson = await call(mirrorUrl, 'localhost', '/hook', { rawBody: '{nope', headers: { 'content-type': 'application/json', 'webhook-id': 'evt_x', 'webhook-timestamp': String(Math.floor(at.getTime() / 1000)), 'webhook-signature': wh.sign('evt_x', at, '{nope') } });
+  assert.equal(notJson.status, 400, notJson.text);
+  assert.equal(notJson.json.error.code, 'invalid_request');
   // Replays of what was applied: duplicates, applied once.
   const dup = await post(events[1]);
   assert.equal(dup.status, 200);

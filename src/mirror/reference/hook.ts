@@ -2,6 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { ApiError } from '../../shared/errors.ts';
+import { malformedJson } from '../../shared/http.ts';
 import { parseEvent } from './event.ts';
 import type { ReplicaSet } from './replicas.ts';
 
@@ -19,8 +20,10 @@ export function registerHook(app: FastifyInstance, secret: string, replicas: Rep
       // Checks the HMAC and that the timestamp is within 5 minutes (replays of old deliveries are refused).
       verified = webhook.verify(body, headers);
     } catch (e) {
-      const why = e instanceof WebhookVerificationError ? e.message : 'the payload is not JSON';
-      throw new ApiError('unauthorized', `webhook signature refused: ${why}`);
+      // The library parses the payload after the HMAC passed: a signed body that is not JSON is a bad request, not a
+      // wrong secret (SPEC 3).
+      if (!(e instanceof WebhookVerificationError)) throw malformedJson();
+      throw new ApiError('unauthorized', `webhook signature refused: ${e.message}`);
     }
     const event = parseEvent(verified);
     if (headers['webhook-id'] !== event.id) throw new ApiError('invalid_request', 'webhook-id does not match the event id');
