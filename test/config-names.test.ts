@@ -57,12 +57,15 @@ test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADM
     ['APPS', JSON.stringify({ 'acme/.web': 'http://127.0.0.1:9' }), /APPS: key "acme\/.web" must be "org\/repo"/],
     ['APPS', JSON.stringify({ [`acme/${'a'.repeat(101)}`]: 'http://127.0.0.1:9' }), /APPS: key .* must be "org\/repo"/],
     ['DB_MIRRORS', JSON.stringify([{ name: 'm', url: 'http://127.0.0.1:9/h', secret, timeoutMs: 5 }]), /DB_MIRRORS: entry 0: unknown field "timeoutMs"/],
+    ['DB_MIRRORS', JSON.stringify([{ name: 'm', url: 'http://127.0.0.1:9/h', secret }, { name: 'n', url: 'ftp://x', secret }]), /DB_MIRRORS: entry 1: url: must be an http\(s\) URL/],
     // Before: LOG_LEVEL crashed with exit 1 and pino's words, LOG_FORMAT=xml was ignored, HOST crashed at listen.
     ['LOG_LEVEL', 'verbose', /LOG_LEVEL: must be one of silent, fatal, error, warn, info, debug, trace/],
     ['LOG_FORMAT', 'xml', /LOG_FORMAT: must be one of json, pretty/],
     ['HOST', '192.0.2.1', /HOST: "192.0.2.1" is not an address of this machine/],
     // Before: "PORT: port 18931 … is already in use (another scopebase or server is running there)".
     ['ADMIN_PORT', '18931', /ADMIN_PORT: must differ from PORT \(both are 18931\)/, { PORT: '18931' }],
+    // Before: the same "PORT: … already in use", the product's own mirror listener having taken it.
+    ['MIRROR_PORT', '18932', /MIRROR_PORT: must differ from PORT, ADMIN_PORT and DEV_IDP_PORT \(18932\)/, { PORT: '18932' }],
     ['SHUTDOWN_TIMEOUT_MS', '30s', /SHUTDOWN_TIMEOUT_MS: must be a whole number, got "30s"/],
   ];
   for (const [name, value, message, more] of cases) {

@@ -62,7 +62,7 @@ export function parseMirrors(raw: string | undefined): MirrorConfig[] {
     if (!/^[A-Za-z0-9._-]{1,64}$/.test(o.name)) fail('DB_MIRRORS', `entry ${i}: name must match ^[A-Za-z0-9._-]{1,64}$`);
     if (names.has(o.name)) fail('DB_MIRRORS', `entry ${i}: duplicate name ${JSON.stringify(o.name)}`);
     names.add(o.name);
-    url({ DB_MIRRORS: o.url }, 'DB_MIRRORS');
+    url({ [`DB_MIRRORS: entry ${i}: url`]: o.url }, `DB_MIRRORS: entry ${i}: url`);
     if (!/^whsec_[A-Za-z0-9+/=]{16,}$/.test(o.secret)) fail('DB_MIRRORS', `entry ${i}: secret must be in Standard Webhooks form whsec_<base64>`);
     return { name: o.name, url: o.url, secret: o.secret };
   });

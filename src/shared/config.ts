@@ -243,6 +243,8 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   if (port !== 0 && port === adminPort) fail('ADMIN_PORT', `must differ from PORT (both are ${port})`);
   const devIdpPort = int(env, 'DEV_IDP_PORT', 0, 0, 65535);
   if (devIdpPort !== 0 && (devIdpPort === port || devIdpPort === adminPort)) fail('DEV_IDP_PORT', `must differ from PORT and ADMIN_PORT (${devIdpPort})`);
+  const mirrorPort = mirrorPortRaw === undefined ? null : int(env, 'MIRROR_PORT', 0, 0, 65535);
+  if (mirrorPort && (mirrorPort === port || mirrorPort === adminPort || mirrorPort === devIdpPort)) fail('MIRROR_PORT', `must differ from PORT, ADMIN_PORT and DEV_IDP_PORT (${mirrorPort})`);
   return {
     production,
     generatedKeys, // filled by the keyList calls below
@@ -309,7 +311,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     maxBodyBytesInFlight,
     shutdownTimeoutMs: int(env, 'SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000),
     mirror: {
-      port: mirrorPortRaw === undefined ? null : int(env, 'MIRROR_PORT', 0, 0, 65535),
+      port: mirrorPort,
       secret: str(env, 'MIRROR_SECRET') ?? null,
       sourceUrl: url(env, 'MIRROR_SOURCE_URL') ?? null,
     },
