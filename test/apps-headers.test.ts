@@ -92,6 +92,15 @@ describe('headers a client may not send an app', () => {
     assert.ok(r.json.headers['x-forwarded-for'], 'the client\'s address as the proxy saw it is still there');
   });
 
+  test('scheme and host headers other front ends set never reach the app from a client (Front-End-Https, X-Url-Scheme, X-Host, …)', async () => {
+    const forged = { 'Front-End-Https': 'on', 'X-Url-Scheme': 'https', 'X-HTTPS': 'on', HTTPS: 'on', 'X-Host': 'evil.example', 'X-Original-Host': 'evil.example', 'X-ProxyUser-Ip': '10.9.9.9', x_url_scheme: 'https' };
+    const r = await p.call('/web/', { headers: forged });
+    assert.equal(r.status, 200);
+    assert.deepEqual(reached(r.json.headers, forged), [], 'a plain request');
+    assert.deepEqual(reached(await upgradeHeaders(forged), forged), [], 'a WebSocket upgrade');
+    assert.equal(r.json.headers['x-forwarded-proto'], 'http', 'the scheme the proxy saw');
+  });
+
   test('identity headers other auth proxies use never reach the app (Remote-User, X-Auth-Request-*, X-WEBAUTH-*, …)', async () => {
     const forged = { 'x-auth-user': 'root', 'X-Auth-Request-User': 'root', 'x-auth-request-email': 'root@example.com', 'Remote-User': 'root', remote_user: 'root', 'X-Remote-User': 'root', 'X-WEBAUTH-USER': 'admin', 'x-user': 'root', 'x-email': 'root@example.com', 'x-org': 'other', 'x-repo': 'other',
       // Cloud front doors' identity headers (IAP, ALB, Azure, Cloudflare Access, Kong): an app moved from behind one trusts them.

@@ -48,12 +48,19 @@ export function isProxyOnly(name: string): boolean {
  * an app may trust for rate limits or audit logs: a client's own would let it pose as any address. Dropped even from
  * a trusted peer: the address it vouches for reaches apps in x-forwarded-for.
  */
-const CLIENT_ADDRESS = /^(x-real-ip|client-ip|x-client-ip|true-client-ip|cf-connecting-ip(v6)?|fastly-client-ip|x-cluster-client-ip|x-original-forwarded-for|x-originating-ip|x-remote-ip|x-remote-addr|x-envoy-external-address)$/;
+const CLIENT_ADDRESS = /^(x-real-ip|client-ip|x-client-ip|true-client-ip|cf-connecting-ip(v6)?|fastly-client-ip|x-cluster-client-ip|x-original-forwarded-for|x-originating-ip|x-remote-ip|x-remote-addr|x-envoy-external-address|x-proxyuser-ip)$/;
+
+/**
+ * Scheme and host headers other front ends set and frameworks read (IIS and ASP.NET `Front-End-Https`, Rack
+ * `X-Url-Scheme`, `HTTPS` and `X-HTTPS` of CGI setups, `X-Host` and `X-Original-Host`): a client's own would make an
+ * app build https links, or links to another host, from what the client said. The proxy's x-forwarded-* say it.
+ */
+const SCHEME_OR_HOST = /^(front-end-https|x-url-scheme|x-https|https|x-host|x-original-host)$/;
 
 /** Forwarding headers: dropped from every client; the proxy sets x-forwarded-* itself, a trusted peer's copies extended (forwardedHeaders). */
 export function isForwarding(name: string): boolean {
   const n = folded(name);
-  return n.startsWith('x-forwarded-') || n === 'forwarded' || CLIENT_ADDRESS.test(n);
+  return n.startsWith('x-forwarded-') || n === 'forwarded' || CLIENT_ADDRESS.test(n) || SCHEME_OR_HOST.test(n);
 }
 
 /** Drops a client's proxy-only headers in any spelling, and forwarding headers spelled with `_` or `.` (never a real proxy's). */
