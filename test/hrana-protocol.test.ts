@@ -192,6 +192,9 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.match(entries[8].error.message, /no such column/);
     const next = await cursor({ baton: head.baton, batch: { steps: [{ stmt: { sql: 'SELECT count(*) FROM c' } }] } });
     assert.deepEqual(next[2].row, [{ type: 'integer', value: '2' }], 'the baton continues the stream');
+    const steps = await cursor({ baton: null, batch: { steps: 'x' } });
+    assert.equal(steps.at(-1).type, 'error');
+    assert.match(steps.at(-1).error.message, /^batch\.steps must be an array/, 'named as the cursor\'s body names it');
     const bad = await p.call('/web/_db/v3/cursor', { body: { baton: null, requests: [] }, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
     assert.equal(bad.status, 400);
     assert.match(bad.json.error.message, /a cursor request is/);

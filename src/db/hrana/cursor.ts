@@ -11,7 +11,8 @@ export function cursorBody(baton: string | null, result: string): string {
   const lines = [JSON.stringify({ baton, base_url: null })];
   const parsed = JSON.parse(result) as StreamResult;
   if (parsed.type === 'error') {
-    lines.push(JSON.stringify({ type: 'error', error: parsed.error }));
+    // The batch ran as a pipeline's first request: its paths are named as the cursor's body names them.
+    lines.push(JSON.stringify({ type: 'error', error: { ...parsed.error, message: parsed.error.message.replace(/^requests\[0\]\.batch\b/, 'batch') } }));
   } else {
     const { step_results: results, step_errors: errors } = parsed.response.result;
     results.forEach((r, step) => {
