@@ -124,6 +124,31 @@ test('a backup taken while writes go on restores into an empty DATA_DIR to exact
   }
 });
 
+test('one repo\'s damaged database does not stop the backup of every other: it is left out, named, and the exit says so', async () => {
+  const dataDir = tempDir('scopebase-backup-damaged-');
+  const q = await startProduct({ DATA_DIR: dataDir });
+  try {
+    assert.equal((await q.db('good', 'execute', { sql: 'CREATE TABLE t(x)' })).status, 200);
+    assert.equal((await q.db('bad', 'execute', { sql: 'CREATE TABLE t(x)' })).status, 200);
+  } finally {
+    await q.close();
+  }
+  const bad = join(dataDir, 'db', 'acme', 'bad', 'main.sqlite');
+  const db = new DatabaseSync(bad);
+  db.enableDefensive(false);
+  db.exec("PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql = 'CREATE TABLE t(x' WHERE name = 't'; PRAGMA writable_schema=OFF");
+  db.close();
+  const out = join(work, 'with-damaged');
+  const r = await cli(['backup', out], { DATA_DIR: dataDir });
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stderr, /db\/acme\/bad\/main\.sqlite is damaged .*: left out of this backup/);
+  assert.match(r.stderr, /the backup in .* is kept without 1 damaged database\(s\) SQLite could not read: db\/acme\/bad\/main\.sqlite/);
+  const manifest = JSON.parse(readFileSync(join(out, 'manifest.json'), 'utf8'));
+  assert.deepEqual(manifest.skipped.map((x: { path: string }) => x.path), ['db/acme/bad/main.sqlite']);
+  assert.ok(manifest.files.some((f: { path: string }) => f.path === 'db/acme/good/main.sqlite'), 'every other database is in it');
+  assert.equal((await cli(['verify', out], { DATA_DIR: dataDir })).code, 0, 'what it holds verifies');
+});
+
 test('verify says OK for a good backup, and verify and restore name a file that was altered or is missing', async () => {
   const ok = await cli(['verify', join(work, 'b1')]);
   assert.equal(ok.code, 0, ok.stderr);
@@ -213,9 +238,10 @@ test('a backup that fails midway exits 1 with what happened and leaves no manife
   const good = new DatabaseSync(join(data, 'db/acme/aaa/main.sqlite'));
   good.exec('CREATE TABLE t(x); INSERT INTO t VALUES (1)');
   good.close();
-  writeFileSync(join(data, 'db/acme/zzz/main.sqlite'), Buffer.alloc(8192, 7)); // not a database: fails after aaa was copied
+  // A store that is not a database fails the whole backup (a repo's damaged database is left out instead: above).
+  writeFileSync(join(data, 'accounts.sqlite'), Buffer.alloc(8192, 7));
   const target = join(work, 'half');
-  oneLine(await cli(['backup', target], { DATA_DIR: data }), /backup failed, nothing was kept: not a sound SQLite database: .*zzz\/main\.sqlite/);
+  oneLine(await cli(['backup', target], { DATA_DIR: data }), /backup failed, nothing was kept: not a sound SQLite database: .*accounts\.sqlite/);
   assert.equal(existsSync(join(target, 'manifest.json')), false);
   assert.deepEqual(readdirSync(work).filter((n) => n.startsWith('half')), [], 'no partial folder left');
 

@@ -33,6 +33,8 @@ export interface Manifest {
   /** The backup the unchanged databases were reused from, when taken with --incremental. */
   incrementalFrom?: string;
   files: ManifestFile[];
+  /** Repos' databases that were damaged (SQLite could not read them) and are not in this backup, with why. */
+  skipped?: { path: string; problem: string }[];
 }
 
 export const isSqlite = (f: ManifestFile) => f.kind !== 'key';

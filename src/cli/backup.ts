@@ -123,6 +123,12 @@ function place(path: string): void {
 /** copied and reused count databases; the stores and keys are always copied. */
 export interface BackupResult { dir: string; manifest: Manifest; copied: number; reused: number; bytes: number }
 
+/** SQLite's "not a database" and "damaged": a repo's database SQLite cannot read, which a backup goes on without. */
+const damaged = (e: unknown): boolean => {
+  const err = e as { code?: string; errcode?: number };
+  return err?.code === 'ERR_SQLITE_ERROR' && (err.errcode === 26 || (err.errcode! & 0xff) === 11);
+};
+
 export async function runBackup(dir: string, opts: { incremental?: string; env?: Env; progress?: Out } = {}): Promise<BackupResult> {
   const dataDir = realDataDir(opts.env ?? process.env);
   if (!existsSync(dataDir)) throw new CliError(EXIT.config, `DATA_DIR ${dataDir} does not exist: set DATA_DIR to the folder the server uses`);
@@ -139,6 +145,7 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
   // Written under another name and renamed at the end: a half backup (disk full, killed) never looks complete.
   const partial = `${target}.partial-${randomBytes(4).toString('hex')}`;
   const files: ManifestFile[] = [];
+  const skipped: { path: string; problem: string }[] = [];
   let copied = 0;
   let reused = 0;
   let total = 0;
@@ -174,6 +181,16 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
           throw e;
         }
         try {
+          if (s.kind === 'database') src.prepare('SELECT count(*) FROM sqlite_schema').get(); // a damaged schema fails here
+        } catch (e) {
+          src.close();
+          // One repo's damaged database must not stop every org's backup: it is left out, named, and the exit says so.
+          if (!damaged(e)) throw e;
+          skipped.push({ path: s.rel, problem: String((e as Error).message).slice(0, 200) });
+          (opts.progress ?? process.stderr).write(`${s.rel} is damaged (${String((e as Error).message).slice(0, 120)}): left out of this backup\n`);
+          continue;
+        }
+        try {
           const source = s.kind === 'database' ? fileId(s.abs) : undefined;
           const before = prevByPath.get(s.rel);
           const live = s.kind === 'database' ? versionOf(src) : undefined;
@@ -204,7 +221,7 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
       progress.tick(files.length, list.length, total);
     }
     current = join(target, MANIFEST);
-    const manifest: Manifest = { format: FORMAT, formatVersion: FORMAT_VERSION, createdAt: new Date().toISOString(), ...(previous ? { incrementalFrom: previous } : {}), files };
+    const manifest: Manifest = { format: FORMAT, formatVersion: FORMAT_VERSION, createdAt: new Date().toISOString(), ...(previous ? { incrementalFrom: previous } : {}), files, ...(skipped.length ? { skipped } : {}) };
     const mpath = join(partial, MANIFEST);
     writeFileSync(mpath, JSON.stringify(manifest, null, 2) + '\n', { mode: 0o600 });
     syncFile(mpath);
@@ -283,6 +300,7 @@ files with SQLite's online backup while the service keeps serving; each copy is 
 backup is written as <dir>.partial-* and renamed to <dir> at the end with manifest.json (per file: kind, scope,
 version, size, SHA-256), so a half-written backup never looks complete. DATA_DIR/history (time travel), tmp and
 the reference mirror's replicas are not included.
+A repo's database SQLite cannot read is left out and named (manifest "skipped"); the backup is kept, exit 1.
 --incremental copies only databases whose version changed since the previous backup; unchanged ones are
 hard-linked from it after their checksum is checked, so every backup folder is complete on its own.
 
@@ -320,6 +338,8 @@ export function addBackupCommands(program: Command): void {
       const how = opts.incremental ? `copied ${r.copied}, reused ${r.reused} unchanged from ${r.manifest.incrementalFrom}` : `copied ${r.copied}`;
       process.stderr.write(`backup complete: ${dbs} databases (${how}), ${others} stores and keys, ${bytes(r.bytes)}\n`);
       process.stdout.write(`${r.dir}\n`);
+      const left = r.manifest.skipped ?? [];
+      if (left.length) throw new CliError(EXIT.refused, `the backup in ${r.dir} is kept without ${left.length} damaged database(s) SQLite could not read: ${left.map((x) => x.path).join(', ')} (docs/backups.md, "A damaged database")`);
     });
   program.command('restore')
     .description('fill an empty DATA_DIR from a backup after checking every checksum in its manifest')
