@@ -244,20 +244,8 @@ describe('import: a crafted file runs nothing outside the sandbox (attack round,
     assert.ok(r.status < 500, r.text);
     for (const database of ['a', 'b', 'c']) assert.equal((await p.db('y', 'query', { database, sql: 'SELECT 1' })).status, 404, database);
   });
-});
 
-describe('import: no trigger on a virtual table\'s shadow table, by any order of a file\'s schema or any SQL text (attack round 2)', () => {
-  let p: Product;
-  let dir: string;
-  before(async () => {
-    p = await startProduct();
-    dir = tempDir('scopebase-import-shadow-');
-  });
-  after(async () => {
-    await p.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-
+  // Attack round 2: no trigger on a virtual table's shadow table, by any order of a file's schema or any SQL text.
   test('a file listing a trigger on f_data before its fts5 table (so it loads) is refused; the database stays usable', async () => {
     const path = join(dir, 'shadow.sqlite');
     const db = new DatabaseSync(path);
