@@ -126,6 +126,15 @@ describe('rowsAffected, lastInsertRowid and creation (SPEC 4.4, issue 10)', () =
     ]);
   });
 
+  test('an INSERT into a WITHOUT ROWID table has no lastInsertRowid (it reported the change log\'s rowid, or an earlier insert\'s)', async () => {
+    const database = 'norowid';
+    assert.equal((await p.db('web', 'execute', { database, sql: 'CREATE TABLE w(k TEXT PRIMARY KEY, v) WITHOUT ROWID' })).status, 200);
+    const alone = await p.db('web', 'execute', { database, sql: "INSERT INTO w VALUES ('a', 1)" });
+    assert.deepEqual([alone.json.results[0].rowsAffected, alone.json.results[0].lastInsertRowid], [1, null]);
+    const batch = await p.db('web', 'execute', { database, statements: [{ sql: 'CREATE TABLE r(id INTEGER PRIMARY KEY)' }, { sql: 'INSERT INTO r VALUES (777)' }, { sql: "INSERT INTO w VALUES ('b', 2)" }] });
+    assert.deepEqual(batch.json.results.map((x: { lastInsertRowid: unknown }) => x.lastInsertRowid), [null, 777, null]);
+  });
+
   test('an execute that changes nothing still creates its database (version 0); a failed first write leaves none', async () => {
     const ok = await q.db('web', 'execute', { database: 'zero', sql: 'SELECT 1' });
     assert.equal(ok.status, 200);
@@ -212,5 +221,37 @@ describe('parameters must match the statement (SPEC 4.2, issue 10)', () => {
     });
     assert.equal(ok.status, 200, ok.text);
     assert.deepEqual(ok.json.results[2].rows, [['?', 5, 6]]);
+  });
+});
+
+describe('a lowered DB_MAX_VALUE_BYTES bounds values and rows, not a request\'s whole change', () => {
+  let q: Product;
+  before(async () => {
+    q = await startProduct({ DB_MAX_VALUE_BYTES: '65536' });
+  });
+  after(() => q.close());
+
+  test('bulk inserts and deletes of small rows commit (they got 507: the change event was held to the value limit); mirrors get a snapshot instead', async () => {
+    assert.equal((await q.db('web', 'execute', { sql: 'CREATE TABLE f(id INTEGER PRIMARY KEY, a)' })).status, 200);
+    const bulk = await q.db('web', 'execute', { sql: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100) INSERT INTO f(a) SELECT randomblob(1000) FROM c' });
+    assert.equal(bulk.status, 200, bulk.text);
+    const many = await q.db('web', 'execute', { sql: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000) INSERT INTO f(a) SELECT x FROM c' });
+    assert.equal(many.status, 200, many.text);
+    const gone = await q.db('web', 'execute', { sql: 'DELETE FROM f' });
+    assert.equal(gone.status, 200, gone.text);
+    assert.deepEqual((await q.db('web', 'query', { sql: 'SELECT count(*) FROM f' })).json.results[0].rows, [[0]]);
+    const events = (await q.db('web', 'changes', { since: bulk.json.version - 1 })).json.events;
+    assert.equal(events[0].changeset, null, 'past what one event may hold, followers take a snapshot');
+    const small = await q.db('web', 'execute', { sql: 'INSERT INTO f(a) VALUES (1)' });
+    assert.notEqual((await q.db('web', 'changes', { since: small.json.version - 1 })).json.events[0].changeset, null, 'a small change still travels as a changeset');
+    const tooBig = await q.db('web', 'execute', { sql: 'INSERT INTO f(a) VALUES (randomblob(100000))' });
+    assert.equal(tooBig.status, 507, 'one value past the limit is still refused');
+    // A blob parameter of exactly the limit fits, one byte more does not (its base64 padding was counted as bytes).
+    const blob = (n: number) => ({ $blob: Buffer.alloc(n, 7).toString('base64') });
+    assert.equal((await q.db('web', 'execute', { sql: 'INSERT INTO f(a) VALUES (?)', params: [blob(65536)] })).status, 200);
+    assert.equal((await q.db('web', 'execute', { sql: 'INSERT INTO f(a) VALUES (?)', params: [blob(65535)] })).status, 200);
+    const over = await q.db('web', 'execute', { sql: 'INSERT INTO f(a) VALUES (?)', params: [blob(65537)] });
+    assert.equal(over.status, 507);
+    assert.match(over.json.error.message, /params\[0\] is 65537 bytes/);
   });
 });

@@ -1,6 +1,6 @@
 // A backup's manifest.json (SPEC 9.2): what each file is, its size and SHA-256; and the checks that `verify`
 // and `restore` run against it before trusting a single byte.
-import { closeSync, existsSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
+import { closeSync, existsSync, lstatSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { join, normalize, isAbsolute, sep } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
@@ -91,12 +91,30 @@ export function checkFile(dir: string, f: ManifestFile): string | null {
   const path = join(dir, f.path);
   let size: number;
   try {
-    size = statSync(path).size;
+    const notPlain = notAPlainFile(dir, f.path);
+    if (notPlain) return notPlain;
+    size = lstatSync(path).size;
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'missing' : `cannot be read (${(e as NodeJS.ErrnoException).code})`;
   }
   if (size !== f.size) return `size ${size} bytes, the manifest says ${f.size}`;
   if (sha256File(path) !== f.sha256) return 'altered: its SHA-256 differs from the manifest';
+  return null;
+}
+
+/**
+ * Why a listed path is not a regular file inside the backup, or null. Every part of the path is looked at without
+ * following it: a symlink (to a file or a folder) would bring in a file from anywhere on the machine, and a FIFO or a
+ * device would hang the read (attack round 3).
+ */
+function notAPlainFile(dir: string, rel: string): string | null {
+  const parts = rel.split('/');
+  for (let i = 1; i <= parts.length; i++) {
+    const st = lstatSync(join(dir, ...parts.slice(0, i)));
+    if (st.isSymbolicLink()) return 'a symbolic link: a backup holds its files themselves';
+    if (i < parts.length && !st.isDirectory()) return 'not inside a folder of the backup';
+    if (i === parts.length && !st.isFile()) return 'not a regular file';
+  }
   return null;
 }
 

@@ -67,10 +67,16 @@ function checkSqlAndParams(o: Record<string, unknown>, where: string, index: num
   if (o.params) for (const [k, v] of Object.entries(o.params)) checkValueSize(v, `${where}.params${Array.isArray(o.params) ? `[${k}]` : `.${k}`}`, index, maxValueBytes);
 }
 
+/** The bytes a base64 text decodes to: its `=` padding is no byte (a blob of exactly the limit was counted 2 over). */
+function blobBytes(base64: string): number {
+  const pad = base64.endsWith('==') ? 2 : base64.endsWith('=') ? 1 : 0;
+  return Math.floor((base64.length * 3) / 4) - pad;
+}
+
 /** A value over DB_MAX_VALUE_BYTES is refused here, at once, rather than by SQLite after it crossed to an executor. */
 function checkValueSize(v: unknown, where: string, index: number, max: number): void {
   const bytes = typeof v === 'string' ? (v.length * 3 > max ? Buffer.byteLength(v) : 0)
-    : typeof (v as { $blob?: unknown } | null)?.$blob === 'string' ? Math.floor(((v as { $blob: string }).$blob.length * 3) / 4) : 0;
+    : typeof (v as { $blob?: unknown } | null)?.$blob === 'string' ? blobBytes((v as { $blob: string }).$blob) : 0;
   if (bytes > max) throw new ApiError('quota_exceeded', `${where} is ${bytes} bytes, over the length limit of ${max} (DB_MAX_VALUE_BYTES)`, { statement: index });
 }
 

@@ -42,6 +42,8 @@ export interface Prepared {
   untracked: boolean;
   /** May leave the rows it touched as they were: updates, deletes, REPLACE (see Sandbox.rewrites). */
   rewrites: boolean;
+  /** Inserts into a WITHOUT ROWID table, which leaves last_insert_rowid() as it was (an internal insert's). */
+  noRowid: boolean;
   /** The schema version it was prepared under (writes; 0 for others, whose findings the schema does not change). */
   schema: number;
   /** The parameters the statement takes (read once, with the statement). */
@@ -66,6 +68,7 @@ export class DbHandle {
   readonly sandbox = new Sandbox();
   private readonly cache = new Map<string, Prepared>();
   private schemaStmt: StatementSync | null = null;
+  private rowidStmt: StatementSync | null = null;
 
   readonly path: string;
   /** How each table's changes show in a changeset, and which are shadow tables, as of a schema version (key-cover.ts). */
@@ -134,10 +137,17 @@ export class DbHandle {
     if (mode !== 'internal' && hasSecondStatement(sql)) throw new ApiError('sql_error', 'the SQL text holds more than one statement: send one statement at a time (the rest would be ignored)');
     const stmt = this.db.prepare(sql);
     if (mode !== 'internal') stmt.setAllowBareNamedParameters(false); // bound by each slot's token (params.ts bindNamed)
-    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written: [...sb.written], inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, untracked: sb.untracked, rewrites: sb.rewrites || /replace/i.test(sql), params: paramSlots(sql), schema };
+    const written = [...sb.written];
+    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written, inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, untracked: sb.untracked, rewrites: sb.rewrites || /replace/i.test(sql), noRowid: sb.inserts && written.some((t) => this.withoutRowid(t)), params: paramSlots(sql), schema };
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
     return prepared;
+  }
+
+  /** Whether a table is WITHOUT ROWID (a read-only introspection pragma: no sandbox mode needed). */
+  private withoutRowid(table: string): boolean {
+    this.rowidStmt ??= this.db.prepare("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?");
+    return (this.rowidStmt.get(table) as { wr: number } | undefined)?.wr === 1;
   }
 
   /** The connection's schema version, through one statement kept for it (it needs no sandbox: a read-only pragma). */

@@ -184,7 +184,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   const args = bind(params, p.params);
   watch.enter(p.written, p.schema); // the schema version prepare just read
   if (p.defersForeignKeys) deferForeignKeys(h);
-  if (p.inserts && p.rewrites) markNoInsert(h);
+  if (p.inserts && (p.rewrites || p.noRowid)) markNoInsert(h);
   h.sandbox.mode = 'write'; // the internal statements above switched it: a re-prepare while this runs is a write's
   if (p.returnsRows) {
     const rows = rowsOf(p.stmt, args, shape, budget, true);

@@ -42,6 +42,8 @@ interface MigrateBody { migrations: { id: string; sql: string }[]; dryRun?: bool
 
 /** Past this, an event carries no changeset and followers take a snapshot (docs/mirrors.md). */
 export const MAX_CHANGESET_BYTES = 1024 * 1024;
+/** What an event holds besides its changeset (ids, times, the tables it names): kept free under the length limit. */
+const EVENT_ROOM_BYTES = 16 * 1024;
 
 // Event ids take 16 random bytes each from a pool: one getrandom call per 256 events instead of one per event.
 let idPool = Buffer.alloc(0);
@@ -82,8 +84,11 @@ export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType
   h.internal("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
   const tables = (event.changes as { tables: string[] }).tables;
   const captured = session && capturable(h, tables, watch) ? changesetOf(session) : null;
-  // A bulk write's changeset would make an event too big to store (DB_MAX_VALUE_BYTES) or send: a snapshot is cheaper.
-  const changeset = captured && captured.length <= MAX_CHANGESET_BYTES ? captured : null;
+  // A bulk write's changeset would make an event too big to store or send: a snapshot is cheaper. The event is one
+  // value of the change log, held to SQLite's length limit (DB_MAX_VALUE_BYTES and its slack): in base64 (4/3) with
+  // room for the rest of the event, or a lowered limit refused every bulk write with 507.
+  const fits = Math.min(MAX_CHANGESET_BYTES, Math.floor((h.db.limits.length - EVENT_ROOM_BYTES) * 3 / 4));
+  const changeset = captured && captured.length <= fits ? captured : null;
   session?.close();
   const at = ctx.committedAt ?? Date.now(); // one reading: the event's time and the log's column agree
   const full = {
