@@ -403,6 +403,10 @@ describe('migrations as drizzle-kit and wrangler write them (SPEC 4.6, issue 10)
     const broken = await q.db('web', 'execute', { statements: [{ sql: 'PRAGMA foreign_keys = OFF' }, { sql: "INSERT INTO books VALUES (4, 8, 'never')" }] });
     assert.equal(broken.status, 409, 'checked at the end of the request');
     assert.equal(broken.json.error.details.sqliteCode, 'SQLITE_CONSTRAINT_FOREIGNKEY');
+    assert.deepEqual([broken.json.error.details.statement, broken.json.error.details.atCommit], [1, true], 'it names the last statement, as a deferred key\'s failure does');
+    const inMigration = await q.db('web', 'migrate', { database: 'txmig', migrations: [{ id: '9_tx', sql: 'BEGIN;\nCREATE TABLE z(x);\nCOMMIT;' }] });
+    assert.equal(inMigration.status, 400, inMigration.text);
+    assert.match(inMigration.json.error.message, /transaction control .* is not allowed/, 'the sandbox says what it refused (it said only "the sandbox refused this statement")');
     const after = await q.db('web', 'execute', { sql: "INSERT INTO books VALUES (5, 99, 'x')" });
     assert.equal(after.status, 409, 'the next request checks immediately again');
   });

@@ -152,7 +152,8 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
     h.internal('RELEASE request').run();
     return { status: 200, body: `{"results":[${results.join(',')}],"version":${version + 1}}`, version: version + 1, carried };
   } catch (e) {
-    const reply = failure(e, h.sandbox.denied, i < statements.length ? i : undefined);
+    // Past the last statement: the request's end failed it (a key checked at the end, PRAGMA defer_foreign_keys).
+    const reply = failure(e, h.sandbox.denied, Math.min(i, statements.length - 1), i < statements.length ? undefined : { atCommit: true });
     endDeferral(h, false);
     try { session.close(); } catch { /* closed by recordChange */ }
     if (h.db.isTransaction) { // else a full disk (SQLITE_FULL) or I/O error has rolled it all back already
@@ -277,10 +278,11 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
       }
       endDeferral(h, true);
     } catch (e) {
+      const denied = h.sandbox.denied; // read first: the internal statements below clear it
       session.close();
       endDeferral(h, false);
       if (h.db.isTransaction) h.internal('ROLLBACK').run(); // a full disk (SQLITE_FULL) has rolled it back already
-      return failure(e, h.sandbox.denied, undefined, { migration: current.id });
+      return failure(e, denied, undefined, { migration: current.id });
     }
     // A dry run ran every migration, so it fails exactly where the real run would; then nothing of it stays.
     if (body.dryRun) {
