@@ -2,7 +2,7 @@
 // taken while writes go on restores to exactly what was committed, and a damaged backup is refused by name.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { cpSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
@@ -147,6 +147,31 @@ test('one repo\'s damaged database does not stop the backup of every other: it i
   assert.deepEqual(manifest.skipped.map((x: { path: string }) => x.path), ['db/acme/bad/main.sqlite']);
   assert.ok(manifest.files.some((f: { path: string }) => f.path === 'db/acme/good/main.sqlite'), 'every other database is in it');
   assert.equal((await cli(['verify', out], { DATA_DIR: dataDir })).code, 0, 'what it holds verifies');
+});
+
+test('a backup folder holding a symlink, a FIFO or a folder where a file is listed is refused by name, never followed or read (attack round 3)', async () => {
+  const from = join(work, 'with-damaged'); // the backup the test above kept
+  const listed = 'db/acme/good/main.sqlite';
+  const cases: [string, (path: string) => void, RegExp][] = [
+    // The same bytes outside the backup: size and SHA-256 match, so only the link itself gives it away.
+    ['symlink', (path) => { const outside = join(work, 'outside.sqlite'); cpSync(path, outside); rmSync(path); symlinkSync(outside, path); }, /a symbolic link/],
+    ['fifo', (path) => { rmSync(path); execFileSync('mkfifo', [path]); }, /not a regular file/],
+    ['folder', (path) => { rmSync(path); mkdirSync(path); }, /not a regular file/],
+    ['linked folder', (path) => { const dir = join(path, '..'); const outside = join(work, 'outside-dir'); cpSync(dir, outside, { recursive: true }); rmSync(dir, { recursive: true }); symlinkSync(outside, dir); }, /a symbolic link/],
+  ];
+  for (const [what, make, problem] of cases) {
+    const hostile = join(work, `hostile-${what.replace(' ', '-')}`);
+    cpSync(from, hostile, { recursive: true });
+    make(join(hostile, listed));
+    const verify = await cli(['verify', hostile]);
+    assert.equal(verify.code, 1, `${what}: ${verify.stdout}${verify.stderr}`);
+    assert.match(verify.stdout, new RegExp(`BAD ${listed.replaceAll('/', '\\/')}: ${problem.source}`), what);
+    const target = join(work, `restored-${what.replace(' ', '-')}`);
+    const restore = await cli(['restore', hostile], { DATA_DIR: target });
+    assert.equal(restore.code, 1, `${what}: ${restore.stderr}`);
+    assert.match(restore.stderr, /refusing to restore, nothing was written/, what);
+    assert.equal(existsSync(join(target, listed)), false, `${what}: nothing restored`);
+  }
 });
 
 test('verify says OK for a good backup, and verify and restore name a file that was altered or is missing', async () => {
