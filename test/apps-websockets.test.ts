@@ -126,6 +126,24 @@ test('APPS_WS_IDLE_TIMEOUT_MS: a WebSocket quiet both ways is closed on both sid
   }
 });
 
+test('an upgrade is counted and logged as any request to an app, with the status its client got (it left no trace)', async () => {
+  const p = await start({ LOG_LEVEL: 'info', LOG_FORMAT: 'json' });
+  try {
+    const upgrades = async () => (await metric(p, /^scopebase_app_requests_total\{status="1xx"\} (\d+)/m)) || 0; // no line before the first
+    const before = await upgrades();
+    const ws = await upgrade(p, '127.0.0.1', '/site/logged');
+    assert.equal(ws.status, 101, ws.head);
+    assert.equal(await upgrades(), before + 1);
+    await until(() => p.stdout().includes('"path":"/site/logged"'), 2000);
+    const line = p.stdout().split('\n').find((l) => l.includes('"path":"/site/logged"'));
+    assert.ok(line, 'an access-log line');
+    assert.deepEqual([JSON.parse(line!).status, JSON.parse(line!).upgrade], [101, true]);
+    ws.socket.destroy();
+  } finally {
+    p.killAll();
+  }
+});
+
 test('MAX_WEBSOCKETS_PER_CLIENT: one client past it gets 503 in the cap\'s shape while another client\'s upgrade works; TRUSTED_PROXIES exempt', async () => {
   // The default: 64, or half of MAX_CONNECTIONS_PER_CLIENT if less (here 4 of 8).
   const p = await start({ MAX_CONNECTIONS: '40', MAX_CONNECTIONS_PER_CLIENT: '8', TRUSTED_PROXIES: '127.0.0.4' });

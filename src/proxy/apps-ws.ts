@@ -15,7 +15,7 @@ import { identityHeaders } from '../account/identity-headers.ts';
 import { endToEndHeaders, forwardedHeaders, sessionView, setsCookie } from './forward.ts';
 import { stripSpoofableHeaders } from '../shared/headers.ts';
 import { orgFromHost } from '../shared/host.ts';
-import { hostConflict, requestIdOf } from '../shared/raw-route.ts';
+import { hostConflict, logAccess, requestIdOf } from '../shared/raw-route.ts';
 import { appTarget, crossOrigin, upstreamUrl } from './apps.ts';
 
 export interface WsOptions {
@@ -29,6 +29,8 @@ export interface WsOptions {
   /** A WebSocket that passes no byte either way for this long is closed, both sides (APPS_WS_IDLE_TIMEOUT_MS). */
   idleTimeoutMs: number;
   logger: Logger;
+  /** Counts an upgrade's answer as an app request (scopebase_app_requests_total). */
+  onAnswer?: (status: number) => void;
 }
 
 function refuse(socket: Duplex, err: ApiError, extraHeaders: string[] = []): void {
@@ -70,13 +72,24 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     socket.on('error', () => socket.destroy());
     // SPEC 3: every answer carries x-request-id, the refusals and the relayed 101 included.
     const requestId = ['x-request-id', requestIdOf(req)];
-    handle(req, socket, head, requestId, active).catch((err) => {
+    // Logged and counted as any request to an app, once, with the status the client got (101, a refusal, the app's).
+    const started = performance.now();
+    let answered = false;
+    const answer = (status: number) => {
+      if (answered) return;
+      answered = true;
+      logAccess(opts.logger, requestId[1]!, req.method, req.url, status, performance.now() - started, { upgrade: true });
+      opts.onAnswer?.(status);
+    };
+    handle(req, socket, head, requestId, active, answer).catch((err) => {
       if (!(err instanceof ApiError)) opts.logger.error({ err }, 'websocket upgrade failed');
-      refuse(socket, err instanceof ApiError ? err : new ApiError('internal', 'internal error'), requestId);
+      const e = err instanceof ApiError ? err : new ApiError('internal', 'internal error');
+      answer(e.status);
+      refuse(socket, e, requestId);
     });
   };
 
-  async function handle(req: IncomingMessage, socket: Duplex, head: Buffer, requestId: string[], active: () => void): Promise<void> {
+  async function handle(req: IncomingMessage, socket: Duplex, head: Buffer, requestId: string[], active: () => void, answer: (status: number) => void): Promise<void> {
     const conflict = hostConflict(req);
     if (conflict !== null) throw new ApiError('invalid_request', conflict);
     stripSpoofableHeaders(req.headers);
@@ -104,13 +117,18 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     // A client gone before the app answers takes the app's connection down too: else it stays open, unread, for good.
     socket.once('close', () => upstream.destroy());
     upstream.on('timeout', () => upstream.destroy(new Error('upstream timeout')));
-    upstream.on('error', () => refuse(socket, new ApiError('unavailable', 'the app is not reachable right now', undefined, { 'retry-after': '5' }), cookieHeaders));
+    upstream.on('error', () => {
+      answer(503);
+      refuse(socket, new ApiError('unavailable', 'the app is not reachable right now', undefined, { 'retry-after': '5' }), cookieHeaders);
+    });
     upstream.on('response', (res) => {
+      answer(res.statusCode ?? 502);
       // The app declined the upgrade: relay its answer as an ordinary response.
       socket.write(rawHead(res.statusCode ?? 502, res.statusMessage ?? '', [...relayed(res.rawHeaders, opts.privateCookies), ...cookieHeaders]));
       res.pipe(socket);
     });
     upstream.on('upgrade', (res, upSocket, upHead) => {
+      answer(101);
       track(upSocket);
       upSocket.setTimeout(0);
       socket.write(rawHead(101, 'Switching Protocols', [...relayed(res.rawHeaders, opts.privateCookies), ...cookieHeaders]));

@@ -138,7 +138,7 @@ export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsyn
     });
     app.all('/:repo', handler);
     app.all('/:repo/*', handler);
-    const detach = attachWebSocketProxy(app.server, { ...opts, isTrusted, privateCookies: PRIVATE_COOKIES, idleTimeoutMs: opts.wsIdleTimeoutMs });
+    const detach = attachWebSocketProxy(app.server, { ...opts, isTrusted, privateCookies: PRIVATE_COOKIES, idleTimeoutMs: opts.wsIdleTimeoutMs, onAnswer: (status) => appRequests.inc({ status: `${Math.floor(status / 100)}xx` }) });
     app.addHook('preClose', async () => detach());
   };
   return { plugin, close: () => agent.close() };
