@@ -164,15 +164,16 @@ describe('parameters must match the statement (SPEC 4.2, issue 10)', () => {
       ['INSERT INTO todos(title) VALUES (?)', [], /\?1 is missing/, 1],
       ['INSERT INTO todos(title, note) VALUES (?, ?)', ['a'], /\?2 is missing/, 2],
       ['INSERT INTO todos(title) VALUES (?)', ['a', 'b'], /params\[1\] is extra/, 2],
-      ['INSERT INTO todos(title) VALUES (?)', undefined, /none were sent/, undefined],
+      ['INSERT INTO todos(title) VALUES (?)', undefined, /takes 1 parameter and none were sent/, 1],
       ['INSERT INTO todos(title, note) VALUES (:title, :note)', { title: 'a' }, /:note is missing/, 'note'],
       ['INSERT INTO todos(title) VALUES (:title)', { title: 'a', typo: 'b' }, /"typo", which the statement does not use/, 'typo'],
       ['INSERT INTO todos(title) VALUES ($title)', ['a'], /has named parameters \(:name\); send "params" as an object/, undefined],
       ['INSERT INTO todos(title, note) VALUES (:title, ?)', ['a', 'b'], /mixes positional \(\?\) and named/, undefined],
       ['INSERT INTO todos(title, note) VALUES (:title, ?)', { title: 'a' }, /mixes positional \(\?\) and named/, undefined],
-      ['INSERT INTO todos(title) VALUES (:é)', undefined, /none were sent/, undefined],
+      ['INSERT INTO todos(title) VALUES (:é)', undefined, /none were sent/, 'é'],
       ['INSERT INTO todos(title, note) VALUES (:t, @n)', { t: 'a' }, /:n is missing/, 'n'],
-      ['INSERT INTO todos(title) VALUES (?3)', ['a'], /\?2 is missing/, 2],
+      // The slot the statement uses (?3), not the next one in counting order (it said "?2 is missing").
+      ['INSERT INTO todos(title) VALUES (?3)', ['a'], /takes 3 parameters .*: \?3 is missing/, 3],
     ];
     for (const [sql, params, message, parameter] of cases) {
       const r = await q.db('web', 'execute', { statements: [{ sql: 'SELECT 1' }, { sql, ...(params === undefined ? {} : { params }) }] });

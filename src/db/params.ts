@@ -68,14 +68,18 @@ export function checkParams(slots: ParamSlots, given: unknown, statement: number
   if (slots.positional.length > 0 && slots.named.size > 0) {
     throw new ApiError('invalid_request', `${where} mixes positional (?) and named (:name) parameters, which cannot be bound together: use one kind`, { statement });
   }
+  const takes = `${where} takes ${slots.count} parameter${slots.count === 1 ? '' : 's'}`;
   if (given === undefined || given === null) {
-    if (slots.count > 0) throw new ApiError('invalid_request', `${where} takes ${slots.count} parameter${slots.count === 1 ? '' : 's'} and none were sent`, { statement });
+    const first = slots.names.find((name) => name !== null) ?? '?1';
+    if (slots.count > 0) throw new ApiError('invalid_request', `${takes} and none were sent`, { statement, parameter: first[0] === '?' ? Number(first.slice(1)) : first.slice(1) });
     return;
   }
   if (Array.isArray(given)) {
     if (slots.named.size > 0) throw new ApiError('invalid_request', `${where} has named parameters (:name); send "params" as an object keyed by the bare name`, { statement });
-    if (given.length < slots.count) throw new ApiError('invalid_request', `${where} takes ${slots.count} parameters: ?${given.length + 1} is missing`, { statement, parameter: given.length + 1 });
-    if (given.length > slots.count) throw new ApiError('invalid_request', `${where} takes ${slots.count} parameter${slots.count === 1 ? '' : 's'}; params[${slots.count}] is extra`, { statement, parameter: slots.count + 1 });
+    // The first slot the statement uses that params does not reach (`SELECT ?5` with one value: ?5, not ?2).
+    const missing = Math.min(...slots.positional.filter((slot) => slot > given.length));
+    if (given.length < slots.count) throw new ApiError('invalid_request', `${takes} (params[0] binds ?1, params[k] binds ?k+1): ?${missing} is missing`, { statement, parameter: missing });
+    if (given.length > slots.count) throw new ApiError('invalid_request', `${takes}; params[${slots.count}] is extra`, { statement, parameter: slots.count + 1 });
     return;
   }
   const keys = Object.keys(given as object);
