@@ -90,12 +90,12 @@ export class AccountStore {
     return { id, ...p };
   }
 
-  /** Returns the new session's token (for the cookie only: it is never stored or logged). */
   /** Whether a user with this id ever signed in (ids are made here, at a first sign-in). */
   hasUser(id: string): boolean {
     return this.q.hasUser!.get(id) !== undefined;
   }
 
+  /** Returns the new session's token (for the cookie only: it is never stored or logged). */
   createSession(org: string, userId: string, ttlMs: number, now = Date.now()): { token: string; id: string; expiresAt: number } {
     const token = newToken();
     const id = newId('ses');
