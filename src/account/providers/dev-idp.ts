@@ -110,12 +110,14 @@ export async function startDevIdp(opts: { logger: Logger; host?: string; port?: 
   };
 
   // Where each sign-in page's attempt came from (its repo's page), for the page reached again with Back once used.
-  const startedAt = new Map<string, string>();
+  const startedAt = new Map<string, { href: string; label: string }>();
   const remember = (uid: string, redirectUri: unknown) => {
     // Only a redirect URI the callback pattern allows (an org host's own callback), so the link is never an open redirect.
     if (typeof redirectUri !== 'string' || !opts.callbackPattern.test(redirectUri)) return;
+    const href = redirectUri.replace(/_account\/callback$/, '');
+    const url = new URL(href); // parsed here, in the interaction: the page below is made in a .catch, which must not throw
     startedAt.delete(uid);
-    startedAt.set(uid, redirectUri.replace(/_account\/callback$/, ''));
+    startedAt.set(uid, { href, label: url.host + url.pathname });
     if (startedAt.size > 1000) startedAt.delete(startedAt.keys().next().value!);
   };
 
@@ -128,7 +130,7 @@ export async function startDevIdp(opts: { logger: Logger; host?: string; port?: 
       if (!m) return send(res, 400, page('Sign-in failed', '<h1>Sign-in failed</h1><p>This sign-in attempt expired. Go back to the application and start again.</p>'));
       // Mostly Back after signing in: the page's attempt is finished, and the session it made is likely valid.
       const back = startedAt.get(m[1]!);
-      const link = back ? `<p><a class="button primary" href="${escapeHtml(back)}">Back to ${escapeHtml(new URL(back).host + new URL(back).pathname)}</a></p>` : '<p>Go back to the application; sign in there again if you need to.</p>';
+      const link = back ? `<p><a class="button primary" href="${escapeHtml(back.href)}">Back to ${escapeHtml(back.label)}</a></p>` : '<p>Go back to the application; sign in there again if you need to.</p>';
       send(res, 400, page('Sign-in page already used', `<h1>This sign-in page was already used</h1><p>You may already be signed in. A sign-in page works once, for 10 minutes; to sign in again, start from the application.</p>${link}`));
     });
   });
