@@ -17,8 +17,10 @@ const REQUEST_ID = /^[\x20-\x7e]{1,200}$/;
 
 /** The caller's x-request-id when it is printable ASCII of a sane length, else a fresh one (shared by Fastify's routes). */
 export function requestIdOf(req: IncomingMessage): string {
-  const given = req.headersDistinct?.['x-request-id']; // two ids are none: Node would join them with ", "
-  return given?.length === 1 && REQUEST_ID.test(given[0]!) ? given[0]! : randomUUID();
+  const given = req.headers['x-request-id'];
+  if (typeof given !== 'string' || !REQUEST_ID.test(given)) return randomUUID();
+  // Two ids are none: Node joins them with ", ". Only then is the distinct list built (every request passes here).
+  return !given.includes(', ') || req.headersDistinct?.['x-request-id']?.length === 1 ? given : randomUUID();
 }
 
 export interface RawReply {
