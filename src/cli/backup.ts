@@ -9,7 +9,7 @@ import { Layout } from '../db/layout.ts';
 import { dataDirOf } from '../shared/config.ts';
 import { realPath } from '../shared/paths.ts';
 import { CliError, EXIT, printJson } from './output.ts';
-import { describeIoError } from './files.ts';
+import { describeIoError, isUnsoundSqlite } from './files.ts';
 import {
   FORMAT, FORMAT_VERSION, MANIFEST, bytes, checkBackup, checkFile, readManifest, sha256File,
   type FileKind, type Manifest, type ManifestFile,
@@ -123,12 +123,6 @@ function place(path: string): void {
 /** copied and reused count databases; the stores and keys are always copied. */
 export interface BackupResult { dir: string; manifest: Manifest; copied: number; reused: number; bytes: number }
 
-/** SQLite's "not a database" and "damaged": a repo's database SQLite cannot read, which a backup goes on without. */
-const damaged = (e: unknown): boolean => {
-  const err = e as { code?: string; errcode?: number };
-  return err?.code === 'ERR_SQLITE_ERROR' && (err.errcode === 26 || (err.errcode! & 0xff) === 11);
-};
-
 export async function runBackup(dir: string, opts: { incremental?: string; env?: Env; progress?: Out } = {}): Promise<BackupResult> {
   const dataDir = realDataDir(opts.env ?? process.env);
   if (!existsSync(dataDir)) throw new CliError(EXIT.config, `DATA_DIR ${dataDir} does not exist: set DATA_DIR to the folder the server uses`);
@@ -185,7 +179,7 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
         } catch (e) {
           src.close();
           // One repo's damaged database must not stop every org's backup: it is left out, named, and the exit says so.
-          if (!damaged(e)) throw e;
+          if (!isUnsoundSqlite(e)) throw e;
           skipped.push({ path: s.rel, problem: String((e as Error).message).slice(0, 200) });
           (opts.progress ?? process.stderr).write(`${s.rel} is damaged (${String((e as Error).message).slice(0, 120)}): left out of this backup\n`);
           continue;

@@ -4,6 +4,12 @@ import { accessSync, constants, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { CliError, EXIT } from './output.ts';
 
+/** SQLite's "not a database" (26) or "damaged" (11, with its extended codes): a file SQLite cannot read soundly. */
+export function isUnsoundSqlite(e: unknown): boolean {
+  const errcode = (e as { errcode?: unknown } | null)?.errcode;
+  return typeof errcode === 'number' && (errcode === 26 || (errcode & 0xff) === 11);
+}
+
 /** A file-system or SQLite failure as what happened, in words an operator acts on. */
 export function describeIoError(e: unknown, what: string): string {
   const err = e as NodeJS.ErrnoException & { errcode?: number };
@@ -16,7 +22,7 @@ export function describeIoError(e: unknown, what: string): string {
   if (code === 'ENOTDIR') return `a part of the path is a file, not a folder: ${what} (${code})`;
   if (code === 'EISDIR') return `a folder where a file was meant: ${what} (${code})`;
   if (err.errcode === 14) return `cannot open the file: ${what} (${err.message})`;
-  if (err.errcode === 26 || err.errcode === 11) return `not a sound SQLite database: ${what} (${err.message})`;
+  if (isUnsoundSqlite(e)) return `not a sound SQLite database: ${what} (${err.message})`;
   return `${what}: ${code !== undefined && /^E[A-Z]+$/.test(code) ? code : err.message}`; // an errno name, else SQLite's words (not ERR_SQLITE_ERROR)
 }
 
