@@ -30,6 +30,8 @@ export function probeDatabase(op: string): string | null {
   return m ? checkDatabase(m[1] ?? 'main') : null;
 }
 
+const isBaton = (b: unknown): boolean => b === undefined || b === null || typeof b === 'string';
+
 export interface HranaLimits {
   /** DB_STREAM_IDLE_MS, DB_MAX_STREAMS, DB_MAX_TRANSACTIONS. */
   streamIdleMs: number;
@@ -53,15 +55,31 @@ export class Hrana {
   /** One pipeline request: its stream (by baton), every request run in order, and the next baton. */
   async pipeline(streamKey: string, backend: HranaBackend, raw: Buffer): Promise<string> {
     const body = parseJsonObject(raw);
-    if (!Array.isArray(body.requests) || (body.baton !== undefined && body.baton !== null && typeof body.baton !== 'string')) {
+    if (!Array.isArray(body.requests) || !isBaton(body.baton)) {
       throw new ApiError('invalid_request', 'a pipeline request is {"baton": string | null, "requests": [...]}');
     }
-    const state = this.streams.take(body.baton, streamKey);
+    const done = await this.run(streamKey, backend, body.baton, body.requests);
+    return `{"baton":${JSON.stringify(done.baton)},"base_url":null,"results":[${done.results.join(',')}]}`;
+  }
+
+  /** One v3/cursor request: `{"baton", "batch"}`, run as a pipeline's batch request, its result as cursor entries. */
+  async cursor(streamKey: string, backend: HranaBackend, raw: Buffer): Promise<string> {
+    const body = parseJsonObject(raw);
+    if (typeof body.batch !== 'object' || body.batch === null || !isBaton(body.baton)) {
+      throw new ApiError('invalid_request', 'a cursor request is {"baton": string | null, "batch": {"steps": [...]}}');
+    }
+    const done = await this.run(streamKey, backend, body.baton, [{ type: 'batch', batch: body.batch }]);
+    return cursorBody(done.baton, done.results[0]!);
+  }
+
+  /** Runs requests on the stream a baton names (a new one for none); returns each result's JSON and the next baton. */
+  private async run(streamKey: string, backend: HranaBackend, baton: unknown, requests: unknown[]): Promise<{ baton: string | null; results: string[] }> {
+    const state = this.streams.take(baton, streamKey);
     let closed = true; // a pipeline that throws ends its stream: nothing will name it again
     try {
-      const done = await new Pipeline(backend, state, this.transactions).run(body.requests);
+      const done = await new Pipeline(backend, state, this.transactions).run(requests);
       closed = done.closed;
-      return `{"baton":${JSON.stringify(closed ? null : this.streams.keep(state))},"base_url":null,"results":[${done.results.join(',')}]}`;
+      return { baton: closed ? null : this.streams.keep(state), results: done.results };
     } finally {
       if (closed) {
         state.tx?.abandon('its pipeline failed'); // a 'close' request has ended it already
@@ -69,16 +87,6 @@ export class Hrana {
         state.release(); // its stored SQL no longer counts against the repo's and the server's budgets
       }
     }
-  }
-
-  /** One v3/cursor request: `{"baton", "batch"}`, run as a pipeline's batch request, its result as cursor entries. */
-  async cursor(streamKey: string, backend: HranaBackend, raw: Buffer): Promise<string> {
-    const body = parseJsonObject(raw);
-    if (typeof body.batch !== 'object' || body.batch === null || (body.baton !== undefined && body.baton !== null && typeof body.baton !== 'string')) {
-      throw new ApiError('invalid_request', 'a cursor request is {"baton": string | null, "batch": {"steps": [...]}}');
-    }
-    const reply = JSON.parse(await this.pipeline(streamKey, backend, Buffer.from(JSON.stringify({ baton: body.baton ?? null, requests: [{ type: 'batch', batch: body.batch }] })))) as { baton: string | null; results: unknown[] };
-    return cursorBody(reply.baton, JSON.stringify(reply.results[0]));
   }
 
   close(): void {
