@@ -68,18 +68,20 @@ export function checkParams(slots: ParamSlots, given: unknown, statement: number
   if (slots.positional.length > 0 && slots.named.size > 0) {
     throw new ApiError('invalid_request', `${where} mixes positional (?) and named (:name) parameters, which cannot be bound together: use one kind`, { statement });
   }
-  const takes = `${where} takes ${slots.count} parameter${slots.count === 1 ? '' : 's'}`;
+  const takes = () => `${where} takes ${slots.count} parameter${slots.count === 1 ? '' : 's'}`; // only for an error
   if (given === undefined || given === null) {
     const first = slots.names.find((name) => name !== null) ?? '?1';
-    if (slots.count > 0) throw new ApiError('invalid_request', `${takes} and none were sent`, { statement, parameter: first[0] === '?' ? Number(first.slice(1)) : first.slice(1) });
+    if (slots.count > 0) throw new ApiError('invalid_request', `${takes()} and none were sent`, { statement, parameter: first[0] === '?' ? Number(first.slice(1)) : first.slice(1) });
     return;
   }
   if (Array.isArray(given)) {
     if (slots.named.size > 0) throw new ApiError('invalid_request', `${where} has named parameters (:name); send "params" as an object keyed by the bare name`, { statement });
-    // The first slot the statement uses that params does not reach (`SELECT ?5` with one value: ?5, not ?2).
-    const missing = Math.min(...slots.positional.filter((slot) => slot > given.length));
-    if (given.length < slots.count) throw new ApiError('invalid_request', `${takes} (params[0] binds ?1, params[k] binds ?k+1): ?${missing} is missing`, { statement, parameter: missing });
-    if (given.length > slots.count) throw new ApiError('invalid_request', `${takes}; params[${slots.count}] is extra`, { statement, parameter: slots.count + 1 });
+    if (given.length < slots.count) {
+      // The first slot the statement uses that params does not reach (`SELECT ?5` with one value: ?5, not ?2).
+      const missing = Math.min(...slots.positional.filter((slot) => slot > given.length));
+      throw new ApiError('invalid_request', `${takes()} (params[0] binds ?1, params[k] binds ?k+1): ?${missing} is missing`, { statement, parameter: missing });
+    }
+    if (given.length > slots.count) throw new ApiError('invalid_request', `${takes()}; params[${slots.count}] is extra`, { statement, parameter: slots.count + 1 });
     return;
   }
   const keys = Object.keys(given as object);
