@@ -22,9 +22,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Agent } from 'undici';
-import { sendJson, type JsonAnswer } from './lib/http.ts';
+import { bearer, sendJson, type JsonAnswer } from './lib/http.ts';
 import { loadConfig } from '../src/shared/config.ts';
-import { repoSecret } from '../src/shared/secrets.ts';
 import { processTree, treeRss } from './lib/proc.ts';
 import { freePort } from '../test/helpers/ports.ts';
 import { spawnProduct, tempDir, testEnv, ROOT_KEY } from '../test/helpers/product.ts';
@@ -89,7 +88,7 @@ const dbs = Array.from({ length: DBS }, (_, i) => ({ org: orgs[i % ORGS]!, repo:
 type Db = (typeof dbs)[number];
 const call = (org: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<JsonAnswer> =>
   sendJson(`${product.url}${path}`, { method, body, dispatcher: agent, headers: { host: `${org}.${config.baseDomain}:${port}`, ...headers } });
-const dbCall = (d: Db, op: string, body: Record<string, unknown>) => call(d.org, 'POST', `/${d.repo}/_db/${op}`, { database: d.database, ...body }, { authorization: `Bearer ${repoSecret(rootKey, d.org, d.repo)}` });
+const dbCall = (d: Db, op: string, body: Record<string, unknown>) => call(d.org, 'POST', `/${d.repo}/_db/${op}`, { database: d.database, ...body }, { authorization: bearer(rootKey, d.org, d.repo) });
 
 for (const d of dbs) {
   let r: JsonAnswer = { status: 503, json: null };
@@ -285,7 +284,7 @@ if (runawayTimer) {
 // Both mirrors: drained, then the reference mirror's replicas row by row and the receiver's events against the logs.
 const mirrorQuery = (d: Db, body: Record<string, unknown>) => sendJson(`http://127.0.0.1:${mirrorPort}/${d.repo}/_db/query`, {
   body: { database: d.database, ...body }, dispatcher: agent,
-  headers: { host: `${d.org}.${config.baseDomain}:${mirrorPort}`, authorization: `Bearer ${repoSecret(rootKey, d.org, d.repo)}` },
+  headers: { host: `${d.org}.${config.baseDomain}:${mirrorPort}`, authorization: bearer(rootKey, d.org, d.repo) },
 });
 const drained = await drain([...dbs, runawayDb], dbCall, ['reference', 'receiver', ...(FAULTS ? ['hang'] : [])], Math.max(120, SECONDS / 2) * 1000);
 bad.push(...drained.stuck);

@@ -1,6 +1,7 @@
 // A tiny HTTP client for set-up and probes (node:http: it lets us set Host, which fetch does not).
 import { Agent, request } from 'node:http';
 import { request as undiciRequest, type Dispatcher } from 'undici';
+import { repoSecret } from '../../src/shared/secrets.ts';
 
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 
@@ -45,4 +46,13 @@ export async function sendJson(url: string, opts: { method?: string; headers: Re
   } catch {
     return { status: 0, json: null };
   }
+}
+
+const bearers = new Map<string, string>();
+/** A repo's Authorization header, made once: an app holds its secret, it does not derive it (an HMAC) per request. */
+export function bearer(rootKey: Buffer, org: string, repo: string): string {
+  const key = `${rootKey.toString('hex')}:${org}/${repo}`;
+  let b = bearers.get(key);
+  if (!b) bearers.set(key, (b = `Bearer ${repoSecret(rootKey, org, repo)}`));
+  return b;
 }
