@@ -2,7 +2,9 @@
 // address lists a setting holds. A bad one throws ConfigError naming the variable.
 import { isIP } from 'node:net';
 import { isOrgName, isRepoName } from './names.ts';
-import type { AppRoute, MirrorConfig } from './config.ts';
+
+export interface MirrorConfig { name: string; url: string; secret: string }
+export interface AppRoute { url: string; requireSession: boolean }
 
 export class ConfigError extends Error {}
 

@@ -7,8 +7,6 @@ import { getHeapStatistics } from 'node:v8';
 import { parseRootKeys } from './secrets.ts';
 import { nearestExisting } from './paths.ts';
 
-export interface MirrorConfig { name: string; url: string; secret: string }
-export interface AppRoute { url: string; requireSession: boolean }
 
 export interface Config {
   production: boolean;
@@ -121,7 +119,8 @@ export interface ClusterConfig {
 
 import { recordingReads, unknownVariables } from './config-names.ts';
 
-import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, str, url, type Env } from './config-values.ts';
+import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, str, url, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
+export type { AppRoute, MirrorConfig } from './config-values.ts';
 
 export { ConfigError };
 
