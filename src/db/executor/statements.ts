@@ -85,7 +85,7 @@ function renderEach(rows: Iterator<unknown>, shape: RowShape, budget: ResultBudg
       const o = row as Record<string, unknown>;
       for (const k in o) {
         const v = o[k];
-        if ((v !== null && typeof v === 'object') || typeof v === 'bigint') o[k] = encodeValue(v);
+        if ((v !== null && typeof v === 'object') || typeof v === 'bigint' || v === 0) o[k] = encodeValue(v); // -0.0 too
         else if (!bigints) checkSafe(v);
       }
       text = JSON.stringify(o);

@@ -1,0 +1,84 @@
+// SPEC 4.2's edges, through the proxy over real HTTP: a REAL -0.0 on every result path, Tcl-style parameter names,
+// the slot a positional error names, and DB_MAX_VALUE_BYTES for values computed in SQL.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startProduct, type Product } from './helpers/product.ts';
+
+let p: Product;
+const pipeline = (rawBody: string) => p.call('/web/_db/edges/v2/pipeline', { rawBody, headers: { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/json' } });
+/** A float -0 argument: JSON.stringify would send it as 0. */
+const NEG_FLOAT = { type: 'float', value: 'NEG_ZERO' };
+const withNegZero = (body: unknown) => JSON.stringify(body).replaceAll('"NEG_ZERO"', '-0.0');
+
+before(async () => {
+  p = await startProduct();
+});
+after(() => p.close());
+
+describe('a REAL -0.0 reads back as -0.0, not 0 (SPEC 4.2: nothing is lost on a round trip)', () => {
+  before(async () => {
+    assert.equal((await p.db('web', 'execute', { database: 'edges', sql: 'CREATE TABLE z(a, r REAL)' })).status, 200);
+  });
+
+  test('/_db/query, in arrays and objects, computed or stored', async () => {
+    const ins = await p.db('web', 'execute', { database: 'edges', sql: 'INSERT INTO z(a) VALUES (-0.0), (0.0), (-1.5)' });
+    assert.equal(ins.status, 200, ins.text);
+    const arrays = await p.db('web', 'query', { database: 'edges', sql: 'SELECT -0.0, 0.0 * -1, typeof(-0.0), 0.0, 1.0' });
+    assert.equal(arrays.status, 200, arrays.text);
+    assert.match(arrays.text, /"rows":\[\[-0\.0,-0\.0,"real",0,1\]\]/, 'a REAL -0.0 is written -0.0 (JSON.stringify writes 0)');
+    assert.ok(Object.is(arrays.json.results[0].rows[0][0], -0), 'it parses as -0');
+    const stored = await p.db('web', 'query', { database: 'edges', sql: 'SELECT a FROM z ORDER BY rowid' });
+    assert.match(stored.text, /"rows":\[\[-0\.0\],\[0\],\[-1\.5\]\]/);
+    const objects = await p.db('web', 'query', { database: 'edges', sql: 'SELECT a AS v, typeof(a) AS t FROM z WHERE rowid = 1', rows: 'objects' });
+    assert.match(objects.text, /"rows":\[\{"v":-0\.0,"t":"real"\}\]/);
+    // An integer past ±(2^53−1) makes a statement read again with BigInts on: -0.0 is kept on that path too.
+    const big = await p.db('web', 'query', { database: 'edges', sql: 'SELECT -0.0, 9007199254740993' });
+    assert.match(big.text, /"rows":\[\[-0\.0,\{"\$bigint":"9007199254740993"\}\]\]/);
+  });
+
+  test('/_db/execute RETURNING', async () => {
+    const r = await p.db('web', 'execute', { database: 'edges', sql: 'INSERT INTO z(a) VALUES (-0.0) RETURNING a, typeof(a)' });
+    assert.equal(r.status, 200, r.text);
+    assert.match(r.text, /"rows":\[\[-0\.0,"real"\]\]/);
+  });
+
+  test('a JSON -0 or -0.0 parameter is an integral number: it binds as INTEGER 0 (SPEC 4.2), as docs/database.md says', async () => {
+    const r = await p.db('web', 'query', undefined, { rawBody: '{"database":"edges","sql":"SELECT ?1, typeof(?1), ?2, typeof(?2)","params":[-0,-0.0]}' });
+    assert.equal(r.status, 200, r.text);
+    assert.match(r.text, /"rows":\[\[0,"integer",0,"integer"\]\]/);
+  });
+
+  test('the libSQL protocol: a float -0 argument binds as REAL -0.0, and -0.0 comes back as {"type":"float","value":-0.0} on every path', async () => {
+    const execute = await pipeline(withNegZero({ baton: null, requests: [
+      { type: 'execute', stmt: { sql: 'SELECT -0.0, ?1, typeof(?1)', args: [NEG_FLOAT] } },
+      { type: 'execute', stmt: { sql: 'INSERT INTO z(a) VALUES (?) RETURNING a', args: [NEG_FLOAT] } },
+      { type: 'batch', batch: { steps: [{ stmt: { sql: 'SELECT -0.0' } }, { stmt: { sql: 'SELECT a FROM z WHERE rowid = 1' } }] } },
+      { type: 'execute', stmt: { sql: 'BEGIN' } },
+      { type: 'execute', stmt: { sql: 'INSERT INTO z(a) VALUES (?) RETURNING a', args: [NEG_FLOAT] } },
+      { type: 'execute', stmt: { sql: 'COMMIT' } },
+      { type: 'close' },
+    ] }));
+    assert.equal(execute.status, 200, execute.text);
+    const results = execute.json.results;
+    assert.ok(results.every((r: { type: string }) => r.type === 'ok'), execute.text);
+    const negZero = '{"type":"float","value":-0.0}';
+    assert.ok(execute.text.includes(`"rows":[[${negZero},${negZero},{"type":"text","value":"real"}]]`), execute.text);
+    assert.ok(Object.is(results[0].response.result.rows[0][1].value, -0));
+    assert.ok(execute.text.includes(`"rows":[[${negZero}]]`), 'RETURNING');
+    assert.ok(Object.is(results[1].response.result.rows[0][0].value, -0), 'a float -0 argument binds as REAL -0.0');
+    const steps = results[2].response.result.step_results;
+    assert.ok(Object.is(steps[0].rows[0][0].value, -0) && Object.is(steps[1].rows[0][0].value, -0), 'a batch\'s results');
+    assert.ok(Object.is(results[4].response.result.rows[0][0].value, -0), 'a statement of an interactive transaction');
+    // What the protocol stored reads back as -0.0 over the JSON API too.
+    const read = await p.db('web', 'query', { database: 'edges', sql: 'SELECT a FROM z ORDER BY rowid DESC LIMIT 1' });
+    assert.match(read.text, /"rows":\[\[-0\.0\]\]/);
+    const cursor = await p.call('/web/_db/edges/v3/cursor', { body: { baton: null, batch: { steps: [{ stmt: { sql: 'SELECT -0.0' } }] } }, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
+    assert.ok(cursor.text.includes(`{"type":"row","row":[${negZero}]}`), cursor.text);
+  });
+
+  test('a dump (export format sql) writes -0.0', async () => {
+    const r = await p.db('web', 'export', { database: 'edges', format: 'sql' });
+    assert.equal(r.status, 200);
+    assert.match(r.text, /INSERT INTO "z"\([^)]*\) VALUES\(\d+,-0\.0,NULL\);/);
+  });
+});
