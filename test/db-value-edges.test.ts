@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { startProduct, type Product } from './helpers/product.ts';
 
 let p: Product;
-const pipeline = (rawBody: string) => p.call('/web/_db/edges/v2/pipeline', { rawBody, headers: { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/json' } });
+const pipeline = (rawBody: string, database = 'edges') => p.call(`/web/_db/${database}/v2/pipeline`, { rawBody, headers: { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/json' } });
 /** A float -0 argument: JSON.stringify would send it as 0. */
 const NEG_FLOAT = { type: 'float', value: 'NEG_ZERO' };
 const withNegZero = (body: unknown) => JSON.stringify(body).replaceAll('"NEG_ZERO"', '-0.0');
@@ -80,5 +80,61 @@ describe('a REAL -0.0 reads back as -0.0, not 0 (SPEC 4.2: nothing is lost on a 
     const r = await p.db('web', 'export', { database: 'edges', format: 'sql' });
     assert.equal(r.status, 200);
     assert.match(r.text, /INSERT INTO "z"\([^)]*\) VALUES\(\d+,-0\.0,NULL\);/);
+  });
+});
+
+describe('Tcl-style parameter names ($a::b, $a(x)) bind by their bare name, as SQLite reads them', () => {
+  before(async () => {
+    assert.equal((await p.db('web', 'execute', { database: 'tcl', sql: 'CREATE TABLE z(a)' })).status, 200);
+  });
+
+  test('/_db/query and /_db/execute: the bare name is what follows the prefix, `::` and `(…)` included', async () => {
+    const r = await p.db('web', 'query', { database: 'tcl', sql: "SELECT $a::b AS a, :c(x) AS c, @d(x'y) AS d, #e AS e, $f$g AS f, $h::i(1) AS h", params: { 'a::b': 1, 'c(x)': 'two', "d(x'y)": 3, e: null, f$g: 5.5, 'h::i(1)': 6 } });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json.results[0].rows, [[1, 'two', 3, null, 5.5, 6]]);
+    const w = await p.db('web', 'execute', { database: 'tcl', sql: 'INSERT INTO z(a) VALUES ($v::w || $v(1)) RETURNING a', params: { 'v::w': 'x', 'v(1)': 'y' } });
+    assert.equal(w.status, 200, w.text);
+    assert.deepEqual(w.json.results[0].rows, [['xy']]);
+    // A `$` inside a word is part of the word (SQLite's identifiers take it), not a parameter.
+    const word = await p.db('web', 'query', { database: 'tcl', sql: 'SELECT ? AS x$y', params: [7] });
+    assert.equal(word.status, 200, word.text);
+    assert.deepEqual(word.json.results[0].rows, [[7]]);
+  });
+
+  test('a missing, extra or prefixed name is one 400 invalid_request naming the statement and the parameter as written', async () => {
+    const cases: [string, unknown, RegExp, string][] = [
+      ['SELECT $a::b', { a: 1 }, /statements\[0\]: the named parameter \$a::b is missing from "params" \(keyed "a::b"\)/, 'a::b'],
+      ['SELECT $a(x)', {}, /statements\[0\]: the named parameter \$a\(x\) is missing from "params" \(keyed "a\(x\)"\)/, 'a(x)'],
+      ['SELECT $a(x)', { 'a(x)': 1, a: 2 }, /statements\[0\]: "params" has "a", which the statement does not use/, 'a'],
+      ['SELECT $a::b', { '$a::b': 1 }, /statements\[0\]: "params" has "\$a::b": named parameters are keyed by their bare name, "a::b"/, '$a::b'],
+      ['SELECT $a::b', undefined, /statements\[0\] takes 1 parameter and none were sent: \$a::b is missing/, 'a::b'],
+    ];
+    for (const [sql, params, message, parameter] of cases) {
+      const r = await p.db('web', 'query', { database: 'tcl', sql, ...(params === undefined ? {} : { params }) });
+      assert.equal(r.status, 400, `${sql} ${JSON.stringify(params)}: ${r.text}`);
+      assert.equal(r.json.error.code, 'invalid_request');
+      assert.match(r.json.error.message, message);
+      assert.deepEqual(r.json.error.details, { statement: 0, parameter });
+    }
+    for (const key of [':a', 'a b', 'a(x', '(x)', '::']) {
+      const r = await p.db('web', 'query', { database: 'tcl', sql: 'SELECT $a::b', params: { [key]: 1 } });
+      assert.equal(r.status, 400, key);
+      assert.match(r.json.error.message, /named parameters are keyed by their bare name/, key);
+    }
+  });
+
+  test('the libSQL protocol: named_args with the prefix ($a::b) or without bind; describe names them as SQLite does', async () => {
+    const int = (value: string) => ({ type: 'integer', value });
+    const r = await pipeline(JSON.stringify({ baton: null, requests: [
+      { type: 'execute', stmt: { sql: 'SELECT $a::b, $c(x), :d(1)', named_args: [{ name: '$a::b', value: int('1') }, { name: '$c(x)', value: int('2') }, { name: 'd(1)', value: int('3') }] } },
+      { type: 'describe', sql: 'SELECT $a::b, $c(x)' },
+      { type: 'execute', stmt: { sql: 'SELECT $a::b', named_args: [{ name: '$a', value: int('1') }] } },
+    ] }), 'tcl');
+    assert.equal(r.status, 200, r.text);
+    const [execute, describe, missing] = r.json.results;
+    assert.deepEqual(execute.response.result.rows, [[int('1'), int('2'), int('3')]], r.text);
+    assert.deepEqual(describe.response.result.params, [{ name: '$a::b' }, { name: '$c(x)' }]);
+    assert.equal(missing.type, 'error');
+    assert.match(missing.error.message, /the named parameter \$a::b is missing/);
   });
 });

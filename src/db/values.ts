@@ -1,6 +1,6 @@
 // SPEC 4.2: lossless JSON <-> SQLite values. Integral numbers bind as INTEGER (node:sqlite would bind them as REAL).
 import { ApiError } from '../shared/errors.ts';
-import { BARE_NAME } from './params.ts';
+import { isBareName } from './params.ts';
 
 export type SqlValue = null | number | bigint | string | Uint8Array;
 export type Params = SqlValue[] | Record<string, SqlValue>;
@@ -57,7 +57,7 @@ export function decodeParams(raw: unknown, where: string, reals = false): Params
   if (typeof raw === 'object') {
     const out: Record<string, SqlValue> = Object.create(null); // `__proto__` is a parameter's name, not a prototype
     for (const [k, v] of Object.entries(raw)) {
-      if (!BARE_NAME.test(k)) throw new ApiError('invalid_request', `${where}.params: named parameters are keyed by their bare name, got ${JSON.stringify(k.slice(0, 40))}`);
+      if (!isBareName(k)) throw new ApiError('invalid_request', `${where}.params: named parameters are keyed by their bare name (without ":", "@", "$" or "#"), got ${JSON.stringify(k.slice(0, 40))}`, { parameter: k.slice(0, 128) });
       out[k] = decodeValue(v, `${where}.params.${k}`, reals);
     }
     return out;

@@ -71,7 +71,7 @@ export function toParams(stmt: HranaStmt, where: string): unknown[] | Record<str
     const out: Record<string, unknown> = Object.create(null); // `__proto__` is a parameter's name, not a prototype
     for (const [i, a] of named.entries()) {
       if (typeof a?.name !== 'string' || a.name === '') throw new ApiError('invalid_request', `${where}.named_args[${i}].name must be a string`);
-      const bare = a.name.replace(/^[:@$]/, '');
+      const bare = a.name.replace(/^[:@$#]/, ''); // `$a::b` binds params["a::b"]
       const value = toParam(a.value, `${where}.named_args[${i}].value`);
       // Keyed by the bare name (SPEC 4.2): two of one name are one parameter, so they must agree, or which binds is a guess.
       if (Object.hasOwn(out, bare) && JSON.stringify(out[bare]) !== JSON.stringify(value)) throw new ApiError('invalid_request', `${where}.named_args names ${JSON.stringify(bare.slice(0, 40))} twice with different values`);
