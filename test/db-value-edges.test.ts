@@ -138,3 +138,29 @@ describe('Tcl-style parameter names ($a::b, $a(x)) bind by their bare name, as S
     assert.match(missing.error.message, /the named parameter \$a::b is missing/);
   });
 });
+
+describe('a positional error names the slot the statement uses (SPEC 4.2: naming the statement and the parameter)', () => {
+  test('?NNN with gaps, ? after ?NNN, ?NNN after ?, none sent, one extra; over the JSON API and the libSQL protocol', async () => {
+    const cases: [string, unknown[] | undefined, RegExp, number][] = [
+      ['SELECT ?5', [1], /takes 5 parameters \(params\[0\] binds \?1, params\[k\] binds \?k\+1\): \?5 is missing/, 5],
+      ['SELECT ?, ?5', [1], /: \?5 is missing/, 5],
+      ['SELECT ?3, ?1', [1], /: \?3 is missing/, 3],
+      ['SELECT ?2, ?', [1], /takes 3 parameters .*: \?2 is missing/, 2], // the `?` after ?2 is ?3
+      ['SELECT ?5, ?', [1, 2, 3, 4, 5], /takes 6 parameters .*: \?6 is missing/, 6],
+      ['SELECT ?5', undefined, /takes 5 parameters and none were sent: \?5 is missing/, 5],
+      ['SELECT ?, ?5', undefined, /takes 5 parameters and none were sent: \?1 is missing/, 1],
+      ['SELECT ?5', [1, 2, 3, 4, 5, 6], /takes 5 parameters; params\[5\] is extra/, 6],
+    ];
+    for (const [sql, params, message, parameter] of cases) {
+      const r = await p.db('web', 'execute', { database: 'slots', statements: [{ sql: 'SELECT 1' }, { sql, ...(params ? { params } : {}) }] });
+      assert.equal(r.status, 400, `${sql}: ${r.text}`);
+      assert.equal(r.json.error.code, 'invalid_request');
+      assert.match(r.json.error.message, /^statements\[1\]/);
+      assert.match(r.json.error.message, message, sql);
+      assert.deepEqual(r.json.error.details, { statement: 1, parameter }, sql);
+    }
+    const h = await pipeline(JSON.stringify({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'SELECT ?5', args: [{ type: 'integer', value: '1' }] } }] }), 'slots');
+    assert.equal(h.json.results[0].type, 'error', h.text);
+    assert.match(h.json.results[0].error.message, /\?5 is missing/);
+  });
+});
