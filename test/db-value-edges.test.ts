@@ -164,3 +164,47 @@ describe('a positional error names the slot the statement uses (SPEC 4.2: naming
     assert.match(h.json.results[0].error.message, /\?5 is missing/);
   });
 });
+
+describe('DB_MAX_VALUE_BYTES holds for values computed in SQL, not only for parameters', () => {
+  const LIMIT = 65536;
+  let q: Product;
+  before(async () => {
+    q = await startProduct({ DB_MAX_VALUE_BYTES: String(LIMIT) });
+    assert.equal((await q.db('web', 'execute', { sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, a, n)' })).status, 200);
+  });
+  after(() => q.close());
+
+  const refusedAsTooLong = (r: { status: number; json: { error: { code: string; message: string } } }, what: string) => {
+    assert.equal(r.status, 507, what);
+    assert.equal(r.json.error.code, 'quota_exceeded', what);
+    assert.match(r.json.error.message, /over the length limit \(DB_MAX_VALUE_BYTES bounds each string or blob, and each row's values together\)/, what);
+  };
+
+  test('a value computed past the limit is refused, by execute, a migration and the libSQL protocol; nothing of it stays', async () => {
+    // It was stored: the length limit had 18 KB of room above DB_MAX_VALUE_BYTES for a row's header, whatever the table.
+    for (const sql of [`INSERT INTO t(a) VALUES (zeroblob(${LIMIT} + 10000))`, `INSERT INTO t(a) VALUES (zeroblob(${LIMIT} + 100))`, `INSERT INTO t(a) VALUES (printf('%.*c', ${LIMIT} + 100, 'x'))`]) {
+      refusedAsTooLong(await q.db('web', 'execute', { sql }), sql);
+    }
+    refusedAsTooLong(await q.db('web', 'migrate', { migrations: [{ id: '1', sql: `INSERT INTO t(a) VALUES (zeroblob(${LIMIT} + 1000));` }] }), 'migrate');
+    const hrana = await q.call('/web/_db/v2/pipeline', { body: { baton: null, requests: [{ type: 'execute', stmt: { sql: `INSERT INTO t(a) VALUES (zeroblob(${LIMIT} + 1000))` } }] }, headers: { authorization: `Bearer ${q.secret('acme', 'web')}` } });
+    assert.equal(hrana.json.results[0].type, 'error', hrana.text);
+    assert.equal(hrana.json.results[0].error.code, 'SQLITE_TOOBIG');
+    assert.deepEqual((await q.db('web', 'query', { sql: 'SELECT count(*) FROM t' })).json.results[0].rows, [[0]]);
+  });
+
+  test('a value of exactly the limit is still stored, computed or bound, and its row can still be updated', async () => {
+    const made = await q.db('web', 'execute', { sql: `INSERT INTO t(a, n) VALUES (zeroblob(${LIMIT}), 1)` });
+    assert.equal(made.status, 200, made.text);
+    const bound = await q.db('web', 'execute', { sql: 'INSERT INTO t(a, n) VALUES (?, ?)', params: [{ $blob: Buffer.alloc(LIMIT, 1).toString('base64') }, 2] });
+    assert.equal(bound.status, 200, bound.text);
+    const updated = await q.db('web', 'execute', { sql: 'UPDATE t SET n = n + 1e9' });
+    assert.equal(updated.status, 200, updated.text);
+    assert.deepEqual((await q.db('web', 'query', { sql: 'SELECT length(a), n FROM t ORDER BY id' })).json.results[0].rows, [[LIMIT, 1e9 + 1], [LIMIT, 1e9 + 2]]);
+  });
+
+  test('a row\'s values together are held to the limit and a few bytes of room, not 18 KB of it', async () => {
+    refusedAsTooLong(await q.db('web', 'execute', { sql: `INSERT INTO t(a, n) VALUES (zeroblob(${LIMIT} - 100), zeroblob(200))` }), 'two values');
+    const fits = await q.db('web', 'execute', { sql: `INSERT INTO t(a, n) VALUES (zeroblob(${LIMIT} - 200), zeroblob(100))` });
+    assert.equal(fits.status, 200, fits.text);
+  });
+});
