@@ -171,7 +171,7 @@ describe('parameters must match the statement (SPEC 4.2, issue 10)', () => {
       ['INSERT INTO todos(title, note) VALUES (:title, ?)', ['a', 'b'], /mixes positional \(\?\) and named/, undefined],
       ['INSERT INTO todos(title, note) VALUES (:title, ?)', { title: 'a' }, /mixes positional \(\?\) and named/, undefined],
       ['INSERT INTO todos(title) VALUES (:é)', undefined, /none were sent/, 'é'],
-      ['INSERT INTO todos(title, note) VALUES (:t, @n)', { t: 'a' }, /:n is missing/, 'n'],
+      ['INSERT INTO todos(title, note) VALUES (:t, @n)', { t: 'a' }, /@n is missing from "params" \(keyed "n"\)/, 'n'],
       // The slot the statement uses (?3), not the next one in counting order (it said "?2 is missing").
       ['INSERT INTO todos(title) VALUES (?3)', ['a'], /takes 3 parameters .*: \?3 is missing/, 3],
     ];

@@ -2,7 +2,7 @@
 // says only "column index out of range" for an extra one, so the parameters a statement takes are read from its
 // text (skipping strings, quoted names and comments) and compared with what the request sent.
 import { ApiError } from '../shared/errors.ts';
-import { skipQuotedOrComment } from './statement-end.ts';
+import { ID_CHAR, skipQuotedOrComment, variableEnd } from './statement-end.ts';
 
 /** The parameters of one statement: how many slots (SQLite numbers them 1…count), and the named ones by bare name. */
 export interface ParamSlots {
@@ -15,10 +15,17 @@ export interface ParamSlots {
   names: (string | null)[];
 }
 
-/** A character of a parameter's name: SQLite's identifier characters, every character past ASCII included (`:é`). */
-const NAME = /[A-Za-z0-9_\u0080-\uffff]/;
-/** A bare name as a request keys it (no `:`, `@` or `$`). */
-export const BARE_NAME = /^[A-Za-z0-9_\u0080-\uffff]{1,128}$/;
+/**
+ * Whether a request's key can be a parameter's bare name: what SQLite reads as one parameter after `:`, `@`, `$` or
+ * `#` — identifier characters (`$` and every character past ASCII included: `a$b`, `é`), with `::` inside and a
+ * Tcl-style `(…)` suffix (`a::b`, `a(x)`). `:a` is no bare name (its prefix is kept); `$a` is, for `:$a`.
+ */
+export function isBareName(key: string): boolean {
+  const paren = key.indexOf('(');
+  if (!ID_CHAR.test(paren === -1 ? key : key.slice(0, paren))) return false; // a name needs an identifier character before any `(`
+  if (paren !== -1 && !key.endsWith(')')) return false; // `$a(x` is no parameter to SQLite
+  return variableEnd(`$${key}`, 0) === key.length + 1;
+}
 
 export function paramSlots(sql: string): ParamSlots {
   const named = new Map<string, number>();
@@ -40,9 +47,9 @@ export function paramSlots(sql: string): ParamSlots {
       if (j > i + 1) names[slot - 1] ??= `?${slot}`;
       count = Math.max(count, slot);
       i = j;
-    } else if ((c === ':' || c === '@' || c === '$') && i + 1 < n && NAME.test(sql[i + 1]!)) {
-      let j = i + 1;
-      while (j < n && NAME.test(sql[j]!)) j++;
+    } else if ((c === ':' || c === '@' || c === '$' || c === '#') && variableEnd(sql, i) > i + 1) {
+      // As SQLite's tokenizer reads it: `$a::b` and `$a(x)` (Tcl's names) are one parameter each, `#a` is one too.
+      const j = variableEnd(sql, i);
       // `:a` and `@a` are two parameters to SQLite (two slots), one name to the request: both take params.a.
       const token = sql.slice(i, j);
       if (!tokens.has(token)) {
@@ -51,9 +58,9 @@ export function paramSlots(sql: string): ParamSlots {
         if (!named.has(token.slice(1))) named.set(token.slice(1), count);
       }
       i = j;
-    } else if (NAME.test(c)) {
+    } else if (ID_CHAR.test(c)) {
       let j = i + 1;
-      while (j < n && NAME.test(sql[j]!)) j++; // a word: a `$` inside one (x$y) is no parameter
+      while (j < n && ID_CHAR.test(sql[j]!)) j++; // a word: a `$` inside one (x$y) is no parameter
       i = j;
     } else {
       i++;
@@ -70,9 +77,11 @@ export function checkParams(slots: ParamSlots, given: unknown, statement: number
   }
   const takes = () => `${where} takes ${slots.count} parameter${slots.count === 1 ? '' : 's'}`; // only for an error
   if (given === undefined || given === null) {
-    const first = slots.names.find((name) => name !== null) ?? '?1';
-    if (slots.count > 0) throw new ApiError('invalid_request', `${takes()} and none were sent`, { statement, parameter: first[0] === '?' ? Number(first.slice(1)) : first.slice(1) });
-    return;
+    if (slots.count === 0) return;
+    // The first parameter the statement uses: the lowest slot of `?`/`?NNN` (`SELECT ?, ?5`: ?1), or the first name.
+    const slot = slots.positional.length > 0 ? Math.min(...slots.positional) : 0;
+    const first = slot > 0 ? `?${slot}` : slots.names.find((name) => name !== null)!;
+    throw new ApiError('invalid_request', `${takes()} and none were sent: ${first} is missing`, { statement, parameter: slot > 0 ? slot : first.slice(1) });
   }
   if (Array.isArray(given)) {
     if (slots.named.size > 0) throw new ApiError('invalid_request', `${where} has named parameters (:name); send "params" as an object keyed by the bare name`, { statement });
@@ -86,8 +95,15 @@ export function checkParams(slots: ParamSlots, given: unknown, statement: number
   }
   const keys = Object.keys(given as object);
   if (slots.positional.length > 0) throw new ApiError('invalid_request', `${where} has positional parameters (?); send "params" as an array`, { statement });
-  for (const name of slots.named.keys()) {
-    if (!keys.includes(name)) throw new ApiError('invalid_request', `${where}: the named parameter :${name} is missing from "params"`, { statement, parameter: name });
+  for (const k of keys) {
+    // `$a` for `$a`: a `$` is an identifier character, so the key passed as a bare name (of `:$a`) until here.
+    if (k[0] === '$' && !slots.named.has(k) && slots.named.has(k.slice(1))) {
+      throw new ApiError('invalid_request', `${where}: "params" has ${JSON.stringify(k)}: named parameters are keyed by their bare name, ${JSON.stringify(k.slice(1))}`, { statement, parameter: k });
+    }
+  }
+  for (const [name, slot] of slots.named) {
+    // Named as the statement writes it (`@n`, `$a::b`), and by the key that binds it.
+    if (!keys.includes(name)) throw new ApiError('invalid_request', `${where}: the named parameter ${slots.names[slot - 1]} is missing from "params" (keyed ${JSON.stringify(name)})`, { statement, parameter: name });
   }
   for (const k of keys) {
     if (!slots.named.has(k)) throw new ApiError('invalid_request', `${where}: "params" has ${JSON.stringify(k)}, which the statement does not use`, { statement, parameter: k });

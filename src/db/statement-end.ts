@@ -63,14 +63,18 @@ function terminatedEnd(sql: string): number | null {
   return null;
 }
 
-const ID_CHAR = /[A-Za-z0-9_$\u0080-\uffff]/;
+/** SQLite's identifier characters (IdChar): letters, digits, `_`, `$`, and every character past ASCII. */
+export const ID_CHAR = /[A-Za-z0-9_$\u0080-\uffff]/;
+/** SQLite's spaces (sqlite3Isspace): ASCII only; a character past ASCII is part of a name. */
+const SPACE = /[\t\n\v\f\r ]/;
 
 /**
  * Past a parameter token starting at `i` (`$name`, `@name`, `:name`, `#name`), as SQLite's tokenizer reads it: with
  * `::` inside and a Tcl-style `(…)` suffix, which takes any character up to `)` or a space, quotes included. Read
  * as SQL, `$a('x)` opened a string here that SQLite never sees, and hid statements after it (attack round 2).
+ * `i + 1` when no name follows the prefix. Shared by params.ts, which names parameters by these tokens.
  */
-function variableEnd(sql: string, i: number): number {
+export function variableEnd(sql: string, i: number): number {
   let j = i + 1;
   let named = 0;
   while (j < sql.length) {
@@ -79,7 +83,7 @@ function variableEnd(sql: string, i: number): number {
       named++;
       j++;
     } else if (c === '(' && named > 0) {
-      do j++; while (j < sql.length && !/\s/.test(sql[j]!) && sql[j] !== ')');
+      do j++; while (j < sql.length && !SPACE.test(sql[j]!) && sql[j] !== ')');
       return sql[j] === ')' ? j + 1 : j;
     } else if (c === ':' && sql[j + 1] === ':') {
       j += 2;

@@ -1,6 +1,6 @@
 // SPEC 4.2: lossless JSON <-> SQLite values. Integral numbers bind as INTEGER (node:sqlite would bind them as REAL).
 import { ApiError } from '../shared/errors.ts';
-import { BARE_NAME } from './params.ts';
+import { isBareName } from './params.ts';
 
 export type SqlValue = null | number | bigint | string | Uint8Array;
 export type Params = SqlValue[] | Record<string, SqlValue>;
@@ -57,7 +57,7 @@ export function decodeParams(raw: unknown, where: string, reals = false): Params
   if (typeof raw === 'object') {
     const out: Record<string, SqlValue> = Object.create(null); // `__proto__` is a parameter's name, not a prototype
     for (const [k, v] of Object.entries(raw)) {
-      if (!BARE_NAME.test(k)) throw new ApiError('invalid_request', `${where}.params: named parameters are keyed by their bare name, got ${JSON.stringify(k.slice(0, 40))}`);
+      if (!isBareName(k)) throw new ApiError('invalid_request', `${where}.params: named parameters are keyed by their bare name (without ":", "@", "$" or "#"), got ${JSON.stringify(k.slice(0, 40))}`, { parameter: k.slice(0, 128) });
       out[k] = decodeValue(v, `${where}.params.${k}`, reals);
     }
     return out;
@@ -65,8 +65,21 @@ export function decodeParams(raw: unknown, where: string, reals = false): Params
   throw new ApiError('invalid_request', `${where}.params must be an array (positional) or an object (named)`);
 }
 
+/**
+ * A REAL -0.0 as JSON text. JSON.stringify writes -0 as `0`, which reads back as another value (an INTEGER, once
+ * bound again); JSON.rawJSON's text is written as it is: `-0.0`, which every JSON reader takes as a float -0.
+ */
+export const NEG_ZERO: unknown = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON('-0.0');
+export const isNegZero = (v: unknown): boolean => v === 0 && 1 / (v as number) < 0;
+
+/** JSON.parse whose result, stringified again, keeps each -0.0 (the service passing on an executor's results). */
+export function parseKeepingNegZero(text: string): unknown {
+  return text.includes('-0.0') ? JSON.parse(text, (_key, v: unknown) => (isNegZero(v) ? NEG_ZERO : v)) : JSON.parse(text);
+}
+
 /** Encodes one result value for JSON; returns the value itself when no encoding is needed. */
 export function encodeValue(v: unknown): unknown {
+  if (isNegZero(v)) return NEG_ZERO;
   if (typeof v === 'bigint') return v >= -9007199254740991n && v <= 9007199254740991n ? Number(v) : { $bigint: v.toString() };
   if (v instanceof Uint8Array) return { $blob: Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64') };
   return v;
@@ -76,7 +89,7 @@ export function encodeValue(v: unknown): unknown {
 export function encodeRow(row: unknown[]): unknown[] {
   for (let i = 0; i < row.length; i++) {
     const v = row[i];
-    if (v !== null && typeof v === 'object' || typeof v === 'bigint') row[i] = encodeValue(v);
+    if ((v !== null && typeof v === 'object') || typeof v === 'bigint' || v === 0) row[i] = encodeValue(v);
   }
   return row;
 }

@@ -54,8 +54,22 @@ const STATEMENTS_PER_DB = 128;
 /**
  * SQLite's length limit bounds each string and blob and each row's record (values plus a header of up to 9 bytes a
  * column, 2,000 columns at most): this much above DB_MAX_VALUE_BYTES lets one value of exactly the limit be stored.
+ * It is the connection's limit for the project's own writes (the change log's events) and for reads; a user's write
+ * runs under a tighter one (writeLength).
  */
 const ROW_HEADER_BYTES = 9 * 2000 + 9;
+
+/**
+ * What a record holding one value of exactly DB_MAX_VALUE_BYTES needs besides it, in a table or index of `columns`
+ * columns: its header (a varint of its length, up to 3 bytes; the large value's serial type, up to 5; one byte for
+ * each other value's) and up to 8 bytes for each other value (a number). So a user's write may store a row whose
+ * other values are numbers (or NULLs, or short texts) next to a value of exactly the limit, and a value computed in
+ * SQL (`zeroblob(n)`, `||`, `printf`) passes the limit by at most this, not by ROW_HEADER_BYTES.
+ */
+export const recordRoom = (columns: number): number => 9 * columns + 8;
+
+/** The widest table or index of the main schema, in the columns its records hold (an index's rowid included). */
+const WIDEST = "SELECT max(n) AS n FROM (SELECT ncol AS n FROM pragma_table_list WHERE schema = 'main' UNION ALL SELECT (SELECT count(*) FROM pragma_index_xinfo(name)) FROM main.sqlite_schema WHERE type = 'index')";
 /** An empty database in memory: what a database that does not exist yet is described as (HandleCache.empty). */
 /** An empty database with the internal tables, in memory: what reads of a database not yet made see. */
 export const EMPTY = ':memory:';
@@ -69,6 +83,9 @@ export class DbHandle {
   private readonly cache = new Map<string, Prepared>();
   private schemaStmt: StatementSync | null = null;
   private rowidStmt: StatementSync | null = null;
+  /** writeLength's answer for one schema version. */
+  private writeLimit = { schema: -1, length: 0 };
+  private readonly maxValueBytes: number;
 
   readonly path: string;
   /** How each table's changes show in a changeset, and which are shadow tables, as of a schema version (key-cover.ts). */
@@ -85,6 +102,7 @@ export class DbHandle {
   constructor(path: string, create: boolean, limits: ExecutorLimits, diskFull: DiskFullRead | null = null) {
     this.path = path;
     this.history = limits.history ?? null;
+    this.maxValueBytes = limits.maxValueBytes;
     const immutable = diskFull === 'immutable';
     const url = path === EMPTY ? EMPTY : pathToFileURL(path);
     if (url instanceof URL) url.searchParams.set('mode', immutable ? 'ro' : create ? 'rwc' : 'rw');
@@ -154,6 +172,34 @@ export class DbHandle {
   schemaVersion(): number {
     this.schemaStmt ??= this.db.prepare('PRAGMA schema_version');
     return Number((this.schemaStmt.get() as { schema_version: number }).schema_version);
+  }
+
+  /**
+   * SQLITE_LIMIT_LENGTH for a user's write under schema version `schema`: DB_MAX_VALUE_BYTES and the record room of
+   * the schema's widest table or index (recordRoom). Read with the sandbox out of the way; its mode is kept.
+   */
+  writeLength(schema: number): number {
+    if (this.writeLimit.schema !== schema) {
+      const mode = this.sandbox.mode;
+      const widest = Number((this.internal(WIDEST).get() as { n: number | bigint | null }).n ?? 1);
+      this.sandbox.mode = mode;
+      this.writeLimit = { schema, length: this.maxValueBytes + recordRoom(widest) };
+    }
+    return this.writeLimit.length;
+  }
+
+  /**
+   * Runs `run` (a user's write) under `length` (writeLength, read before: reading it may prepare a statement, which
+   * resets what the sandbox collects), then gives the connection its own limit back.
+   */
+  writing<T>(length: number, run: () => T): T {
+    const own = this.db.limits.length;
+    this.db.limits.length = length;
+    try {
+      return run();
+    } finally {
+      this.db.limits.length = own;
+    }
   }
 
   /** Runs the project's own SQL (never user SQL) with the sandbox out of the way. */

@@ -1,12 +1,13 @@
 // The libSQL protocol's statement results (HRANA_3_SPEC "Statement results"), rendered by the executor as text so the
 // service can pass a one-statement result on without parsing it (SPEC 4.10's point reads at /_db/query's speed).
 import type { StatementSync } from 'node:sqlite';
+import { isNegZero } from '../values.ts';
 
-/** One value read with BigInts on: an integer is a BigInt, so every number is a REAL (a whole one too). */
+/** One value read with BigInts on: an integer is a BigInt, so every number is a REAL (a whole one, and -0.0, too). */
 function hranaValue(v: unknown): string {
   if (v === null || v === undefined) return '{"type":"null"}';
   if (typeof v === 'bigint') return `{"type":"integer","value":"${v}"}`;
-  if (typeof v === 'number') return Number.isFinite(v) ? `{"type":"float","value":${v}}` : '{"type":"null"}'; // JSON has no Infinity
+  if (typeof v === 'number') return Number.isFinite(v) ? `{"type":"float","value":${isNegZero(v) ? '-0.0' : v}}` : '{"type":"null"}'; // JSON has no Infinity
   if (typeof v === 'string') return `{"type":"text","value":${JSON.stringify(v)}}`;
   const bytes = v as Uint8Array;
   return `{"type":"blob","base64":"${Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64')}"}`;

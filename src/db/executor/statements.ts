@@ -85,7 +85,7 @@ function renderEach(rows: Iterator<unknown>, shape: RowShape, budget: ResultBudg
       const o = row as Record<string, unknown>;
       for (const k in o) {
         const v = o[k];
-        if ((v !== null && typeof v === 'object') || typeof v === 'bigint') o[k] = encodeValue(v);
+        if ((v !== null && typeof v === 'object') || typeof v === 'bigint' || v === 0) o[k] = encodeValue(v); // -0.0 too
         else if (!bigints) checkSafe(v);
       }
       text = JSON.stringify(o);
@@ -185,9 +185,10 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   watch.enter(p.written, p.schema); // the schema version prepare just read
   if (p.defersForeignKeys) deferForeignKeys(h);
   if (p.inserts && (p.rewrites || p.noRowid)) markNoInsert(h);
+  const length = h.writeLength(p.schema); // DB_MAX_VALUE_BYTES with a record's room, not the connection's 18 KB
   h.sandbox.mode = 'write'; // the internal statements above switched it: a re-prepare while this runs is a write's
   if (p.returnsRows) {
-    const rows = rowsOf(p.stmt, args, shape, budget, true);
+    const rows = h.writing(length, () => rowsOf(p.stmt, args, shape, budget, true));
     const count = p.dml ? rows.count : 0;
     const rowid = insertedRowid(p, count, () => h.internal('SELECT last_insert_rowid() AS id').get()!.id as number);
     const cols = shape === 'hrana' ? hranaCols(p.stmt) : columnsOf(p.stmt);
@@ -198,7 +199,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
     return { text, rowsAffected: count, tables: p.written, untracked: p.untracked, rewrites: p.rewrites };
   }
   p.stmt.setReadBigInts(true);
-  const r = p.stmt.run(...(args as []));
+  const r = h.writing(length, () => p.stmt.run(...(args as [])));
   if (p.checksSchema) {
     h.sandbox.mode = 'internal';
     assertSchemaClean(h.db);

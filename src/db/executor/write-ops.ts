@@ -268,10 +268,11 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
     try {
       for (const m of pending) {
         current = m;
+        const length = h.writeLength(h.schemaVersion()); // before the sandbox's fields are set: it may prepare
         h.sandbox.mode = 'write';
         h.sandbox.denied = null;
         h.sandbox.written = tables;
-        execMigration(h, m.sql);
+        h.writing(length, () => execMigration(h, m.sql));
         h.sandbox.mode = 'internal';
         assertSchemaClean(h.db);
         h.internal('INSERT INTO _scopebase_migrations (id, checksum, applied_at) VALUES (?, ?, ?)').run(m.id, checksum(m.sql), new Date().toISOString());

@@ -2,6 +2,7 @@
 // CursorRespBody line then CursorEntry lines. The batch runs as a pipeline's batch request does; its result is
 // written out as entries (the spec lets a server send them incrementally; this one sends them once the batch ran).
 import type { StmtResult } from './values.ts';
+import { parseKeepingNegZero } from '../values.ts';
 
 interface HranaError { message: string; code?: string | null }
 type StreamResult = { type: 'ok'; response: { result: { step_results: (StmtResult | null)[]; step_errors: (HranaError | null)[] } } } | { type: 'error'; error: HranaError };
@@ -9,7 +10,7 @@ type StreamResult = { type: 'ok'; response: { result: { step_results: (StmtResul
 /** The response body of v3/cursor: `baton`'s line, then the entries of `result` (a pipeline's batch result). */
 export function cursorBody(baton: string | null, result: string): string {
   const lines = [JSON.stringify({ baton, base_url: null })];
-  const parsed = JSON.parse(result) as StreamResult;
+  const parsed = parseKeepingNegZero(result) as StreamResult;
   if (parsed.type === 'error') {
     // The batch ran as a pipeline's first request: its paths are named as the cursor's body names them.
     lines.push(JSON.stringify({ type: 'error', error: { ...parsed.error, message: parsed.error.message.replace(/^requests\[0\]\.batch\b/, 'batch') } }));

@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import type { LaneHold } from '../executor/pool.ts';
 import type { StmtResult } from './values.ts';
+import { parseKeepingNegZero } from '../values.ts';
 import type { Statement } from './pipeline.ts';
 
 /** Interactive transactions open at once per repo (DB_MAX_TRANSACTIONS bounds them in all). */
@@ -128,7 +129,7 @@ export class StreamTx {
       this.finish('its executor stopped'); // the connection holding it is gone: nothing of it remains
       throw e;
     }
-    const parsed = JSON.parse(res.body.toString('utf8')) as Record<string, unknown> & { error?: { code: string; message: string; details?: Record<string, unknown> } };
+    const parsed = parseKeepingNegZero(res.body.toString('utf8')) as Record<string, unknown> & { error?: { code: string; message: string; details?: Record<string, unknown> } };
     if (res.status !== 200) throw new ApiError(parsed.error!.code as ErrorCode, parsed.error!.message, parsed.error!.details);
     return parsed;
   }

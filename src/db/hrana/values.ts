@@ -2,7 +2,7 @@
 // there, as numbers or {"$bigint"} here; blobs as {"base64"} there, {"$blob"} here. Results are rendered by the
 // executor in Hrana's own shape (executor/hrana-result.ts) and pass through here as text where they can.
 import { ApiError } from '../../shared/errors.ts';
-import { notFinite } from '../values.ts';
+import { isNegZero, NEG_ZERO, notFinite, parseKeepingNegZero } from '../values.ts';
 
 export type HranaValue =
   | { type: 'null' }
@@ -42,7 +42,8 @@ export function toParam(v: unknown, where: string): unknown {
     case 'float':
       if (typeof o.value !== 'number') break;
       if (!Number.isFinite(o.value)) throw notFinite(where);
-      return { $real: o.value }; // REAL even when integral, as libsql-server binds it
+      // REAL even when integral, as libsql-server binds it; a -0 keeps its sign on the way to the executor (as JSON)
+      return { $real: isNegZero(o.value) ? NEG_ZERO : o.value };
     case 'integer': {
       if (typeof o.value !== 'string' || !INTEGER.test(o.value)) break;
       const n = BigInt(o.value);
@@ -70,7 +71,7 @@ export function toParams(stmt: HranaStmt, where: string): unknown[] | Record<str
     const out: Record<string, unknown> = Object.create(null); // `__proto__` is a parameter's name, not a prototype
     for (const [i, a] of named.entries()) {
       if (typeof a?.name !== 'string' || a.name === '') throw new ApiError('invalid_request', `${where}.named_args[${i}].name must be a string`);
-      const bare = a.name.replace(/^[:@$]/, '');
+      const bare = a.name.replace(/^[:@$#]/, ''); // `$a::b` binds params["a::b"]
       const value = toParam(a.value, `${where}.named_args[${i}].value`);
       // Keyed by the bare name (SPEC 4.2): two of one name are one parameter, so they must agree, or which binds is a guess.
       if (Object.hasOwn(out, bare) && JSON.stringify(out[bare]) !== JSON.stringify(value)) throw new ApiError('invalid_request', `${where}.named_args names ${JSON.stringify(bare.slice(0, 40))} twice with different values`);
@@ -99,6 +100,6 @@ export function onlyResult(reply: string): RawResult | null {
 
 /** The results of an executor reply, each a StmtResult already (the executor renders them, hrana-result.ts). */
 export function resultsOf(reply: string, steps: { want_rows?: boolean }[]): StmtResult[] {
-  const results = (JSON.parse(reply) as { results: StmtResult[] }).results;
+  const results = (parseKeepingNegZero(reply) as { results: StmtResult[] }).results;
   return results.map((r, i) => (steps[i]?.want_rows === false ? { ...r, rows: [] } : r));
 }
