@@ -1,6 +1,6 @@
 // Child processes under test: start them, wait until they are ready, and read their process tree's CPU and RSS from /proc.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { appendFileSync, readdirSync, readFileSync } from 'node:fs';
+import { createWriteStream, readdirSync, readFileSync } from 'node:fs';
 
 const CLK_TCK = 100; // USER_HZ on Linux
 const PAGE = 4096;
@@ -41,10 +41,10 @@ export function startServer(opts: StartOptions): Promise<Server> {
   }));
   let out = '';
   // BENCH_SERVER_LOG=<file>: every line the server prints, kept whole (with BENCH_LOG_LEVEL=info, each request's ms).
-  const logFile = process.env.BENCH_SERVER_LOG;
+  const logFile = process.env.BENCH_SERVER_LOG ? createWriteStream(process.env.BENCH_SERVER_LOG, { flags: 'a' }) : null;
   const keep = (chunk: Buffer) => {
     out = (out + chunk.toString()).slice(-20_000);
-    if (logFile) appendFileSync(logFile, chunk);
+    logFile?.write(chunk);
   };
   let exited: number | null | undefined;
   const exit = new Promise<number | null>((resolve) => child.once('exit', (code, sig) => { exited = code ?? (sig ? -1 : null); resolve(exited); }));
