@@ -16,9 +16,12 @@ export interface CopyState {
 }
 
 function open(path: string): DatabaseSync {
-  // FK actions off: the changeset already holds their effects; synchronous=FULL: the ack means on disk.
-  return openSqlite(path, { enableForeignKeyConstraints: false, timeout: 10_000 }, (db) => {
-    db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL');
+  // FK actions off: the changeset already holds their effects; synchronous=FULL: the ack means on disk. The schema is
+  // the tenant's: applying a changeset runs its CHECK constraints, generated columns and index expressions, so they
+  // run as the executor runs them (trusted_schema=OFF, no extensions, no ATTACH). Not defensive: changesets write
+  // full-text indexes' shadow tables.
+  return openSqlite(path, { enableForeignKeyConstraints: false, timeout: 10_000, allowExtension: false, limits: { attach: 0 } }, (db) => {
+    db.exec('PRAGMA trusted_schema = OFF; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL');
     return db;
   });
 }

@@ -1,6 +1,7 @@
 // A `serve db` node in a cluster: holds a lease, claims new databases, answers only for those it is primary of
 // (within its lease), ships each write to the follower before the 200, and as a follower applies what it is sent,
 // fences lower epochs, and promotes itself when its primary's leader key is gone.
+import { existsSync } from 'node:fs';
 import type { MirrorGate, Replication, Scope } from '../db/contract.ts';
 import type { DbService } from '../db/service.ts';
 import { ApiError } from '../shared/errors.ts';
@@ -10,6 +11,7 @@ import { Etcd } from './etcd.ts';
 import { LEADER, MOVE, NODES, PLACEMENT, PlacementWatch, pollEveryMs, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
 import { Shipper } from './shipper.ts';
 import { closeCopy, copyState } from './follower-copy.ts';
+import { Claims, retrying } from './claims.ts';
 
 /** Writes stop this long before the lease's end as this node measures it: clocks run at slightly different rates. */
 const LEASE_MARGIN_MS = 250;
@@ -43,6 +45,8 @@ export class ClusterNode implements Replication {
   /** Databases mirror delivery was granted for, and up to which version (revoked when this node stops being their primary). */
   private readonly granted = new Map<string, number>();
   private readonly mirrors: MirrorGate | null;
+  /** Writes admitted per database, and new databases nothing was made of yet: a failed first write gives its claim back. */
+  private readonly claims = new Claims((key) => this.unclaim(key), (key) => existsSync(this.db.databasePath(scopeOf(key))));
   private closed = false;
 
   constructor(config: ClusterConfig, db: DbService, logger: Logger, token: string, mirrors: MirrorGate | null = null) {
@@ -101,6 +105,23 @@ export class ClusterNode implements Replication {
 
   // Replication (src/db/contract.ts)
   async admit(scope: Scope, write: boolean): Promise<void> {
+    if (!write) return this.admitHere(scope, false);
+    // Counted from here to `settled`: a claim is given back only when no admitted write to the database is left.
+    const key = scopeKey(scope);
+    await this.claims.enter(key);
+    try {
+      await this.admitHere(scope, true);
+    } catch (e) {
+      await this.claims.leave(key);
+      throw e;
+    }
+  }
+
+  settled(scope: Scope): Promise<void> {
+    return this.claims.leave(scopeKey(scope));
+  }
+
+  private async admitHere(scope: Scope, write: boolean): Promise<void> {
     const key = scopeKey(scope);
     let p = this.placement(scope);
     if (p === undefined) {
@@ -160,8 +181,37 @@ export class ClusterNode implements Replication {
     const view = await this.watch.refresh();
     const p = view.placements.get(key);
     if (!p) throw notHere('its placement is being decided');
-    if (r.succeeded) this.highestEpoch.set(key, p.epoch);
+    if (r.succeeded) {
+      this.highestEpoch.set(key, p.epoch);
+      this.claims.claimed(key);
+    }
     return p;
+  }
+
+  /**
+   * Gives back the claim of a database nothing was made of (Claims.leave: no admitted write is left, and writes that
+   * come meanwhile wait for this). Until a read of placement after the txn, the old placement admits nothing here
+   * (`superseded`), so no write can land on this node once the key is gone; the writes that waited are admitted afresh.
+   */
+  private async unclaim(key: string): Promise<void> {
+    const p = this.placement(scopeOf(key));
+    if (p === undefined || !this.primaryHere(this.watch.view, key, p)) return;
+    this.superseded.set(key, p.epoch);
+    const until = performance.now() + this.config.leaseTtlS * 2000;
+    // Only while the placement is the one this node read: no promotion or move since, and the leader key is this
+    // node's or gone with its lease (every txn that names another leader rewrites the placement too).
+    const done = await retrying(() => this.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }], [{ delete: `${PLACEMENT}${key}` }, { delete: `${LEADER}${key}` }, { delete: `${MOVE}${key}` }]), until);
+    const view = done === undefined ? undefined : await retrying(() => this.watch.refresh(), until);
+    // Outcome unknown (etcd away): the placement stays refused here; a later claim has a higher epoch.
+    if (view === undefined) return void this.logger.warn({ database: key }, 'cluster: giving back an unused placement failed (etcd did not answer)');
+    const now = view.placements.get(key);
+    if (this.superseded.get(key) === p.epoch) this.superseded.delete(key);
+    if (now?.epoch === p.epoch && this.primaryHere(view, key, now)) this.claims.claimed(key); // still ours: the next failed write tries again
+    if (now !== undefined) return;
+    this.highestEpoch.delete(key);
+    this.followerSynced.delete(key);
+    this.synced.delete(key);
+    this.logger.info({ database: key }, 'cluster: a new database\'s first writes failed; its placement was given back');
   }
 
   private pickFollower(view: View, exclude: string[]): string | null {
@@ -183,7 +233,8 @@ export class ClusterNode implements Replication {
     for (const [key, p] of view.placements) {
       if (p.follower === this.id && !view.leaders.has(key)) void this.serial(key, () => this.promote(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: promotion failed'));
       else if (this.primaryHere(view, key, p) && (p.follower === null || !view.nodes.has(p.follower))) void this.replaceFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: follower replacement failed'));
-      else if (this.primaryHere(view, key, p) && this.followerSynced.get(key) !== followerTerm(view, p)) void this.syncFollower(key, p, view);
+      // Not while its first write runs: a file it makes and removes on failure must not reach the follower.
+      else if (this.primaryHere(view, key, p) && this.followerSynced.get(key) !== followerTerm(view, p) && !this.claims.isUnwritten(key)) void this.syncFollower(key, p, view);
       const moveTo = view.moves.get(key);
       if (moveTo !== undefined && this.primaryHere(view, key, p)) void this.handOver(key, p, view, moveTo).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: move failed (retried)'));
       // Made primary by another node's txn (a move): the fence and the copy's connection follow at once.

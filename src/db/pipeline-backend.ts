@@ -2,7 +2,7 @@
 import { ApiError } from '../shared/errors.ts';
 import type { Config } from '../shared/config.ts';
 import type { Replication, Scope } from './contract.ts';
-import type { ExecReply, ExecutorPool } from './executor/pool.ts';
+import type { ExecReply, ExecutorPool, LaneHold } from './executor/pool.ts';
 import type { HranaBackend } from './hrana/index.ts';
 import { validate } from './request.ts';
 
@@ -51,21 +51,37 @@ export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts
       // it (`transient`): a write that fails, or changes nothing, leaves none.
       if (missing) body.transient = true;
       if (replication !== null) await replication.admit(scope, true);
-      const res = await parts.replicated(scope, await pool.write(scope, path, 'execute', Buffer.from(JSON.stringify(body))));
-      if (res.status !== 200) throw replyError(res.body);
-      return res.body.toString('utf8');
+      try {
+        const res = await parts.replicated(scope, await pool.write(scope, path, 'execute', Buffer.from(JSON.stringify(body))));
+        if (res.status !== 200) throw replyError(res.body);
+        return res.body.toString('utf8');
+      } finally {
+        await replication?.settled(scope); // a failed first write gives its placement back (src/cluster/claims.ts)
+      }
     },
     holdLane: async (readOnly) => {
       // A read-only transaction is a snapshot: no lane, no claim of placement, no file made (SPEC 4.10).
       if (readOnly) return pool.pinReader(scope, path);
       // BEGIN may create the database (its first write inside): admitted, and in a cluster placed, as a write.
-      if (replication !== null) await replication.admit(scope, true);
-      const hold = await pool.holdLane(scope, path);
-      if (replication === null) return hold;
-      // In a cluster a COMMIT is answered once the follower holds it, as any other write.
+      if (replication === null) return pool.holdLane(scope, path);
+      await replication.admit(scope, true);
+      let hold: LaneHold;
+      try {
+        hold = await pool.holdLane(scope, path);
+      } catch (e) {
+        await replication.settled(scope);
+        throw e;
+      }
+      // In a cluster a COMMIT is answered once the follower holds it, as any other write; a transaction that made
+      // nothing of a new database gives its placement back when it ends, as a failed first write does.
+      let settled = false;
       return {
         create: hold.create,
-        release: () => hold.release(),
+        release: () => {
+          hold.release();
+          if (!settled) void replication.settled(scope);
+          settled = true;
+        },
         run: async (header, body, budgetMs) => {
           const res = await hold.run(header, body, budgetMs);
           if (res.version !== undefined) await replication.replicated(scope, res.version);

@@ -204,8 +204,21 @@ export class DbService implements DbHandler, ChangeFeed {
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
     this.authorize(req);
     validate(op, body, this.config.db.maxStatements, this.config.db.maxValueBytes);
-    if (this.replication !== null) await this.replication.admit(scope, WRITES.has(op));
+    if (WRITES.has(op)) return this.admittedWrite(scope, () => this.run(op, scope, body, req.body));
+    if (this.replication !== null) await this.replication.admit(scope, false);
     return this.run(op, scope, body, req.body);
+  }
+
+  /** A write, admitted in a cluster until it is over: a failed first write leaves no placement (src/cluster/claims.ts). */
+  private async admittedWrite<T>(scope: Scope, work: () => Promise<T>): Promise<T> {
+    const replication = this.replication;
+    if (replication === null) return work();
+    await replication.admit(scope, true);
+    try {
+      return await work();
+    } finally {
+      await replication.settled(scope);
+    }
   }
 
   /** SPEC 4.1 (unless the route checked it before the body: admit.ts) and the per-repo rate limit. */
@@ -269,17 +282,18 @@ export class DbService implements DbHandler, ChangeFeed {
     const params = importParams(upload.query, upload.contentType);
     this.authorize(req);
     const scope: Scope = { org: req.org, repo: req.repo, database: params.database };
-    if (this.replication !== null) await this.replication.admit(scope, true);
-    if (params.mode === 'create' && this.exists(scope)) throw new ApiError('invalid_request', `database ${params.database} exists: import with mode=replace to overwrite it`);
-    const source = await receiveBody(upload.stream, this.tmpDir, this.config.db.maxSizeBytes);
-    const scratch = `${source}.sqlite`; // where SQL text is loaded: named here, so it goes even if its executor is killed
-    try {
-      const body = Buffer.from(JSON.stringify({ source, scratch, format: params.format, mode: params.mode }));
-      return json(await this.replicated(scope, await this.pool.write(scope, this.layout.path(scope), 'import', body)));
-    } finally {
-      removeCopy(source); // with the -wal/-shm an upload in WAL mode gets when the executor opens it
-      removeCopy(scratch);
-    }
+    return this.admittedWrite(scope, async () => {
+      if (params.mode === 'create' && this.exists(scope)) throw new ApiError('invalid_request', `database ${params.database} exists: import with mode=replace to overwrite it`);
+      const source = await receiveBody(upload.stream, this.tmpDir, this.config.db.maxSizeBytes);
+      const scratch = `${source}.sqlite`; // where SQL text is loaded: named here, so it goes even if its executor is killed
+      try {
+        const body = Buffer.from(JSON.stringify({ source, scratch, format: params.format, mode: params.mode }));
+        return json(await this.replicated(scope, await this.pool.write(scope, this.layout.path(scope), 'import', body)));
+      } finally {
+        removeCopy(source); // with the -wal/-shm an upload in WAL mode gets when the executor opens it
+        removeCopy(scratch);
+      }
+    });
   }
 
   private async status(scope: Scope, path: string): Promise<DbResponse> {

@@ -86,8 +86,15 @@ export function status(h: DbHandle, history: { oldestVersion: number | null; old
   }
 }
 
-/** SPEC 4.9: events after `since`, oldest first; 410 when `since` is older than what is kept. */
-export function changes(h: DbHandle, since: number, limit: number): Reply {
+/**
+ * A page of events stops past this many bytes (always one event at least). An event's changeset may be 1 MiB, so
+ * 1,000 of them made a text longer than V8 allows (a 500), and a cluster's shipment of 256 was larger than its
+ * follower accepts (src/cluster/routes.ts): the follower then never caught up.
+ */
+export const CHANGES_PAGE_BYTES = 32 * 1024 * 1024;
+
+/** SPEC 4.9: events after `since`, oldest first, at most `limit` of them and about `maxBytes`; 410 when `since` is older than what is kept. */
+export function changes(h: DbHandle, since: number, limit: number, maxBytes = CHANGES_PAGE_BYTES): Reply {
   h.internal('BEGIN').run();
   try {
     const version = h.version();
@@ -96,8 +103,14 @@ export function changes(h: DbHandle, since: number, limit: number): Reply {
     if (since < version && since < firstKept - 1) {
       throw new ApiError('gone', `events after version ${since} are no longer kept; the oldest kept is ${firstKept}: start again from /_db/snapshot`, { oldestVersion: firstKept, version });
     }
-    const rows = h.internal('SELECT event FROM _scopebase_changes WHERE version > ? ORDER BY version LIMIT ?').all(since, limit) as { event: string }[];
-    return { status: 200, body: `{"events":[${rows.map((r) => r.event).join(',')}],"version":${version}}` };
+    const events: string[] = [];
+    let bytes = 0;
+    for (const r of h.internal('SELECT event FROM _scopebase_changes WHERE version > ? ORDER BY version LIMIT ?').iterate(since, limit) as Iterable<{ event: string }>) {
+      if (events.length > 0 && bytes + r.event.length > maxBytes) break;
+      events.push(r.event);
+      bytes += r.event.length;
+    }
+    return { status: 200, body: `{"events":[${events.join(',')}],"version":${version}}` };
   } catch (e) {
     return failure(e, null);
   } finally {
