@@ -4,6 +4,7 @@
 //   --seconds S    seconds per measured phase (default 10)
 //   --only starvation|overload|ratelimit   one of the three (ratelimit: the flood again, with DB_RATE_LIMIT_PER_REPO on)
 //   --pin          the server on CPU 0, this load generator on the others: neither takes the other's core
+//   --burst N      the ratelimit phase's DB_RATE_LIMIT_BURST (default: the rate, a second's worth)
 // BENCH_SCOPEBASE_MAIN=<other checkout>/bin/scopebase.js runs the same load against another version.
 import { execFileSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
@@ -15,7 +16,7 @@ import { bearer } from './lib/http.ts';
 import { startInstance, type Instance } from './scopebase/instance.ts';
 import { processTree } from './lib/proc.ts';
 
-const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, only: { type: 'string' }, pin: { type: 'boolean', default: false } } });
+const { values: args } = parseArgs({ options: { short: { type: 'boolean', default: false }, seconds: { type: 'string' }, only: { type: 'string' }, pin: { type: 'boolean', default: false }, burst: { type: 'string' } } });
 const SECONDS = Number(args.seconds ?? (args.short ? 2 : 10));
 const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 300000000) SELECT count(*) FROM c';
 const agent = new Agent({ connections: 4096, pipelining: 1, keepAliveTimeout: 30_000 });
@@ -211,8 +212,9 @@ async function main(): Promise<void> {
       });
     }
     if (!args.only || args.only === 'ratelimit') {
-      log(`with DB_RATE_LIMIT_PER_REPO=${RATE}: the flooding repo is refused past it (429), the quiet one is not`);
-      ok = (await withInstance({ DB_RATE_LIMIT_PER_REPO: String(RATE), DB_RATE_LIMIT_BURST: String(RATE) }, async (inst) => {
+      const burst = Number(args.burst ?? RATE);
+      log(`with DB_RATE_LIMIT_PER_REPO=${RATE} and DB_RATE_LIMIT_BURST=${burst}: the flooding repo is refused past it (429), the quiet one is not`);
+      ok = (await withInstance({ DB_RATE_LIMIT_PER_REPO: String(RATE), DB_RATE_LIMIT_BURST: String(burst) }, async (inst) => {
         await starvation(inst, 0, true);
         await starvation(inst, 0);
       })) && ok;
