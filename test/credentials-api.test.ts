@@ -5,6 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { request as httpRequest } from 'node:http';
+import { DatabaseSync } from 'node:sqlite';
+import { AUDIT_MAX_PER_USER, AUDIT_SCHEMA, writeAudit } from '../src/account/credentials/audit.ts';
 import { startCredentialsProduct, type CredProduct } from './helpers/credentials-product.ts';
 import { signInUser, type SignedIn } from './helpers/session.ts';
 import type { CallOptions } from './helpers/product.ts';
@@ -283,6 +285,46 @@ describe('names and bodies', () => {
     // Another repo has its own count.
     r = await p.call('/api/_account/credentials/p/n100', { method: 'PUT', headers: { cookie: carol.cookie }, rawBody: '{"value":"v"}' });
     assert.equal(r.status, 201);
+  });
+});
+
+describe('storage a signed-in user can take (attack round 4)', () => {
+  test('at most 1,000 credentials per user in all repos together: a session cannot fill the disk under ever new repo names', async () => {
+    // Repos are any name: before, 100 per repo under repo after repo grew the store without bound (64 KiB each).
+    const mallory = await signInUser(p, 'acme', 'mallory');
+    const value = { value: 'x'.repeat(1000) };
+    const put = (repo: string, name: string) => p.call(`/${repo}/_account/credentials/p/${name}`, { method: 'PUT', headers: { cookie: mallory.cookie, 'content-type': 'application/json' }, rawBody: JSON.stringify(value) });
+    for (let r = 0; r < 10; r++) {
+      for (let i = 0; i < 100; i += 20) {
+        const answers = await Promise.all(Array.from({ length: 20 }, (_, k) => put(`fill${r}`, `n${i + k}`)));
+        for (const a of answers) assert.equal(a.status, 201, a.text);
+      }
+    }
+    let r = await put('fill10', 'n0');
+    assert.equal(r.status, 507, r.text);
+    assert.equal(r.json.error.code, 'quota_exceeded');
+    assert.match(r.json.error.message, /1000 credentials in all repos/);
+    // The repo's runtime acting for the user is held to the same total.
+    r = await asRuntime('PUT', '/credentials/p/extra', mallory.userId, value, { repo: 'fill11' });
+    assert.equal(r.status, 507, r.text);
+    // Replacing still works, and a deletion makes room.
+    assert.equal((await put('fill0', 'n0')).status, 200);
+    assert.equal((await p.call('/fill0/_account/credentials/p/n1', { method: 'DELETE', headers: { cookie: mallory.cookie } })).status, 204);
+    assert.equal((await put('fill10', 'n0')).status, 201);
+  });
+
+  test('the audit trail keeps at most 10,000 rows per user, the most recent', () => {
+    const db = new DatabaseSync(':memory:');
+    db.exec(AUDIT_SCHEMA);
+    const row = (user: string, i: number) => writeAudit(db, { org: 'acme', repo: `r${i}`, user, plugin: 'p', name: 'n', action: 'delete', actor: user, requestId: null });
+    for (let i = 0; i < AUDIT_MAX_PER_USER + 500; i++) row('usr_a', i);
+    for (let i = 0; i < 10; i++) row('usr_b', i);
+    const count = (user: string) => (db.prepare('SELECT count(*) AS n FROM credential_audit WHERE user_id = ?').get(user) as { n: number }).n;
+    assert.ok(count('usr_a') <= AUDIT_MAX_PER_USER + 32, `usr_a has ${count('usr_a')} rows`);
+    assert.equal(count('usr_b'), 10);
+    // The newest stay.
+    assert.ok(db.prepare("SELECT 1 FROM credential_audit WHERE user_id = 'usr_a' AND repo = ?").get(`r${AUDIT_MAX_PER_USER + 499}`));
+    db.close();
   });
 });
 

@@ -12,6 +12,12 @@ export const STORE_FILE = 'credentials.sqlite';
 export const MAX_VALUE_BYTES = 64 * 1024;
 /** Credentials per (org, repo, user). */
 export const MAX_CREDENTIALS_PER_USER = 100;
+/**
+ * Credentials per user in all, every org and repo together. Repos and orgs are any name (nothing registers them), so
+ * the per-repo limit alone let one signed-in user store 100 × 64 KiB under every repo name they cared to type, until
+ * the disk that every tenant's databases share was full.
+ */
+export const MAX_CREDENTIALS_PER_USER_IN_ALL = 1000;
 
 export type CredentialValue = string | Record<string, unknown>;
 
@@ -62,6 +68,7 @@ CREATE TABLE IF NOT EXISTS credentials (
   expires_at TEXT,
   UNIQUE (org, repo, user_id, plugin, name)
 );
+CREATE INDEX IF NOT EXISTS credentials_user ON credentials (user_id);
 ${AUDIT_SCHEMA}`;
 
 function identityOf(r: Row): Identity {
@@ -167,6 +174,10 @@ export class CredentialStore {
         const { n } = this.db.prepare('SELECT count(*) AS n FROM credentials WHERE org = ? AND repo = ? AND user_id = ?').get(id.org, id.repo, id.user) as { n: number };
         if (n >= MAX_CREDENTIALS_PER_USER) {
           throw new ApiError('quota_exceeded', `a user may store at most ${MAX_CREDENTIALS_PER_USER} credentials per repo`, { limit: MAX_CREDENTIALS_PER_USER });
+        }
+        const { total } = this.db.prepare('SELECT count(*) AS total FROM credentials WHERE user_id = ?').get(id.user) as { total: number };
+        if (total >= MAX_CREDENTIALS_PER_USER_IN_ALL) {
+          throw new ApiError('quota_exceeded', `a user may store at most ${MAX_CREDENTIALS_PER_USER_IN_ALL} credentials in all repos together; delete ones no longer used`, { limit: MAX_CREDENTIALS_PER_USER_IN_ALL });
         }
         this.db.prepare(`INSERT INTO credentials (org, repo, user_id, plugin, name, key_id, nonce, ciphertext, fields, created_at, updated_at, expires_at)
           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
