@@ -156,6 +156,21 @@ describe('the runtime with the repo secret', () => {
     assert.equal(db.status, 400, 'the database API too');
   });
 
+  test('a deeply nested JSON value in the account page\'s form: 303 back to the page saying so, never a 500 (attack round 4)', async () => {
+    // The form's JSON was parsed on its own, without the nesting limit: JSON.stringify overflowed the stack.
+    const value = `{"a":${'['.repeat(100_000)}${']'.repeat(100_000)}}`;
+    const r = await asUser(alice, 'POST', '/credentials/form', undefined, {
+      rawBody: new URLSearchParams({ _method: 'put', plugin: 'p', name: 'deepform', type: 'json', value }).toString(),
+      headers: { 'content-type': 'application/x-www-form-urlencoded', origin: `http://acme.localhost:${new URL(p.url).port}` },
+    });
+    assert.equal(r.status, 303, r.text.slice(0, 300));
+    assert.match(String(r.headers.location), /credentials_error=invalid_request&problem=value_deep/);
+    const page = await asUser(alice, 'GET', `/?${String(r.headers.location).split('?')[1]}`);
+    assert.match(page.text, /nests too deeply/);
+    const list = await asUser(alice, 'GET', '/credentials');
+    assert.ok(!list.json.credentials.some((c: { name: string }) => c.name === 'deepform'));
+  });
+
   test('reads, writes and deletes on the user\'s behalf', async () => {
     let r = await asRuntime('PUT', '/credentials/slack/bot', alice.userId, { value: { token: 'xoxb-1', team: 'T1' } });
     assert.equal(r.status, 201, r.text);

@@ -76,6 +76,7 @@ const PROBLEMS: Record<string, string> = {
   value_json: 'The value is not valid JSON: with "JSON object" chosen it must be an object such as {"token": "…"}; choose "Text" for a plain string.',
   value_object: 'A JSON value must be an object such as {"token": "…"}, not a list, a number or a string; choose "Text" for a plain string.',
   value_missing: 'Enter a value.',
+  value_deep: 'The JSON object nests too deeply: at most 64 levels of objects and lists.',
   expiry: 'The expiry must be a real date and time in the future, or left empty.',
 };
 
