@@ -304,7 +304,7 @@ describe('names and bodies', () => {
 });
 
 describe('storage a signed-in user can take (attack round 4)', () => {
-  test('at most 1,000 credentials per user in all repos together: a session cannot fill the disk under ever new repo names', async () => {
+  test('at most 1,000 credentials per user in an org\'s repos together: a session cannot fill the disk under ever new repo names, nor another org use up this one\'s', async () => {
     // Repos are any name: before, 100 per repo under repo after repo grew the store without bound (64 KiB each).
     const mallory = await signInUser(p, 'acme', 'mallory');
     const value = { value: 'x'.repeat(1000) };
@@ -318,10 +318,13 @@ describe('storage a signed-in user can take (attack round 4)', () => {
     let r = await put('fill10', 'n0');
     assert.equal(r.status, 507, r.text);
     assert.equal(r.json.error.code, 'quota_exceeded');
-    assert.match(r.json.error.message, /1000 credentials in all repos/);
+    assert.match(r.json.error.message, /1000 credentials in all repos of an org/);
     // The repo's runtime acting for the user is held to the same total.
     r = await asRuntime('PUT', '/credentials/p/extra', mallory.userId, value, { repo: 'fill11' });
     assert.equal(r.status, 507, r.text);
+    // Another org's runtime writing on the user's behalf counts in that org, not here (and is not held by this one).
+    r = await asRuntime('PUT', '/credentials/p/elsewhere', mallory.userId, value, { org: 'other', repo: 'fill0' });
+    assert.equal(r.status, 201, r.text);
     // Replacing still works, and a deletion makes room.
     assert.equal((await put('fill0', 'n0')).status, 200);
     assert.equal((await p.call('/fill0/_account/credentials/p/n1', { method: 'DELETE', headers: { cookie: mallory.cookie } })).status, 204);
@@ -334,7 +337,11 @@ describe('storage a signed-in user can take (attack round 4)', () => {
     const row = (user: string, i: number) => writeAudit(db, { org: 'acme', repo: `r${i}`, user, plugin: 'p', name: 'n', action: 'delete', actor: user, requestId: null });
     for (let i = 0; i < AUDIT_MAX_PER_USER + 500; i++) row('usr_a', i);
     for (let i = 0; i < 10; i++) row('usr_b', i);
-    const count = (user: string) => (db.prepare('SELECT count(*) AS n FROM credential_audit WHERE user_id = ?').get(user) as { n: number }).n;
+    // The same user in another org: its rows are not pushed out by this org's.
+    writeAudit(db, { org: 'other', repo: 'r', user: 'usr_a', plugin: 'p', name: 'n', action: 'delete', actor: 'usr_a', requestId: null });
+    for (let i = 0; i < 100; i++) row('usr_a', AUDIT_MAX_PER_USER + 500 + i);
+    assert.equal((db.prepare("SELECT count(*) AS n FROM credential_audit WHERE user_id = 'usr_a' AND org = 'other'").get() as { n: number }).n, 1);
+    const count = (user: string) => (db.prepare("SELECT count(*) AS n FROM credential_audit WHERE user_id = ? AND org = 'acme'").get(user) as { n: number }).n;
     assert.ok(count('usr_a') <= AUDIT_MAX_PER_USER + 32, `usr_a has ${count('usr_a')} rows`);
     assert.equal(count('usr_b'), 10);
     // The newest stay.
