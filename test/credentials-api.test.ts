@@ -5,6 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { request as httpRequest } from 'node:http';
+import { DatabaseSync } from 'node:sqlite';
+import { AUDIT_MAX_PER_USER, AUDIT_SCHEMA, writeAudit } from '../src/account/credentials/audit.ts';
 import { startCredentialsProduct, type CredProduct } from './helpers/credentials-product.ts';
 import { signInUser, type SignedIn } from './helpers/session.ts';
 import type { CallOptions } from './helpers/product.ts';
@@ -154,6 +156,21 @@ describe('the runtime with the repo secret', () => {
     assert.equal(db.status, 400, 'the database API too');
   });
 
+  test('a deeply nested JSON value in the account page\'s form: 303 back to the page saying so, never a 500 (attack round 4)', async () => {
+    // The form's JSON was parsed on its own, without the nesting limit: JSON.stringify overflowed the stack.
+    const value = `{"a":${'['.repeat(100_000)}${']'.repeat(100_000)}}`;
+    const r = await asUser(alice, 'POST', '/credentials/form', undefined, {
+      rawBody: new URLSearchParams({ _method: 'put', plugin: 'p', name: 'deepform', type: 'json', value }).toString(),
+      headers: { 'content-type': 'application/x-www-form-urlencoded', origin: `http://acme.localhost:${new URL(p.url).port}` },
+    });
+    assert.equal(r.status, 303, r.text.slice(0, 300));
+    assert.match(String(r.headers.location), /credentials_error=invalid_request&problem=value_deep/);
+    const page = await asUser(alice, 'GET', `/?${String(r.headers.location).split('?')[1]}`);
+    assert.match(page.text, /nests too deeply/);
+    const list = await asUser(alice, 'GET', '/credentials');
+    assert.ok(!list.json.credentials.some((c: { name: string }) => c.name === 'deepform'));
+  });
+
   test('reads, writes and deletes on the user\'s behalf', async () => {
     let r = await asRuntime('PUT', '/credentials/slack/bot', alice.userId, { value: { token: 'xoxb-1', team: 'T1' } });
     assert.equal(r.status, 201, r.text);
@@ -283,6 +300,53 @@ describe('names and bodies', () => {
     // Another repo has its own count.
     r = await p.call('/api/_account/credentials/p/n100', { method: 'PUT', headers: { cookie: carol.cookie }, rawBody: '{"value":"v"}' });
     assert.equal(r.status, 201);
+  });
+});
+
+describe('storage a signed-in user can take (attack round 4)', () => {
+  test('at most 1,000 credentials per user in an org\'s repos together: a session cannot fill the disk under ever new repo names, nor another org use up this one\'s', async () => {
+    // Repos are any name: before, 100 per repo under repo after repo grew the store without bound (64 KiB each).
+    const mallory = await signInUser(p, 'acme', 'mallory');
+    const value = { value: 'x'.repeat(1000) };
+    const put = (repo: string, name: string) => p.call(`/${repo}/_account/credentials/p/${name}`, { method: 'PUT', headers: { cookie: mallory.cookie, 'content-type': 'application/json' }, rawBody: JSON.stringify(value) });
+    for (let r = 0; r < 10; r++) {
+      for (let i = 0; i < 100; i += 20) {
+        const answers = await Promise.all(Array.from({ length: 20 }, (_, k) => put(`fill${r}`, `n${i + k}`)));
+        for (const a of answers) assert.equal(a.status, 201, a.text);
+      }
+    }
+    let r = await put('fill10', 'n0');
+    assert.equal(r.status, 507, r.text);
+    assert.equal(r.json.error.code, 'quota_exceeded');
+    assert.match(r.json.error.message, /1000 credentials in all repos of an org/);
+    // The repo's runtime acting for the user is held to the same total.
+    r = await asRuntime('PUT', '/credentials/p/extra', mallory.userId, value, { repo: 'fill11' });
+    assert.equal(r.status, 507, r.text);
+    // Another org's runtime writing on the user's behalf counts in that org, not here (and is not held by this one).
+    r = await asRuntime('PUT', '/credentials/p/elsewhere', mallory.userId, value, { org: 'other', repo: 'fill0' });
+    assert.equal(r.status, 201, r.text);
+    // Replacing still works, and a deletion makes room.
+    assert.equal((await put('fill0', 'n0')).status, 200);
+    assert.equal((await p.call('/fill0/_account/credentials/p/n1', { method: 'DELETE', headers: { cookie: mallory.cookie } })).status, 204);
+    assert.equal((await put('fill10', 'n0')).status, 201);
+  });
+
+  test('the audit trail keeps at most 10,000 rows per user, the most recent', () => {
+    const db = new DatabaseSync(':memory:');
+    db.exec(AUDIT_SCHEMA);
+    const row = (user: string, i: number) => writeAudit(db, { org: 'acme', repo: `r${i}`, user, plugin: 'p', name: 'n', action: 'delete', actor: user, requestId: null });
+    for (let i = 0; i < AUDIT_MAX_PER_USER + 500; i++) row('usr_a', i);
+    for (let i = 0; i < 10; i++) row('usr_b', i);
+    // The same user in another org: its rows are not pushed out by this org's.
+    writeAudit(db, { org: 'other', repo: 'r', user: 'usr_a', plugin: 'p', name: 'n', action: 'delete', actor: 'usr_a', requestId: null });
+    for (let i = 0; i < 100; i++) row('usr_a', AUDIT_MAX_PER_USER + 500 + i);
+    assert.equal((db.prepare("SELECT count(*) AS n FROM credential_audit WHERE user_id = 'usr_a' AND org = 'other'").get() as { n: number }).n, 1);
+    const count = (user: string) => (db.prepare("SELECT count(*) AS n FROM credential_audit WHERE user_id = ? AND org = 'acme'").get(user) as { n: number }).n;
+    assert.ok(count('usr_a') <= AUDIT_MAX_PER_USER + 32, `usr_a has ${count('usr_a')} rows`);
+    assert.equal(count('usr_b'), 10);
+    // The newest stay.
+    assert.ok(db.prepare("SELECT 1 FROM credential_audit WHERE user_id = 'usr_a' AND repo = ?").get(`r${AUDIT_MAX_PER_USER + 499}`));
+    db.close();
   });
 });
 

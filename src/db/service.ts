@@ -29,6 +29,12 @@ export interface DbServiceOptions {
 const JSON_TYPE = 'application/json; charset=utf-8';
 /** Operations a cluster's primary alone may run. */
 const WRITES = new Set<string>(['execute', 'migrate', 'restore', 'import']);
+/**
+ * Imports being received and exports and snapshots being sent that one repo may have under way at once. Each holds a
+ * file in DATA_DIR/tmp of up to DB_MAX_SIZE_BYTES until its upload ends or its reader has read it to the end, and a
+ * client that never reads holds it for good: without a bound, one repo's secret filled the disk every tenant shares.
+ */
+export const MAX_FILES_PER_REPO = 4;
 
 const pools = new Set<ExecutorPool>();
 new Gauge({
@@ -52,6 +58,8 @@ export class DbService implements DbHandler, ChangeFeed {
   /** Databases known to exist: nothing deletes a database but a failed first write, which forgets it here. */
   private readonly known = new Set<string>();
   private readonly tmpDir: string;
+  /** Files in tmpDir held for requests now, per `org/repo` (MAX_FILES_PER_REPO). */
+  private readonly filesHeld = new Map<string, number>();
   /** SPEC 3's 429: requests per repo, after authentication (a stranger cannot spend a repo's allowance). */
   private readonly limiter: RateLimiter | null;
   private readonly unwatchLoop = watchLoopDelay();
@@ -282,6 +290,36 @@ export class DbService implements DbHandler, ChangeFeed {
     const params = importParams(upload.query, upload.contentType);
     this.authorize(req);
     const scope: Scope = { org: req.org, repo: req.repo, database: params.database };
+    const release = this.holdFile(scope);
+    try {
+      return await this.receiveImport(scope, params, upload);
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * Takes one of the repo's MAX_FILES_PER_REPO file slots, before any file is made: 503 `unavailable` when all are
+   * taken. Returns the function that gives it back (once, however often it is called).
+   */
+  private holdFile(scope: Scope): () => void {
+    const key = `${scope.org}/${scope.repo}`;
+    const held = this.filesHeld.get(key) ?? 0;
+    if (held >= MAX_FILES_PER_REPO) {
+      throw new ApiError('unavailable', `this repo has ${MAX_FILES_PER_REPO} imports, exports and snapshots under way, the most it may have at once (each holds a file on the server's disk until it is uploaded, or read to its end); nothing of this request ran, retry once one has finished`, { committed: false, limit: MAX_FILES_PER_REPO }, { 'retry-after': '1' });
+    }
+    this.filesHeld.set(key, held + 1);
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      const left = (this.filesHeld.get(key) ?? 1) - 1;
+      if (left > 0) this.filesHeld.set(key, left);
+      else this.filesHeld.delete(key);
+    };
+  }
+
+  private receiveImport(scope: Scope, params: ReturnType<typeof importParams>, upload: NonNullable<DbRequest['upload']>): Promise<DbResponse> {
     return this.admittedWrite(scope, async () => {
       if (params.mode === 'create' && this.exists(scope)) throw new ApiError('invalid_request', `database ${params.database} exists: import with mode=replace to overwrite it`);
       const source = await receiveBody(upload.stream, this.tmpDir, this.config.db.maxSizeBytes);
@@ -317,8 +355,26 @@ export class DbService implements DbHandler, ChangeFeed {
   }
 
   private async fileReply(scope: Scope, header: Record<string, unknown>, suffix: string, headers: Record<string, string>): Promise<DbResponse> {
-    const made = await this.makeFile(scope, header, suffix);
-    return 'path' in made ? streamFile(made, headers) : json(made);
+    if (!this.exists(scope)) throw notFound(scope);
+    // The slot is held until the file is gone: read to its end, or its reader gone (the stream closes either way).
+    const release = this.holdFile(scope);
+    let made: Awaited<ReturnType<DbService['makeFile']>>;
+    try {
+      made = await this.makeFile(scope, header, suffix);
+    } catch (e) {
+      release();
+      throw e;
+    }
+    if (!('path' in made)) {
+      release();
+      return json(made);
+    }
+    try {
+      return streamFile(made, headers, release);
+    } catch (e) {
+      release();
+      throw e;
+    }
   }
 
   /** A file's time budget: a snapshot or export of a large database takes a while. */

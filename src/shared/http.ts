@@ -190,7 +190,7 @@ function hasLoneSurrogate(root: object): boolean {
 export const MAX_JSON_DEPTH = 64;
 
 /** Walks containers only (strings and numbers cost nothing), with its own stack: a deep value cannot overflow it. */
-function tooDeep(root: object): boolean {
+export function tooDeep(root: object): boolean {
   const stack: [unknown, number][] = [[root, 1]];
   while (stack.length > 0) {
     const [value, depth] = stack.pop()!;

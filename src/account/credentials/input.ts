@@ -1,6 +1,7 @@
 // Checking what callers send: credential names, values, expiry dates, user ids. Messages never echo a value.
 import { ApiError } from '../../shared/errors.ts';
 import { quote } from '../../shared/names.ts';
+import { MAX_JSON_DEPTH, tooDeep } from '../../shared/http.ts';
 import { MAX_VALUE_BYTES, type CredentialValue } from './store.ts';
 
 /** plugin and name: lowercase ASCII, no slashes, cannot be `.` or `..`, at most 64 characters. */
@@ -142,5 +143,7 @@ export function formValue(input: FormInput): CredentialValue {
     throw new ApiError('invalid_request', 'the value is not valid JSON', { field: 'value', problem: 'json' });
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new ApiError('invalid_request', 'a JSON value must be an object', { field: 'value', problem: 'object' });
+  // As every JSON body (parseJsonObject): deeper, checkValue's JSON.stringify overflowed the stack, a 500.
+  if (tooDeep(parsed)) throw new ApiError('invalid_request', `the JSON value nests deeper than ${MAX_JSON_DEPTH} levels`, { field: 'value', problem: 'deep' });
   return checkValue(parsed);
 }

@@ -116,7 +116,7 @@ async function handleForm(req: Req, reply: FastifyReply, deps: Deps, session: Re
     if (e instanceof ApiError && e.status < 500) {
       // Which part of the form was wrong, as a fixed key the page words (the message itself is never echoed).
       const problem = (e.details as { problem?: string } | undefined)?.problem;
-      const part = stage === 'expiry' ? '&problem=expiry' : problem === 'json' || problem === 'object' || problem === 'missing' ? `&problem=value_${problem}` : '';
+      const part = stage === 'expiry' ? '&problem=expiry' : problem === 'json' || problem === 'object' || problem === 'missing' || problem === 'deep' ? `&problem=value_${problem}` : '';
       const kind = input.type === 'json' ? '&type=json' : ''; // the page keeps "JSON object" chosen for the corrected value
       return reply.code(303).header('location', accountPage(repo, `credentials_error=${e.code}${part}${names}${kind}`)).header('cache-control', 'no-store').send();
     }

@@ -16,7 +16,7 @@ const ERRORS: Record<string, string> = {
   invalid_name: 'Plugin and name must be lowercase letters, digits, ".", "_" or "-" (at most 64, starting with a letter or digit).',
   invalid_request: 'The form was not valid: a JSON value must be an object, and an expiry date must be in the future.',
   payload_too_large: 'The value is too large (the limit is 64 KiB).',
-  quota_exceeded: 'You have reached the limit of credentials for this repository.',
+  quota_exceeded: 'You have reached the limit of credentials: 100 for this repository, 1,000 in all repositories of this organization together.',
   not_found: 'That credential does not exist (any more).',
 };
 
@@ -76,6 +76,7 @@ const PROBLEMS: Record<string, string> = {
   value_json: 'The value is not valid JSON: with "JSON object" chosen it must be an object such as {"token": "…"}; choose "Text" for a plain string.',
   value_object: 'A JSON value must be an object such as {"token": "…"}, not a list, a number or a string; choose "Text" for a plain string.',
   value_missing: 'Enter a value.',
+  value_deep: 'The JSON object nests too deeply: at most 64 levels of objects and lists.',
   expiry: 'The expiry must be a real date and time in the future, or left empty.',
 };
 

@@ -12,6 +12,15 @@ export const STORE_FILE = 'credentials.sqlite';
 export const MAX_VALUE_BYTES = 64 * 1024;
 /** Credentials per (org, repo, user). */
 export const MAX_CREDENTIALS_PER_USER = 100;
+/**
+ * Credentials per (org, user), every repo of the org together. Repos are any name (nothing registers them), so the
+ * per-repo limit alone let one signed-in user store 100 × 64 KiB under every repo name they cared to type, until the
+ * disk that every tenant's databases share was full. Per org, so that another org's runtimes, writing on a user's
+ * behalf, cannot use up what the user may store in this one.
+ */
+export const MAX_CREDENTIALS_PER_USER_IN_ORG = 1000;
+/** Credentials per user in all orgs (org labels are any name too): ten orgs' worth. */
+export const MAX_CREDENTIALS_PER_USER_IN_ALL = 10_000;
 
 export type CredentialValue = string | Record<string, unknown>;
 
@@ -62,6 +71,7 @@ CREATE TABLE IF NOT EXISTS credentials (
   expires_at TEXT,
   UNIQUE (org, repo, user_id, plugin, name)
 );
+CREATE INDEX IF NOT EXISTS credentials_user ON credentials (user_id, org);
 ${AUDIT_SCHEMA}`;
 
 function identityOf(r: Row): Identity {
@@ -167,6 +177,14 @@ export class CredentialStore {
         const { n } = this.db.prepare('SELECT count(*) AS n FROM credentials WHERE org = ? AND repo = ? AND user_id = ?').get(id.org, id.repo, id.user) as { n: number };
         if (n >= MAX_CREDENTIALS_PER_USER) {
           throw new ApiError('quota_exceeded', `a user may store at most ${MAX_CREDENTIALS_PER_USER} credentials per repo`, { limit: MAX_CREDENTIALS_PER_USER });
+        }
+        const { inOrg } = this.db.prepare('SELECT count(*) AS inOrg FROM credentials WHERE user_id = ? AND org = ?').get(id.user, id.org) as { inOrg: number };
+        if (inOrg >= MAX_CREDENTIALS_PER_USER_IN_ORG) {
+          throw new ApiError('quota_exceeded', `a user may store at most ${MAX_CREDENTIALS_PER_USER_IN_ORG} credentials in all repos of an org together; delete ones no longer used`, { limit: MAX_CREDENTIALS_PER_USER_IN_ORG });
+        }
+        const { total } = this.db.prepare('SELECT count(*) AS total FROM credentials WHERE user_id = ?').get(id.user) as { total: number };
+        if (total >= MAX_CREDENTIALS_PER_USER_IN_ALL) {
+          throw new ApiError('quota_exceeded', `a user may store at most ${MAX_CREDENTIALS_PER_USER_IN_ALL} credentials in all orgs together; delete ones no longer used`, { limit: MAX_CREDENTIALS_PER_USER_IN_ALL });
         }
         this.db.prepare(`INSERT INTO credentials (org, repo, user_id, plugin, name, key_id, nonce, ciphertext, fields, created_at, updated_at, expires_at)
           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
