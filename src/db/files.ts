@@ -26,10 +26,13 @@ export async function makeFile(pool: ExecutorPool, tmpDir: string, budgetMs: num
   return { path: target, version: (JSON.parse(res.body.toString('utf8')) as { version: number }).version };
 }
 
-/** The reply that streams `made.path` and then removes it; `removed` is called once it is gone. */
+/** The reply that streams `made.path` and then removes it; `removed` is called as its removal starts. */
 export function streamFile(made: { path: string; version: number }, headers: Record<string, string>, removed: () => void = () => {}): DbResponse {
   const stream = createReadStream(made.path);
-  stream.on('close', () => rm(made.path, { force: true }, () => removed())); // an event handler must not throw; tmp is emptied at start
+  stream.on('close', () => {
+    removed(); // before the unlink is seen done: a caller who sees the file gone may at once take its slot
+    rm(made.path, { force: true }, () => {}); // an event handler must not throw; tmp is emptied at start
+  });
   return { status: 200, headers: { ...headers, 'x-db-version': String(made.version), 'content-length': String(statSync(made.path).size) }, body: stream };
 }
 
