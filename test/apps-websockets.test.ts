@@ -6,7 +6,7 @@
 // on loopback, with a tiny app that answers 101.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
+import { createServer, request as httpRequest, type Server } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { askFrom, metric as adminMetric, type Answer } from './helpers/ask-from.ts';
@@ -23,6 +23,11 @@ before(async () => {
   app.on('upgrade', (req, socket: Socket) => {
     appSockets.push({ path: req.url!, socket });
     socket.on('error', () => {});
+    if (req.url!.includes('decline-chunked')) {
+      // An app declining the upgrade with a chunked body, as most frameworks send an error page.
+      socket.end('HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n');
+      return;
+    }
     socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
     if (req.url!.includes('pinging')) {
       // An app that keeps its socket alive with a ping every 200 ms (a WebSocket ping frame, empty).
@@ -223,4 +228,23 @@ test('at MAX_CONNECTIONS with no HTTP connection idle, the WebSocket quiet the l
     for (const ws of all) ws.socket.destroy();
     p.killAll();
   }
+});
+
+test('an app declining an upgrade with a chunked answer: its client reads the status and the whole body (it got chunked framing around an unchunked body)', async (t) => {
+  const p = await start({});
+  t.after(() => p.killAll());
+  const answer = await new Promise<{ status: number; body: string; te: string | undefined }>((resolve, reject) => {
+    const req = httpRequest({ port: p.port, host: '127.0.0.1', path: '/site/decline-chunked', headers: { host: `acme.localhost:${p.port}`, connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' } });
+    req.on('upgrade', () => reject(new Error('the app declined: no 101 was to come')));
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (d) => (body += d));
+      res.on('end', () => resolve({ status: res.statusCode!, body, te: res.headers['transfer-encoding'] }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+  assert.equal(answer.status, 403);
+  assert.equal(answer.body, 'hello world');
 });

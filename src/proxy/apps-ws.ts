@@ -56,6 +56,18 @@ function relayed(raw: string[], privateCookies: string[]): string[] {
   return out;
 }
 
+/**
+ * The head of an app's refusal of an upgrade, as relayed: its body arrives unframed (Node read its chunks), so the
+ * framing and connection headers go and the body ends with the connection, as HTTP/1.1 allows (RFC 9112 6.3).
+ */
+function declinedHead(raw: string[], privateCookies: string[]): string[] {
+  const out: string[] = [];
+  const kept = relayed(raw, privateCookies);
+  for (let i = 0; i < kept.length; i += 2) if (!FRAMING.has(kept[i]!.toLowerCase())) out.push(kept[i]!, kept[i + 1]!);
+  return [...out, 'Connection', 'close'];
+}
+const FRAMING = new Set(['transfer-encoding', 'content-length', 'connection', 'keep-alive', 'upgrade', 'trailer', 'proxy-connection']);
+
 /** Registers an 'upgrade' listener on the proxy's server; returns the function that removes it. */
 export function attachWebSocketProxy(server: Server, opts: WsOptions): () => void {
   // Upgraded sockets are no longer the HTTP server's: close them ourselves when the proxy stops.
@@ -124,7 +136,7 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     upstream.on('response', (res) => {
       answer(res.statusCode ?? 502);
       // The app declined the upgrade: relay its answer as an ordinary response.
-      socket.write(rawHead(res.statusCode ?? 502, res.statusMessage ?? '', [...relayed(res.rawHeaders, opts.privateCookies), ...cookieHeaders]));
+      socket.write(rawHead(res.statusCode ?? 502, res.statusMessage ?? '', [...declinedHead(res.rawHeaders, opts.privateCookies), ...cookieHeaders]));
       res.pipe(socket);
     });
     upstream.on('upgrade', (res, upSocket, upHead) => {
