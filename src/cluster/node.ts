@@ -22,7 +22,7 @@ export class ClusterNode implements Replication {
   readonly id: string;
   private readonly config: ClusterConfig & { nodeId: string; advertiseUrl: string };
   private readonly db: DbService;
-  private readonly logger: Logger;
+  readonly logger: Logger;
   readonly shipper: Shipper;
   private lease = '0';
   /** Until when this node may write as a primary: the send time of the last renewal the lease survived, plus its TTL. */
@@ -367,11 +367,24 @@ export class ClusterNode implements Replication {
     return true;
   }
 
-  /** Before this node writes a copy as a follower, its executors let go of the file. */
+  /** Before this node writes a copy as a follower, its executors let go of the file (as a primary's, once). */
   async releaseCopy(key: string): Promise<void> {
     if (this.released.has(key)) return;
+    await this.forgetCopy(key);
+  }
+
+  /** Before a snapshot is renamed over the copy: every executor process closes it, a follower's connections too. */
+  async forgetCopy(key: string): Promise<void> {
     await this.db.forget(scopeOf(key));
     this.released.add(key);
+  }
+
+  /**
+   * The longest an apply of a shipment may run (besides DB_QUERY_TIMEOUT_MS): half the lease TTL, so that the
+   * primary, which waits a TTL for the answer, gets one (a snapshot is then sent instead).
+   */
+  get applyBudgetMs(): number {
+    return (this.config.leaseTtlS * 1000) / 2;
   }
 
   async close(): Promise<void> {
