@@ -1,11 +1,10 @@
 // The follower's side of one database: its copy is a file at the same place a primary keeps it (so promotion is only
-// a placement change), written here — never by the executors, which are told to forget it first.
+// a placement change). Events are applied to it in an executor process (DbService.applyToCopy: they run the tenant's
+// expressions, which must not run on this event loop); here, only what runs none: its state and a snapshot's install.
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { DatabaseSync } from 'node:sqlite';
-import { openSqlite } from '../shared/sqlite-open.ts';
-import type { ChangeEvent } from '../db/contract.ts';
-import { applyEvent, readVersion } from '../db/apply-event.ts';
+import { openCopy as open, readVersion } from '../db/apply-event.ts';
 import { removeCopy } from '../db/history/rebuild.ts';
 
 export interface CopyState {
@@ -15,18 +14,7 @@ export interface CopyState {
   lastEventId: string | null;
 }
 
-function open(path: string): DatabaseSync {
-  // FK actions off: the changeset already holds their effects; synchronous=FULL: the ack means on disk. The schema is
-  // the tenant's: applying a changeset runs its CHECK constraints, generated columns and index expressions, so they
-  // run as the executor runs them (trusted_schema=OFF, no extensions, no ATTACH). Not defensive: changesets write
-  // full-text indexes' shadow tables.
-  return openSqlite(path, { enableForeignKeyConstraints: false, timeout: 10_000, allowExtension: false, limits: { attach: 0 } }, (db) => {
-    db.exec('PRAGMA trusted_schema = OFF; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL');
-    return db;
-  });
-}
-
-/** Open copies, kept between applies (an open per apply cost more than the apply); at most MAX_OPEN, oldest closed first. */
+/** Copies opened for their state (a handshake, a promotion), kept between uses; at most MAX_OPEN, oldest closed first. */
 const openCopies = new Map<string, DatabaseSync>();
 const MAX_OPEN = 64;
 
@@ -58,36 +46,10 @@ export function copyState(path: string): CopyState {
 }
 
 /**
- * Applies consecutive events in one transaction, each logged in the copy's own change log as the primary logged it.
- * Returns null once durable, or why not (the primary then sends a snapshot). Triggers would fire a second time on
- * the copy, so a database with triggers travels as snapshots.
+ * Puts a received snapshot in place of the copy: fsynced, renamed over it, the directory fsynced. Returns its version.
+ * Every executor process must have let go of the copy first (DbService.forget). Runs none of the tenant's
+ * expressions: a version read, a checkpoint and file operations.
  */
-export function applyEvents(path: string, events: ChangeEvent[]): string | null {
-  if (!existsSync(path)) return 'no copy yet';
-  const db = opened(path);
-  try {
-    if (db.prepare("SELECT 1 FROM sqlite_schema WHERE type = 'trigger' LIMIT 1").get()) return 'the database has triggers';
-    db.exec('BEGIN IMMEDIATE');
-    const log = db.prepare('INSERT INTO _scopebase_changes (version, committed_at, event) VALUES (?, ?, ?)');
-    for (const event of events) {
-      const expected = readVersion(db) + 1;
-      const problem = event.version !== expected ? `version ${event.version} is not the next one (${expected})` : applyEvent(db, event);
-      if (problem !== null) {
-        db.exec('ROLLBACK');
-        return problem;
-      }
-      log.run(event.version, Date.parse(event.committedAt) || Date.now(), JSON.stringify(event));
-    }
-    db.exec('COMMIT');
-    return null;
-  } catch (e) {
-    if (db.isTransaction) db.exec('ROLLBACK');
-    closeCopy(path);
-    return `applying failed: ${(e as Error).message.slice(0, 120)}`;
-  }
-}
-
-/** Puts a received snapshot in place of the copy: fsynced, renamed over it, the directory fsynced. Returns its version. */
 export function installSnapshot(path: string, received: string): number {
   closeCopy(path);
   const db = open(received);

@@ -22,7 +22,7 @@ export class ClusterNode implements Replication {
   readonly id: string;
   private readonly config: ClusterConfig & { nodeId: string; advertiseUrl: string };
   private readonly db: DbService;
-  private readonly logger: Logger;
+  readonly logger: Logger;
   readonly shipper: Shipper;
   private lease = '0';
   /** Until when this node may write as a primary: the send time of the last renewal the lease survived, plus its TTL. */
@@ -175,7 +175,7 @@ export class ClusterNode implements Replication {
     const key = scopeKey(scope);
     const follower = this.pickFollower(this.watch.view, [this.id]);
     if (follower === null && this.config.durability === 'strict') throw new ApiError('unavailable', 'no other cluster node is alive to follow a new database (strict durability)', { committed: false }, { 'retry-after': '1' });
-    const value = JSON.stringify({ primary: this.id, follower });
+    const value = JSON.stringify({ primary: this.id, follower, fresh: true }); // nothing written yet (see promote)
     const r = await this.etcd.txn([{ key: `${PLACEMENT}${key}`, absent: true }, { key: `${LEADER}${key}`, absent: true }],
       [{ put: `${PLACEMENT}${key}`, value }, { put: `${LEADER}${key}`, value: this.id, lease: this.lease }]);
     const view = await this.watch.refresh();
@@ -320,20 +320,28 @@ export class ClusterNode implements Replication {
   /**
    * Only the recorded follower may take over, only while the placement it read is still the current one, and only
    * when its copy was brought in line under that placement (a follower just named has nothing yet: taking over
-   * would lose acknowledged writes, so the database waits for its primary instead).
+   * would lose acknowledged writes, so the database waits for its primary instead) — or when nothing was ever
+   * written to it: a `fresh` placement (a claim, or a takeover of one) whose follower holds no copy. Every write
+   * acknowledged under it was acknowledged by this follower, which leaves a file here; none means none was (strict
+   * durability; async loses what was never shipped, its window). Without this, a claim whose primary lost its lease
+   * before its first write reached the follower answered 503 for ever: its primary, back, holds no leader key.
    */
   private async promote(key: string, p: Placement): Promise<void> {
-    if (performance.now() > this.leaseDeadline - LEASE_MARGIN_MS || this.synced.get(key) !== p.epoch) return;
+    if (performance.now() > this.leaseDeadline - LEASE_MARGIN_MS) return;
+    const path = this.db.databasePath(scopeOf(key));
+    const unwritten = this.synced.get(key) !== p.epoch && p.fresh === true && !existsSync(path); // snapshots install in this chain
+    if (this.synced.get(key) !== p.epoch && !unwritten) return;
     // What the copy holds now (applies wait in this chain): any later primary must be brought in line with it first.
-    const held = this.mirrors === null ? 0 : copyState(this.db.databasePath(scopeOf(key))).version;
+    const held = this.mirrors === null ? 0 : copyState(path).version;
     const follower = this.pickFollower(this.watch.view, [this.id, p.primary]);
+    const value = JSON.stringify({ primary: this.id, follower, ...(unwritten ? { fresh: true } : {}) });
     const r = await this.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, absent: true }],
-      [{ put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: this.id, follower }) }, { put: `${LEADER}${key}`, value: this.id, lease: this.lease }]);
+      [{ put: `${PLACEMENT}${key}`, value }, { put: `${LEADER}${key}`, value: this.id, lease: this.lease }]);
     if (!r.succeeded) return;
     this.highestEpoch.set(key, r.revision); // before any later apply in this chain: the old primary's are refused from here
     this.released.delete(key);
     closeCopy(this.db.databasePath(scopeOf(key))); // the executors write it from now on
-    this.logger.warn({ database: key, epoch: r.revision, from: p.primary }, 'cluster: promoted to primary');
+    this.logger.warn({ database: key, epoch: r.revision, from: p.primary, unwritten }, 'cluster: promoted to primary');
     await this.watch.refresh();
     if (held > 0) this.grantDelivery(scopeOf(key), held);
   }
@@ -367,11 +375,24 @@ export class ClusterNode implements Replication {
     return true;
   }
 
-  /** Before this node writes a copy as a follower, its executors let go of the file. */
+  /** Before this node writes a copy as a follower, its executors let go of the file (as a primary's, once). */
   async releaseCopy(key: string): Promise<void> {
     if (this.released.has(key)) return;
+    await this.forgetCopy(key);
+  }
+
+  /** Before a snapshot is renamed over the copy: every executor process closes it, a follower's connections too. */
+  async forgetCopy(key: string): Promise<void> {
     await this.db.forget(scopeOf(key));
     this.released.add(key);
+  }
+
+  /**
+   * The longest an apply of a shipment may run (besides DB_QUERY_TIMEOUT_MS): half the lease TTL, so that the
+   * primary, which waits a TTL for the answer, gets one (a snapshot is then sent instead).
+   */
+  get applyBudgetMs(): number {
+    return (this.config.leaseTtlS * 1000) / 2;
   }
 
   async close(): Promise<void> {

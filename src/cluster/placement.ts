@@ -21,6 +21,11 @@ export interface Placement {
   follower: string | null;
   /** The etcd revision that wrote this placement: the fencing token shipped with every change. */
   epoch: number;
+  /**
+   * Written by a claim, or by the promotion of a follower that held no copy: no write had been acknowledged when it
+   * was written, so one acknowledged since is in this follower's copy (see ClusterNode.promote).
+   */
+  fresh?: boolean;
 }
 
 export interface View {
@@ -73,8 +78,8 @@ function parse(revision: number, kvs: KeyValue[]): View {
     else if (kv.key.startsWith(MOVE)) view.moves.set(kv.key.slice(MOVE.length), kv.value);
     else if (kv.key.startsWith(PLACEMENT)) {
       try {
-        const p = JSON.parse(kv.value) as { primary: string; follower: string | null };
-        view.placements.set(kv.key.slice(PLACEMENT.length), { primary: p.primary, follower: p.follower ?? null, epoch: kv.modRevision });
+        const p = JSON.parse(kv.value) as { primary: string; follower: string | null; fresh?: boolean };
+        view.placements.set(kv.key.slice(PLACEMENT.length), { primary: p.primary, follower: p.follower ?? null, epoch: kv.modRevision, fresh: p.fresh === true });
       } catch { /* not ours: ignored */ }
     }
   }

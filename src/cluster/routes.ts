@@ -10,9 +10,9 @@ import { checkDatabase, checkOrg, checkRepo } from '../shared/names.ts';
 import type { ChangeEvent } from '../db/contract.ts';
 import { PROXY_TOKEN_HEADER } from '../db/remote.ts';
 import type { DbService } from '../db/service.ts';
-import { applyEvents, copyState, installSnapshot } from './follower-copy.ts';
+import { copyState, installSnapshot } from './follower-copy.ts';
 import type { ClusterNode } from './node.ts';
-import { scopeKey } from './placement.ts';
+import { scopeKey, scopeOf } from './placement.ts';
 
 interface Target { key: string; path: string; epoch: number }
 
@@ -68,10 +68,16 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
       if (cursors !== null) node.seedCursors(t.key, cursors);
       await node.releaseCopy(t.key);
-      const problem = applyEvents(t.path, events);
-      if (problem !== null) return { problem };
+      // On an executor under a time limit: the changesets run the tenant's CHECK, generated and index expressions.
+      // Still in this database's queue (the fence, promotion), and answered only once committed (synchronous=FULL).
+      const applied = await db.applyToCopy(scopeOf(t.key), req.body as Buffer, node.applyBudgetMs);
+      if ('problem' in applied) {
+        if (applied.stopped) node.logger.warn({ database: t.key, problem: applied.problem }, 'cluster: applying a shipment was stopped; the primary sends a snapshot');
+        return applied;
+      }
+      if (applied.version !== events.at(-1)!.version) return { problem: `the copy is at version ${applied.version} after the events` };
       node.markSynced(t.key, t.epoch);
-      return { version: events.at(-1)!.version };
+      return { version: applied.version };
     });
   });
 
@@ -98,7 +104,7 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
         await pipeline(req.body as Readable, createWriteStream(received)); // inside: a sender cut off mid-file leaves no part of it
         return await node.serial(t.key, async () => {
           if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
-          await node.releaseCopy(t.key);
+          await node.forgetCopy(t.key); // every executor process, each time: they keep connections to copies they applied to
           let version: number;
           try {
             version = installSnapshot(t.path, received);

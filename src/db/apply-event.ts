@@ -1,6 +1,8 @@
 // Applies one change-log event's changeset to a copy of its database, exactly or not at all. Shared by the reference
-// mirror's replicas and a cluster's follower (both import db; db imports neither).
+// mirror's replicas and a cluster's follower (both import db; db imports neither). A cluster follower's applies run in
+// an executor process (executor/copy-ops.ts): they evaluate the tenant's expressions, which only a kill can stop.
 import { constants, type DatabaseSync } from 'node:sqlite';
+import { openSqlite } from '../shared/sqlite-open.ts';
 import type { ChangeEvent } from './contract.ts';
 import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from './schema-fingerprint.ts';
 
@@ -8,6 +10,47 @@ export function readVersion(db: DatabaseSync): number {
   const row = db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number } | undefined;
   if (!row) throw new Error('not a scopebase database (no version)');
   return Number(row.value);
+}
+
+/**
+ * A cluster follower's connection to its copy. FK actions off: the changeset already holds their effects;
+ * synchronous=FULL: the ack means on disk. The schema is the tenant's: applying a changeset runs its CHECK
+ * constraints, generated columns and index expressions, so they run as the executor runs them (trusted_schema=OFF,
+ * no extensions, no ATTACH). Not defensive: changesets write full-text indexes' shadow tables.
+ */
+export function openCopy(path: string): DatabaseSync {
+  return openSqlite(path, { enableForeignKeyConstraints: false, timeout: 10_000, allowExtension: false, limits: { attach: 0 } }, (db) => {
+    db.exec('PRAGMA trusted_schema = OFF; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL');
+    return db;
+  });
+}
+
+/**
+ * Applies consecutive events to a follower's copy in one transaction, each logged in the copy's own change log as
+ * the primary logged it. Returns null once durable, or why not (the primary then sends a snapshot). Triggers would
+ * fire a second time on the copy, so a database with triggers travels as snapshots. Throws when the connection
+ * failed (the caller closes it).
+ */
+export function applyEvents(db: DatabaseSync, events: ChangeEvent[]): string | null {
+  if (db.prepare("SELECT 1 FROM sqlite_schema WHERE type = 'trigger' LIMIT 1").get()) return 'the database has triggers';
+  db.exec('BEGIN IMMEDIATE');
+  try {
+    const log = db.prepare('INSERT INTO _scopebase_changes (version, committed_at, event) VALUES (?, ?, ?)');
+    for (const event of events) {
+      const expected = readVersion(db) + 1;
+      const problem = event.version !== expected ? `version ${event.version} is not the next one (${expected})` : applyEvent(db, event);
+      if (problem !== null) {
+        db.exec('ROLLBACK');
+        return problem;
+      }
+      log.run(event.version, Date.parse(event.committedAt) || Date.now(), JSON.stringify(event));
+    }
+    db.exec('COMMIT');
+    return null;
+  } catch (e) {
+    if (db.isTransaction) db.exec('ROLLBACK');
+    throw e;
+  }
 }
 
 /**

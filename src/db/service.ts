@@ -402,6 +402,14 @@ export class DbService implements DbHandler, ChangeFeed {
     await this.pool.broadcast({ op: 'forget', path });
   }
 
+  /**
+   * A cluster follower's apply of the primary's events to its copy (ExecutorPool.applyToCopy), on an executor under
+   * the statement time limit (DB_QUERY_TIMEOUT_MS) or `maxMs` if shorter: never on this process's event loop.
+   */
+  applyToCopy(scope: Scope, body: Buffer, maxMs: number): Promise<{ version: number } | { problem: string; stopped?: true }> {
+    return this.pool.applyToCopy(this.layout.path(scope), body, Math.min(this.config.db.queryTimeoutMs, maxMs));
+  }
+
   get temporaryDir(): string {
     return this.tmpDir;
   }

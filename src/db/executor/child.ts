@@ -10,9 +10,11 @@ import { errorReply, failure, type Reply } from './reply.ts';
 import { beginTx, commitTx, execTx, rollbackTx, type BeginOptions } from './tx-ops.ts';
 import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
+import { CopyCache } from './copy-ops.ts';
 import { dropHistory } from '../history/archive.ts';
 import { removeCopy } from '../history/rebuild.ts';
 import { mkdirSync, statSync } from 'node:fs';
+import type { ChangeEvent } from '../contract.ts';
 
 flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or lives as long as the server
 // `systemctl stop`, Ctrl-C and many supervisors signal the whole process group: the parent drains, finishes the
@@ -20,6 +22,8 @@ flushCompileCache(); // now, not at exit: an executor usually ends by SIGKILL or
 for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => {});
 const limits = JSON.parse(process.argv[2] ?? '{}') as ExecutorLimits;
 const handles = new HandleCache(limits);
+/** A cluster follower's copies this process applied to (op `apply`). */
+const copies = new CopyCache();
 // Without its SQLITE_TMPDIR SQLite falls back to TMPDIR, /var/tmp or /tmp (its files are still counted, by name).
 if (limits.tempDir) mkdirSync(limits.tempDir, { recursive: true, mode: 0o700 });
 const channel = new Socket({ fd: 3, readable: true, writable: true });
@@ -27,7 +31,12 @@ const decoder = new FrameDecoder();
 
 // An idle connection holds ~200 KB of native memory and three file descriptors; reopening one costs ~150 µs.
 const { idleCloseMs } = limits;
-if (idleCloseMs > 0) setInterval(() => handles.closeIdle(idleCloseMs), Math.max(10, idleCloseMs / 2)).unref();
+if (idleCloseMs > 0) {
+  setInterval(() => {
+    handles.closeIdle(idleCloseMs);
+    copies.closeIdle(idleCloseMs);
+  }, Math.max(10, idleCloseMs / 2)).unref();
+}
 
 const notFound = (): Reply => errorReply({ code: 'database_not_found', message: 'the database does not exist' });
 
@@ -52,6 +61,7 @@ function emptyFile(path: string): boolean {
 
 function unlinkDatabase(path: string): void {
   handles.forget(path);
+  copies.forget(path);
   removeCopy(path);
   if (limits.history) dropHistory(limits.history, path);
 }
@@ -159,11 +169,18 @@ function handle(frame: Frame): Buffer {
       if (h.create === true && ended) unlinkDatabase(path);
       return encodeFrame(frame.seq, { s: reply.status, v: reply.version }, reply.body);
     }
+    case 'apply': {
+      // A cluster follower's copy: the primary's events, applied in one transaction (copy-ops.ts).
+      const outcome = copies.apply(path, (JSON.parse(frame.body.toString('utf8')) as { events: ChangeEvent[] }).events);
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(outcome));
+    }
     case 'forget':
       handles.forget(path);
+      copies.forget(path);
       return encodeFrame(frame.seq, { s: 200 });
     case 'close':
       handles.closeAll();
+      copies.closeAll();
       return encodeFrame(frame.seq, { s: 200 });
     default:
       return encodeFrame(frame.seq, { s: 500 }, errorReply({ code: 'internal', message: `unknown executor op ${h.op}` }).body);
@@ -175,7 +192,7 @@ channel.on('data', (chunk: Buffer) => {
   // chunk never holds back the reply of a committed write.
   channel.cork();
   for (const frame of decoder.push(chunk)) {
-    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit' || frame.header.op === 'restore' || frame.header.op === 'import';
+    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit' || frame.header.op === 'restore' || frame.header.op === 'import' || frame.header.op === 'apply';
     if (write) channel.uncork();
     let out: Buffer;
     try {
@@ -194,6 +211,7 @@ channel.on('data', (chunk: Buffer) => {
 });
 channel.on('end', () => {
   handles.closeAll();
+  copies.closeAll();
   process.exit(0);
 });
 // The parent went away abruptly (ECONNRESET, EPIPE): nothing is left to answer, and an unhandled 'error' event would

@@ -373,6 +373,29 @@ export class ExecutorPool {
     for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
   }
 
+  /**
+   * A cluster follower's apply of the primary's events (`body`: a JSON object with `events`) to its copy at `path`,
+   * in one transaction, on an executor process as a write of the database's repo: the changesets run the tenant's
+   * CHECK constraints, generated columns and index expressions, which a kill at `budgetMs` stops (nothing of it
+   * stays: SQLite's journal). Resolves with the copy's new version or why it was not applied; `stopped` when its
+   * executor was stopped under it (its time limit, its temporary files) or died (what the tenant's expressions can
+   * cause: the primary then ships snapshots for a while rather than have every apply stopped). Rejects (an ApiError,
+   * 503) only when it could not start (overloaded, shutting down).
+   */
+  async applyToCopy(path: string, body: Buffer, budgetMs: number): Promise<{ version: number } | { problem: string; stopped?: true }> {
+    let frame;
+    try {
+      frame = await this.scheduler.run(tenantOfPath(path), true, { op: 'apply', path }, body, budgetMs);
+    } catch (e) {
+      if (!(e instanceof LostError) || e.reason === 'unstarted') throw lostToApiError(e, budgetMs);
+      // Whether it committed is unknown (a kill after its COMMIT): the primary's snapshot settles it.
+      const why = e.reason === 'timeout' ? `ran past ${budgetMs} ms` : e.reason === 'temp_space' ? 'made too many temporary files' : 'lost its executor';
+      return { problem: `applying the events ${why} and was stopped`, stopped: true };
+    }
+    if (frame.header.s !== 200) return { problem: `applying the events failed (${frame.header.s as number})` };
+    return JSON.parse(frame.body.toString('utf8')) as { version: number } | { problem: string };
+  }
+
   /** Every process, for broadcasting (e.g. forgetting a database). */
   async broadcast(header: object): Promise<void> {
     await this.scheduler.broadcast(header, this.opts.timeoutMs);

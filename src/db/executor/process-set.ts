@@ -28,6 +28,8 @@ export class ProcessSet {
   private readonly opts: ProcessSetOptions;
   private spawnAfter = 0;
   private closing = false;
+  /** Retired processes still closing their databases (a broadcast waits for them: see `broadcast`). */
+  private readonly retiring = new Set<Promise<void>>();
 
   constructor(opts: ProcessSetOptions) {
     this.opts = opts;
@@ -100,7 +102,9 @@ export class ProcessSet {
     }
     if (!gone) return;
     this.all.splice(this.all.indexOf(gone), 1);
-    void gone.close();
+    const closed = gone.close().catch(() => {});
+    this.retiring.add(closed);
+    void closed.finally(() => this.retiring.delete(closed));
     this.grow(now);
   }
 
@@ -143,7 +147,9 @@ export class ProcessSet {
 
   /** Sends one message to every live process (e.g. to forget a database): never a job, never hedged. */
   broadcast(header: object, budgetMs: number): Promise<unknown> {
-    return Promise.all(this.all.map((p) => p.send(header, undefined, budgetMs).catch(() => undefined)));
+    // A retiring process takes no message but still holds its connections until its `close`: waited for too, so
+    // after a `forget` no process holds the file (a cluster follower then renames a snapshot over it).
+    return Promise.all([...this.all.map((p) => p.send(header, undefined, budgetMs).catch(() => undefined)), ...this.retiring]);
   }
 
   async close(): Promise<void> {

@@ -1,0 +1,88 @@
+// A cluster follower's applies, run in an executor process: a changeset's apply evaluates the tenant's CHECK
+// constraints, generated columns and index expressions, and a running SQLite step is stopped only by killing its
+// process. The pool runs the op under a time limit like any statement (ExecutorPool.applyToCopy); the follower's
+// connections here are its own (openCopy's settings), not the sandboxed handles of a primary's requests.
+import { statSync } from 'node:fs';
+import type { DatabaseSync } from 'node:sqlite';
+import { applyEvents, openCopy } from '../apply-event.ts';
+import type { ChangeEvent } from '../contract.ts';
+
+/** What the op answers: the copy's new version, or why it was not applied (the primary then ships a snapshot). */
+export type ApplyOutcome = { version: number } | { problem: string };
+
+interface Open { db: DatabaseSync; ino: number; usedAt: number }
+
+/** Few: a process applies to the copies its node follows, each one's applies spread over the processes. */
+const MAX_OPEN = 16;
+
+/**
+ * Open copies of one process, kept between applies (an open per apply cost more than the apply), closed when the
+ * node says so (`forget`, before a snapshot replaces the copy), when idle, or the least recently used past MAX_OPEN.
+ */
+export class CopyCache {
+  private readonly open = new Map<string, Open>();
+  private readonly replaced: DatabaseSync[] = [];
+
+  private get(path: string): DatabaseSync {
+    const ino = statSync(path).ino; // throws ENOENT: no copy
+    const held = this.open.get(path);
+    if (held) {
+      this.open.delete(path);
+      if (held.ino === ino && held.db.isOpen) {
+        held.usedAt = performance.now();
+        this.open.set(path, held);
+        return held.db;
+      }
+      // Replaced under it, which the node prevents (every process forgets a copy before a snapshot is renamed over it).
+      // Not closed: closing the last connection to a WAL file checkpoints it and unlinks `-wal` and `-shm` by name,
+      // which are the new copy's now. Kept open, so the garbage collector does not close it either.
+      if (held.db.isOpen) this.replaced.push(held.db);
+    }
+    const db = openCopy(path);
+    this.open.set(path, { db, ino, usedAt: performance.now() });
+    while (this.open.size > MAX_OPEN) this.forget(this.open.keys().next().value!);
+    return db;
+  }
+
+  apply(path: string, events: ChangeEvent[]): ApplyOutcome {
+    let db: DatabaseSync;
+    try {
+      db = this.get(path);
+    } catch (e) {
+      return { problem: (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no copy yet' : `opening the copy failed: ${(e as Error).message.slice(0, 120)}` };
+    }
+    try {
+      const problem = applyEvents(db, events);
+      return problem === null ? { version: events.at(-1)!.version } : { problem };
+    } catch (e) {
+      this.forget(path);
+      return { problem: `applying failed: ${(e as Error).message.slice(0, 120)}` };
+    }
+  }
+
+  forget(path: string): void {
+    const held = this.open.get(path);
+    this.open.delete(path);
+    if (held) close(held.db);
+  }
+
+  closeIdle(idleMs: number): void {
+    const now = performance.now();
+    for (const [path, held] of this.open) {
+      if (now - held.usedAt < idleMs) break; // least recently used first
+      this.forget(path);
+    }
+  }
+
+  closeAll(): void {
+    for (const path of [...this.open.keys()]) this.forget(path);
+  }
+}
+
+function close(db: DatabaseSync): void {
+  try {
+    if (db.isOpen) db.close();
+  } catch {
+    // already closed
+  }
+}

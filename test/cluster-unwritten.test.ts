@@ -1,0 +1,68 @@
+// A database claimed but never written, whose primary then dies: its follower was never brought in line (nothing to
+// ship), so it waited for the primary for ever — and a primary back from the dead holds no leader key — answering
+// 503 to every request. A `fresh` placement (a claim) whose follower holds no copy has nothing acknowledged to lose:
+// the follower takes over, and the database is written there.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { eventIds, startCluster, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
+
+const ORG = 'acme';
+const REPO = 'web';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('cluster: a claim never written', () => {
+  let cluster: TestCluster;
+  before(async () => {
+    cluster = await startCluster({ nodes: 3, ttlS: 2, env: { LOG_LEVEL: process.env.TEST_CLUSTER_LOG ?? 'silent' } });
+  });
+  after(async () => {
+    if (process.env.TEST_CLUSTER_LOG) for (const n of cluster.nodes) process.stderr.write(`--- ${n.id}\n${(n.proc?.stdout() ?? '') + (n.proc?.stderr() ?? '')}\n`);
+    await cluster?.close();
+  });
+
+  const file = (node: ClusterNodeProcess, database: string) => existsSync(join(node.dataDir, 'db', ORG, REPO, `${database}.sqlite`));
+
+  test('its primary killed inside the first transaction: the follower takes over, writes get 200 there, nothing else is made', async () => {
+    // BEGIN claims the database (a libSQL stream's write); the transaction stays open, its commit never comes.
+    const open = await cluster.proxy.call(`/${REPO}/_db/ghost/v2/pipeline`, {
+      body: { baton: null, requests: [{ type: 'execute', stmt: { sql: 'BEGIN' } }, { type: 'execute', stmt: { sql: 'CREATE TABLE t (x)' } }] },
+      headers: { authorization: `Bearer ${cluster.proxy.secret(ORG, REPO)}` },
+    });
+    assert.equal(open.status, 200, open.text);
+    assert.deepEqual(open.json.results.map((r: { type: string }) => r.type), ['ok', 'ok'], open.text);
+    const claimed = (await cluster.placement(ORG, REPO, 'ghost'))!;
+    assert.ok(claimed !== null && claimed.follower !== null, `claimed with a follower: ${JSON.stringify(claimed)}`);
+    const follower = cluster.node(claimed.follower!);
+    assert.ok(!file(follower, 'ghost'), 'the follower has nothing of it');
+
+    const primary = cluster.node(claimed.primary);
+    const killedAt = performance.now();
+    cluster.kill(primary);
+    try {
+      let res;
+      for (;;) {
+        res = await cluster.proxy.db(REPO, 'execute', { database: 'ghost', statements: [{ sql: 'CREATE TABLE t (x)' }, { sql: 'INSERT INTO t VALUES (1)' }] });
+        if (res.status !== 503 || performance.now() - killedAt > cluster.ttlS * 1000 + 8000) break;
+        assert.ok(res.headers['retry-after'], res.text);
+        await sleep(200);
+      }
+      assert.equal(res.status, 200, `a write is served again within TTL + 8 s of the kill: ${res.text}`);
+      process.stderr.write(`ghost: first 200 after the kill at +${Math.round(performance.now() - killedAt)} ms\n`);
+      const now = (await cluster.placement(ORG, REPO, 'ghost'))!;
+      assert.equal(now.primary, follower.id, 'the follower took over');
+      assert.ok(now.follower !== null && now.follower !== primary.id, `with a live follower: ${JSON.stringify(now)}`);
+      const rows = await cluster.proxy.db(REPO, 'query', { database: 'ghost', sql: 'SELECT x FROM t' });
+      assert.deepEqual(rows.json.results[0].rows, [[1]], rows.text);
+      assert.deepEqual([...eventIds(cluster.node(now.follower!), ORG, REPO, 'ghost')], [...eventIds(follower, ORG, REPO, 'ghost')], 'the new follower holds the write');
+    } finally {
+      await cluster.start(primary);
+    }
+    // The old primary, back with a new lease, takes nothing back: the database stays where it is, and is written.
+    await sleep(500);
+    const later = await cluster.proxy.db(REPO, 'execute', { database: 'ghost', sql: 'INSERT INTO t VALUES (2)' });
+    assert.equal(later.status, 200, later.text);
+    assert.equal((await cluster.placement(ORG, REPO, 'ghost'))!.primary, follower.id);
+  });
+});
