@@ -5,6 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Tenant, type Job } from '../src/db/executor/tenant.ts';
+import { maxWait } from '../src/db/executor/scheduler.ts';
 
 function job(t: Tenant, enqueuedAt: number, write = false): Job {
   return { tenant: t, write, header: { at: enqueuedAt }, body: undefined, budgetMs: 1000, enqueuedAt, resolve: () => {}, reject: () => {}, settled: false, hedged: false, started: false };
@@ -57,4 +58,18 @@ test('writes keep their order whatever the reads do', () => {
   for (let w = t.peekWrite(); w; w = t.peekWrite()) order.push(t.take(w).enqueuedAt);
   assert.deepEqual(order, [100, 110, 120]);
   assert.equal(t.peekRead(200)!.enqueuedAt, 90);
+});
+
+test('a job that comes to an empty queue is a burst, not a standing queue: it gets the whole queue timeout', () => {
+  // A repo whose last job still runs is kept (its queue last emptied when that job started, long ago): the queue was
+  // empty all that time, so the next job must not be held to the standing queue's target.
+  const t = new Tenant('acme/web');
+  t.lastEmptyAt = performance.now() - 10_000;
+  const now = performance.now();
+  t.push(job(t, now, true), false);
+  assert.equal(maxWait(t.lastEmptyAt, performance.now(), 1000, 50), 1000);
+  // While it waits, one more does not refresh it: a queue that stays non-empty does become standing.
+  const since = t.lastEmptyAt;
+  t.push(job(t, now + 1), false);
+  assert.equal(t.lastEmptyAt, since);
 });

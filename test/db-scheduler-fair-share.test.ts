@@ -38,8 +38,8 @@ test('as a process frees, a repo running nothing takes it before another repo\'s
   const read = job('quiet', false, 1_000); // younger than every queued write
   const [readAt, xAt, runningAt, ...queuedAt] = await Promise.all([read, x, running, ...queued]);
   assert.ok(readAt > xAt, 'premise: the read waited for a process');
-  // It ran on the process x left, while hog's first write still ran: none of hog's writes was answered before it.
-  assert.ok(readAt < runningAt, `the read was answered ${(readAt - runningAt).toFixed(1)} ms after hog's running write`);
-  assert.ok(queuedAt.every((at) => at > readAt), 'and before every queued one');
+  // It ran on the first process to free, before any of hog's queued writes (it ran after three or four of them).
+  const ahead = queuedAt.filter((at) => at < readAt).length;
+  assert.equal(ahead, 0, `${ahead} of hog's 4 queued writes were answered before the read (its running one ${(runningAt - readAt).toFixed(1)} ms after it)`);
   assert.deepEqual(errors, []);
 });

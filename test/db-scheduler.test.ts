@@ -245,6 +245,21 @@ describe('writes to one database are serialized (SPEC 4.8), not refused for wait
     assert.deepEqual(rows.json.results[0].rows, [[1], [2], [3]]);
     assert.equal((await p.db('web', 'query', { sql: 'SELECT count(*) FROM u' })).status, 200, 'the migration ran');
   });
+
+  test('a write queued behind two of its database\'s earlier writes, the second slow too, waits for both and commits (it was refused after the second)', async () => {
+    const db = (op: string, body: Record<string, unknown>) => p.db('web', op, { database: 'two', ...body });
+    assert.equal((await db('execute', { sql: 'CREATE TABLE t(x)' })).status, 200);
+    const slow = (table: string, n: number) => `WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ${n}) INSERT INTO ${table} SELECT -i FROM c`;
+    const first = db('execute', { sql: slow('t', 2_000_000) });
+    await pause(30);
+    // A migration (never grouped with executes) that is slow itself, then a write behind both.
+    const second = db('migrate', { migrations: [{ id: '001', sql: `CREATE TABLE v(z); ${slow('v', 1_000_000)};` }] }); // longer than DB_QUEUE_TIMEOUT_MS too
+    await pause(5);
+    const third = db('execute', { sql: 'INSERT INTO t VALUES (42)' });
+    for (const r of await Promise.all([first, second, third])) assert.equal(r.status, 200, r.text);
+    const rows = await db('query', { sql: 'SELECT count(*) FROM t WHERE x = 42' });
+    assert.deepEqual(rows.json.results[0].rows, [[1]]);
+  });
 });
 
 describe('rate limit per repo', () => {

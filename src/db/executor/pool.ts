@@ -288,10 +288,11 @@ export class ExecutorPool {
         lane.lastEmptyAt = performance.now(); // the wait behind a transaction is not overload: DB_QUEUE_TIMEOUT_MS bounds it
       }
       else await this.runGroup(path, lane, items, items.length > 1);
-      // Writes that came while this group ran waited for their database's earlier write, which SPEC 4.8 serializes
-      // them behind (bounded by its time limit), not for an executor: their allowance counts from now.
+      // Every write still here waited for this group, its database's earlier write, which SPEC 4.8 serializes it
+      // behind (bounded by its time limit), not for an executor: that time is not held against its allowance. (Only
+      // those that came during the group were credited: one queued behind two groups was refused after the second.)
       const end = performance.now();
-      for (const it of lane.queue) if (it.at >= startedAt) it.at = end;
+      for (const it of lane.queue) it.at += end - Math.max(it.at, startedAt);
     }
     lane.busy = false;
     this.lanes.delete(path);

@@ -102,6 +102,9 @@ export class Tenant {
   }
 
   push(job: Job, front: boolean): void {
+    // Empty until now, so not standing: a repo whose last job still runs kept the time its queue last emptied, and a
+    // write that came after a long one of its own was judged by the standing target (refused after 50 ms waiting).
+    if (this.queued === 0) this.lastEmptyAt = performance.now();
     const q = job.write ? this.writes : this.reads;
     job.urgent = front;
     if (front) q.unshift(job);
