@@ -84,15 +84,18 @@ describe('cluster: the primary takes its database back', () => {
       }
       process.stderr.write(`${DB}: ${writers.acked.length} writes acknowledged before the primary came back; ${writers.refused} refused\n`);
 
-      // The primary comes back (on the same DATA_DIR): writes are served again within a bound.
-      backAt = performance.now();
+      // The primary comes back (on the same DATA_DIR): writes are served again within a bound, counted from when it
+      // is up (a restart's own start-up, ≈ 1 s here, is not what is measured).
+      const returning = performance.now();
       if (how === 'kill') await cluster.start(primary);
       else cont(primary);
+      backAt = performance.now();
+      if (how === 'kill') process.stderr.write(`${DB}: the restarted node was up in ${Math.round(backAt - returning)} ms\n`);
       const bound = cluster.ttlS * 1000 + 3000;
       while (!writers.acked.some((a) => a.at > backAt) && performance.now() - backAt < bound) await sleep(50);
       const firstAfter = writers.acked.find((a) => a.at > backAt);
-      assert.ok(firstAfter !== undefined, `a write got a 200 within ${bound} ms of the primary's return (placement ${JSON.stringify(await cluster.placement(ORG, REPO, DB))}, leader ${await leader()})`);
-      process.stderr.write(`${DB}: first 200 ${Math.round(firstAfter.at - backAt)} ms after the primary's return began (${Math.round(firstAfter.at - killedAt)} ms after it went)\n`);
+      assert.ok(firstAfter !== undefined, `a write got a 200 within ${bound} ms of the primary being back (placement ${JSON.stringify(await cluster.placement(ORG, REPO, DB))}, leader ${await leader()})`);
+      process.stderr.write(`${DB}: first 200 ${Math.round(firstAfter.at - backAt)} ms after the primary was back (${Math.round(firstAfter.at - killedAt)} ms after it went)\n`);
       for (let i = 0; i < 40 && writers.acked.filter((a) => a.at > backAt).length < 20; i++) await sleep(50);
     } finally {
       for (const n of stopped) cont(n);

@@ -1,6 +1,7 @@
 // A `serve db` node in a cluster: holds a lease, claims new databases, answers only for those it is primary of
 // (within its lease), ships each write to the follower before the 200, and as a follower applies what it is sent,
-// fences lower epochs, and promotes itself when its primary's leader key is gone.
+// fences lower epochs, and promotes itself when its primary's leader key is gone; a recorded primary back from a
+// restart or a pause takes its leader key back when nobody took over.
 import { existsSync } from 'node:fs';
 import type { MirrorGate, Replication, Scope } from '../db/contract.ts';
 import type { DbService } from '../db/service.ts';
