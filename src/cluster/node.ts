@@ -1,6 +1,7 @@
 // A `serve db` node in a cluster: holds a lease, claims new databases, answers only for those it is primary of
 // (within its lease), ships each write to the follower before the 200, and as a follower applies what it is sent,
-// fences lower epochs, and promotes itself when its primary's leader key is gone.
+// fences lower epochs, and promotes itself when its primary's leader key is gone; a recorded primary back from a
+// restart or a pause takes its leader key back when nobody took over.
 import { existsSync } from 'node:fs';
 import type { MirrorGate, Replication, Scope } from '../db/contract.ts';
 import type { DbService } from '../db/service.ts';
@@ -45,17 +46,22 @@ export class ClusterNode implements Replication {
   /** Databases mirror delivery was granted for, and up to which version (revoked when this node stops being their primary). */
   private readonly granted = new Map<string, number>();
   private readonly mirrors: MirrorGate | null;
+  /** Databases whose leader key this node, their recorded primary, is taking back (`retake`): not adopted meanwhile. */
+  private readonly retaking = new Set<string>();
+  /** This node's COMMITs are on its disk before they ship (DB_SYNC=full): only then may it take a database back. */
+  private readonly durableCommits: boolean;
   /** Writes admitted per database, and new databases nothing was made of yet: a failed first write gives its claim back. */
   private readonly claims = new Claims((key) => this.unclaim(key), (key) => existsSync(this.db.databasePath(scopeOf(key))));
   private closed = false;
 
-  constructor(config: ClusterConfig, db: DbService, logger: Logger, token: string, mirrors: MirrorGate | null = null) {
+  constructor(config: ClusterConfig, db: DbService, logger: Logger, token: string, mirrors: MirrorGate | null = null, { durableCommits = true }: { durableCommits?: boolean } = {}) {
     if (config.nodeId === null || config.advertiseUrl === null) throw new Error('a cluster node needs CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL');
     this.config = config as ClusterNode['config'];
     this.id = config.nodeId;
     this.db = db;
     this.logger = logger;
     this.mirrors = mirrors;
+    this.durableCommits = durableCommits;
     this.etcd = new Etcd(config.etcd, Math.max(500, config.leaseTtlS * 250));
     this.watch = new PlacementWatch(this.etcd, pollEveryMs(config.leaseTtlS), (view) => this.act(view));
     this.shipper = new Shipper({ db, token, timeoutMs: config.leaseTtlS * 1000, onSuperseded: (scope) => this.superseded.set(scopeKey(scope), this.placement(scope)?.epoch ?? 0),
@@ -232,13 +238,15 @@ export class ClusterNode implements Replication {
     }
     for (const [key, p] of view.placements) {
       if (p.follower === this.id && !view.leaders.has(key)) void this.serial(key, () => this.promote(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: promotion failed'));
+      // Its recorded primary, whose leader key went with a lease (a restart, a pause): back with its copy, it takes it.
+      else if (p.primary === this.id && !view.leaders.has(key) && !this.retaking.has(key)) void this.serial(key, () => this.retake(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: taking a database back failed'));
       else if (this.primaryHere(view, key, p) && (p.follower === null || !view.nodes.has(p.follower))) void this.replaceFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: follower replacement failed'));
       // Not while its first write runs: a file it makes and removes on failure must not reach the follower.
       else if (this.primaryHere(view, key, p) && this.followerSynced.get(key) !== followerTerm(view, p) && !this.claims.isUnwritten(key)) void this.syncFollower(key, p, view);
       const moveTo = view.moves.get(key);
       if (moveTo !== undefined && this.primaryHere(view, key, p)) void this.handOver(key, p, view, moveTo).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: move failed (retried)'));
       // Made primary by another node's txn (a move): the fence and the copy's connection follow at once.
-      if (p.primary === this.id && view.leaders.get(key) === this.id && (this.highestEpoch.get(key) ?? 0) < p.epoch) this.adopt(key, p);
+      if (p.primary === this.id && view.leaders.get(key) === this.id && (this.highestEpoch.get(key) ?? 0) < p.epoch && !this.retaking.has(key)) this.adopt(key, p);
     }
   }
 
@@ -344,6 +352,42 @@ export class ClusterNode implements Replication {
     this.logger.warn({ database: key, epoch: r.revision, from: p.primary, unwritten }, 'cluster: promoted to primary');
     await this.watch.refresh();
     if (held > 0) this.grantDelivery(scopeOf(key), held);
+  }
+
+  /**
+   * The recorded primary takes its leader key back: placement still names it primary (no promotion, move or claim
+   * since: each of those rewrites the placement) and nobody holds the key. Needed when its follower cannot take over
+   * — one named or restarted since it was last brought in line holds nothing acknowledged under this placement — or
+   * the database waited for ever (the primary, back, found no leader key of its own and the follower may not promote).
+   * Its copy holds every acknowledged write: this node was the only writer under the placement, every write it
+   * acknowledged committed here first (on disk: DB_SYNC=full), and it began the placement with a copy in line (a
+   * claim, a promotion, a move's handover). Without its copy (a lost disk) it takes nothing. The txn's conditions are
+   * the promotion's, so at most one of the two succeeds; it rewrites the placement (same follower) for a new epoch:
+   * anything in flight under the old one is refused, the follower must be brought in line again (syncFollower, at
+   * the next read) before it could take over, and the copy's unacknowledged tail is never granted to mirrors here
+   * (`retaking` keeps `adopt` away; delivery is granted after the follower acknowledges, as for any write).
+   */
+  private async retake(key: string, p: Placement): Promise<void> {
+    if (!this.durableCommits || performance.now() > this.leaseDeadline - LEASE_MARGIN_MS) return;
+    const path = this.db.databasePath(scopeOf(key));
+    if (!existsSync(path)) return;
+    const view = this.watch.view; // this chain's work may have run after a newer read
+    const now = view.placements.get(key);
+    if (now?.epoch !== p.epoch || view.leaders.has(key)) return;
+    this.retaking.add(key);
+    try {
+      const value = JSON.stringify({ primary: this.id, follower: p.follower, ...(p.fresh === true ? { fresh: true } : {}) });
+      const r = await this.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, absent: true }],
+        [{ put: `${PLACEMENT}${key}`, value }, { put: `${LEADER}${key}`, value: this.id, lease: this.lease }]);
+      if (!r.succeeded) return;
+      this.highestEpoch.set(key, r.revision);
+      this.released.delete(key);
+      closeCopy(path); // a follower's handshake may have opened it here; the executors write it
+      this.logger.warn({ database: key, epoch: r.revision, from: p.epoch }, 'cluster: took its database back as its recorded primary');
+    } finally {
+      this.retaking.delete(key);
+    }
+    await this.watch.refresh();
   }
 
   private async replaceFollower(key: string, p: Placement, view: View): Promise<void> {
