@@ -19,6 +19,8 @@ export interface ReplicaSetOptions {
   files: ReplicaFiles;
   /** How long an event that arrived early waits for the ones before it before the replica heals from a snapshot. */
   holdMs: number;
+  /** A monotonic clock in ms, for the backoffs (tests pass their own). */
+  now?: () => number;
 }
 
 interface Waiter {
@@ -56,9 +58,11 @@ export class ReplicaSet {
   /** Databases whose snapshot preparation was stopped: no bootstrap until `until`. */
   private readonly prepareStops = new Map<string, Backoff>();
   private closed = false;
+  private readonly now: () => number;
 
   constructor(opts: ReplicaSetOptions) {
     this.opts = opts;
+    this.now = opts.now ?? (() => performance.now());
   }
 
   /** The replica of a scope as known now, without waiting: null when not loaded (see load) or when there is none. */
@@ -126,7 +130,7 @@ export class ReplicaSet {
       // Migrations are replayed from a snapshot: exact schema and data, no reliance on the DDL being deterministic.
       else if (event.type === 'database.migrated') why = 'migration';
       else if (event.changeset === null) why = 'event without a changeset';
-      else if (stop && performance.now() < stop.until) why = `snapshots only for ${seconds(stop.until - performance.now())} s more: an apply was stopped`;
+      else if (stop && this.now() < stop.until) why = `snapshots only for ${seconds(stop.until - this.now())} s more: an apply was stopped`;
       else {
         // In an executor, under the time limit: the changeset runs the tenant's expressions (replica.ts).
         const applied = await this.opts.files.apply(replica.path, event);
@@ -150,7 +154,7 @@ export class ReplicaSet {
   private penalize(stops: Map<string, Backoff>, key: string): Backoff {
     const before = stops.get(key);
     const ms = before ? Math.min(before.ms * 2, STOP_BACKOFF_MAX_MS) : STOP_BACKOFF_MS;
-    const backoff = { until: performance.now() + ms, ms };
+    const backoff = { until: this.now() + ms, ms };
     stops.set(key, backoff);
     return backoff;
   }
@@ -172,8 +176,8 @@ export class ReplicaSet {
     if (this.closed) throw new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' });
     const key = keyOf(scope);
     const stopped = this.prepareStops.get(key);
-    if (stopped && performance.now() < stopped.until) {
-      const left = stopped.until - performance.now();
+    if (stopped && this.now() < stopped.until) {
+      const left = stopped.until - this.now();
       throw new ApiError('unavailable', `this replica cannot heal for ${seconds(left)} s more: preparing its last snapshot was stopped`, undefined, { 'retry-after': seconds(left) });
     }
     ensureDir(this.opts.root, scope);
