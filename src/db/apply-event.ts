@@ -1,6 +1,6 @@
 // Applies one change-log event's changeset to a copy of its database, exactly or not at all. Shared by the reference
-// mirror's replicas and a cluster's follower (both import db; db imports neither). A cluster follower's applies run in
-// an executor process (executor/copy-ops.ts): they evaluate the tenant's expressions, which only a kill can stop.
+// mirror's replicas and a cluster's follower (both import db; db imports neither). Both run their applies in an
+// executor process (executor/copy-ops.ts): they evaluate the tenant's expressions, which only a kill can stop.
 import { constants, type DatabaseSync } from 'node:sqlite';
 import { openSqlite } from '../shared/sqlite-open.ts';
 import type { ChangeEvent } from './contract.ts';
@@ -23,6 +23,54 @@ export function openCopy(path: string): DatabaseSync {
     db.exec('PRAGMA trusted_schema = OFF; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL');
     return db;
   });
+}
+
+/**
+ * The reference mirror's connection to a replica (src/mirror/reference): FK actions off and (see prepareReplica) no
+ * triggers, since the changeset already holds every effect they had on the primary; synchronous=NORMAL in WAL: a
+ * committed apply survives the mirror's crash (a power cut may cost the last ones, which a snapshot heals). The
+ * schema is the tenant's, so as openCopy: trusted_schema=OFF, no extensions, no ATTACH.
+ */
+export function openReplica(path: string): DatabaseSync {
+  return openSqlite(path, { enableForeignKeyConstraints: false, timeout: 10_000, allowExtension: false, limits: { attach: 0 } }, (db) => {
+    db.exec('PRAGMA trusted_schema = OFF; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL');
+    return db;
+  });
+}
+
+/**
+ * Makes a downloaded snapshot a replica: its triggers dropped (they would fire a second time), WAL on. Returns its
+ * version. The connection is the caller's to close (before the file is renamed: closing checkpoints its WAL).
+ */
+export function prepareReplica(db: DatabaseSync): number {
+  const triggers = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'trigger'").all() as { name: string }[];
+  if (triggers.length > 0) {
+    db.exec('BEGIN IMMEDIATE');
+    try {
+      for (const t of triggers) db.exec(`DROP TRIGGER "${t.name.replaceAll('"', '""')}"`);
+      db.exec('COMMIT');
+    } catch (e) {
+      if (db.isTransaction) db.exec('ROLLBACK');
+      throw e;
+    }
+  }
+  return readVersion(db);
+}
+
+/**
+ * Applies one event to a reference mirror's replica in one transaction. Returns null once committed, or why not (the
+ * mirror then re-bootstraps the replica from a snapshot). Throws when the connection failed (the caller closes it).
+ */
+export function applyToReplica(db: DatabaseSync, event: ChangeEvent): string | null {
+  db.exec('BEGIN IMMEDIATE');
+  try {
+    const problem = applyEvent(db, event);
+    db.exec(problem === null ? 'COMMIT' : 'ROLLBACK');
+    return problem;
+  } catch (e) {
+    if (db.isTransaction) db.exec('ROLLBACK');
+    throw e;
+  }
 }
 
 /**

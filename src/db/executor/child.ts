@@ -10,7 +10,8 @@ import { errorReply, failure, type Reply } from './reply.ts';
 import { beginTx, commitTx, execTx, rollbackTx, type BeginOptions } from './tx-ops.ts';
 import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
-import { CopyCache } from './copy-ops.ts';
+import { CopyCache, prepareReplicaFile } from './copy-ops.ts';
+import { openReplica } from '../apply-event.ts';
 import { dropHistory } from '../history/archive.ts';
 import { removeCopy } from '../history/rebuild.ts';
 import { mkdirSync, statSync } from 'node:fs';
@@ -24,6 +25,8 @@ const limits = JSON.parse(process.argv[2] ?? '{}') as ExecutorLimits;
 const handles = new HandleCache(limits);
 /** A cluster follower's copies this process applied to (op `apply`). */
 const copies = new CopyCache();
+/** A reference mirror's replicas this process applied to (op `replica.apply`). */
+const replicas = new CopyCache(openReplica);
 // Without its SQLITE_TMPDIR SQLite falls back to TMPDIR, /var/tmp or /tmp (its files are still counted, by name).
 if (limits.tempDir) mkdirSync(limits.tempDir, { recursive: true, mode: 0o700 });
 const channel = new Socket({ fd: 3, readable: true, writable: true });
@@ -35,6 +38,7 @@ if (idleCloseMs > 0) {
   setInterval(() => {
     handles.closeIdle(idleCloseMs);
     copies.closeIdle(idleCloseMs);
+    replicas.closeIdle(idleCloseMs);
   }, Math.max(10, idleCloseMs / 2)).unref();
 }
 
@@ -174,13 +178,25 @@ function handle(frame: Frame): Buffer {
       const outcome = copies.apply(path, (JSON.parse(frame.body.toString('utf8')) as { events: ChangeEvent[] }).events);
       return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(outcome));
     }
+    case 'replica.apply': {
+      // A reference mirror's replica: one event, applied in one transaction (copy-ops.ts).
+      const outcome = replicas.applyToReplica(path, JSON.parse(frame.body.toString('utf8')) as ChangeEvent);
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(outcome));
+    }
+    case 'replica.version':
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(replicas.version(path)));
+    case 'replica.prepare':
+      // A downloaded snapshot, before the mirror renames it into place: opened here, and closed.
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(prepareReplicaFile(path)));
     case 'forget':
       handles.forget(path);
       copies.forget(path);
+      replicas.forget(path);
       return encodeFrame(frame.seq, { s: 200 });
     case 'close':
       handles.closeAll();
       copies.closeAll();
+      replicas.closeAll();
       return encodeFrame(frame.seq, { s: 200 });
     default:
       return encodeFrame(frame.seq, { s: 500 }, errorReply({ code: 'internal', message: `unknown executor op ${h.op}` }).body);
@@ -192,7 +208,7 @@ channel.on('data', (chunk: Buffer) => {
   // chunk never holds back the reply of a committed write.
   channel.cork();
   for (const frame of decoder.push(chunk)) {
-    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit' || frame.header.op === 'restore' || frame.header.op === 'import' || frame.header.op === 'apply';
+    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit' || frame.header.op === 'restore' || frame.header.op === 'import' || frame.header.op === 'apply' || frame.header.op === 'replica.apply' || frame.header.op === 'replica.prepare';
     if (write) channel.uncork();
     let out: Buffer;
     try {
@@ -212,6 +228,7 @@ channel.on('data', (chunk: Buffer) => {
 channel.on('end', () => {
   handles.closeAll();
   copies.closeAll();
+  replicas.closeAll();
   process.exit(0);
 });
 // The parent went away abruptly (ECONNRESET, EPIPE): nothing is left to answer, and an unhandled 'error' event would

@@ -1,10 +1,11 @@
-// A cluster follower's applies, run in an executor process: a changeset's apply evaluates the tenant's CHECK
-// constraints, generated columns and index expressions, and a running SQLite step is stopped only by killing its
-// process. The pool runs the op under a time limit like any statement (ExecutorPool.applyToCopy); the follower's
-// connections here are its own (openCopy's settings), not the sandboxed handles of a primary's requests.
+// A cluster follower's and a reference mirror's applies, run in an executor process: a changeset's apply evaluates
+// the tenant's CHECK constraints, generated columns and index expressions, and a running SQLite step is stopped only
+// by killing its process. The pool runs the ops under a time limit like any statement (ExecutorPool.applyToCopy,
+// applyToReplica, prepareReplica); the connections here are their own (openCopy's or openReplica's settings), not
+// the sandboxed handles of a primary's requests.
 import { statSync } from 'node:fs';
 import type { DatabaseSync } from 'node:sqlite';
-import { applyEvents, openCopy } from '../apply-event.ts';
+import { applyEvents, applyToReplica, openCopy, openReplica, prepareReplica, readVersion } from '../apply-event.ts';
 import type { ChangeEvent } from '../contract.ts';
 
 /** What the op answers: the copy's new version, or why it was not applied (the primary then ships a snapshot). */
@@ -22,6 +23,12 @@ const MAX_OPEN = 16;
 export class CopyCache {
   private readonly open = new Map<string, Open>();
   private readonly replaced: DatabaseSync[] = [];
+  /** How a file is opened: a follower's copy (openCopy) or a mirror's replica (openReplica). */
+  private readonly opener: (path: string) => DatabaseSync;
+
+  constructor(opener: (path: string) => DatabaseSync = openCopy) {
+    this.opener = opener;
+  }
 
   private get(path: string): DatabaseSync {
     const ino = statSync(path).ino; // throws ENOENT: no copy
@@ -38,7 +45,7 @@ export class CopyCache {
       // which are the new copy's now. Kept open, so the garbage collector does not close it either.
       if (held.db.isOpen) this.replaced.push(held.db);
     }
-    const db = openCopy(path);
+    const db = this.opener(path);
     this.open.set(path, { db, ino, usedAt: performance.now() });
     while (this.open.size > MAX_OPEN) this.forget(this.open.keys().next().value!);
     return db;
@@ -57,6 +64,33 @@ export class CopyCache {
     } catch (e) {
       this.forget(path);
       return { problem: `applying failed: ${(e as Error).message.slice(0, 120)}` };
+    }
+  }
+
+  /** A reference mirror's replica: one event applied in one transaction (applyToReplica). */
+  applyToReplica(path: string, event: ChangeEvent): ApplyOutcome {
+    let db: DatabaseSync;
+    try {
+      db = this.get(path);
+    } catch (e) {
+      return { problem: (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no replica file' : `opening the replica failed: ${(e as Error).message.slice(0, 120)}` };
+    }
+    try {
+      const problem = applyToReplica(db, event);
+      return problem === null ? { version: event.version } : { problem };
+    } catch (e) {
+      this.forget(path);
+      return { problem: `applying failed: ${(e as Error).message.slice(0, 120)}` };
+    }
+  }
+
+  /** A reference mirror's replica's version, read on the connection its applies use. */
+  version(path: string): ApplyOutcome {
+    try {
+      return { version: readVersion(this.get(path)) };
+    } catch (e) {
+      this.forget(path);
+      return { problem: (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no replica file' : `reading the replica failed: ${(e as Error).message.slice(0, 120)}` };
     }
   }
 
@@ -84,5 +118,21 @@ function close(db: DatabaseSync): void {
     if (db.isOpen) db.close();
   } catch {
     // already closed
+  }
+}
+
+/**
+ * A snapshot the reference mirror downloaded, made a replica (prepareReplica: triggers dropped, WAL on) on a
+ * connection of its own, closed before the mirror renames the file. Answers its version.
+ */
+export function prepareReplicaFile(path: string): ApplyOutcome {
+  let db: DatabaseSync | undefined;
+  try {
+    db = openReplica(path);
+    return { version: prepareReplica(db) };
+  } catch (e) {
+    return { problem: `the snapshot could not be made a replica: ${(e as Error).message.slice(0, 120)}` };
+  } finally {
+    if (db) close(db);
   }
 }

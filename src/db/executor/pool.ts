@@ -36,6 +36,9 @@ export interface PoolOptions {
   onError?(e: unknown): void;
 }
 
+/** A follower's or a mirror's op on its copy (applyToCopy, applyToReplica, openReplica): a version, or why not. */
+export type CopyOutcome = { version: number } | { problem: string; stopped?: true };
+
 /** Writes that go through a database's lane; only executes are grouped. */
 export type WriteOp = 'execute' | 'migrate' | 'restore' | 'import';
 
@@ -383,18 +386,40 @@ export class ExecutorPool {
    * cause: the primary then ships snapshots for a while rather than have every apply stopped). Rejects (an ApiError,
    * 503) only when it could not start (overloaded, shutting down).
    */
-  async applyToCopy(path: string, body: Buffer, budgetMs: number): Promise<{ version: number } | { problem: string; stopped?: true }> {
+  applyToCopy(path: string, body: Buffer, budgetMs: number): Promise<CopyOutcome> {
+    return this.onCopy({ op: 'apply', path }, body, budgetMs, 'applying the events');
+  }
+
+  /**
+   * A reference mirror's apply of one event (`body`: the event's JSON) to its replica at `path`, in one transaction:
+   * as applyToCopy, a write of the replica's repo on an executor, stopped at `budgetMs` (the mirror then
+   * re-bootstraps the replica from a snapshot). Never on the mirror's event loop: it serves every org's replicas.
+   */
+  applyToReplica(path: string, body: Buffer, budgetMs: number): Promise<CopyOutcome> {
+    return this.onCopy({ op: 'replica.apply', path }, body, budgetMs, 'applying the event');
+  }
+
+  /**
+   * A snapshot the reference mirror downloaded to `path`, made a replica (its triggers dropped, WAL on) before it is
+   * renamed into place; or, `prepare` false, an existing replica's version. Either parses the tenant's schema, which
+   * the tenant sizes: on an executor, under `budgetMs`, like an apply.
+   */
+  openReplica(path: string, prepare: boolean, budgetMs: number): Promise<CopyOutcome> {
+    return this.onCopy({ op: prepare ? 'replica.prepare' : 'replica.version', path }, undefined, budgetMs, prepare ? 'preparing the snapshot' : 'reading the replica');
+  }
+
+  private async onCopy(header: { op: string; path: string }, body: Buffer | undefined, budgetMs: number, what: string): Promise<CopyOutcome> {
     let frame;
     try {
-      frame = await this.scheduler.run(tenantOfPath(path), true, { op: 'apply', path }, body, budgetMs);
+      frame = await this.scheduler.run(tenantOfPath(header.path), true, header, body, budgetMs);
     } catch (e) {
       if (!(e instanceof LostError) || e.reason === 'unstarted') throw lostToApiError(e, budgetMs);
-      // Whether it committed is unknown (a kill after its COMMIT): the primary's snapshot settles it.
+      // Whether it committed is unknown (a kill after its COMMIT): a snapshot settles it.
       const why = e.reason === 'timeout' ? `ran past ${budgetMs} ms` : e.reason === 'temp_space' ? 'made too many temporary files' : 'lost its executor';
-      return { problem: `applying the events ${why} and was stopped`, stopped: true };
+      return { problem: `${what} ${why} and was stopped`, stopped: true };
     }
-    if (frame.header.s !== 200) return { problem: `applying the events failed (${frame.header.s as number})` };
-    return JSON.parse(frame.body.toString('utf8')) as { version: number } | { problem: string };
+    if (frame.header.s !== 200) return { problem: `${what} failed (${frame.header.s as number})` };
+    return JSON.parse(frame.body.toString('utf8')) as CopyOutcome;
   }
 
   /** Every process, for broadcasting (e.g. forgetting a database). */

@@ -12,8 +12,11 @@ export function replicaPath(root: string, scope: Scope, generation: number): str
   return join(replicaDir(root, scope), `${scope.database}.g${generation}.sqlite`);
 }
 
-/** The newest complete generation on disk, or null; leftovers of older generations and unfinished downloads are removed. */
-export function currentGeneration(root: string, scope: Scope): number | null {
+/**
+ * The newest complete generation on disk, or null; with `clean`, leftovers of older generations and unfinished
+ * downloads are removed (only where no bootstrap of the scope runs: one is downloading beside it).
+ */
+export function currentGeneration(root: string, scope: Scope, clean = true): number | null {
   const dir = replicaDir(root, scope);
   let names: string[];
   try {
@@ -25,6 +28,7 @@ export function currentGeneration(root: string, scope: Scope): number | null {
   const generations = names.map((n) => pattern.exec(n)).filter((m) => m !== null).map((m) => Number(m[1]));
   if (generations.length === 0) return null;
   const newest = Math.max(...generations);
+  if (!clean) return newest;
   for (const g of generations) if (g !== newest) removeReplicaFiles(replicaPath(root, scope, g));
   for (const n of names) if (n.startsWith(`${scope.database}.g`) && n.endsWith('.download')) rmSync(join(dir, n), { force: true });
   return newest;

@@ -42,6 +42,7 @@ export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
     }
     validate('query', body, deps.maxStatements);
     const scope = { org, repo, database };
+    await deps.replicas.load(scope); // its version, read in an executor on first use
     if (typeof minVersion === 'number' && !(await deps.replicas.waitFor(scope, minVersion, MIN_VERSION_WAIT_MS))) {
       const at = deps.replicas.version(scope);
       throw new ApiError('unavailable', `the replica has not reached version ${minVersion} yet (it is at ${at ?? 'nothing'})`, { minVersion, version: at }, { 'retry-after': '1' });

@@ -1,64 +1,45 @@
-// One replica file: applies changesets exactly or reports why it cannot (then the caller re-bootstraps).
-import type { DatabaseSync } from 'node:sqlite';
-import { openSqlite } from '../../shared/sqlite-open.ts';
+// One replica file, as this process knows it: where it is and the version it holds. This process never opens it:
+// applying a changeset evaluates the tenant's CHECK constraints, generated columns and index expressions, and even
+// reading the version parses the tenant's schema, whose size the tenant picks. The mirror serves every org's
+// replicas from one event loop, so all of it runs in executor processes, under the statement time limit
+// (ExecutorPool.applyToReplica and openReplica, src/db/executor/copy-ops.ts).
+import type { ExecutorPool } from '../../db/executor/pool.ts';
 import type { ChangeEvent } from '../../db/contract.ts';
-import { applyEvent, readVersion } from '../../db/apply-event.ts';
 
-/** A replica's connection, set up further by `then` (a throw there closes it). */
-function openReplica<T>(path: string, then: (db: DatabaseSync) => T): T {
-  // No foreign-key actions and (see prepareSnapshot) no triggers: the changeset already holds every effect they had on the primary.
-  return openSqlite(path, { enableForeignKeyConstraints: false, timeout: 10_000 }, (db) => {
-    db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL');
-    return then(db);
-  });
+/** What an op on a replica file answers: its version, or why not (`stopped`: its executor was stopped under it). */
+export type FileOutcome = { version: number } | { problem: string; stopped?: true };
+
+/** The replica files' ops, run elsewhere than this event loop. Rejects (an ApiError, 503) only when an op could not start. */
+export interface ReplicaFiles {
+  /** Applies the event in one transaction; answers once it committed (the replica's new version) or why not. */
+  apply(path: string, event: ChangeEvent): Promise<FileOutcome>;
+  /** Makes a downloaded snapshot a replica (its triggers dropped, WAL on) and closes it; answers its version. */
+  prepare(path: string): Promise<FileOutcome>;
+  /** An existing replica's version (after a restart). */
+  version(path: string): Promise<FileOutcome>;
+  /** A replaced generation is about to be deleted: every process lets go of it. */
+  release(path: string): Promise<void>;
 }
 
-/** Makes a downloaded snapshot a replica: triggers dropped (they would fire twice), WAL on. Returns its version. */
-export function prepareSnapshot(path: string): number {
-  const db = openReplica(path, (d) => d);
-  try {
-    const triggers = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'trigger'").all() as { name: string }[];
-    for (const t of triggers) db.exec(`DROP TRIGGER "${t.name.replaceAll('"', '""')}"`);
-    return readVersion(db);
-  } finally {
-    db.close();
-  }
+/** The replica ops on the mirror's executor pool, each under `budgetMs` (DB_QUERY_TIMEOUT_MS, as the primary's write). */
+export function executorFiles(pool: ExecutorPool, budgetMs: number): ReplicaFiles {
+  return {
+    apply: (path, event) => pool.applyToReplica(path, Buffer.from(JSON.stringify(event)), budgetMs),
+    prepare: (path) => pool.openReplica(path, true, budgetMs),
+    version: (path) => pool.openReplica(path, false, budgetMs),
+    release: (path) => pool.broadcast({ op: 'forget', path }),
+  };
 }
 
 export class Replica {
   readonly path: string;
   readonly generation: number;
-  private readonly db: DatabaseSync;
+  /** Its committed version: set from what the executor answered. */
   version: number;
 
-  constructor(path: string, generation: number) {
+  constructor(path: string, generation: number, version: number) {
     this.path = path;
     this.generation = generation;
-    const opened = openReplica(path, (db) => ({ db, version: readVersion(db) }));
-    this.db = opened.db;
-    this.version = opened.version;
-  }
-
-  /** Applies the event's changeset in one transaction; returns null, or why the replica must be re-bootstrapped. */
-  apply(event: ChangeEvent): string | null {
-    const db = this.db;
-    db.exec('BEGIN IMMEDIATE');
-    try {
-      const problem = applyEvent(db, event);
-      if (problem !== null) {
-        db.exec('ROLLBACK');
-        return problem;
-      }
-      db.exec('COMMIT');
-      this.version = event.version;
-      return null;
-    } catch (e) {
-      if (db.isTransaction) db.exec('ROLLBACK');
-      return `applying failed: ${(e as Error).message.slice(0, 120)}`;
-    }
-  }
-
-  close(): void {
-    if (this.db.isOpen) this.db.close();
+    this.version = version;
   }
 }

@@ -1,9 +1,11 @@
 // Every replica this mirror keeps: events applied once and in version order, gaps and conflicts healed from snapshots.
+// This event loop serves every org's replicas and never opens a replica file: applies, snapshot preparation and
+// version reads run in executor processes under the statement time limit (replica.ts, ReplicaFiles).
 import { renameSync } from 'node:fs';
 import type { ChangeEvent, Scope } from '../../db/contract.ts';
 import type { Logger } from '../../shared/log.ts';
 import { currentGeneration, ensureDir, removeReplicaFiles, replicaPath } from './files.ts';
-import { prepareSnapshot, Replica } from './replica.ts';
+import { Replica, type ReplicaFiles } from './replica.ts';
 import { ApiError } from '../../shared/errors.ts';
 
 export type Outcome = 'applied' | 'duplicate' | 'bootstrapped';
@@ -13,11 +15,12 @@ export interface ReplicaSetOptions {
   logger: Logger;
   /** Downloads the scope's snapshot into `target`. */
   fetchSnapshot(scope: Scope, target: string): Promise<number>;
-  /** A replaced generation is about to be deleted: readers elsewhere (executor processes) must let go of it. */
-  release(path: string): Promise<void>;
+  /** The ops on replica files, run off this event loop (executorFiles: the mirror's executor pool). */
+  files: ReplicaFiles;
   /** How long an event that arrived early waits for the ones before it before the replica heals from a snapshot. */
   holdMs: number;
-  maxOpen: number;
+  /** A monotonic clock in ms, for the backoffs (tests pass their own). */
+  now?: () => number;
 }
 
 interface Waiter {
@@ -25,43 +28,77 @@ interface Waiter {
   resolve: (reached: boolean) => void;
 }
 
+/** A database's penalty after a stopped apply or snapshot preparation: until when, and how long it was. */
+interface Backoff {
+  until: number;
+  ms: number;
+}
+
+/**
+ * After a stopped apply, a database's events heal the replica from snapshots for STOP_BACKOFF_MS, doubling with each
+ * stop up to STOP_BACKOFF_MAX_MS, reset by an apply that succeeds: a tenant whose every write's apply runs past the
+ * time limit costs the mirror one stopped executor a period, not one a write. After a stopped snapshot preparation
+ * (a schema too large to parse in time), the replica is not healed again before the same backoff: 503 until then.
+ */
+export const STOP_BACKOFF_MS = 10_000;
+export const STOP_BACKOFF_MAX_MS = 5 * 60_000;
+
 const keyOf = (s: Scope) => `${s.org}/${s.repo}/${s.database}`;
+const seconds = (ms: number) => String(Math.max(1, Math.ceil(ms / 1000)));
 
 export class ReplicaSet {
   private readonly opts: ReplicaSetOptions;
-  private readonly open = new Map<string, Replica>();
+  /** Replicas whose version is known: a path and a number each, no connection (this process opens none). */
+  private readonly known = new Map<string, Replica>();
+  private readonly loading = new Map<string, Promise<Replica | null>>();
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly waiters = new Map<string, Set<Waiter>>();
+  /** Databases whose apply was stopped: snapshots only until `until`. */
+  private readonly applyStops = new Map<string, Backoff>();
+  /** Databases whose snapshot preparation was stopped: no bootstrap until `until`. */
+  private readonly prepareStops = new Map<string, Backoff>();
   private closed = false;
+  private readonly now: () => number;
 
   constructor(opts: ReplicaSetOptions) {
     this.opts = opts;
+    this.now = opts.now ?? (() => performance.now());
   }
 
-  /** The replica of a scope, opened from disk on first use; null when this mirror never heard of it. */
+  /** The replica of a scope as known now, without waiting: null when not loaded (see load) or when there is none. */
   get(scope: Scope): Replica | null {
-    const key = keyOf(scope);
-    const hit = this.open.get(key);
-    if (hit) {
-      this.open.delete(key);
-      this.open.set(key, hit);
-      return hit;
-    }
-    const generation = currentGeneration(this.opts.root, scope);
-    if (generation === null) return null;
-    const replica = new Replica(replicaPath(this.opts.root, scope, generation), generation);
-    this.open.set(key, replica);
-    this.evict();
-    return replica;
+    return this.known.get(keyOf(scope)) ?? null;
   }
 
-  private evict(): void {
-    for (const [key, replica] of this.open) {
-      if (this.open.size <= this.opts.maxOpen) return;
-      if (this.locks.has(key)) continue; // being written: keep
-      this.open.delete(key);
-      replica.close();
+  /**
+   * The replica of a scope; on first use its version is read from disk, in an executor. Null when this mirror never
+   * heard of it. Throws `unavailable` when it cannot be read now.
+   */
+  load(scope: Scope): Promise<Replica | null> {
+    const key = keyOf(scope);
+    const hit = this.known.get(key);
+    if (hit) return Promise.resolve(hit);
+    let loading = this.loading.get(key);
+    if (!loading) {
+      loading = this.read(scope).finally(() => this.loading.delete(key));
+      this.loading.set(key, loading);
     }
+    return loading;
+  }
+
+  private async read(scope: Scope): Promise<Replica | null> {
+    const key = keyOf(scope);
+    // Not cleaning leftovers: a bootstrap may be downloading the next generation beside this one.
+    const generation = currentGeneration(this.opts.root, scope, false);
+    if (generation === null) return null;
+    const path = replicaPath(this.opts.root, scope, generation);
+    const read = await this.opts.files.version(path);
+    const hit = this.known.get(key); // a bootstrap finished meanwhile
+    if (hit) return hit;
+    if ('problem' in read) throw new ApiError('unavailable', `the replica cannot be read now: ${read.problem}`, undefined, { 'retry-after': '1' });
+    const replica = new Replica(path, generation, read.version);
+    this.known.set(key, replica);
+    return replica;
   }
 
   version(scope: Scope): number | null {
@@ -71,26 +108,55 @@ export class ReplicaSet {
   /** Applies one verified event. Throws `unavailable` when it cannot be applied now (the sender retries). */
   async receive(event: ChangeEvent): Promise<Outcome> {
     const scope: Scope = { org: event.org, repo: event.repo, database: event.database };
-    const current = this.version(scope);
+    const key = keyOf(scope);
+    const current = (await this.load(scope).catch(() => null))?.version ?? null;
     // An early event waits (bounded) for its predecessors, which may be in flight on another connection.
     if (current !== null && event.version > current + 1) await this.waitFor(scope, event.version - 1, this.opts.holdMs);
     return this.exclusive(scope, async () => {
-      const replica = this.get(scope);
+      let replica: Replica | null;
+      let unreadable: string | null = null;
+      try {
+        replica = await this.load(scope);
+      } catch (e) {
+        replica = null;
+        unreadable = (e as Error).message;
+      }
       if (replica !== null && event.version <= replica.version) return 'duplicate';
+      const stop = this.applyStops.get(key);
       let why: string | null;
-      if (replica === null) why = 'first event of this database';
+      if (unreadable !== null) why = unreadable;
+      else if (replica === null) why = 'first event of this database';
       else if (event.version > replica.version + 1) why = `gap: replica at ${replica.version}, event ${event.version}`;
       // Migrations are replayed from a snapshot: exact schema and data, no reliance on the DDL being deterministic.
       else if (event.type === 'database.migrated') why = 'migration';
       else if (event.changeset === null) why = 'event without a changeset';
-      else why = replica.apply(event);
-      if (why === null) {
-        this.notify(scope);
-        return 'applied';
+      else if (stop && this.now() < stop.until) why = `snapshots only for ${seconds(stop.until - this.now())} s more: an apply was stopped`;
+      else {
+        // In an executor, under the time limit: the changeset runs the tenant's expressions (replica.ts).
+        const applied = await this.opts.files.apply(replica.path, event);
+        if ('version' in applied) {
+          replica.version = applied.version;
+          this.applyStops.delete(key);
+          this.notify(scope);
+          return 'applied';
+        }
+        why = applied.problem;
+        if (applied.stopped) {
+          const backoff = this.penalize(this.applyStops, key);
+          this.opts.logger.warn({ ...scope, version: event.version, why, snapshotsOnlyMs: backoff.ms }, 'replica apply stopped: the database heals from snapshots for a while');
+        }
       }
       await this.bootstrap(scope, event.version, why);
       return 'bootstrapped';
     });
+  }
+
+  private penalize(stops: Map<string, Backoff>, key: string): Backoff {
+    const before = stops.get(key);
+    const ms = before ? Math.min(before.ms * 2, STOP_BACKOFF_MAX_MS) : STOP_BACKOFF_MS;
+    const backoff = { until: this.now() + ms, ms };
+    stops.set(key, backoff);
+    return backoff;
   }
 
   private async exclusive<T>(scope: Scope, work: () => Promise<T>): Promise<T> {
@@ -108,30 +174,48 @@ export class ReplicaSet {
   /** Replaces the replica with a fresh snapshot, as generation N+1 beside N; the old one is deleted once released. */
   private async bootstrap(scope: Scope, atLeast: number, why: string): Promise<void> {
     if (this.closed) throw new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' });
+    const key = keyOf(scope);
+    const stopped = this.prepareStops.get(key);
+    if (stopped && this.now() < stopped.until) {
+      const left = stopped.until - this.now();
+      throw new ApiError('unavailable', `this replica cannot heal for ${seconds(left)} s more: preparing its last snapshot was stopped`, undefined, { 'retry-after': seconds(left) });
+    }
     ensureDir(this.opts.root, scope);
-    const old = this.get(scope);
-    const generation = (old?.generation ?? currentGeneration(this.opts.root, scope) ?? 0) + 1;
+    const old = this.known.get(key) ?? null;
+    const onDisk = currentGeneration(this.opts.root, scope); // also removes leftovers: only this bootstrap runs here
+    const previous = old?.path ?? (onDisk === null ? null : replicaPath(this.opts.root, scope, onDisk));
+    const generation = Math.max(old?.generation ?? 0, onDisk ?? 0) + 1;
     const path = replicaPath(this.opts.root, scope, generation);
     const download = `${path}.download`;
+    let version: number;
     try {
       await this.opts.fetchSnapshot(scope, download);
-      const version = prepareSnapshot(download);
+      // Opening it parses the tenant's schema (and drops its triggers): in an executor, under the time limit.
+      const prepared = await this.opts.files.prepare(download);
+      if ('problem' in prepared) {
+        if (!prepared.stopped) throw new ApiError('unavailable', prepared.problem, undefined, { 'retry-after': '2' });
+        const backoff = this.penalize(this.prepareStops, key);
+        throw new ApiError('unavailable', `${prepared.problem}; this replica heals again in ${seconds(backoff.ms)} s`, undefined, { 'retry-after': seconds(backoff.ms) });
+      }
+      version = prepared.version;
       if (version < atLeast) throw new ApiError('unavailable', `the snapshot is at version ${version}, older than event ${atLeast}`, undefined, { 'retry-after': '1' });
       renameSync(download, path);
     } catch (e) {
+      // An executor may still hold the download (a preparation that failed after opening it).
+      await this.opts.files.release(download).catch(() => undefined);
       removeReplicaFiles(download);
       this.opts.logger.warn({ ...scope, why, err: e instanceof ApiError ? e.message : String(e) }, 'replica bootstrap failed');
       if (e instanceof ApiError) throw e;
       throw new ApiError('unavailable', 'the snapshot could not be used', undefined, { 'retry-after': '2' });
     }
-    const replica = new Replica(path, generation);
-    this.open.set(keyOf(scope), replica);
-    this.opts.logger.info({ ...scope, why, version: replica.version, generation }, 'replica bootstrapped from snapshot');
+    this.prepareStops.delete(key);
+    const replica = new Replica(path, generation, version);
+    this.known.set(key, replica);
+    this.opts.logger.info({ ...scope, why, version, generation }, 'replica bootstrapped from snapshot');
     this.notify(scope);
-    if (old) {
-      old.close();
-      await this.opts.release(old.path).catch(() => undefined);
-      removeReplicaFiles(old.path);
+    if (previous !== null) {
+      await this.opts.files.release(previous).catch(() => undefined);
+      removeReplicaFiles(previous);
     }
   }
 
@@ -167,7 +251,6 @@ export class ReplicaSet {
     this.closed = true;
     await Promise.allSettled([...this.locks.values()]);
     for (const set of this.waiters.values()) for (const w of [...set]) w.resolve(false);
-    for (const replica of this.open.values()) replica.close();
-    this.open.clear();
+    this.known.clear();
   }
 }

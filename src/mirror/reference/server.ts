@@ -9,6 +9,7 @@ import type { Logger } from '../../shared/log.ts';
 import { registerHook } from './hook.ts';
 import { registerQuery } from './query.ts';
 import { ReplicaSet } from './replicas.ts';
+import { executorFiles } from './replica.ts';
 import { fetchSnapshot } from './snapshot.ts';
 
 export interface ReferenceMirrorOptions {
@@ -36,6 +37,8 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
   if (!/^whsec_[A-Za-z0-9+/=]{16,}$/.test(secret)) throw new ConfigError('MIRROR_SECRET: must be in Standard Webhooks form whsec_<base64>');
   const logger = opts.logger.child({ server: 'mirror' });
   // Reads run in the primary's executor processes: same sandbox, value encoding, result limits and query timeout.
+  // So do applies (and every other use of a replica file): they run the tenant's expressions, and this one event
+  // loop serves every org's replicas (replica.ts).
   const pool = new ExecutorPool({
     processes: Math.min(config.db.executors, 2),
     limits: {
@@ -53,9 +56,9 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
     root: join(config.dataDir, 'mirror'),
     logger,
     fetchSnapshot: (scope, target) => fetchSnapshot(source, scope, target),
-    release: (path) => pool.broadcast({ op: 'forget', path }),
+    // Under the primary's statement limit: the primary ran the same expressions within it when it wrote the rows.
+    files: executorFiles(pool, config.db.queryTimeoutMs),
     holdMs: HOLD_MS,
-    maxOpen: config.db.maxOpenDatabases,
   });
   // Changesets can be larger than the request that caused them (one UPDATE of many rows).
   const app = createHttpApp({ logger, bodyLimit: Math.max(config.db.maxBodyBytes * 4, 64 * 1024 * 1024), connections: opts.connections });
