@@ -3,12 +3,12 @@
 // most of the statement time limit must not stall the follower node: another org's reads on that node stay quick,
 // the node keeps its lease (no failover of the other org's database), and the tenant's own writes still reach the
 // follower (applied in an executor under a time limit, or shipped as a snapshot when that limit is passed).
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { NODES } from '../src/cluster/placement.ts';
-import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
+import { eventIds, clusterForSuite, type TestCluster } from './helpers/cluster.ts';
 import type { HttpResult } from './helpers/product.ts';
 
 const ORG = 'acme';
@@ -21,18 +21,12 @@ const ATTACK_MS = 8000;
 
 describe('cluster: a tenant\'s expressions do not stall its follower node', () => {
   let cluster: TestCluster;
-  before(async () => {
-    cluster = await startCluster({
+  clusterForSuite({
       nodes: 2, ttlS: 2,
       // Two executors per repo of three: the attacker's work on a node leaves one to other repos. The primary's limit
       // leaves room for two writes grouped on a busy machine; a follower's apply gets half the lease TTL (1 s) here.
-      env: { DB_EXECUTORS: '3', DB_EXECUTORS_PER_REPO: '2', DB_QUERY_TIMEOUT_MS: '6000', LOG_LEVEL: process.env.TEST_CLUSTER_LOG ?? 'silent' },
-    });
-  });
-  after(async () => {
-    if (process.env.TEST_CLUSTER_LOG) for (const n of cluster.nodes) process.stderr.write(`--- ${n.id}\n${(n.proc?.stdout() ?? '') + (n.proc?.stderr() ?? '')}\n`);
-    await cluster?.close();
-  });
+      env: { DB_EXECUTORS: '3', DB_EXECUTORS_PER_REPO: '2', DB_QUERY_TIMEOUT_MS: '6000'},
+    }, (c) => (cluster = c));
 
   const victimRead = async (): Promise<{ ms: number; res: HttpResult }> => {
     const at = performance.now();

@@ -4,25 +4,19 @@
 // woken from a pause), never took its leader key back either, and the database answered 503 for ever. Now the
 // recorded primary takes it back (the promotion's conditions: placement unchanged, leader key absent) and brings its
 // follower in line.
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { LEADER, NODES } from '../src/cluster/placement.ts';
-import { eventIds, startCluster, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
+import { eventIds, clusterForSuite, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
 import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters } from './helpers/cluster-writers.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('cluster: the primary takes its database back', () => {
   let cluster: TestCluster;
-  before(async () => {
-    cluster = await startCluster({ nodes: 3, ttlS: 2, env: { LOG_LEVEL: process.env.TEST_CLUSTER_LOG ?? 'silent' } });
-  });
-  after(async () => {
-    if (process.env.TEST_CLUSTER_LOG) for (const n of cluster.nodes) process.stderr.write(`--- ${n.id}\n${(n.proc?.stdout() ?? '') + (n.proc?.stderr() ?? '')}\n`);
-    await cluster?.close();
-  });
+  clusterForSuite({ nodes: 3, ttlS: 2 }, (c) => (cluster = c));
 
   const group = (node: ClusterNodeProcess, signal: NodeJS.Signals) => process.kill(-node.proc!.child.pid!, signal);
 

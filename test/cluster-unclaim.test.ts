@@ -2,14 +2,14 @@
 // key in etcd, no file on any node, as a single node leaves no file. A write queued behind the failing one is never
 // lost nor run on a node without placement: the claim is released only when no other write to the database is
 // admitted, and writes arriving during the release are admitted again afterwards.
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { createRemoteDb } from '../src/db/remote.ts';
 import { LEADER, PLACEMENT } from '../src/cluster/placement.ts';
-import { startCluster, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
+import { clusterForSuite, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
 import { SQLITE, upload } from './helpers/imports.ts';
 import type { HttpResult } from './helpers/product.ts';
 
@@ -24,13 +24,7 @@ async function waitFor(check: () => boolean | Promise<boolean>): Promise<boolean
 
 describe('cluster: a failed first write leaves no placement', () => {
   let cluster: TestCluster;
-  before(async () => {
-    cluster = await startCluster({ nodes: 3, ttlS: 4, env: { LOG_LEVEL: process.env.TEST_CLUSTER_LOG ?? 'silent' } });
-  });
-  after(async () => {
-    if (process.env.TEST_CLUSTER_LOG) for (const n of cluster.nodes) process.stderr.write(`--- ${n.id}\n${(n.proc?.stdout() ?? '') + (n.proc?.stderr() ?? '')}\n`);
-    await cluster?.close();
-  });
+  clusterForSuite({ nodes: 3, ttlS: 4 }, (c) => (cluster = c));
 
   const db = (op: string, body: unknown) => cluster.proxy.db(REPO, op, body);
   const keys = async (prefix: string) => (await cluster.client.prefix(`${prefix}${ORG}/${REPO}/`)).kvs.map((kv) => kv.key);

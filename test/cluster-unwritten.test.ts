@@ -2,11 +2,11 @@
 // ship), so it waited for the primary for ever — and a primary back from the dead holds no leader key — answering
 // 503 to every request. A `fresh` placement (a claim) whose follower holds no copy has nothing acknowledged to lose:
 // the follower takes over, and the database is written there.
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { eventIds, startCluster, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
+import { eventIds, clusterForSuite, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
 
 const ORG = 'acme';
 const REPO = 'web';
@@ -14,13 +14,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('cluster: a claim never written', () => {
   let cluster: TestCluster;
-  before(async () => {
-    cluster = await startCluster({ nodes: 3, ttlS: 2, env: { LOG_LEVEL: process.env.TEST_CLUSTER_LOG ?? 'silent' } });
-  });
-  after(async () => {
-    if (process.env.TEST_CLUSTER_LOG) for (const n of cluster.nodes) process.stderr.write(`--- ${n.id}\n${(n.proc?.stdout() ?? '') + (n.proc?.stderr() ?? '')}\n`);
-    await cluster?.close();
-  });
+  clusterForSuite({ nodes: 3, ttlS: 2 }, (c) => (cluster = c));
 
   const file = (node: ClusterNodeProcess, database: string) => existsSync(join(node.dataDir, 'db', ORG, REPO, `${database}.sqlite`));
 

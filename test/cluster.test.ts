@@ -1,6 +1,6 @@
 // Scale-out on etcd (docs/scaling.md): real etcd, three `serve db` nodes, a proxy, writers over several databases.
 // Every 200 is on two disks; a primary killed with -9 or paused loses nothing acknowledged and leaves no version gap.
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync } from 'node:fs';
 import { connect } from 'node:net';
@@ -9,20 +9,14 @@ import { request } from 'undici';
 import { proxyToken } from '../src/db/remote.ts';
 import { moveDatabase } from '../src/cluster/move.ts';
 import { PLACEMENT } from '../src/cluster/placement.ts';
-import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
+import { eventIds, clusterForSuite, type TestCluster } from './helpers/cluster.ts';
 import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters } from './helpers/cluster-writers.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('cluster: synchronous follower and failover', () => {
   let cluster: TestCluster;
-  before(async () => {
-    cluster = await startCluster({ nodes: 3, ttlS: 2, env: { LOG_LEVEL: process.env.TEST_CLUSTER_LOG ?? 'silent' } });
-  });
-  after(async () => {
-    if (process.env.TEST_CLUSTER_LOG) for (const n of cluster.nodes) process.stderr.write(`--- ${n.id}\n${(n.proc?.stdout() ?? '') + (n.proc?.stderr() ?? '')}\n`);
-    await cluster?.close();
-  });
+  clusterForSuite({ nodes: 3, ttlS: 2 }, (c) => (cluster = c));
 
   const db = (op: string, body: unknown) => cluster.proxy.db(REPO, op, body);
 

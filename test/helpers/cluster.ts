@@ -1,5 +1,6 @@
 // A real cluster for tests: one etcd, N `serve db` nodes as child processes (own DATA_DIR each), an in-process proxy.
 import { existsSync, rmSync } from 'node:fs';
+import { after, before } from 'node:test';
 import { DatabaseSync } from 'node:sqlite';
 import { join } from 'node:path';
 import { Etcd } from '../../src/cluster/etcd.ts';
@@ -104,4 +105,20 @@ export async function startCluster({ nodes = 3, ttlS = 2, env = {} }: { nodes?: 
       await etcd.stop();
     },
   };
+}
+
+/**
+ * One cluster for the enclosing describe: started before its tests (handed to `use`), closed after them, each node's
+ * output printed first when TEST_CLUSTER_LOG is set (then also the nodes' LOG_LEVEL).
+ */
+export function clusterForSuite(opts: { nodes?: number; ttlS?: number; env?: Record<string, string> }, use: (cluster: TestCluster) => void): void {
+  let cluster: TestCluster | undefined;
+  before(async () => {
+    cluster = await startCluster({ ...opts, env: { LOG_LEVEL: process.env.TEST_CLUSTER_LOG ?? 'silent', ...opts.env } });
+    use(cluster);
+  });
+  after(async () => {
+    if (process.env.TEST_CLUSTER_LOG && cluster) for (const n of cluster.nodes) process.stderr.write(`--- ${n.id}\n${(n.proc?.stdout() ?? '') + (n.proc?.stderr() ?? '')}\n`);
+    await cluster?.close();
+  });
 }
