@@ -1,7 +1,8 @@
 // The follower's side of one database: its copy is a file at the same place a primary keeps it (so promotion is only
 // a placement change). Events are applied to it in an executor process (DbService.applyToCopy: they run the tenant's
 // expressions, which must not run on this event loop); here, only what runs none: its state and a snapshot's install.
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync } from 'node:fs';
+import { open as fsOpen } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { DatabaseSync } from 'node:sqlite';
 import { openCopy as open, readVersion } from '../db/apply-event.ts';
@@ -50,7 +51,7 @@ export function copyState(path: string): CopyState {
  * Every executor process must have let go of the copy first (DbService.forget). Runs none of the tenant's
  * expressions: a version read, a checkpoint and file operations.
  */
-export function installSnapshot(path: string, received: string): number {
+export async function installSnapshot(path: string, received: string): Promise<number> {
   closeCopy(path);
   const db = open(received);
   let version: number;
@@ -60,14 +61,20 @@ export function installSnapshot(path: string, received: string): number {
   } finally {
     db.close();
   }
-  const fd = openSync(received, 'r');
-  fsyncSync(fd);
-  closeSync(fd);
+  await fsyncPath(received); // off the event loop: a file of up to DB_MAX_SIZE_BYTES takes seconds to reach the disk
   removeCopy(path);
   mkdirSync(dirname(path), { recursive: true });
   renameSync(received, path);
-  const dir = openSync(dirname(path), 'r');
-  fsyncSync(dir);
-  closeSync(dir);
+  await fsyncPath(dirname(path));
   return version;
+}
+
+/** fsync(2) in libuv's thread pool: every other database this node serves goes on meanwhile. */
+async function fsyncPath(path: string): Promise<void> {
+  const handle = await fsOpen(path, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
 }

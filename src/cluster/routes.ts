@@ -107,7 +107,7 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
           await node.forgetCopy(t.key); // every executor process, each time: they keep connections to copies they applied to
           let version: number;
           try {
-            version = installSnapshot(t.path, received);
+            version = await installSnapshot(t.path, received);
           } catch (e) {
             throw new ApiError('invalid_request', `the body is not a scopebase database: ${(e as Error).message.slice(0, 120)}`);
           }
