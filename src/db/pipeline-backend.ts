@@ -1,7 +1,8 @@
-// SPEC 4.10: what the Hrana pipeline runs on, the reads and writes of 4.3 and 4.4 through the executor pool.
+// SPEC 4.10: what the Hrana pipeline runs on, the reads and writes of 4.3 and 4.4 through the executor pool; and an
+// executor's reply as every endpoint's response or error.
 import { ApiError } from '../shared/errors.ts';
 import type { Config } from '../shared/config.ts';
-import type { Replication, Scope } from './contract.ts';
+import type { DbResponse, Replication, Scope } from './contract.ts';
 import type { ExecReply, ExecutorPool, LaneHold } from './executor/pool.ts';
 import type { HranaBackend } from './hrana/index.ts';
 import { validate } from './request.ts';
@@ -15,6 +16,13 @@ export interface PipelineParts {
   reportBug(e: unknown): void;
   /** A write's reply once it is on the follower too (cluster mode). */
   replicated(scope: Scope, res: ExecReply): Promise<ExecReply>;
+}
+
+export const JSON_TYPE = 'application/json; charset=utf-8';
+
+/** An executor's reply (its body JSON already) as the service's response. */
+export function json(res: ExecReply): DbResponse {
+  return { status: res.status, headers: { 'content-type': JSON_TYPE }, body: res.body };
 }
 
 /** An executor's error reply (SPEC 3's shape) as the error it stands for. */

@@ -13,12 +13,13 @@ import { dbRequests as requests, opLabel, unknownOperation } from './admit.ts';
 import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Replication, Scope } from './contract.ts';
 import { ExecutorPool, type ExecReply } from './executor/pool.ts';
 import { Layout } from './layout.ts';
-import { importParams, receiveBody } from './import.ts';
+import { importParams } from './import.ts';
 import { databaseOf, MAX_CHANGES_PAGE, parseBody, validate, type Op } from './request.ts';
 import { Hrana, isCursor, pipelineDatabase } from './hrana/index.ts';
-import { notFound, pipelineBackend, replyError } from './pipeline-backend.ts';
+import { json, JSON_TYPE, notFound, pipelineBackend } from './pipeline-backend.ts';
 import { removeCopy } from './history/rebuild.ts';
-import { exportHeaders, makeFile, streamFile, tmpFile } from './files.ts';
+import { tmpFile } from './files.ts';
+import { FileEndpoints } from './file-endpoints.ts';
 import { TEMP_SPACE_WATCHED } from './executor/temp-space.ts';
 
 export interface DbServiceOptions {
@@ -26,15 +27,9 @@ export interface DbServiceOptions {
   logger: Logger;
 }
 
-const JSON_TYPE = 'application/json; charset=utf-8';
 /** Operations a cluster's primary alone may run. */
 const WRITES = new Set<string>(['execute', 'migrate', 'restore', 'import']);
-/**
- * Imports being received and exports and snapshots being sent that one repo may have under way at once. Each holds a
- * file in DATA_DIR/tmp of up to DB_MAX_SIZE_BYTES until its upload ends or its reader has read it to the end, and a
- * client that never reads holds it for good: without a bound, one repo's secret filled the disk every tenant shares.
- */
-export const MAX_FILES_PER_REPO = 4;
+export { MAX_FILES_PER_REPO } from './file-endpoints.ts'; // where it was first, for its importers
 
 const pools = new Set<ExecutorPool>();
 new Gauge({
@@ -58,8 +53,7 @@ export class DbService implements DbHandler, ChangeFeed {
   /** Databases known to exist: nothing deletes a database but a failed first write, which forgets it here. */
   private readonly known = new Set<string>();
   private readonly tmpDir: string;
-  /** Files in tmpDir held for requests now, per `org/repo` (MAX_FILES_PER_REPO). */
-  private readonly filesHeld = new Map<string, number>();
+  private readonly files: FileEndpoints;
   /** SPEC 3's 429: requests per repo, after authentication (a stranger cannot spend a repo's allowance). */
   private readonly limiter: RateLimiter | null;
   private readonly unwatchLoop = watchLoopDelay();
@@ -114,6 +108,10 @@ export class DbService implements DbHandler, ChangeFeed {
       : null;
     pools.add(this.pool);
     this.hrana = new Hrana(db);
+    this.files = new FileEndpoints({
+      pool: this.pool, layout: this.layout, tmpDir: this.tmpDir, limits: db,
+      exists: (s) => this.exists(s), admittedWrite: (s, work) => this.admittedWrite(s, work), replicated: (s, res) => this.replicated(s, res),
+    });
   }
 
   attachMirrors(report: MirrorReport): void {
@@ -278,9 +276,9 @@ export class DbService implements DbHandler, ChangeFeed {
         return json(res);
       }
       case 'snapshot':
-        return this.snapshot(scope, path);
+        return this.files.snapshot(scope, path);
       case 'export':
-        return this.exportFile(scope, path, (body.format as 'sqlite' | 'sql' | undefined) ?? 'sqlite');
+        return this.files.exportFile(scope, path, (body.format as 'sqlite' | 'sql' | undefined) ?? 'sqlite');
     }
   }
 
@@ -290,48 +288,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const params = importParams(upload.query, upload.contentType);
     this.authorize(req);
     const scope: Scope = { org: req.org, repo: req.repo, database: params.database };
-    const release = this.holdFile(scope);
-    try {
-      return await this.receiveImport(scope, params, upload);
-    } finally {
-      release();
-    }
-  }
-
-  /**
-   * Takes one of the repo's MAX_FILES_PER_REPO file slots, before any file is made: 503 `unavailable` when all are
-   * taken. Returns the function that gives it back (once, however often it is called).
-   */
-  private holdFile(scope: Scope): () => void {
-    const key = `${scope.org}/${scope.repo}`;
-    const held = this.filesHeld.get(key) ?? 0;
-    if (held >= MAX_FILES_PER_REPO) {
-      throw new ApiError('unavailable', `this repo has ${MAX_FILES_PER_REPO} imports, exports and snapshots under way, the most it may have at once (each holds a file on the server's disk until it is uploaded, or read to its end); nothing of this request ran, retry once one has finished`, { committed: false, limit: MAX_FILES_PER_REPO }, { 'retry-after': '1' });
-    }
-    this.filesHeld.set(key, held + 1);
-    let given = false;
-    return () => {
-      if (given) return;
-      given = true;
-      const left = (this.filesHeld.get(key) ?? 1) - 1;
-      if (left > 0) this.filesHeld.set(key, left);
-      else this.filesHeld.delete(key);
-    };
-  }
-
-  private receiveImport(scope: Scope, params: ReturnType<typeof importParams>, upload: NonNullable<DbRequest['upload']>): Promise<DbResponse> {
-    return this.admittedWrite(scope, async () => {
-      if (params.mode === 'create' && this.exists(scope)) throw new ApiError('invalid_request', `database ${params.database} exists: import with mode=replace to overwrite it`);
-      const source = await receiveBody(upload.stream, this.tmpDir, this.config.db.maxSizeBytes);
-      const scratch = `${source}.sqlite`; // where SQL text is loaded: named here, so it goes even if its executor is killed
-      try {
-        const body = Buffer.from(JSON.stringify({ source, scratch, format: params.format, mode: params.mode }));
-        return json(await this.replicated(scope, await this.pool.write(scope, this.layout.path(scope), 'import', body)));
-      } finally {
-        removeCopy(source); // with the -wal/-shm an upload in WAL mode gets when the executor opens it
-        removeCopy(scratch);
-      }
-    });
+    return this.files.importUpload(scope, params, upload);
   }
 
   private async status(scope: Scope, path: string): Promise<DbResponse> {
@@ -344,55 +301,14 @@ export class DbService implements DbHandler, ChangeFeed {
     return { status: 200, body: JSON.stringify({ database: scope.database, exists: true, version: s.version, sizeBytes: s.sizeBytes, tables: s.tables, migrations: s.migrations, history: s.history, mirrors, databases }) };
   }
 
-  /** For mirrors (SPEC 4.9): a consistent copy with its internal tables, as the executor made it. */
-  private snapshot(scope: Scope, path: string): Promise<DbResponse> {
-    return this.fileReply(scope, { op: 'snapshot', path }, 'sqlite', { 'content-type': 'application/vnd.sqlite3' });
-  }
-
-  /** SPEC 4.12: a clean copy or a SQL dump. */
-  private exportFile(scope: Scope, path: string, format: 'sqlite' | 'sql'): Promise<DbResponse> {
-    return this.fileReply(scope, { op: 'export', path, format }, format, exportHeaders(scope.database, format));
-  }
-
-  private async fileReply(scope: Scope, header: Record<string, unknown>, suffix: string, headers: Record<string, string>): Promise<DbResponse> {
-    if (!this.exists(scope)) throw notFound(scope);
-    // The slot is held until the file is gone: read to its end, or its reader gone (the stream closes either way).
-    const release = this.holdFile(scope);
-    let made: Awaited<ReturnType<DbService['makeFile']>>;
-    try {
-      made = await this.makeFile(scope, header, suffix);
-    } catch (e) {
-      release();
-      throw e;
-    }
-    if (!('path' in made)) {
-      release();
-      return json(made);
-    }
-    try {
-      return streamFile(made, headers, release);
-    } catch (e) {
-      release();
-      throw e;
-    }
-  }
-
-  /** A file's time budget: a snapshot or export of a large database takes a while. */
-  private makeFile(scope: Scope, header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
-    if (!this.exists(scope)) throw notFound(scope);
-    return makeFile(this.pool, this.tmpDir, Math.max(this.config.db.queryTimeoutMs, 600_000), header, suffix);
-  }
-
   // What a cluster node needs besides the change log: where a database lives, a consistent copy, and letting go of it.
   databasePath(scope: Scope): string {
     return this.layout.path(scope);
   }
 
   /** A consistent copy of the database with its internal tables, in DATA_DIR/tmp; the caller removes it. */
-  async snapshotFile(scope: Scope): Promise<{ path: string; version: number }> {
-    const made = await this.makeFile(scope, { op: 'snapshot', path: this.layout.path(scope) }, 'sqlite');
-    if ('path' in made) return made;
-    throw replyError(made.body);
+  snapshotFile(scope: Scope): Promise<{ path: string; version: number }> {
+    return this.files.snapshotFile(scope);
   }
 
   /** The executors close the database's file: another writer (a cluster's follower path) is about to change it. */
@@ -447,10 +363,6 @@ export class DbService implements DbHandler, ChangeFeed {
     this.hrana.close();
     await this.pool.close();
   }
-}
-
-function json(res: ExecReply): DbResponse {
-  return { status: res.status, headers: { 'content-type': JSON_TYPE }, body: res.body };
 }
 
 function saturated(limitMs: number): ApiError {
