@@ -1,0 +1,34 @@
+// After a lost reply, whether the write committed is asked by its token, never guessed: a write is not run twice.
+import { LostError } from './process.ts';
+import type { Scheduler } from './scheduler.ts';
+import { tenantOfPath } from './pool-errors.ts';
+import { ApiError } from '../../shared/errors.ts';
+
+/**
+ * After a lost reply: did the write with this token commit? `created`: it was creating its database, which the
+ * executor removes when nothing of it committed (still at version 0, or killed before its internal tables).
+ * A probe lost in turn (its process killed too, as when every executor is; or stopped on a starved machine) is
+ * sent again, twice at most: it only reads, and removes only what nothing committed to.
+ */
+export async function probeCommitted(scheduler: Scheduler, timeoutMs: number, path: string, token: string, created: boolean): Promise<boolean> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const probe = await scheduler.run(tenantOfPath(path), true, { op: 'probe', path, token, created }, undefined, timeoutMs);
+      return probe.header.committed === true;
+    } catch (e) {
+      if (!(e instanceof LostError) || e.reason === 'unstarted' || scheduler.closing || attempt >= 3) throw e;
+    }
+  }
+}
+
+/** The process died during a transaction's COMMIT: did it commit? (SQLite's journal makes it all or nothing.) */
+export async function lostCommit(scheduler: Scheduler, timeoutMs: number, path: string, token: string, created: boolean): Promise<ApiError> {
+  let committed: boolean | null;
+  try {
+    committed = await probeCommitted(scheduler, timeoutMs, path, token, created);
+  } catch {
+    committed = null;
+  }
+  const what = committed === null ? 'whether it committed is unknown: read the data back' : committed ? 'it committed' : 'nothing of it was applied';
+  return new ApiError('unavailable', `the executor stopped during this transaction's commit; ${what}`, { committed }, { 'retry-after': '1' });
+}

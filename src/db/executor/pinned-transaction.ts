@@ -1,0 +1,58 @@
+// An interactive transaction runs every message on the one process that holds its connection, and ends exactly once.
+import { randomBytes } from 'node:crypto';
+import { LostError, type ExecutorProcess } from './process.ts';
+import type { Scheduler } from './scheduler.ts';
+import { lostToApiError, tenantOfPath } from './pool-errors.ts';
+import { lostCommit, probeCommitted } from './commit-probe.ts';
+import type { ExecReply, PoolOptions } from './pool.ts';
+import type { Scope } from '../contract.ts';
+import { ApiError } from '../../shared/errors.ts';
+
+/**
+ * A database's write lane held by an interactive transaction: later writes to the database wait behind it, and
+ * its messages all run on one executor process (the transaction lives on a connection there).
+ */
+export interface LaneHold {
+  /** The database file does not exist yet: the transaction may create it (the quota was checked). */
+  readonly create: boolean;
+  /** Runs one message on the transaction's process; a reply with `v` in its header committed that version. */
+  run(header: Record<string, unknown>, body?: Buffer, budgetMs?: number): Promise<ExecReply>;
+  /** Lets the writes behind it go; call it exactly when the transaction ended (committed, rolled back, or lost). */
+  release(): void;
+}
+
+/** The transaction's handle: its messages all go to `proc`; `release` unpins it (and lets its lane go: `ended`). */
+export function pinTransaction(
+  scheduler: Scheduler, opts: Pick<PoolOptions, 'floor' | 'onCommit' | 'timeoutMs'>,
+  scope: Scope, path: string, proc: ExecutorProcess, created: (() => void) | null, ended: () => void,
+): LaneHold {
+  const tenant = tenantOfPath(path);
+  // What every message of the transaction carries: where, whose, and the token a lost commit is probed by.
+  const common = { path, scope, create: created !== null, floor: opts.floor(scope), token: randomBytes(12).toString('base64url') };
+  let released = false;
+  return {
+    create: created !== null,
+    run: async (header, body, budgetMs = opts.timeoutMs) => {
+      if (released) throw new ApiError('invalid_request', 'this transaction has ended');
+      try {
+        const frame = await scheduler.runOn(proc, tenant, { ...header, ...common }, body, budgetMs);
+        const version = frame.header.v as number | undefined;
+        if (version !== undefined) opts.onCommit(scope, version);
+        return { status: frame.header.s as number, body: frame.body, version };
+      } catch (e) {
+        if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await lostCommit(scheduler, opts.timeoutMs, path, common.token, common.create);
+        // The transaction died with its process. One that was creating its database leaves none (the probe
+        // removes it at version 0), as a first write killed before its commit does; the lane is still held here.
+        if (e instanceof LostError && common.create) await probeCommitted(scheduler, opts.timeoutMs, path, common.token, true).catch(() => null);
+        throw lostToApiError(e, budgetMs);
+      }
+    },
+    release: () => {
+      if (released) return;
+      released = true;
+      scheduler.unpin(proc, tenant);
+      created?.();
+      ended();
+    },
+  };
+}

@@ -1,0 +1,245 @@
+// A database's writes run in arrival order, one group (one commit) at a time, none past its allowance: no SQLITE_BUSY.
+import { randomBytes } from 'node:crypto';
+import { LostError } from './process.ts';
+import { maxWait, type Scheduler, waitedTooLong } from './scheduler.ts';
+import { lostToApiError, overloaded, tenantOfPath } from './pool-errors.ts';
+import { probeCommitted } from './commit-probe.ts';
+import { pinTransaction, type LaneHold } from './pinned-transaction.ts';
+import type { ExecReply, PoolOptions } from './pool.ts';
+import type { Scope } from '../contract.ts';
+import { ApiError } from '../../shared/errors.ts';
+
+/** Writes that go through a database's lane; only executes are grouped. */
+export type WriteOp = 'execute' | 'migrate' | 'restore' | 'import';
+
+interface WriteItem {
+  op: WriteOp | 'hold';
+  body: Buffer;
+  /** When it reached the lane: its wait for an executor counts from here. */
+  at: number;
+  resolve: (r: ExecReply) => void;
+  reject: (e: unknown) => void;
+  /** For a hold: hands over the held lane. */
+  held?: (hold: LaneHold) => void;
+  /** Already run once more after its process died under it without committing it. */
+  retried?: boolean;
+}
+
+interface Lane {
+  scope: Scope;
+  busy: boolean;
+  queue: WriteItem[];
+  /** When its queue was last empty (each group takes all it can): see maxWait. */
+  lastEmptyAt: number;
+  /** Since when an interactive transaction holds it, or null. */
+  heldSince: number | null;
+}
+
+const MAX_GROUP = 256;
+const MAX_GROUP_BYTES = 8 * 1024 * 1024;
+
+/** How long a database's writes may queue, and how many (the pool's DB_QUEUE_* settings). */
+export interface LaneLimits {
+  maxLane: number;
+  timeoutMs: number;
+  targetMs: number;
+}
+
+export class WriteLanes {
+  private readonly lanes = new Map<string, Lane>();
+  private readonly scheduler: Scheduler;
+  private readonly opts: PoolOptions;
+  private readonly maxLane: number;
+  private readonly timeoutMs: number;
+  private readonly targetMs: number;
+
+  constructor(scheduler: Scheduler, opts: PoolOptions, limits: LaneLimits) {
+    this.scheduler = scheduler;
+    this.opts = opts;
+    this.maxLane = limits.maxLane;
+    this.timeoutMs = limits.timeoutMs;
+    this.targetMs = limits.targetMs;
+  }
+
+  private get closing(): boolean {
+    return this.scheduler.closing;
+  }
+
+  /** A write (execute or migrate) to one database, serialized with the other writes to it. */
+  write(scope: Scope, path: string, op: WriteOp, body: Buffer): Promise<ExecReply> {
+    return new Promise((resolve, reject) => this.enqueue(scope, path, { op, body, at: performance.now(), resolve, reject }));
+  }
+
+  /** Joins the database's lane: writes to one database run in arrival order, one group at a time. */
+  private enqueue(scope: Scope, path: string, item: WriteItem): void {
+    if (this.closing) return item.reject(new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' }));
+    let lane = this.lanes.get(path);
+    if (!lane) {
+      lane = { scope, busy: false, queue: [], lastEmptyAt: performance.now(), heldSince: null };
+      this.lanes.set(path, lane);
+    }
+    if (lane.queue.length >= this.maxLane) return item.reject(overloaded(`${this.maxLane} writes to this database already wait`));
+    lane.queue.push(item);
+    if (lane.heldSince !== null) this.waitBehindHold(lane, item);
+    if (!lane.busy) void this.flush(path, lane);
+  }
+
+  /** A write behind an open interactive transaction waits DB_QUEUE_TIMEOUT_MS at most, and is told why it waited. */
+  private waitBehindHold(lane: Lane, item: WriteItem): void {
+    if (item.op === 'hold') return; // a BEGIN waits its turn: TxQuota and the transaction limits bound it
+    setTimeout(() => {
+      const at = lane.queue.indexOf(item);
+      if (at === -1 || lane.heldSince === null) return;
+      lane.queue.splice(at, 1);
+      const open = Math.round(performance.now() - lane.heldSince);
+      item.reject(new ApiError('unavailable', `this database's writes wait behind an interactive transaction (a libSQL stream) open for ${open} ms; this write waited ${this.timeoutMs} ms (DB_QUEUE_TIMEOUT_MS) and did not start: retry after a second (an idle transaction is rolled back after DB_STREAM_IDLE_MS, any after DB_TRANSACTION_MAX_MS)`, { committed: false }, { 'retry-after': '1' }));
+    }, Math.max(0, item.at + this.timeoutMs - performance.now())).unref();
+  }
+
+  /** Waits for the writes queued ahead, then holds the database's lane until `release()` (Hrana streams). */
+  holdLane(scope: Scope, path: string): Promise<LaneHold> {
+    return new Promise((held, reject) => this.enqueue(scope, path, { op: 'hold', body: Buffer.alloc(0), at: performance.now(), resolve: () => {}, reject, held }));
+  }
+
+  private async hold(path: string, lane: Lane, item: WriteItem): Promise<void> {
+    let created: (() => void) | null;
+    try {
+      created = this.opts.beforeCreate(lane.scope, path);
+    } catch (e) {
+      item.reject(e);
+      return;
+    }
+    const proc = this.scheduler.pin(tenantOfPath(path));
+    if (!proc) {
+      created?.();
+      item.reject(overloaded('no executor process is running'));
+      return;
+    }
+    await new Promise<void>((ended) => item.held!(pinTransaction(this.scheduler, this.opts, lane.scope, path, proc, created, ended)));
+  }
+
+  private take(lane: Lane): WriteItem[] {
+    const first = lane.queue[0]!;
+    if (first.op !== 'execute') return lane.queue.splice(0, 1);
+    let n = 0;
+    let bytes = 0;
+    while (n < lane.queue.length && n < MAX_GROUP && lane.queue[n]!.op === 'execute' && (n === 0 || bytes + lane.queue[n]!.body.length <= MAX_GROUP_BYTES)) {
+      bytes += lane.queue[n]!.body.length;
+      n++;
+    }
+    return lane.queue.splice(0, n);
+  }
+
+  private async flush(path: string, lane: Lane): Promise<void> {
+    lane.busy = true;
+    while (lane.queue.length > 0) {
+      // Writes that waited past their allowance behind earlier groups are refused, not run late.
+      const now = performance.now();
+      const cutoff = now - maxWait(lane.lastEmptyAt, now, this.timeoutMs, this.targetMs);
+      while (lane.queue.length > 0 && lane.queue[0]!.at < cutoff && lane.queue[0]!.op !== 'hold') {
+        const it = lane.queue.shift()!;
+        it.reject(lostToApiError(waitedTooLong(now - it.at), 0));
+      }
+      if (lane.queue.length === 0) break;
+      const items = this.take(lane);
+      if (lane.queue.length === 0) lane.lastEmptyAt = now;
+      const startedAt = performance.now();
+      if (items[0]!.op === 'hold') {
+        lane.heldSince = performance.now();
+        for (const waiting of lane.queue) this.waitBehindHold(lane, waiting);
+        await this.hold(path, lane, items[0]!);
+        lane.heldSince = null;
+        lane.lastEmptyAt = performance.now(); // the wait behind a transaction is not overload: DB_QUEUE_TIMEOUT_MS bounds it
+      }
+      else await this.runGroup(path, lane, items, items.length > 1);
+      // Every write still here waited for this group, its database's earlier write, which SPEC 4.8 serializes it
+      // behind (bounded by its time limit), not for an executor: that time is not held against its allowance. (Only
+      // those that came during the group were credited: one queued behind two groups was refused after the second.)
+      const end = performance.now();
+      for (const it of lane.queue) it.at += end - Math.max(it.at, startedAt);
+    }
+    lane.busy = false;
+    this.lanes.delete(path);
+  }
+
+  private async runGroup(path: string, lane: Lane, items: WriteItem[], splittable: boolean): Promise<void> {
+    let release: (() => void) | null = null;
+    try {
+      release = this.opts.beforeCreate(lane.scope, path);
+    } catch (e) {
+      for (const it of items) it.reject(e);
+      return;
+    }
+    const token = randomBytes(12).toString('base64url');
+    const header = {
+      op: items[0]!.op, path, create: release !== null, scope: lane.scope, floor: this.opts.floor(lane.scope), token,
+      lens: items.map((it) => it.body.length),
+    };
+    // A restore or an import rebuilds or copies a whole database: given the time a snapshot is. Each statement of an
+    // imported SQL text is held to the statement limit, as any statement (the executor restarts the clock for each).
+    const budget = items[0]!.op === 'restore' || items[0]!.op === 'import' ? Math.max(this.opts.timeoutMs, 600_000) : this.opts.timeoutMs;
+    if (items[0]!.op === 'import') Object.assign(header, { statementMs: this.opts.timeoutMs, budgetMs: budget });
+    try {
+      const body = items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body));
+      const frame = await this.scheduler.run(tenantOfPath(path), true, header, body, budget, items[0]!.at);
+      // One reply for the whole group: the executor failed before running any of it (e.g. a damaged file).
+      const whole = frame.header.items === undefined;
+      const replies = whole ? items.map(() => ({ s: (frame.header.s as number | undefined) ?? 500, n: frame.body.length, v: undefined })) : frame.header.items as { s: number; v?: number; n: number }[];
+      let off = 0;
+      replies.forEach((r, i) => {
+        const body = whole ? frame.body : frame.body.subarray(off, off + r.n);
+        if (!whole) off += r.n;
+        if (r.v !== undefined) this.opts.onCommit(lane.scope, r.v);
+        items[i]!.resolve({ status: r.s, body, version: r.v });
+      });
+      // A change no changeset can carry ended the group early: the rest go first in the next one.
+      if (replies.length < items.length) {
+        const rest = items.slice(replies.length);
+        for (const it of rest) it.at = performance.now(); // they waited for their own group, not for an executor
+        lane.queue.unshift(...rest);
+      }
+    } catch (e) {
+      await this.recover(path, lane, items, splittable, token, e, release !== null);
+    } finally {
+      release?.();
+    }
+  }
+
+  /** A group got no reply. If it committed, say so; else rerun its requests one by one to find the runaway. */
+  private async recover(path: string, lane: Lane, items: WriteItem[], splittable: boolean, token: string, e: unknown, created: boolean): Promise<void> {
+    if (!(e instanceof LostError) || this.closing) {
+      for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
+      return;
+    }
+    let committed: boolean | null;
+    try {
+      committed = await probeCommitted(this.scheduler, this.opts.timeoutMs, path, token, created);
+    } catch {
+      committed = null; // the probe failed too: rerunning could apply the writes twice, so nothing reruns
+    }
+    if (committed !== false) {
+      const message = committed
+        ? 'the executor stopped after this write committed, and its reply was lost: read the data back before retrying'
+        : 'the executor stopped and whether this write committed is unknown: read the data back before retrying';
+      for (const it of items) it.reject(new ApiError('unavailable', message, { committed }, { 'retry-after': '1' }));
+      return;
+    }
+    if (splittable) {
+      for (const it of items) await this.runGroup(path, lane, [it], false);
+      return;
+    }
+    // Not committed, and its process died under it, not at its time limit (killed from outside, out of memory):
+    // it runs once more, as a lost read does; a second loss is reported (it may be the request's own doing).
+    if (items.length === 1 && e.reason === 'crash' && !items[0]!.retried) {
+      items[0]!.retried = true;
+      await this.runGroup(path, lane, items, false);
+      return;
+    }
+    for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
+  }
+
+  /** Resolves when no lane has a write left: a write that was accepted is answered. */
+  async drained(): Promise<void> {
+    while ([...this.lanes.values()].some((l) => l.busy)) await new Promise((r) => setTimeout(r, 10));
+  }
+}
