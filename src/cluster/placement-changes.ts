@@ -1,0 +1,224 @@
+// The txns by which this node takes or gives back a database's placement (claim, give-back, promotion, retake, new follower, handover): each is conditioned on the placement it read, so there are never two writers.
+import { existsSync } from 'node:fs';
+import type { MirrorGate, Scope } from '../db/contract.ts';
+import type { DbService } from '../db/service.ts';
+import { ApiError } from '../shared/errors.ts';
+import type { ClusterConfig } from '../shared/config.ts';
+import type { Logger } from '../shared/log.ts';
+import type { Etcd } from './etcd.ts';
+import type { NodeLease } from './lease.ts';
+import { LEADER, MOVE, PLACEMENT, scopeOf, type Placement, type PlacementWatch, type View } from './placement.ts';
+import type { Shipper } from './shipper.ts';
+import { closeCopy, copyState } from './follower-copy.ts';
+import { retrying, type Claims } from './claims.ts';
+
+/** What the changes read and mark on their node: ClusterNode's own state, shared by reference. */
+export interface PlacementHost {
+  readonly id: string;
+  readonly config: ClusterConfig;
+  readonly db: DbService;
+  readonly etcd: Etcd;
+  readonly watch: PlacementWatch;
+  readonly lease: NodeLease;
+  readonly logger: Logger;
+  readonly shipper: Shipper;
+  readonly mirrors: MirrorGate | null;
+  readonly claims: Claims;
+  /** This node's COMMITs are on its disk before they ship (DB_SYNC=full): only then may it take a database back. */
+  readonly durableCommits: boolean;
+  readonly highestEpoch: Map<string, number>;
+  readonly superseded: Map<string, number>;
+  readonly synced: Map<string, number>;
+  readonly followerSynced: Map<string, string>;
+  readonly draining: Set<string>;
+  readonly released: Set<string>;
+  readonly granted: Map<string, number>;
+  readonly retaking: Set<string>;
+  primaryHere(view: View, key: string, p: Placement): boolean;
+  grantDelivery(scope: Scope, version: number): void;
+}
+
+export class PlacementChanges {
+  private readonly node: PlacementHost;
+
+  constructor(node: PlacementHost) {
+    this.node = node;
+  }
+
+  /** A database seen for the first time: this node becomes its primary, the least-loaded other live node its follower. */
+  async claim(scope: Scope, key: string): Promise<Placement> {
+    const n = this.node;
+    const follower = pickFollower(n.watch.view, [n.id]);
+    if (follower === null && n.config.durability === 'strict') throw new ApiError('unavailable', 'no other cluster node is alive to follow a new database (strict durability)', { committed: false }, { 'retry-after': '1' });
+    const value = JSON.stringify({ primary: n.id, follower, fresh: true }); // nothing written yet (see promote)
+    const r = await n.etcd.txn([{ key: `${PLACEMENT}${key}`, absent: true }, { key: `${LEADER}${key}`, absent: true }],
+      [{ put: `${PLACEMENT}${key}`, value }, { put: `${LEADER}${key}`, value: n.id, lease: n.lease.id }]);
+    const view = await n.watch.refresh();
+    const p = view.placements.get(key);
+    if (!p) throw notHere('its placement is being decided');
+    if (r.succeeded) {
+      n.highestEpoch.set(key, p.epoch);
+      n.claims.claimed(key);
+    }
+    return p;
+  }
+
+  /**
+   * Gives back the claim of a database nothing was made of (Claims.leave: no admitted write is left, and writes that
+   * come meanwhile wait for this). Until a read of placement after the txn, the old placement admits nothing here
+   * (`superseded`), so no write can land on this node once the key is gone; the writes that waited are admitted afresh.
+   */
+  async unclaim(key: string): Promise<void> {
+    const n = this.node;
+    const p = n.watch.view.placements.get(key);
+    if (p === undefined || !n.primaryHere(n.watch.view, key, p)) return;
+    n.superseded.set(key, p.epoch);
+    const until = performance.now() + n.config.leaseTtlS * 2000;
+    // Only while the placement is the one this node read: no promotion or move since, and the leader key is this
+    // node's or gone with its lease (every txn that names another leader rewrites the placement too).
+    const done = await retrying(() => n.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }], [{ delete: `${PLACEMENT}${key}` }, { delete: `${LEADER}${key}` }, { delete: `${MOVE}${key}` }]), until);
+    const view = done === undefined ? undefined : await retrying(() => n.watch.refresh(), until);
+    // Outcome unknown (etcd away): the placement stays refused here; a later claim has a higher epoch.
+    if (view === undefined) return void n.logger.warn({ database: key }, 'cluster: giving back an unused placement failed (etcd did not answer)');
+    const now = view.placements.get(key);
+    if (n.superseded.get(key) === p.epoch) n.superseded.delete(key);
+    if (now?.epoch === p.epoch && n.primaryHere(view, key, now)) n.claims.claimed(key); // still ours: the next failed write tries again
+    if (now !== undefined) return;
+    n.highestEpoch.delete(key);
+    n.followerSynced.delete(key);
+    n.synced.delete(key);
+    n.logger.info({ database: key }, 'cluster: a new database\'s first writes failed; its placement was given back');
+  }
+
+  /**
+   * A live move (docs/scaling.md): the target becomes the follower and is brought in line; then writes stop here,
+   * the last ones reach it, and one txn makes it primary (with its own lease on the leader key) and this node its follower.
+   */
+  async handOver(key: string, p: Placement, view: View, target: string): Promise<void> {
+    const n = this.node;
+    const targetLease = view.nodeLeases.get(target);
+    if (n.draining.has(key) || target === n.id || targetLease === undefined) return;
+    const current = [{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, value: n.id }];
+    if (p.follower !== target) {
+      await n.etcd.txn(current, [{ put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: n.id, follower: target }) }]);
+      n.logger.warn({ database: key, to: target }, 'cluster: move: the target is the follower now');
+      return; // the next read of placement brings it in line (syncFollower)
+    }
+    n.draining.add(key);
+    const scope = scopeOf(key);
+    // Delivery stops here first, so the cursors the target gets are the last ones (a failed handover grants again).
+    const grantedUpTo = n.granted.get(key);
+    n.granted.delete(key);
+    n.mirrors?.revoke(scope);
+    let handedOver = false;
+    try {
+      await new Promise((r) => setTimeout(r, 50)); // writes admitted before the drain commit and ship meanwhile; delivery's last acks are saved
+      const version = await n.db.currentVersion(scope);
+      if (version !== null) await n.shipper.ensure(scope, version, p.epoch, target, view.nodes.get(target)!);
+      await n.shipper.pushCursors(scope).catch(() => {}); // fewer repeats, not needed for correctness
+      const r = await n.etcd.txn(current, [
+        { put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: target, follower: n.id }) },
+        { put: `${LEADER}${key}`, value: target, lease: targetLease },
+        { delete: `${MOVE}${key}` },
+      ]);
+      handedOver = r.succeeded;
+      if (r.succeeded) n.logger.warn({ database: key, to: target, version }, 'cluster: move: handed over');
+      await n.watch.refresh();
+    } finally {
+      n.draining.delete(key);
+      if (!handedOver && grantedUpTo !== undefined) n.grantDelivery(scope, grantedUpTo);
+    }
+  }
+
+  /**
+   * Only the recorded follower may take over, only while the placement it read is still the current one, and only
+   * when its copy was brought in line under that placement (a follower just named has nothing yet: taking over
+   * would lose acknowledged writes, so the database waits for its primary instead) — or when nothing was ever
+   * written to it: a `fresh` placement (a claim, or a takeover of one) whose follower holds no copy. Every write
+   * acknowledged under it was acknowledged by this follower, which leaves a file here; none means none was (strict
+   * durability; async loses what was never shipped, its window). Without this, a claim whose primary lost its lease
+   * before its first write reached the follower answered 503 for ever: its primary, back, holds no leader key.
+   */
+  async promote(key: string, p: Placement): Promise<void> {
+    const n = this.node;
+    if (n.lease.lapsed()) return;
+    const path = n.db.databasePath(scopeOf(key));
+    const unwritten = n.synced.get(key) !== p.epoch && p.fresh === true && !existsSync(path); // snapshots install in this chain
+    if (n.synced.get(key) !== p.epoch && !unwritten) return;
+    // What the copy holds now (applies wait in this chain): any later primary must be brought in line with it first.
+    const held = n.mirrors === null ? 0 : copyState(path).version;
+    const follower = pickFollower(n.watch.view, [n.id, p.primary]);
+    const r = await this.takeLeaderKey(key, p, { primary: n.id, follower, ...(unwritten ? { fresh: true } : {}) });
+    if (!r.succeeded) return;
+    n.highestEpoch.set(key, r.revision); // before any later apply in this chain: the old primary's are refused from here
+    n.released.delete(key);
+    closeCopy(path); // the executors write it from now on
+    n.logger.warn({ database: key, epoch: r.revision, from: p.primary, unwritten }, 'cluster: promoted to primary');
+    await n.watch.refresh();
+    if (held > 0) n.grantDelivery(scopeOf(key), held);
+  }
+
+  /**
+   * The recorded primary takes its leader key back: placement still names it primary (no promotion, move or claim
+   * since: each of those rewrites the placement) and nobody holds the key. Needed when its follower cannot take over
+   * — one named or restarted since it was last brought in line holds nothing acknowledged under this placement — or
+   * the database waited for ever (the primary, back, found no leader key of its own and the follower may not promote).
+   * Its copy holds every acknowledged write: this node was the only writer under the placement, every write it
+   * acknowledged committed here first (on disk: DB_SYNC=full), and it began the placement with a copy in line (a
+   * claim, a promotion, a move's handover). Without its copy (a lost disk) it takes nothing. The txn's conditions are
+   * the promotion's, so at most one of the two succeeds; it rewrites the placement (same follower) for a new epoch:
+   * anything in flight under the old one is refused, the follower must be brought in line again (syncFollower, at
+   * the next read) before it could take over, and the copy's unacknowledged tail is never granted to mirrors here
+   * (`retaking` keeps `adopt` away; delivery is granted after the follower acknowledges, as for any write).
+   */
+  async retake(key: string, p: Placement): Promise<void> {
+    const n = this.node;
+    if (!n.durableCommits || n.lease.lapsed()) return;
+    const path = n.db.databasePath(scopeOf(key));
+    if (!existsSync(path)) return;
+    const view = n.watch.view; // this chain's work may have run after a newer read
+    const now = view.placements.get(key);
+    if (now?.epoch !== p.epoch || view.leaders.has(key)) return;
+    n.retaking.add(key);
+    try {
+      const r = await this.takeLeaderKey(key, p, { primary: n.id, follower: p.follower, ...(p.fresh === true ? { fresh: true } : {}) });
+      if (!r.succeeded) return;
+      n.highestEpoch.set(key, r.revision);
+      n.released.delete(key);
+      closeCopy(path); // a follower's handshake may have opened it here; the executors write it
+      n.logger.warn({ database: key, epoch: r.revision, from: p.epoch }, 'cluster: took its database back as its recorded primary');
+    } finally {
+      n.retaking.delete(key);
+    }
+    await n.watch.refresh();
+  }
+
+  async replaceFollower(key: string, p: Placement, view: View): Promise<void> {
+    const n = this.node;
+    const follower = pickFollower(view, [n.id]);
+    if (follower === null || follower === p.follower) return;
+    await n.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, value: n.id }],
+      [{ put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: n.id, follower }) }]);
+    n.logger.warn({ database: key, follower }, 'cluster: new follower');
+    await n.watch.refresh();
+  }
+
+  /** Promotion's and retake's one txn: placement `p` still current and nobody's leader key, so at most one of them succeeds. */
+  private takeLeaderKey(key: string, p: Placement, placement: { primary: string; follower: string | null; fresh?: true }) {
+    const n = this.node;
+    return n.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, absent: true }],
+      [{ put: `${PLACEMENT}${key}`, value: JSON.stringify(placement) }, { put: `${LEADER}${key}`, value: n.id, lease: n.lease.id }]);
+  }
+}
+
+/** The live node, not excluded, with the fewest placements (primaries and followers), ties by id. */
+function pickFollower(view: View, exclude: string[]): string | null {
+  const load = new Map<string, number>();
+  for (const id of view.nodes.keys()) if (!exclude.includes(id)) load.set(id, 0);
+  for (const p of view.placements.values()) for (const n of [p.primary, p.follower]) if (n !== null && load.has(n)) load.set(n, load.get(n)! + 1);
+  return [...load].sort((a, b) => a[1] - b[1] || a[0].localeCompare(b[0]))[0]?.[0] ?? null;
+}
+
+export function notHere(why: string): ApiError {
+  return new ApiError('unavailable', `this node does not serve this database now (${why}); nothing ran, retry after a second`, { committed: false }, { 'retry-after': '1' });
+}
