@@ -9,7 +9,7 @@ import { startEtcd } from './helpers/etcd.ts';
 
 function view(nodes: string[], primaries: Record<string, string> = {}): View {
   const placements = new Map<string, Placement>(Object.entries(primaries).map(([key, primary], i) => [key, { primary, follower: null, epoch: i + 1 }]));
-  return { revision: 1, nodes: new Map(nodes.map((n) => [n, `http://${n}`])), nodeLeases: new Map(), placements, leaders: new Map(), moves: new Map() };
+  return { revision: 1, nodes: new Map(nodes.map((n) => [n, `http://${n}`])), nodeLeases: new Map(), placements, leaders: new Map(), leaderTerms: new Map(), moves: new Map() };
 }
 
 test('the live node with the fewest primaries gets a new database; databases sent but not placed yet count', () => {

@@ -188,16 +188,36 @@ export class ClusterNode implements Replication {
       else if (this.primaryHere(view, key, p) && this.followerSynced.get(key) !== followerTerm(view, p) && !this.claims.isUnwritten(key)) void this.syncFollower(key, p, view);
       const moveTo = view.moves.get(key);
       if (moveTo !== undefined && this.primaryHere(view, key, p)) void this.changes.handOver(key, p, view, moveTo).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: move failed (retried)'));
-      // Made primary by another node's txn (a move): the fence and the copy's connection follow at once.
-      if (p.primary === this.id && view.leaders.get(key) === this.id && (this.highestEpoch.get(key) ?? 0) < p.epoch && !this.retaking.has(key)) this.adopt(key, p);
+      // A placement naming this node primary under an epoch it has not taken up: made primary by another node's txn
+      // (a move), or its own placement seen again (a rewrite of it, a restart under its old leader key). The fence
+      // and the copy's connection follow at once; mirror delivery of the copy only when it was handed over.
+      if (p.primary === this.id && view.leaders.get(key) === this.id && (this.highestEpoch.get(key) ?? 0) < p.epoch && !this.retaking.has(key)) this.adopt(key, p, this.handedOver(view, key, p));
     }
   }
 
-  /** Takes up a database made primary here by another node's txn; a failure is logged and tried at the next read. */
-  private adopt(key: string, p: Placement): void {
+  /**
+   * A move's handover made this node primary: the one txn that wrote this placement also put the leader key on this
+   * node's current lease, and it was not this node's own (a claim, promotion or retake raises the fence before its
+   * read of placement, so it is not adopted). Not so when this node rewrote its own placement while primary (a new
+   * follower, a move's first step: the leader key is older than the placement), nor when it restarted faster than its
+   * lease TTL and found its leader key on its previous lease: its copy may then end with writes no follower holds.
+   */
+  private handedOver(view: View, key: string, p: Placement): boolean {
+    const term = view.leaderTerms.get(key);
+    return term !== undefined && term.revision === p.epoch && term.lease === this.lease.id;
+  }
+
+  /**
+   * Takes up a database this node is primary of under a new epoch; a failure is logged and tried at the next read.
+   * `handedOver`: the copy is the history the old primary handed over (it waited for this copy to hold its last
+   * version, and any later primary must be in line with it), so mirrors may have all of it. Otherwise delivery is
+   * granted only as the follower acknowledges (`syncFollower`, `replicated`): the copy may hold writes committed here
+   * that no follower got (their clients had no 200), and a follower in line without them could take over.
+   */
+  private adopt(key: string, p: Placement, handedOver: boolean): void {
     try {
       const path = this.db.databasePath(scopeOf(key));
-      const held = this.mirrors === null ? 0 : copyState(path).version; // before any write here: all of it is the handed-over history
+      const held = this.mirrors === null || !handedOver ? 0 : copyState(path).version; // before any write here
       closeCopy(path);
       this.highestEpoch.set(key, p.epoch);
       this.released.delete(key);

@@ -53,6 +53,7 @@ export class PlacementChanges {
     const value = JSON.stringify({ primary: n.id, follower, fresh: true }); // nothing written yet (see promote)
     const r = await n.etcd.txn([{ key: `${PLACEMENT}${key}`, absent: true }, { key: `${LEADER}${key}`, absent: true }],
       [{ put: `${PLACEMENT}${key}`, value }, { put: `${LEADER}${key}`, value: n.id, lease: n.lease.id }]);
+    if (r.succeeded) raiseFence(n, key, r.revision); // its own placement: not adopted as a handed-over one
     const view = await n.watch.refresh();
     const p = view.placements.get(key);
     if (!p) throw notHere('its placement is being decided');
@@ -100,7 +101,8 @@ export class PlacementChanges {
     if (n.draining.has(key) || target === n.id || targetLease === undefined) return;
     const current = [{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, value: n.id }];
     if (p.follower !== target) {
-      await n.etcd.txn(current, [{ put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: n.id, follower: target }) }]);
+      const r = await n.etcd.txn(current, [{ put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: n.id, follower: target }) }]);
+      if (r.succeeded) raiseFence(n, key, r.revision); // still primary: delivery waits for the target's acks (not adopted)
       n.logger.warn({ database: key, to: target }, 'cluster: move: the target is the follower now');
       return; // the next read of placement brings it in line (syncFollower)
     }
@@ -197,9 +199,12 @@ export class PlacementChanges {
     const n = this.node;
     const follower = pickFollower(view, [n.id]);
     if (follower === null || follower === p.follower) return;
-    await n.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, value: n.id }],
+    const r = await n.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, value: n.id }],
       [{ put: `${PLACEMENT}${key}`, value: JSON.stringify({ primary: n.id, follower }) }]);
-    n.logger.warn({ database: key, follower }, 'cluster: new follower');
+    if (r.succeeded) {
+      raiseFence(n, key, r.revision); // still primary: delivery waits for the new follower's acks (not adopted)
+      n.logger.warn({ database: key, follower }, 'cluster: new follower');
+    }
     await n.watch.refresh();
   }
 
@@ -209,6 +214,14 @@ export class PlacementChanges {
     return n.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }, { key: `${LEADER}${key}`, absent: true }],
       [{ put: `${PLACEMENT}${key}`, value: JSON.stringify(placement) }, { put: `${LEADER}${key}`, value: n.id, lease: n.lease.id }]);
   }
+}
+
+/**
+ * After a txn of this node's own that rewrote a placement naming it primary: the fence follows at once, so its read
+ * of placement does not take the new epoch for a database another node handed over (ClusterNode.adopt).
+ */
+function raiseFence(n: PlacementHost, key: string, revision: number): void {
+  if ((n.highestEpoch.get(key) ?? 0) < revision) n.highestEpoch.set(key, revision);
 }
 
 /** The live node, not excluded, with the fewest placements (primaries and followers), ties by id. */

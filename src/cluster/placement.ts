@@ -37,6 +37,12 @@ export interface View {
   placements: Map<string, Placement>;
   /** Database key → the node whose lease holds its leader key. */
   leaders: Map<string, string>;
+  /**
+   * Database key → the lease holding its leader key and the revision that last wrote it: equal to the placement's
+   * epoch when one txn wrote both (a claim, promotion, retake or handover), older when the primary only rewrote its
+   * placement (a new follower, a move's first step); a lease the named node no longer renews after it restarted.
+   */
+  leaderTerms: Map<string, { lease: string; revision: number }>;
   moves: Map<string, string>;
 }
 
@@ -68,13 +74,16 @@ export function leastLoaded(view: View, key: string, extra: Iterable<string> = [
 }
 
 function parse(revision: number, kvs: KeyValue[]): View {
-  const view: View = { revision, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map(), moves: new Map() };
+  const view: View = { revision, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map(), leaderTerms: new Map(), moves: new Map() };
   for (const kv of kvs) {
     if (kv.key.startsWith(NODES)) {
       view.nodes.set(kv.key.slice(NODES.length), kv.value);
       view.nodeLeases.set(kv.key.slice(NODES.length), kv.lease);
     }
-    else if (kv.key.startsWith(LEADER)) view.leaders.set(kv.key.slice(LEADER.length), kv.value);
+    else if (kv.key.startsWith(LEADER)) {
+      view.leaders.set(kv.key.slice(LEADER.length), kv.value);
+      view.leaderTerms.set(kv.key.slice(LEADER.length), { lease: kv.lease, revision: kv.modRevision });
+    }
     else if (kv.key.startsWith(MOVE)) view.moves.set(kv.key.slice(MOVE.length), kv.value);
     else if (kv.key.startsWith(PLACEMENT)) {
       try {
@@ -88,7 +97,7 @@ function parse(revision: number, kvs: KeyValue[]): View {
 
 /** Keeps the newest view; `onView` runs after each read. A failed read keeps the last view (its age says how stale). */
 export class PlacementWatch {
-  view: View = { revision: 0, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map(), moves: new Map() };
+  view: View = { revision: 0, nodes: new Map(), nodeLeases: new Map(), placements: new Map(), leaders: new Map(), leaderTerms: new Map(), moves: new Map() };
   /** When the view was last read successfully (performance.now()). */
   readAt = 0;
   private timer: NodeJS.Timeout | null = null;
