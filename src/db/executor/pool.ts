@@ -50,20 +50,19 @@ export class ExecutorPool {
     this.opts = opts;
     const maxQueuedPerTenant = opts.maxQueuedPerTenant ?? 1024;
     const timeoutMs = opts.queueTimeoutMs ?? 2000;
-    const targetMs = opts.queueTargetMs ?? 50;
-    this.scheduler = new Scheduler({
+        this.scheduler = new Scheduler({
       processes: opts.processes,
       maxProcesses: Math.max(opts.processes, opts.maxProcesses ?? opts.processes * 2 + 2),
       limits: opts.limits,
       perTenant: Math.min(opts.processes, opts.perTenant ?? opts.processes),
       queueTimeoutMs: timeoutMs,
-      queueTargetMs: targetMs,
+      queueTargetMs: opts.queueTargetMs ?? 50,
       maxQueuedPerTenant,
       maxQueued: opts.maxQueued ?? 8192,
       onRestart: (pid, stoppedFor) => opts.onRestart(pid, stoppedFor === 'temp_space' ? 'temporary files over DB_TEMP_MAX_BYTES' : 'stopped'),
       onError: (e) => opts.onError?.(e),
     });
-    this.lanes = new WriteLanes(this.scheduler, opts, { maxLane: maxQueuedPerTenant, timeoutMs, targetMs });
+    this.lanes = new WriteLanes(this.scheduler, opts, { maxLane: maxQueuedPerTenant, timeoutMs });
   }
 
   /** Requests waiting for an executor. */

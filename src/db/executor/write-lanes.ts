@@ -1,7 +1,7 @@
 // A database's writes run in arrival order, one group (one commit) at a time, none past its allowance: no SQLITE_BUSY.
 import { randomBytes } from 'node:crypto';
 import { LostError } from './process.ts';
-import { maxWait, type Scheduler, waitedTooLong } from './scheduler.ts';
+import type { Scheduler } from './scheduler.ts';
 import { lostToApiError, overloaded, tenantOfPath } from './pool-errors.ts';
 import { probeCommitted } from './commit-probe.ts';
 import { pinTransaction, type LaneHold } from './pinned-transaction.ts';
@@ -29,8 +29,6 @@ interface Lane {
   scope: Scope;
   busy: boolean;
   queue: WriteItem[];
-  /** When its queue was last empty (each group takes all it can): see maxWait. */
-  lastEmptyAt: number;
   /** Since when an interactive transaction holds it, or null. */
   heldSince: number | null;
 }
@@ -38,11 +36,10 @@ interface Lane {
 const MAX_GROUP = 256;
 const MAX_GROUP_BYTES = 8 * 1024 * 1024;
 
-/** How long a database's writes may queue, and how many (the pool's DB_QUEUE_* settings). */
+/** How many writes a database's lane may hold, and how long one waits behind an interactive transaction. */
 export interface LaneLimits {
   maxLane: number;
   timeoutMs: number;
-  targetMs: number;
 }
 
 export class WriteLanes {
@@ -51,14 +48,12 @@ export class WriteLanes {
   private readonly opts: PoolOptions;
   private readonly maxLane: number;
   private readonly timeoutMs: number;
-  private readonly targetMs: number;
 
   constructor(scheduler: Scheduler, opts: PoolOptions, limits: LaneLimits) {
     this.scheduler = scheduler;
     this.opts = opts;
     this.maxLane = limits.maxLane;
     this.timeoutMs = limits.timeoutMs;
-    this.targetMs = limits.targetMs;
   }
 
   private get closing(): boolean {
@@ -75,7 +70,7 @@ export class WriteLanes {
     if (this.closing) return item.reject(new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' }));
     let lane = this.lanes.get(path);
     if (!lane) {
-      lane = { scope, busy: false, queue: [], lastEmptyAt: performance.now(), heldSince: null };
+      lane = { scope, busy: false, queue: [], heldSince: null };
       this.lanes.set(path, lane);
     }
     if (lane.queue.length >= this.maxLane) return item.reject(overloaded(`${this.maxLane} writes to this database already wait`));
@@ -132,29 +127,20 @@ export class WriteLanes {
 
   private async flush(path: string, lane: Lane): Promise<void> {
     lane.busy = true;
+    // A write is refused only for waiting for an executor (the scheduler's DB_QUEUE_TIMEOUT_MS and target, counted
+    // from `at`), never for waiting behind its database's earlier writes, which SPEC 4.8 serializes it behind.
     while (lane.queue.length > 0) {
-      // Writes that waited past their allowance behind earlier groups are refused, not run late.
-      const now = performance.now();
-      const cutoff = now - maxWait(lane.lastEmptyAt, now, this.timeoutMs, this.targetMs);
-      while (lane.queue.length > 0 && lane.queue[0]!.at < cutoff && lane.queue[0]!.op !== 'hold') {
-        const it = lane.queue.shift()!;
-        it.reject(lostToApiError(waitedTooLong(now - it.at), 0));
-      }
-      if (lane.queue.length === 0) break;
       const items = this.take(lane);
-      if (lane.queue.length === 0) lane.lastEmptyAt = now;
       const startedAt = performance.now();
       if (items[0]!.op === 'hold') {
-        lane.heldSince = performance.now();
+        lane.heldSince = startedAt;
         for (const waiting of lane.queue) this.waitBehindHold(lane, waiting);
         await this.hold(path, lane, items[0]!);
         lane.heldSince = null;
-        lane.lastEmptyAt = performance.now(); // the wait behind a transaction is not overload: DB_QUEUE_TIMEOUT_MS bounds it
       }
       else await this.runGroup(path, lane, items, items.length > 1);
-      // Every write still here waited for this group, its database's earlier write, which SPEC 4.8 serializes it
-      // behind (bounded by its time limit), not for an executor: that time is not held against its allowance. (Only
-      // those that came during the group were credited: one queued behind two groups was refused after the second.)
+      // Every write still here waited for this group (or transaction): that time is not held against its allowance.
+      // (Only those that came during the group were credited: one queued behind two groups was refused after the second.)
       const end = performance.now();
       for (const it of lane.queue) it.at += end - Math.max(it.at, startedAt);
     }
@@ -192,12 +178,8 @@ export class WriteLanes {
         if (r.v !== undefined) this.opts.onCommit(lane.scope, r.v);
         items[i]!.resolve({ status: r.s, body, version: r.v });
       });
-      // A change no changeset can carry ended the group early: the rest go first in the next one.
-      if (replies.length < items.length) {
-        const rest = items.slice(replies.length);
-        for (const it of rest) it.at = performance.now(); // they waited for their own group, not for an executor
-        lane.queue.unshift(...rest);
-      }
+      // A change no changeset can carry ended the group early: the rest go first in the next one (credited its time).
+      if (replies.length < items.length) lane.queue.unshift(...items.slice(replies.length));
     } catch (e) {
       await this.recover(path, lane, items, splittable, token, e, release !== null);
     } finally {
