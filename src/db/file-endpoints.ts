@@ -60,7 +60,8 @@ export class FileEndpoints {
 
   /** A consistent copy of the database with its internal tables, in DATA_DIR/tmp; the caller removes it. */
   async snapshotFile(scope: Scope): Promise<{ path: string; version: number }> {
-    const made = await this.makeFile(scope, { op: 'snapshot', path: this.parts.layout.path(scope) }, 'sqlite');
+    if (!this.parts.exists(scope)) throw notFound(scope);
+    const made = await this.makeFile({ op: 'snapshot', path: this.parts.layout.path(scope) }, 'sqlite');
     if ('path' in made) return made;
     throw replyError(made.body);
   }
@@ -103,12 +104,12 @@ export class FileEndpoints {
   }
 
   private async fileReply(scope: Scope, header: Record<string, unknown>, suffix: string, headers: Record<string, string>): Promise<DbResponse> {
-    if (!this.parts.exists(scope)) throw notFound(scope);
+    if (!this.parts.exists(scope)) throw notFound(scope); // before a slot is taken: a missing database holds none
     // The slot is held until the file is gone: read to its end, or its reader gone (the stream closes either way).
     const release = this.holdFile(scope);
     let made: Awaited<ReturnType<FileEndpoints['makeFile']>>;
     try {
-      made = await this.makeFile(scope, header, suffix);
+      made = await this.makeFile(header, suffix);
     } catch (e) {
       release();
       throw e;
@@ -126,8 +127,7 @@ export class FileEndpoints {
   }
 
   /** A file's time budget: a snapshot or export of a large database takes a while. */
-  private makeFile(scope: Scope, header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
-    if (!this.parts.exists(scope)) throw notFound(scope);
+  private makeFile(header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
     return makeFile(this.parts.pool, this.parts.tmpDir, Math.max(this.parts.limits.queryTimeoutMs, 600_000), header, suffix);
   }
 }
