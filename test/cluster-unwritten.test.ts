@@ -4,7 +4,7 @@
 // the follower takes over, and the database is written there.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { eventIds, clusterForSuite, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
 
@@ -58,5 +58,39 @@ describe('cluster: a claim never written', () => {
     const later = await cluster.proxy.db(REPO, 'execute', { database: 'ghost', sql: 'INSERT INTO t VALUES (2)' });
     assert.equal(later.status, 200, later.text);
     assert.equal((await cluster.placement(ORG, REPO, 'ghost'))!.primary, follower.id);
+  });
+});
+
+describe('cluster: a written database whose follower came back without its files', () => {
+  let cluster: TestCluster;
+  clusterForSuite({ nodes: 3, ttlS: 2 }, (c) => (cluster = c));
+
+  test('its primary dead meanwhile: the follower, rejoined with an empty DATA_DIR, does not take over empty (it would drop every acknowledged write); the primary, back, takes it back', async () => {
+    const first = await cluster.proxy.db(REPO, 'execute', { database: 'wiped', statements: [{ sql: 'CREATE TABLE t (x)' }, { sql: 'INSERT INTO t VALUES (1)' }] });
+    assert.equal(first.status, 200, first.text);
+    const placed = (await cluster.placement(ORG, REPO, 'wiped'))!;
+    assert.equal(placed.fresh, true, `premise: its claim's placement, follower unchanged: ${JSON.stringify(placed)}`);
+    const primary = cluster.node(placed.primary);
+    const follower = cluster.node(placed.follower!);
+    // The follower's disk is lost (killed, its DATA_DIR emptied), and its primary dies before it is back.
+    cluster.kill(follower);
+    rmSync(join(follower.dataDir, 'db'), { recursive: true, force: true });
+    cluster.kill(primary);
+    await cluster.start(follower);
+    const until = performance.now() + cluster.ttlS * 1000 + 4000;
+    while (performance.now() < until) {
+      const r = await cluster.proxy.db(REPO, 'execute', { database: 'wiped', sql: 'INSERT INTO t VALUES (2)' });
+      assert.equal(r.status, 503, `no write is served on an empty copy: ${r.text}`);
+      await sleep(250);
+    }
+    assert.equal((await cluster.placement(ORG, REPO, 'wiped'))!.primary, primary.id, 'nobody took over');
+    await cluster.start(primary);
+    let res;
+    const back = performance.now();
+    do {
+      await sleep(200);
+      res = await cluster.proxy.db(REPO, 'query', { database: 'wiped', sql: 'SELECT x FROM t' });
+    } while (res.status === 503 && performance.now() - back < cluster.ttlS * 1000 + 5000);
+    assert.deepEqual(res.json?.results?.[0]?.rows, [[1]], `the acknowledged write is there: ${res.text}`);
   });
 });

@@ -9,6 +9,8 @@ const LEASE_MARGIN_MS = 250;
 export class NodeLease {
   /** The lease's id in etcd ('0' before the first grant). */
   id = '0';
+  /** The etcd revision that put this node's key: when it (re)joined, with whatever its DATA_DIR held then. */
+  joinedAt = 0;
   /** Until when this node may write as a primary: the send time of the last renewal the lease survived, plus its TTL. */
   private deadline = 0;
   private readonly etcd: Etcd;
@@ -46,7 +48,7 @@ export class NodeLease {
     this.onLost();
     // First start, or the lease expired (a pause, etcd away): a new one. Leader keys went with the old one.
     this.id = await this.etcd.grant(this.ttlS);
-    await this.etcd.put(`${NODES}${this.nodeId}`, this.advertiseUrl, this.id);
+    this.joinedAt = await this.etcd.put(`${NODES}${this.nodeId}`, this.advertiseUrl, this.id);
     this.deadline = sentAt + this.ttlS * 1000;
     this.onDeadline(performance.timeOrigin + this.deadline - LEASE_MARGIN_MS);
     if (!first) this.logger.warn('cluster: lease expired; this node rejoined with a new one');

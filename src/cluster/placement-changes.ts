@@ -138,14 +138,16 @@ export class PlacementChanges {
    * would lose acknowledged writes, so the database waits for its primary instead) — or when nothing was ever
    * written to it: a `fresh` placement (a claim, or a takeover of one) whose follower holds no copy. Every write
    * acknowledged under it was acknowledged by this follower, which leaves a file here; none means none was (strict
-   * durability; async loses what was never shipped, its window). Without this, a claim whose primary lost its lease
-   * before its first write reached the follower answered 503 for ever: its primary, back, holds no leader key.
+   * durability; async loses what was never shipped, its window) — if this node has not rejoined since the placement
+   * was written: a follower back with an empty or new DATA_DIR also holds no file, and taking over would then lose
+   * every acknowledged write (`fresh` stays until the follower changes). Without this, a claim whose primary lost its
+   * lease before its first write reached the follower answered 503 for ever: its primary, back, holds no leader key.
    */
   async promote(key: string, p: Placement): Promise<void> {
     const n = this.node;
     if (n.lease.lapsed()) return;
     const path = n.db.databasePath(scopeOf(key));
-    const unwritten = n.synced.get(key) !== p.epoch && p.fresh === true && !existsSync(path); // snapshots install in this chain
+    const unwritten = n.synced.get(key) !== p.epoch && p.fresh === true && n.lease.joinedAt < p.epoch && !existsSync(path); // snapshots install in this chain
     if (n.synced.get(key) !== p.epoch && !unwritten) return;
     // What the copy holds now (applies wait in this chain): any later primary must be brought in line with it first.
     const held = n.mirrors === null ? 0 : copyState(path).version;
