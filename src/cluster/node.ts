@@ -142,7 +142,7 @@ export class ClusterNode implements Replication {
     const url = p.follower === null ? undefined : view.nodes.get(p.follower);
     if (this.config.durability === 'async') {
       // The 200 does not wait: the follower gets the events as soon as it can (the loss window, docs/scaling.md).
-      if (url !== undefined) this.shipper.ensure(scope, version, p.epoch, p.follower!, url).then(() => this.grantDelivery(scope, version), () => {});
+      if (url !== undefined) this.shipper.ensure(scope, version, p.epoch, p.follower!, url).then(() => this.grantDelivery(scope, version), () => {}).catch((e) => this.logger.warn({ err: e }, 'cluster: granting mirror delivery failed'));
       else if (p.follower === null) this.grantDelivery(scope, version); // no follower: no other node can take over with less
       return;
     }
@@ -182,10 +182,10 @@ export class ClusterNode implements Replication {
     for (const [key, p] of view.placements) {
       if (p.follower === this.id && !view.leaders.has(key)) void this.serial(key, () => this.changes.promote(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: promotion failed'));
       // Its recorded primary, whose leader key went with a lease (a restart, a pause): back with its copy, it takes it.
-      else if (p.primary === this.id && !view.leaders.has(key) && !this.retaking.has(key)) void this.serial(key, () => this.changes.retake(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: taking a database back failed'));
+      else if (p.primary === this.id && !view.leaders.has(key) && this.durableCommits && !this.retaking.has(key)) void this.serial(key, () => this.changes.retake(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: taking a database back failed'));
       else if (this.primaryHere(view, key, p) && (p.follower === null || !view.nodes.has(p.follower))) void this.changes.replaceFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: follower replacement failed'));
       // Not while its first write runs: a file it makes and removes on failure must not reach the follower.
-      else if (this.primaryHere(view, key, p) && this.followerSynced.get(key) !== followerTerm(view, p) && !this.claims.isUnwritten(key)) void this.syncFollower(key, p, view);
+      else if (this.primaryHere(view, key, p) && this.followerSynced.get(key) !== followerTerm(view, p) && !this.claims.isUnwritten(key)) void this.syncFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: bringing the follower in line failed'));
       const moveTo = view.moves.get(key);
       if (moveTo !== undefined && this.primaryHere(view, key, p)) void this.changes.handOver(key, p, view, moveTo).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: move failed (retried)'));
       // A placement naming this node primary under an epoch it has not taken up: made primary by another node's txn

@@ -23,7 +23,7 @@ export interface Placement {
   epoch: number;
   /**
    * Written by a claim, or by the promotion of a follower that held no copy: no write had been acknowledged when it
-   * was written, so one acknowledged since is in this follower's copy (see ClusterNode.promote).
+   * was written, so one acknowledged since is in this follower's copy (see PlacementChanges.promote).
    */
   fresh?: boolean;
 }

@@ -1,7 +1,7 @@
 // A cluster follower's and a reference mirror's applies, run in an executor process: a changeset's apply evaluates
 // the tenant's CHECK constraints, generated columns and index expressions, and a running SQLite step is stopped only
 // by killing its process. The pool runs the ops under a time limit like any statement (ExecutorPool.applyToCopy,
-// applyToReplica, prepareReplica); the connections here are their own (openCopy's or openReplica's settings), not
+// applyToReplica, openReplica); the connections here are their own (openCopy's or openReplica's settings), not
 // the sandboxed handles of a primary's requests.
 import { statSync } from 'node:fs';
 import type { DatabaseSync } from 'node:sqlite';
