@@ -56,8 +56,10 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500, in the
   let p;
   try {
     // Idle connections close after 200 ms: a database not in use has no connection, and must be opened to be read.
-    p = await startProduct({ DATA_DIR: dir, DB_HISTORY_DAYS: '1', DB_IDLE_CLOSE_MS: '200' });
+    // Sessions renewed at most every 6 s (a tenth of the TTL): the one below is due for renewal while the disk is full.
+    p = await startProduct({ DATA_DIR: dir, DB_HISTORY_DAYS: '1', DB_IDLE_CLOSE_MS: '200', ACCOUNT_SESSION_TTL: '1m' });
     const cookie = await signIn(p, 'acme', 'filler');
+    const signedInAt = performance.now();
     assert.equal((await p.db('web', 'execute', { database: 'idle', statements: [{ sql: 'CREATE TABLE t(x)' }, { sql: 'INSERT INTO t VALUES (42)' }] })).status, 200);
     assert.equal((await p.db('web', 'execute', { sql: 'CREATE TABLE big(id INTEGER PRIMARY KEY, pad BLOB)' })).status, 200);
     await new Promise((r) => setTimeout(r, 600)); // past DB_IDLE_CLOSE_MS: the idle database's connection is closed
@@ -86,8 +88,11 @@ test('a full disk (a real 8 MiB tmpfs): writes get 507 or 503, never 500, in the
     assert.equal(put!.status, 507, `a credential write on a full disk: ${put!.text}`);
     assert.equal(put!.json.error.code, 'quota_exceeded');
     assert.match(put!.json.error.message, /disk is full/);
+    await new Promise((r) => setTimeout(r, Math.max(0, signedInAt + 6500 - performance.now())));
     const verify = await p.call('/web/_account/verify', { headers: { cookie } });
-    assert.equal(verify.status, 200, `sign-in checks go on: ${verify.text}`);
+    assert.equal(verify.status, 200, `sign-in checks go on, a session due for renewal too (the renewal waits): ${verify.text}`);
+    const list = await p.call('/web/_account/credentials', { headers: { cookie } });
+    assert.equal(list.status, 200, `so does a page read with the session: ${list.text}`);
     // A database whose WAL holds commits its file does not: written in the last free bytes, its connection closed
     // on the full disk (which refuses the checkpoint), and its shared-memory file gone (as when another writer takes
     // the bytes its truncation gives back). SQLite cannot make that file, and reads the WAL with its index in memory.

@@ -5,6 +5,7 @@ import { clearCookie, cookieName, readCookie, serializeCookie, SESSION_COOKIE } 
 import { requestInfo } from './request-info.ts';
 import type { AccountStore } from './store.ts';
 import { isTokenShaped } from './tokens.ts';
+import { isDiskFull } from '../shared/errors.ts';
 
 export class Sessions {
   private readonly store: AccountStore;
@@ -34,14 +35,27 @@ export class Sessions {
     // A session belongs to one org: on another org's host the same cookie is simply not valid.
     if (!found || found.org !== req.org) return null;
     let expiresAt = found.expiresAt;
-    if (now - found.renewedAt >= this.renewEveryMs) {
+    if (now - found.renewedAt >= this.renewEveryMs && this.renew(found, now + this.ttlMs, now)) {
       expiresAt = now + this.ttlMs;
-      this.store.renewSession(found, expiresAt, now);
       this.renewed.set(req.raw, { token, https: requestInfo(req).https });
     }
     const session: ResolvedSession = { user: found.user, sessionId: found.id, expiresAt: new Date(expiresAt), org: found.org };
     return session;
   };
+
+  /**
+   * Extends a session; false when the disk is full: the session stays valid until its current end and is renewed on a
+   * later request (every page, app request and /verify of a signed-in user answered 507 while it was full).
+   */
+  private renew(found: Parameters<AccountStore['renewSession']>[0], expiresAt: number, now: number): boolean {
+    try {
+      this.store.renewSession(found, expiresAt, now);
+      return true;
+    } catch (e) {
+      if (isDiskFull(e)) return false;
+      throw e;
+    }
+  }
 
   /**
    * Starts a session for `userId` in the request's org and sets the cookie on `reply`. A session of this org the
