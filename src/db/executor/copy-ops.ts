@@ -52,32 +52,25 @@ export class CopyCache {
   }
 
   apply(path: string, events: ChangeEvent[]): ApplyOutcome {
-    let db: DatabaseSync;
-    try {
-      db = this.get(path);
-    } catch (e) {
-      return { problem: (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no copy yet' : `opening the copy failed: ${(e as Error).message.slice(0, 120)}` };
-    }
-    try {
-      const problem = applyEvents(db, events);
-      return problem === null ? { version: events.at(-1)!.version } : { problem };
-    } catch (e) {
-      this.forget(path);
-      return { problem: `applying failed: ${(e as Error).message.slice(0, 120)}` };
-    }
+    return this.applying(path, 'the copy', 'no copy yet', (db) => applyEvents(db, events), events.at(-1)!.version);
   }
 
   /** A reference mirror's replica: one event applied in one transaction (applyToReplica). */
   applyToReplica(path: string, event: ChangeEvent): ApplyOutcome {
+    return this.applying(path, 'the replica', 'no replica file', (db) => applyToReplica(db, event), event.version);
+  }
+
+  /** Runs `apply` on `path`'s connection: `version` when it applied, else the problem (a failed one closes it). */
+  private applying(path: string, what: string, missing: string, apply: (db: DatabaseSync) => string | null, version: number): ApplyOutcome {
     let db: DatabaseSync;
     try {
       db = this.get(path);
     } catch (e) {
-      return { problem: (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no replica file' : `opening the replica failed: ${(e as Error).message.slice(0, 120)}` };
+      return { problem: (e as NodeJS.ErrnoException).code === 'ENOENT' ? missing : `opening ${what} failed: ${(e as Error).message.slice(0, 120)}` };
     }
     try {
-      const problem = applyToReplica(db, event);
-      return problem === null ? { version: event.version } : { problem };
+      const problem = apply(db);
+      return problem === null ? { version } : { problem };
     } catch (e) {
       this.forget(path);
       return { problem: `applying failed: ${(e as Error).message.slice(0, 120)}` };
