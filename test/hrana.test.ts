@@ -263,6 +263,27 @@ describe('interactive transactions', () => {
     await assert.rejects(c.execute('SAVEPOINT b'), /only inside a transaction/);
     c.close();
   });
+
+  test('executeMultiple (a sequence) inside a transaction runs in it; BEGIN … COMMIT in one is a transaction', async () => {
+    const c = client('web/_db/sequences/');
+    await c.execute('CREATE TABLE q(x)');
+    const v0 = await version('sequences');
+    const tx = await c.transaction('write');
+    await tx.execute('INSERT INTO q VALUES (1)');
+    const t0 = performance.now();
+    await tx.executeMultiple('INSERT INTO q VALUES (2); INSERT INTO q VALUES (3);');
+    assert.ok(performance.now() - t0 < 500, 'it did not wait behind its own transaction');
+    assert.equal((await tx.execute('SELECT count(*) AS n FROM q')).rows[0]!.n, 3n, 'seen inside');
+    assert.equal((await c.execute('SELECT count(*) AS n FROM q')).rows[0]!.n, 0n, 'not outside before COMMIT');
+    await tx.rollback();
+    assert.equal((await c.execute('SELECT count(*) AS n FROM q')).rows[0]!.n, 0n, 'the rollback undid the sequence too');
+    await c.executeMultiple('BEGIN; INSERT INTO q VALUES (4); INSERT INTO q VALUES (5); COMMIT;');
+    assert.deepEqual((await c.execute('SELECT x FROM q ORDER BY x')).rows.map((r) => r.x), [4n, 5n]);
+    assert.equal(await version('sequences'), v0 + 1, 'one transaction, one version');
+    await assert.rejects(c.executeMultiple('BEGIN; INSERT INTO q VALUES (6); INSERT INTO nosuch VALUES (1); COMMIT;'), /no such table/);
+    assert.equal((await c.execute('SELECT count(*) AS n FROM q')).rows[0]!.n, 2n, 'a failed sequence left its transaction uncommitted');
+    c.close();
+  });
 });
 
 describe('Drizzle ORM (drizzle-orm/libsql)', () => {

@@ -111,12 +111,9 @@ export class Pipeline {
         return { type: 'close' };
       case 'execute': return { type: 'execute', result: await this.execute(req.stmt as HranaStmt, `${where}.stmt`, true) };
       case 'batch': return { type: 'batch', result: await this.batch(req.batch as { steps?: unknown }, `${where}.batch`) };
-      case 'sequence': {
-        const { statements, rest } = splitStatements(this.sqlOf(req as HranaStmt, where));
-        const all = rest.trim() ? [...statements, rest.trim()] : statements;
-        if (all.length > 0) await this.backend.run('write', all.map((sql) => ({ sql })));
+      case 'sequence':
+        await this.sequence(this.sqlOf(req as HranaStmt, where), where);
         return { type: 'sequence' };
-      }
       case 'describe': return { type: 'describe', result: await this.backend.describe(this.sqlOf(req as HranaStmt, where)) };
       case 'store_sql':
         if (typeof req.sql_id !== 'number' || typeof req.sql !== 'string') throw new ApiError('invalid_request', `${where}: store_sql takes "sql_id" (a number) and "sql"`);
@@ -129,6 +126,19 @@ export class Pipeline {
       default:
         throw new ApiError('invalid_request', `${where}: unknown request type ${JSON.stringify(String(req.type).slice(0, 40))}; this server takes close, execute, batch, sequence, describe, store_sql, close_sql and get_autocommit`);
     }
+  }
+
+  /** executeMultiple's text: one write request, or statement by statement on the stream where a transaction is open or begins. */
+  private async sequence(text: string, where: string): Promise<void> {
+    const { statements, rest } = splitStatements(text);
+    const all = rest ? [...statements, rest] : statements;
+    if (all.length === 0) return;
+    // As a request of its own, it would wait behind the stream's own transaction (and commit apart from it).
+    if (this.stream.tx || all.some((sql) => TRANSACTION.test(sql))) {
+      for (const sql of all) await this.execute({ sql }, where);
+      return;
+    }
+    await this.backend.run('write', all.map((sql) => ({ sql })));
   }
 
   private sqlOf(stmt: HranaStmt, where: string): string {
