@@ -60,6 +60,10 @@ export function hranaError(e: unknown): HranaError {
   return { message: e.message, code: typeof sqlite === 'string' ? sqlite : CODES[e.code] ?? e.code.toUpperCase() };
 }
 
+function tooManySteps(max: number, got: number): ApiError {
+  return new ApiError('payload_too_large', `a batch holds at most ${max} steps (DB_MAX_STATEMENTS), got ${got}`);
+}
+
 /** A write in a read-only transaction: SQLite's own words for it (SQLITE_READONLY), and its statement. */
 function readOnlyTransaction(e: ApiError): ApiError {
   return new ApiError('read_only', 'attempt to write in a read-only transaction (BEGIN TRANSACTION READONLY): nothing was written', e.details);
@@ -242,8 +246,11 @@ export class Pipeline {
     if (!Array.isArray(batch?.steps)) throw new ApiError('invalid_request', `${where}.steps must be an array`);
     const steps = batch.steps as BatchStep[];
     checkConditions(steps);
-    if (steps.length > this.backend.maxStatements) throw new ApiError('payload_too_large', `a batch holds at most ${this.backend.maxStatements} steps (DB_MAX_STATEMENTS), got ${steps.length}`);
+    if (steps.length > 2 * this.backend.maxStatements + 8) throw tooManySteps(this.backend.maxStatements, steps.length);
     const sqls = steps.map((s, i) => this.sqlOf(s?.stmt, `${where}.steps[${i}].stmt`));
+    // A client's BEGIN, COMMIT, ROLLBACK and foreign_keys pragmas around a batch are not its statements (SPEC 4.2).
+    const counted = sqls.filter((sql) => !TRANSACTION.test(sql) && !FOREIGN_KEYS_PRAGMA.test(sql)).length;
+    if (counted > this.backend.maxStatements) throw tooManySteps(this.backend.maxStatements, counted);
     const block = transactionBlock(sqls, steps, TRANSACTION);
     if (block && this.stream.tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
     const results: (StmtResult | null)[] = steps.map(() => null);
