@@ -343,6 +343,29 @@ describe('a transaction left open', () => {
       await q.close();
     }
   });
+
+  test('a transaction kept busy is rolled back once older than DB_TRANSACTION_MAX_MS; its stream says so, and writes go on', async () => {
+    const q = await startProduct({ DB_TRANSACTION_MAX_MS: '800', DB_STREAM_IDLE_MS: '10000' });
+    try {
+      const auth = { authorization: `Bearer ${q.secret('acme', 'web')}` };
+      const send = (baton: string | null, sql: string) => q.call('/web/_db/v2/pipeline', { body: { baton, requests: [{ type: 'execute', stmt: { sql } }] }, headers: auth });
+      await q.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+      let r = await send(null, 'BEGIN');
+      r = await send(r.json.baton, 'INSERT INTO t VALUES (1)');
+      const t0 = performance.now();
+      while (r.json.results[0].type === 'ok' && performance.now() - t0 < 3000) {
+        await new Promise((s) => setTimeout(s, 100)); // never idle for long
+        r = await send(r.json.baton, 'SELECT count(*) FROM t');
+      }
+      assert.match(r.json.results[0].error?.message ?? '', /open longer than 800 ms \(DB_TRANSACTION_MAX_MS\) and was rolled back/, r.text);
+      assert.ok(performance.now() - t0 < 2500, 'rolled back near its limit');
+      const write = await q.db('web', 'execute', { sql: 'INSERT INTO t VALUES (2)' });
+      assert.equal(write.status, 200, write.text);
+      assert.deepEqual((await q.db('web', 'query', { sql: 'SELECT x FROM t' })).json.results[0].rows, [[2]], 'nothing of it was committed');
+    } finally {
+      await q.close();
+    }
+  });
 });
 
 describe('Kysely (@libsql/kysely-libsql)', () => {
