@@ -94,6 +94,10 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.deepEqual([attach.type, attach.error.code], ['error', 'SQLITE_AUTH']);
     assert.equal(await version(), v0, 'describe runs nothing');
     assert.equal((await p.db('web', 'query', { sql: 'SELECT count(*) AS n FROM described' })).json.results[0].rows[0][0], 0);
+    // On the stream's own connection (HRANA_3_SPEC): inside a transaction, what it made so far is there.
+    const stmt = (sql: string) => ({ type: 'execute', stmt: { sql } });
+    const tx = await pipeline({ baton: null, requests: [stmt('BEGIN'), stmt('CREATE TABLE fresh(n INTEGER)'), { type: 'describe', sql: 'SELECT n FROM fresh' }, stmt('ROLLBACK'), { type: 'close' }] });
+    assert.deepEqual(tx.json.results[2].response?.result.cols, [{ name: 'n', decltype: 'INTEGER' }], tx.text);
   });
 
   test('a text of two statements is refused on every path, an interactive transaction too: none is silently dropped', async () => {

@@ -118,7 +118,10 @@ export class Pipeline {
       case 'sequence':
         await this.sequence(this.sqlOf(req as HranaStmt, where), where);
         return { type: 'sequence' };
-      case 'describe': return { type: 'describe', result: await this.backend.describe(this.sqlOf(req as HranaStmt, where)) };
+      case 'describe': {
+        const sql = this.sqlOf(req as HranaStmt, where);
+        return { type: 'describe', result: this.stream.tx ? await this.stream.tx.describe(sql) : await this.backend.describe(sql) };
+      }
       case 'store_sql':
         if (typeof req.sql_id !== 'number' || typeof req.sql !== 'string') throw new ApiError('invalid_request', `${where}: store_sql takes "sql_id" (a number) and "sql"`);
         this.stream.storeSql(req.sql_id, req.sql);
