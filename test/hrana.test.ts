@@ -140,6 +140,10 @@ describe('@libsql/client', () => {
     const res = await pipeline({ baton: null, requests: [stmt('PRAGMA foreign_keys=OFF'), stmt('BEGIN'), ...rebuild(2).map(stmt), stmt('COMMIT'), stmt('PRAGMA foreign_keys=ON'), { type: 'close' }] }, '/web/_db/fkhrana/v2/pipeline');
     assert.deepEqual(res.json.results.filter((r: { type: string }) => r.type !== 'ok'), [], res.text);
     assert.equal(await count(), 1n);
+    // And for a sequence (executeMultiple) after it on the stream.
+    const seq = await pipeline({ baton: null, requests: [stmt('PRAGMA foreign_keys=OFF'), { type: 'sequence', sql: rebuild(3).join(';\n') }, stmt('PRAGMA foreign_keys=ON'), { type: 'close' }] }, '/web/_db/fkhrana/v2/pipeline');
+    assert.deepEqual(seq.json.results.filter((r: { type: string }) => r.type !== 'ok'), [], seq.text);
+    assert.equal(await count(), 1n, 'a sequence on the stream kept its foreign keys off');
     await c.execute('DELETE FROM users');
     assert.equal(await count(), 0n, 'once the stream turned them on again, CASCADE runs');
     c.close();

@@ -145,7 +145,7 @@ export class Pipeline {
       for (const sql of all) await this.execute({ sql }, where);
       return;
     }
-    await this.backend.run('write', all.map((sql) => ({ sql })));
+    await this.runAs('write', all.map((sql) => ({ sql }))); // with the stream's PRAGMA foreign_keys, as its other writes
   }
 
   private sqlOf(stmt: HranaStmt, where: string): string {
