@@ -177,6 +177,29 @@ describe('configuration (9.1)', () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
+
+  test('the limits\' defaults hold through HTTP: 100 statements, 16 MiB of reply, 64 databases, 5000 ms', async () => {
+    const p = await startProduct(); // no DB_* setting: SPEC 9.1's defaults
+    try {
+      const batch = (n: number) => ({ statements: Array.from({ length: n }, () => ({ sql: 'SELECT 1' })) });
+      assert.equal((await p.db('web', 'execute', batch(100))).status, 200);
+      const over = await p.db('web', 'execute', batch(101));
+      assert.deepEqual([over.status, over.json.error.code], [413, 'payload_too_large']);
+      const mib = 1024 * 1024;
+      assert.equal((await p.db('web', 'query', { sql: `SELECT zeroblob(${8 * mib - 64})` })).status, 200, 'an 11 MB reply');
+      const big = await p.db('web', 'query', { sql: `SELECT zeroblob(${6 * mib}), zeroblob(${6 * mib})` });
+      assert.deepEqual([big.status, big.json.error.code], [413, 'result_too_large'], 'a 16.8 MB reply');
+      for (let i = 1; i < 64; i++) assert.equal((await p.db('web', 'execute', { database: `d${i}`, sql: 'SELECT 1' })).status, 200);
+      const more = await p.db('web', 'execute', { database: 'd64', sql: 'SELECT 1' });
+      assert.deepEqual([more.status, more.json.error.code], [507, 'quota_exceeded'], 'the 65th database');
+      const t0 = Date.now();
+      const runaway = await p.db('web', 'query', { sql: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c' });
+      assert.deepEqual([runaway.status, runaway.json.error.code], [422, 'query_timeout']);
+      assert.ok(Date.now() - t0 >= 5000 && Date.now() - t0 < 15_000, `stopped after ${Date.now() - t0} ms`);
+    } finally {
+      await p.close();
+    }
+  });
 });
 
 describe('snapshot and changes (4.9)', () => {

@@ -94,6 +94,10 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     assert.deepEqual([attach.type, attach.error.code], ['error', 'SQLITE_AUTH']);
     assert.equal(await version(), v0, 'describe runs nothing');
     assert.equal((await p.db('web', 'query', { sql: 'SELECT count(*) AS n FROM described' })).json.results[0].rows[0][0], 0);
+    // On the stream's own connection (HRANA_3_SPEC): inside a transaction, what it made so far is there.
+    const stmt = (sql: string) => ({ type: 'execute', stmt: { sql } });
+    const tx = await pipeline({ baton: null, requests: [stmt('BEGIN'), stmt('CREATE TABLE fresh(n INTEGER)'), { type: 'describe', sql: 'SELECT n FROM fresh' }, stmt('ROLLBACK'), { type: 'close' }] });
+    assert.deepEqual(tx.json.results[2].response?.result.cols, [{ name: 'n', decltype: 'INTEGER' }], tx.text);
   });
 
   test('a text of two statements is refused on every path, an interactive transaction too: none is silently dropped', async () => {
@@ -349,6 +353,10 @@ describe('SPEC 4.4\'s limits and 4.5\'s creation rule hold on the protocol too',
     assert.equal(r.json.results[0].type, 'error', r.text);
     assert.match(r.json.results[0].error.message, /at most 5 steps \(DB_MAX_STATEMENTS\), got 6/);
     assert.equal(r.json.results[1].type, 'ok', 'five are fine');
+    // @libsql/client's batch(…, 'write') and migrate() add BEGIN, COMMIT, ROLLBACK and the foreign_keys pragmas: not statements.
+    const wrapped = [{ stmt: { sql: 'PRAGMA foreign_keys=off' } }, { stmt: { sql: 'BEGIN IMMEDIATE' } }, ...steps.slice(1).map((s, i) => ({ ...s, condition: { type: 'ok', step: i + 1 } })), { stmt: { sql: 'COMMIT' }, condition: { type: 'ok', step: 6 } }, { stmt: { sql: 'ROLLBACK' }, condition: { type: 'not', cond: { type: 'ok', step: 7 } } }, { stmt: { sql: 'PRAGMA foreign_keys=on' } }];
+    const w = await send({ baton: null, requests: [{ type: 'batch', batch: { steps: wrapped } }] });
+    assert.deepEqual(w.json.results[0].response?.result.step_errors, wrapped.map(() => null), w.text);
   });
 
   test('reads of a database that does not exist answer as an empty one would, and do not create it', async () => {

@@ -140,6 +140,10 @@ describe('@libsql/client', () => {
     const res = await pipeline({ baton: null, requests: [stmt('PRAGMA foreign_keys=OFF'), stmt('BEGIN'), ...rebuild(2).map(stmt), stmt('COMMIT'), stmt('PRAGMA foreign_keys=ON'), { type: 'close' }] }, '/web/_db/fkhrana/v2/pipeline');
     assert.deepEqual(res.json.results.filter((r: { type: string }) => r.type !== 'ok'), [], res.text);
     assert.equal(await count(), 1n);
+    // And for a sequence (executeMultiple) after it on the stream.
+    const seq = await pipeline({ baton: null, requests: [stmt('PRAGMA foreign_keys=OFF'), { type: 'sequence', sql: rebuild(3).join(';\n') }, stmt('PRAGMA foreign_keys=ON'), { type: 'close' }] }, '/web/_db/fkhrana/v2/pipeline');
+    assert.deepEqual(seq.json.results.filter((r: { type: string }) => r.type !== 'ok'), [], seq.text);
+    assert.equal(await count(), 1n, 'a sequence on the stream kept its foreign keys off');
     await c.execute('DELETE FROM users');
     assert.equal(await count(), 0n, 'once the stream turned them on again, CASCADE runs');
     c.close();
@@ -263,6 +267,27 @@ describe('interactive transactions', () => {
     await assert.rejects(c.execute('SAVEPOINT b'), /only inside a transaction/);
     c.close();
   });
+
+  test('executeMultiple (a sequence) inside a transaction runs in it; BEGIN … COMMIT in one is a transaction', async () => {
+    const c = client('web/_db/sequences/');
+    await c.execute('CREATE TABLE q(x)');
+    const v0 = await version('sequences');
+    const tx = await c.transaction('write');
+    await tx.execute('INSERT INTO q VALUES (1)');
+    const t0 = performance.now();
+    await tx.executeMultiple('INSERT INTO q VALUES (2); INSERT INTO q VALUES (3);');
+    assert.ok(performance.now() - t0 < 500, 'it did not wait behind its own transaction');
+    assert.equal((await tx.execute('SELECT count(*) AS n FROM q')).rows[0]!.n, 3n, 'seen inside');
+    assert.equal((await c.execute('SELECT count(*) AS n FROM q')).rows[0]!.n, 0n, 'not outside before COMMIT');
+    await tx.rollback();
+    assert.equal((await c.execute('SELECT count(*) AS n FROM q')).rows[0]!.n, 0n, 'the rollback undid the sequence too');
+    await c.executeMultiple('BEGIN; INSERT INTO q VALUES (4); INSERT INTO q VALUES (5); COMMIT;');
+    assert.deepEqual((await c.execute('SELECT x FROM q ORDER BY x')).rows.map((r) => r.x), [4n, 5n]);
+    assert.equal(await version('sequences'), v0 + 1, 'one transaction, one version');
+    await assert.rejects(c.executeMultiple('BEGIN; INSERT INTO q VALUES (6); INSERT INTO nosuch VALUES (1); COMMIT;'), /no such table/);
+    assert.equal((await c.execute('SELECT count(*) AS n FROM q')).rows[0]!.n, 2n, 'a failed sequence left its transaction uncommitted');
+    c.close();
+  });
 });
 
 describe('Drizzle ORM (drizzle-orm/libsql)', () => {
@@ -318,6 +343,29 @@ describe('a transaction left open', () => {
       const commit = await q.call('/web/_db/v2/pipeline', { body: { baton: begin.json.baton, requests: [{ type: 'execute', stmt: { sql: 'COMMIT' } }, { type: 'close' }] }, headers: auth });
       assert.equal(commit.json.results[0].type, 'ok', commit.text);
       assert.deepEqual((await q.db('web', 'query', { sql: 'SELECT x FROM t' })).json.results[0].rows, [[1]], 'the refused write did not run');
+    } finally {
+      await q.close();
+    }
+  });
+
+  test('a transaction kept busy is rolled back once older than DB_TRANSACTION_MAX_MS; its stream says so, and writes go on', async () => {
+    const q = await startProduct({ DB_TRANSACTION_MAX_MS: '800', DB_STREAM_IDLE_MS: '10000' });
+    try {
+      const auth = { authorization: `Bearer ${q.secret('acme', 'web')}` };
+      const send = (baton: string | null, sql: string) => q.call('/web/_db/v2/pipeline', { body: { baton, requests: [{ type: 'execute', stmt: { sql } }] }, headers: auth });
+      await q.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+      let r = await send(null, 'BEGIN');
+      r = await send(r.json.baton, 'INSERT INTO t VALUES (1)');
+      const t0 = performance.now();
+      while (r.json.results[0].type === 'ok' && performance.now() - t0 < 3000) {
+        await new Promise((s) => setTimeout(s, 100)); // never idle for long
+        r = await send(r.json.baton, 'SELECT count(*) FROM t');
+      }
+      assert.match(r.json.results[0].error?.message ?? '', /open longer than 800 ms \(DB_TRANSACTION_MAX_MS\) and was rolled back/, r.text);
+      assert.ok(performance.now() - t0 < 2500, 'rolled back near its limit');
+      const write = await q.db('web', 'execute', { sql: 'INSERT INTO t VALUES (2)' });
+      assert.equal(write.status, 200, write.text);
+      assert.deepEqual((await q.db('web', 'query', { sql: 'SELECT x FROM t' })).json.results[0].rows, [[2]], 'nothing of it was committed');
     } finally {
       await q.close();
     }

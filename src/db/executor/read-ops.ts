@@ -43,7 +43,7 @@ export function query(h: DbHandle, body: QueryBody, maxResultBytes: number): Rep
 }
 
 /** HRANA_3_SPEC's DescribeResult: read-only is what the sandbox lets prepare as a read (SQLite's own is not exposed). */
-function describe(h: DbHandle, sql: string): Reply {
+export function describe(h: DbHandle, sql: string): Reply {
   try {
     let readonly = true;
     let p;

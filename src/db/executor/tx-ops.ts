@@ -7,6 +7,7 @@ import { DbHandle as Handle, EMPTY } from './handles.ts';
 import { existsSync } from 'node:fs';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { ResultBudget, runRead, runWrite, type StatementSpec } from './statements.ts';
+import { describe } from './read-ops.ts';
 import { changedNothing, type GroupContext, prune, recordChange, totals } from './write-ops.ts';
 import { keepHistory } from './history-ops.ts';
 import { KeyWatch } from './key-cover.ts';
@@ -61,9 +62,11 @@ export function beginTx(id: string, path: string, create: boolean, ctx: GroupCon
 
 /** One statement in the transaction; a failing one is undone alone (SQLite's statement journal), the rest stays. */
 /** `maxResultBytes` in the message: what is left of its pipeline's allowance (set by the service, never by a client). */
-export function execTx(id: string, statement: StatementSpec & { maxResultBytes?: number }, maxResultBytes: number): Reply {
+/** `describe` (set by the service, never by a client): that statement prepared on the transaction's connection, not run. */
+export function execTx(id: string, statement: StatementSpec & { maxResultBytes?: number; describe?: string }, maxResultBytes: number): Reply {
   const tx = open.get(id);
   if (!tx) return gone();
+  if (typeof statement.describe === 'string') return describe(tx.h, statement.describe);
   try {
     const budget = new ResultBudget(Math.min(maxResultBytes, statement.maxResultBytes ?? Infinity));
     if (tx.readOnly) return { status: 200, body: `{"results":[${runRead(tx.h, statement, 0, 'hrana', budget)}]}` };

@@ -60,6 +60,10 @@ export function hranaError(e: unknown): HranaError {
   return { message: e.message, code: typeof sqlite === 'string' ? sqlite : CODES[e.code] ?? e.code.toUpperCase() };
 }
 
+function tooManySteps(max: number, got: number): ApiError {
+  return new ApiError('payload_too_large', `a batch holds at most ${max} steps (DB_MAX_STATEMENTS), got ${got}`);
+}
+
 /** A write in a read-only transaction: SQLite's own words for it (SQLITE_READONLY), and its statement. */
 function readOnlyTransaction(e: ApiError): ApiError {
   return new ApiError('read_only', 'attempt to write in a read-only transaction (BEGIN TRANSACTION READONLY): nothing was written', e.details);
@@ -111,13 +115,13 @@ export class Pipeline {
         return { type: 'close' };
       case 'execute': return { type: 'execute', result: await this.execute(req.stmt as HranaStmt, `${where}.stmt`, true) };
       case 'batch': return { type: 'batch', result: await this.batch(req.batch as { steps?: unknown }, `${where}.batch`) };
-      case 'sequence': {
-        const { statements, rest } = splitStatements(this.sqlOf(req as HranaStmt, where));
-        const all = rest.trim() ? [...statements, rest.trim()] : statements;
-        if (all.length > 0) await this.backend.run('write', all.map((sql) => ({ sql })));
+      case 'sequence':
+        await this.sequence(this.sqlOf(req as HranaStmt, where), where);
         return { type: 'sequence' };
+      case 'describe': {
+        const sql = this.sqlOf(req as HranaStmt, where);
+        return { type: 'describe', result: this.stream.tx ? await this.stream.tx.describe(sql) : await this.backend.describe(sql) };
       }
-      case 'describe': return { type: 'describe', result: await this.backend.describe(this.sqlOf(req as HranaStmt, where)) };
       case 'store_sql':
         if (typeof req.sql_id !== 'number' || typeof req.sql !== 'string') throw new ApiError('invalid_request', `${where}: store_sql takes "sql_id" (a number) and "sql"`);
         this.stream.storeSql(req.sql_id, req.sql);
@@ -129,6 +133,19 @@ export class Pipeline {
       default:
         throw new ApiError('invalid_request', `${where}: unknown request type ${JSON.stringify(String(req.type).slice(0, 40))}; this server takes close, execute, batch, sequence, describe, store_sql, close_sql and get_autocommit`);
     }
+  }
+
+  /** executeMultiple's text: one write request, or statement by statement on the stream where a transaction is open or begins. */
+  private async sequence(text: string, where: string): Promise<void> {
+    const { statements, rest } = splitStatements(text);
+    const all = rest ? [...statements, rest] : statements;
+    if (all.length === 0) return;
+    // As a request of its own, it would wait behind the stream's own transaction (and commit apart from it).
+    if (this.stream.tx || all.some((sql) => TRANSACTION.test(sql))) {
+      for (const sql of all) await this.execute({ sql }, where);
+      return;
+    }
+    await this.runAs('write', all.map((sql) => ({ sql }))); // with the stream's PRAGMA foreign_keys, as its other writes
   }
 
   private sqlOf(stmt: HranaStmt, where: string): string {
@@ -232,8 +249,11 @@ export class Pipeline {
     if (!Array.isArray(batch?.steps)) throw new ApiError('invalid_request', `${where}.steps must be an array`);
     const steps = batch.steps as BatchStep[];
     checkConditions(steps);
-    if (steps.length > this.backend.maxStatements) throw new ApiError('payload_too_large', `a batch holds at most ${this.backend.maxStatements} steps (DB_MAX_STATEMENTS), got ${steps.length}`);
+    if (steps.length > 2 * this.backend.maxStatements + 8) throw tooManySteps(this.backend.maxStatements, steps.length);
     const sqls = steps.map((s, i) => this.sqlOf(s?.stmt, `${where}.steps[${i}].stmt`));
+    // A client's BEGIN, COMMIT, ROLLBACK and foreign_keys pragmas around a batch are not its statements (SPEC 4.2).
+    const counted = sqls.filter((sql) => !TRANSACTION.test(sql) && !FOREIGN_KEYS_PRAGMA.test(sql)).length;
+    if (counted > this.backend.maxStatements) throw tooManySteps(this.backend.maxStatements, counted);
     const block = transactionBlock(sqls, steps, TRANSACTION);
     if (block && this.stream.tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
     const results: (StmtResult | null)[] = steps.map(() => null);

@@ -85,6 +85,11 @@ export class StreamTx {
     return (body.results as StmtResult[])[0]!; // rendered by the executor (hrana-result.ts)
   }
 
+  /** HRANA_3_SPEC's DescribeResult of one statement, prepared on the transaction's connection (it sees its schema). */
+  async describe(sql: string): Promise<Record<string, unknown>> {
+    return this.send('tx.exec', Buffer.from(JSON.stringify({ sql: '', describe: sql })));
+  }
+
   async commit(): Promise<void> {
     try {
       await this.send('tx.commit');
