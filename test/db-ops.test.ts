@@ -126,6 +126,29 @@ describe('operations (9)', () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
+
+  test('the log says why an executor was replaced: stopped for its time limit, or gone by itself', async () => {
+    const dataDir = tempDir();
+    const product = await spawnProduct(testEnv(dataDir, { LOG_LEVEL: 'info', DB_QUERY_TIMEOUT_MS: '300' }));
+    const replaced = () => product.stdout().split('\n').filter((l) => l.includes('executor process replaced')).map((l) => JSON.parse(l).reason as string);
+    const until = async (n: number) => {
+      for (let i = 0; i < 200 && replaced().length < n; i++) await new Promise((r) => setTimeout(r, 50));
+    };
+    try {
+      await call(product.url, 'localhost', '/web/_db/execute', { body: { sql: 'CREATE TABLE t(x)' }, headers: auth });
+      const runaway = await call(product.url, 'localhost', '/web/_db/query', { body: { sql: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c' }, headers: auth });
+      assert.equal(runaway.json.error.code, 'query_timeout');
+      await until(1);
+      assert.deepEqual(replaced(), ['stopped: a statement ran past its time limit (DB_QUERY_TIMEOUT_MS)']);
+      const executors = readFileSync(`/proc/${product.child.pid}/task/${product.child.pid}/children`, 'utf8').trim().split(' ').filter((pid) => /executor[/\\]child\.[jt]s/.test(readFileSync(`/proc/${pid}/cmdline`, 'utf8')));
+      process.kill(Number(executors[0]), 'SIGKILL');
+      await until(2);
+      assert.equal(replaced()[1], 'exited by itself (a crash, or killed from outside)');
+    } finally {
+      product.killAll();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('configuration (9.1)', () => {

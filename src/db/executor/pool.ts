@@ -10,6 +10,13 @@ import type { Scope } from '../contract.ts';
 export type { LaneHold } from './pinned-transaction.ts';
 export type { WriteOp } from './write-lanes.ts';
 
+/** What the log says of a replaced executor: stopped on purpose (which limit), or gone by itself. */
+const RESTART_REASONS = {
+  timeout: 'stopped: a statement ran past its time limit (DB_QUERY_TIMEOUT_MS)',
+  temp_space: 'stopped: temporary files over DB_TEMP_MAX_BYTES',
+  exited: 'exited by itself (a crash, or killed from outside)',
+} as const;
+
 export interface ExecReply {
   status: number;
   body: Buffer;
@@ -59,7 +66,7 @@ export class ExecutorPool {
       queueTargetMs: opts.queueTargetMs ?? 50,
       maxQueuedPerTenant,
       maxQueued: opts.maxQueued ?? 8192,
-      onRestart: (pid, stoppedFor) => opts.onRestart(pid, stoppedFor === 'temp_space' ? 'temporary files over DB_TEMP_MAX_BYTES' : 'stopped'),
+      onRestart: (pid, stoppedFor) => opts.onRestart(pid, RESTART_REASONS[stoppedFor ?? 'exited']),
       onError: (e) => opts.onError?.(e),
     });
     this.lanes = new WriteLanes(this.scheduler, opts, { maxLane: maxQueuedPerTenant, timeoutMs });
