@@ -50,6 +50,33 @@ describe('parts alone (serve db + serve proxy)', () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
+
+  test('under NODE_ENV=production, serve db, serve mirror and a proxy in front of serve account need no sign-in provider nor credential keys', async () => {
+    const dataDir = tempDir();
+    // Production settings of a part that never signs anyone in: the root key alone (what the mirror needs besides).
+    const env = { ...testEnv(dataDir), NODE_ENV: 'production', ACCOUNT_ENCRYPTION_KEYS: '' };
+    const started: { killAll(): void }[] = [];
+    try {
+      const db = await spawnProduct({ ...env, PORT: String(await freePort()) }, ['serve', 'db']);
+      started.push(db);
+      const proxy = await spawnProduct({ ...env, DB_SERVICE_URL: db.url, ACCOUNT_SERVICE_URL: 'http://127.0.0.1:9' }, ['serve', 'proxy']);
+      started.push(proxy);
+      const mirror = await spawnProduct({ ...env, MIRROR_PORT: '0', MIRROR_SECRET: 'whsec_c2VjcmV0c2VjcmV0c2VjcmV0', MIRROR_SOURCE_URL: proxy.url }, ['serve', 'mirror']);
+      started.push(mirror);
+      const s = await call(proxy.url, 'localhost', '/web/_db/status', { body: {}, headers: auth });
+      assert.equal(s.status, 200, s.text);
+      assert.throws(() => readFileSync(join(dataDir, 'account-encryption.key')), /ENOENT/, 'no key is generated where nothing uses it');
+      // Where sign-in runs (start, serve account, a proxy without ACCOUNT_SERVICE_URL), production still requires them.
+      for (const args of [['start'], ['serve', 'account'], ['serve', 'proxy']]) {
+        const r = spawnSync(process.execPath, ['src/cli/main.ts', ...args], { env: { ...process.env, ...env, DB_SERVICE_URL: db.url }, encoding: 'utf8', timeout: 20_000 });
+        assert.equal(r.status, 78, `${args.join(' ')}: ${r.stderr}`);
+        assert.match(r.stderr, /needs 2 settings that are missing: ACCOUNT_OIDC_ISSUER .*; ACCOUNT_ENCRYPTION_KEYS/);
+      }
+    } finally {
+      for (const p of started) p.killAll();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('operations (9)', () => {

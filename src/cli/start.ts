@@ -161,7 +161,7 @@ export async function startCommand(part: Part): Promise<number> {
   // Everything the product creates under DATA_DIR holds data or keys: owner-only, whatever the operator's umask.
   // Executors inherit it; SQLite gives -wal and -shm files the database file's mode.
   process.umask(0o077);
-  const config = loadConfig();
+  const config = loadConfig(process.env, part);
   ownerOnly(config.dataDir);
   const logger = createLogger(config.logLevel, await logDestination(config.logFormat ?? undefined));
   for (const warning of config.warnings) logger.warn(warning);
