@@ -53,6 +53,9 @@ export function connect(opts: TargetOptions, positionalRepo?: string): Target {
   } else if (named) {
     repo = lowerAscii(named);
   }
+  // A --url that names another org or repo than the options is a mistake to say, not one to settle silently.
+  if (org && hostOrg && org !== hostOrg) throw usageError(`--url ${rawUrl} is the host of the org ${hostOrg}, but ${named?.includes('/') ? named : `--org ${org}`} names the org ${org}: give the org once`);
+  if (repo && pathRepo && repo !== lowerAscii(pathRepo)) throw usageError(`--url ${rawUrl} has the repo ${pathRepo} as its path, but ${named} names the repo ${repo}: give the repo once`);
   org ??= hostOrg;
   repo ??= pathRepo === undefined ? undefined : lowerAscii(pathRepo);
   if (!org || !repo) throw usageError('name the repo: a positional acme/web, --repo acme/web, or --org acme --repo web');
