@@ -88,6 +88,24 @@ describe('forwarding', () => {
     assert.equal(root.json.url, '/base/');
   });
 
+  test('a request in absolute form (a client using the proxy as its HTTP proxy, curl -x) reaches the app and the landing page as the path does', async () => {
+    const get = (target: string, accept = '*/*') => new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port: p.port, path: target, headers: { host: `acme.localhost:${p.port}`, accept } }, (res) => {
+        let body = '';
+        res.on('data', (d) => (body += d));
+        res.on('end', () => resolve({ status: res.statusCode!, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    const app = await get(`http://acme.localhost:${p.port}/web/some/page?q=1`);
+    assert.equal(app.status, 200, app.body);
+    assert.equal(JSON.parse(app.body).url, '/base/some/page?q=1');
+    const landing = await get(`http://acme.localhost:${p.port}/docs/`, 'text/html');
+    assert.equal(landing.status, 200, landing.body);
+    assert.match(landing.body, /<title>acme\/docs<\/title>/);
+  });
+
   test('the repo segment is the same name percent-encoded or in capitals, as on /_db and /_account (SPEC 2)', async () => {
     const client = new Client(p.url);
     try {
