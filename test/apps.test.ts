@@ -226,6 +226,23 @@ describe('sessions and apps', () => {
     assert.equal(post.json.error.code, 'unauthenticated');
   });
 
+  test('requireSession: an anonymous GET asking for JSON (a page\'s fetch) gets 401 with where to sign in, not a redirect it cannot follow', async () => {
+    const login = `/private/_account/login?return_to=${encodeURIComponent('/private/api/items?page=2')}`;
+    for (const accept of ['application/json', 'application/json, text/plain, */*']) {
+      const r = await p.call('/private/api/items?page=2', { headers: { accept } });
+      assert.equal(r.status, 401, accept);
+      assert.equal(r.json.error.code, 'unauthenticated');
+      assert.equal(r.json.error.details.login, login);
+      assert.equal(r.headers['cache-control'], 'no-store');
+    }
+    // A browser's navigation (text/html among its types) and curl (*/*) are still sent to sign in.
+    for (const accept of ['text/html,application/xhtml+xml,application/json;q=0.9,*/*;q=0.8', '*/*']) {
+      const r = await p.call('/private/api/items?page=2', { headers: { accept } });
+      assert.equal(r.status, 302, accept);
+      assert.equal(r.headers.location, login);
+    }
+  });
+
   test('a signed-in visitor reaches the app with x-auth-user-* set by the proxy and without the session cookie', async () => {
     const { browser, location } = await signIn(p, { repo: 'private', returnTo: '/private/dash?tab=2', email: 'lin@example.com' });
     assert.equal(location, `http://acme.localhost:${p.port}/private/dash?tab=2`);
