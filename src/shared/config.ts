@@ -119,7 +119,7 @@ export interface ClusterConfig {
 
 import { recordingReads, unknownVariables } from './config-names.ts';
 
-import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, str, url, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
+import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, str, url, whsecProblem, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
 export type { AppRoute, MirrorConfig } from './config-values.ts';
 
 export { ConfigError };
@@ -160,6 +160,15 @@ function keyList(env: Env, name: string, dataDir: string, production: boolean, f
   } catch (e) {
     fail(name, `the generated key file ${path} is damaged: ${(e as Error).message}`);
   }
+}
+
+/** MIRROR_SECRET, checked here so that a start stops before any part listens (it did once the proxy was up). */
+function mirrorSecret(env: Env, required: boolean): string | null {
+  const secret = str(env, 'MIRROR_SECRET');
+  if (secret === undefined && required) fail('MIRROR_SECRET', 'required to run the reference mirror (the whsec_ secret its DB_MIRRORS entry uses)');
+  const bad = secret === undefined ? null : whsecProblem(secret);
+  if (bad) fail('MIRROR_SECRET', bad);
+  return secret ?? null;
 }
 
 /** A key list a part does not use: checked when set (a typo is still named), never generated nor required. */
@@ -327,7 +336,7 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
     shutdownTimeoutMs: int(env, 'SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000),
     mirror: {
       port: mirrorPort,
-      secret: str(env, 'MIRROR_SECRET') ?? null,
+      secret: mirrorSecret(env, part === 'mirror' || (part === 'all' && mirrorPort !== null)),
       sourceUrl: url(env, 'MIRROR_SOURCE_URL') ?? null,
     },
     apps: parseApps(str(env, 'APPS')),
