@@ -88,6 +88,24 @@ describe('forwarding', () => {
     assert.equal(root.json.url, '/base/');
   });
 
+  test('a request in absolute form (a client using the proxy as its HTTP proxy, curl -x) reaches the app and the landing page as the path does', async () => {
+    const get = (target: string, accept = '*/*') => new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port: p.port, path: target, headers: { host: `acme.localhost:${p.port}`, accept } }, (res) => {
+        let body = '';
+        res.on('data', (d) => (body += d));
+        res.on('end', () => resolve({ status: res.statusCode!, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    const app = await get(`http://acme.localhost:${p.port}/web/some/page?q=1`);
+    assert.equal(app.status, 200, app.body);
+    assert.equal(JSON.parse(app.body).url, '/base/some/page?q=1');
+    const landing = await get(`http://acme.localhost:${p.port}/docs/`, 'text/html');
+    assert.equal(landing.status, 200, landing.body);
+    assert.match(landing.body, /<title>acme\/docs<\/title>/);
+  });
+
   test('the repo segment is the same name percent-encoded or in capitals, as on /_db and /_account (SPEC 2)', async () => {
     const client = new Client(p.url);
     try {
@@ -206,6 +224,23 @@ describe('sessions and apps', () => {
     const post = await p.call('/private/api', { method: 'POST', rawBody: '{}' });
     assert.equal(post.status, 401);
     assert.equal(post.json.error.code, 'unauthenticated');
+  });
+
+  test('requireSession: an anonymous GET asking for JSON (a page\'s fetch) gets 401 with where to sign in, not a redirect it cannot follow', async () => {
+    const login = `/private/_account/login?return_to=${encodeURIComponent('/private/api/items?page=2')}`;
+    for (const accept of ['application/json', 'application/json, text/plain, */*']) {
+      const r = await p.call('/private/api/items?page=2', { headers: { accept } });
+      assert.equal(r.status, 401, accept);
+      assert.equal(r.json.error.code, 'unauthenticated');
+      assert.equal(r.json.error.details.login, login);
+      assert.equal(r.headers['cache-control'], 'no-store');
+    }
+    // A browser's navigation (text/html among its types) and curl (*/*) are still sent to sign in.
+    for (const accept of ['text/html,application/xhtml+xml,application/json;q=0.9,*/*;q=0.8', '*/*']) {
+      const r = await p.call('/private/api/items?page=2', { headers: { accept } });
+      assert.equal(r.status, 302, accept);
+      assert.equal(r.headers.location, login);
+    }
   });
 
   test('a signed-in visitor reaches the app with x-auth-user-* set by the proxy and without the session cookie', async () => {

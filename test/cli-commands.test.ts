@@ -251,6 +251,11 @@ test('secret prints the repo secret; usage mistakes exit 2 with one line', async
     [['status', 'acme/web', '--database', 'Main'], /--database "Main" must match/],
     [['status', 'acme/web', '--url', 'ftp://x'], /is not an http\(s\) URL/],
     [['status', 'acme/web', '--org', 'other'], /--org other disagrees with acme\/web/],
+    // --url's org host or repo path against the named repo: before, the named one won silently.
+    [['status', 'acme/web', '--url', 'http://other.localhost:1'], /--url http:\/\/other\.localhost:1 is the host of the org other, but acme\/web names the org acme: give the org once$/],
+    [['status', '--org', 'acme', '--repo', 'web', '--url', 'http://other.localhost:1'], /but --org acme names the org acme/],
+    [['status', '--url', 'https://acme.example.com/web'], /name the repo: .* \(--url's host acme\.example\.com is not \{org\}\.localhost: export the server's BASE_DOMAIN here to read the org from it\)$/],
+    [['status', 'acme/web', '--url', 'http://acme.localhost:1/api'], /--url http:\/\/acme\.localhost:1\/api has the repo api as its path, but acme\/web names the repo web: give the repo once$/],
   ];
   for (const [args, message] of cases) {
     const r = await cli(args);

@@ -70,6 +70,8 @@ test('an unknown option or command, or a missing argument, is one line naming th
     [['serve', 'bogus'], /^scopebase: command-argument value 'bogus' is invalid for argument 'part'\. Allowed choices are proxy, db, account, mirror\. \(scopebase serve --help for usage\)\n$/],
     [['backup'], /^scopebase: missing required argument 'dir' \(scopebase backup --help for usage\)\n$/],
     [['bogus'], /^scopebase: unknown command 'bogus' \(scopebase --help for usage\)\n$/],
+    // `help <typo>` says so too, rather than the whole help with no word about the typo.
+    [['help', 'expot'], /^scopebase: unknown command 'expot' \(Did you mean export\?\) \(scopebase --help for usage\)\n$/],
   ];
   for (const [args, pattern] of cases) {
     const r = await cli(args);

@@ -47,9 +47,9 @@ test('the start-up banner: the org host first, the sign-in URL and curl line, wh
     assert.match(lines[2]!, /^ {2}sign in: http:\/\/acme\.localhost:\d+\/web\/_account\/login$/);
     assert.match(lines[3]!, /^ {2}try it: {2}curl .*\/web\/_db\/status$/);
     assert.ok(dev.includes(`\n  data:    ${dataDir} (DATA_DIR)\n`), dev);
-    assert.match(dev, /DEVELOPMENT MODE: keys generated in DATA_DIR \(RUNTIME_ROOT_KEY, ACCOUNT_ENCRYPTION_KEYS\) and the development identity provider \(any email signs in\)/);
+    assert.match(dev, /DEVELOPMENT MODE: keys generated in DATA_DIR \(RUNTIME_ROOT_KEY, ACCOUNT_ENCRYPTION_KEYS\) and the development identity provider \(any email signs in\); for real use set those keys, configure a sign-in provider and NODE_ENV=production/);
     const keyed = await banner({ DATA_DIR: dataDir, RUNTIME_ROOT_KEY: ROOT_KEY, ACCOUNT_ENCRYPTION_KEYS: 'c'.repeat(64) });
-    assert.match(keyed, /DEVELOPMENT MODE: the development identity provider \(any email signs in\);/, 'set keys are not called generated');
+    assert.match(keyed, /DEVELOPMENT MODE: the development identity provider \(any email signs in\); for real use configure a sign-in provider and NODE_ENV=production/, 'set keys are not called generated, nor to be set');
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }

@@ -50,6 +50,33 @@ describe('parts alone (serve db + serve proxy)', () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
+
+  test('under NODE_ENV=production, serve db, serve mirror and a proxy in front of serve account need no sign-in provider nor credential keys', async () => {
+    const dataDir = tempDir();
+    // Production settings of a part that never signs anyone in: the root key alone (what the mirror needs besides).
+    const env = { ...testEnv(dataDir), NODE_ENV: 'production', ACCOUNT_ENCRYPTION_KEYS: '' };
+    const started: { killAll(): void }[] = [];
+    try {
+      const db = await spawnProduct({ ...env, PORT: String(await freePort()) }, ['serve', 'db']);
+      started.push(db);
+      const proxy = await spawnProduct({ ...env, DB_SERVICE_URL: db.url, ACCOUNT_SERVICE_URL: 'http://127.0.0.1:9' }, ['serve', 'proxy']);
+      started.push(proxy);
+      const mirror = await spawnProduct({ ...env, MIRROR_PORT: '0', MIRROR_SECRET: 'whsec_c2VjcmV0c2VjcmV0c2VjcmV0', MIRROR_SOURCE_URL: proxy.url }, ['serve', 'mirror']);
+      started.push(mirror);
+      const s = await call(proxy.url, 'localhost', '/web/_db/status', { body: {}, headers: auth });
+      assert.equal(s.status, 200, s.text);
+      assert.throws(() => readFileSync(join(dataDir, 'account-encryption.key')), /ENOENT/, 'no key is generated where nothing uses it');
+      // Where sign-in runs (start, serve account, a proxy without ACCOUNT_SERVICE_URL), production still requires them.
+      for (const args of [['start'], ['serve', 'account'], ['serve', 'proxy']]) {
+        const r = spawnSync(process.execPath, ['src/cli/main.ts', ...args], { env: { ...process.env, ...env, DB_SERVICE_URL: db.url }, encoding: 'utf8', timeout: 20_000 });
+        assert.equal(r.status, 78, `${args.join(' ')}: ${r.stderr}`);
+        assert.match(r.stderr, /needs 2 settings that are missing: ACCOUNT_OIDC_ISSUER .*; ACCOUNT_ENCRYPTION_KEYS/);
+      }
+    } finally {
+      for (const p of started) p.killAll();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('operations (9)', () => {
@@ -171,13 +198,21 @@ describe('configuration (9.1)', () => {
     [{ NODE_ENV: 'production', RUNTIME_ROOT_KEY: '', ACCOUNT_ENCRYPTION_KEYS: '' }, /^scopebase: configuration error: NODE_ENV=production needs 3 settings that are missing: ACCOUNT_OIDC_ISSUER \(with ACCOUNT_OIDC_CLIENT_ID\) or ACCOUNT_GITHUB_CLIENT_ID \(with ACCOUNT_GITHUB_CLIENT_SECRET\), a sign-in provider; RUNTIME_ROOT_KEY \(64\+ hex digits\); ACCOUNT_ENCRYPTION_KEYS \(64 hex digits each\); .*\(docs\/deploy\.md\)\n$/],
     [{ NODE_ENV: 'production', RUNTIME_ROOT_KEY: '', ACCOUNT_ENCRYPTION_KEYS: '', ACCOUNT_GITHUB_CLIENT_ID: 'x', ACCOUNT_GITHUB_CLIENT_SECRET: 'y' }, /NODE_ENV=production needs 2 settings that are missing: RUNTIME_ROOT_KEY \(64\+ hex digits\); ACCOUNT_ENCRYPTION_KEYS /],
   ];
+  // A short webhook secret was told it was not whsec_<base64>, which it was; a missing MIRROR_SECRET was found once the proxy listened.
+  cases.push(
+    [{ MIRROR_PORT: '0', MIRROR_SECRET: 'whsec_YWJjZA==' }, /^scopebase: configuration error: MIRROR_SECRET: is too short: whsec_ then the base64 of at least 12 random bytes .*openssl rand -base64 24\)\n$/],
+    [{ DB_MIRRORS: '[{"name":"r","url":"http://127.0.0.1:1/hook","secret":"whsec_YWJjZA=="}]' }, /DB_MIRRORS: entry 0: secret is too short/],
+    [{ DB_MIRRORS: '[{"name":"r","url":"http://127.0.0.1:1/hook","secret":"s3cret-s3cret-s3cret"}]' }, /DB_MIRRORS: entry 0: secret must be in Standard Webhooks form whsec_<base64>, e\.g\. whsec_\$\(openssl rand -base64 24\)/],
+    [{ MIRROR_PORT: '0' }, /^scopebase: configuration error: MIRROR_SECRET: required to run the reference mirror/],
+  );
   for (const [env, message] of cases) {
     test(`${Object.keys(env).join(', ')}: the start stops with a message naming the variable`, () => {
       const dataDir = tempDir();
-      const r = spawnSync(process.execPath, ['src/cli/main.ts', 'start'], { env: { ...process.env, ...testEnv(dataDir), ...env }, encoding: 'utf8', timeout: 20_000 });
+      const r = spawnSync(process.execPath, ['src/cli/main.ts', 'start'], { env: { ...process.env, ...testEnv(dataDir), LOG_LEVEL: 'info', ...env }, encoding: 'utf8', timeout: 20_000 });
       rmSync(dataDir, { recursive: true, force: true });
       assert.equal(r.status, 78, r.stderr);
       assert.match(r.stderr, message);
+      assert.doesNotMatch(r.stdout, /Server listening/, 'stopped before any part listened');
     });
   }
 

@@ -88,6 +88,8 @@ export async function main(argv: string[]): Promise<number> {
     program.outputHelp({ error: true });
     return EXIT.usage;
   }
+  // `help <typo>`: commander would print the whole help and not say why; answer as `scopebase <typo>` does.
+  if (argv[0] === 'help' && argv[1] !== undefined && !argv[1].startsWith('-') && !program.commands.some((c) => c.name() === argv[1])) argv = argv.slice(1, 2);
   try {
     await program.parseAsync(argv, { from: 'user' });
     return EXIT.ok;

@@ -161,7 +161,7 @@ export async function startCommand(part: Part): Promise<number> {
   // Everything the product creates under DATA_DIR holds data or keys: owner-only, whatever the operator's umask.
   // Executors inherit it; SQLite gives -wal and -shm files the database file's mode.
   process.umask(0o077);
-  const config = loadConfig();
+  const config = loadConfig(process.env, part);
   ownerOnly(config.dataDir);
   const logger = createLogger(config.logLevel, await logDestination(config.logFormat ?? undefined));
   for (const warning of config.warnings) logger.warn(warning);
@@ -222,7 +222,9 @@ function printBanner(running: Running, config: Config): void {
     ...(config.generatedKeys.length ? [`keys generated in DATA_DIR (${config.generatedKeys.join(', ')})`] : []),
     ...(devIdp ? ['the development identity provider (any email signs in)'] : []),
   ];
-  if (dev.length) lines.push(`  DEVELOPMENT MODE: ${dev.join(' and ')}; for real use set them and NODE_ENV=production (docs/deploy.md)`);
+  // The advice names what to do about each thing said (with the keys set, "set them" had nothing to refer to).
+  const todo = [...(config.generatedKeys.length ? ['set those keys'] : []), ...(devIdp ? ['configure a sign-in provider'] : [])];
+  if (dev.length) lines.push(`  DEVELOPMENT MODE: ${dev.join(' and ')}; for real use ${todo.join(', ')} and NODE_ENV=production (docs/deploy.md)`);
   for (const warning of config.warnings) lines.push(`  warning: ${warning}`);
   process.stderr.write(lines.join('\n') + '\n');
 }

@@ -1,4 +1,5 @@
 // The options every command that talks to a running instance takes (SPEC 10), and the client they make.
+import { isIP } from 'node:net';
 import { Option, type Command } from 'commander';
 import { baseDomainOf, ConfigError } from '../shared/config.ts';
 import { createClient, ScopebaseError, type Client } from '../client/index.ts';
@@ -53,9 +54,16 @@ export function connect(opts: TargetOptions, positionalRepo?: string): Target {
   } else if (named) {
     repo = lowerAscii(named);
   }
+  // A --url that names another org or repo than the options is a mistake to say, not one to settle silently.
+  if (org && hostOrg && org !== hostOrg) throw usageError(`--url ${rawUrl} is the host of the org ${hostOrg}, but ${named?.includes('/') ? named : `--org ${org}`} names the org ${org}: give the org once`);
+  if (repo && pathRepo && repo !== lowerAscii(pathRepo)) throw usageError(`--url ${rawUrl} has the repo ${pathRepo} as its path, but ${named} names the repo ${repo}: give the repo once`);
   org ??= hostOrg;
   repo ??= pathRepo === undefined ? undefined : lowerAscii(pathRepo);
-  if (!org || !repo) throw usageError('name the repo: a positional acme/web, --repo acme/web, or --org acme --repo web');
+  if (!org || !repo) {
+    // An org host under another domain than this shell's BASE_DOMAIN (a production URL) gives no org: say why.
+    const why = !org && opts.url !== undefined && !hostOrg && hostname.includes('.') && isIP(hostname.replace(/^\[|\]$/g, '')) === 0 ? ` (--url's host ${hostname} is not {org}.${baseDomain}: export the server's BASE_DOMAIN here to read the org from it)` : '';
+    throw usageError(`name the repo: a positional acme/web, --repo acme/web, or --org acme --repo web${why}`);
+  }
   parseRepoPath(`${org}/${repo}`); // checks both names
   if (opts.database !== undefined && !isDatabaseName(opts.database)) throw usageError(`--database ${JSON.stringify(opts.database)} must match ^[a-z0-9][a-z0-9_-]{0,63}$`);
   const timeoutMs = opts.timeout === undefined ? undefined : Number(opts.timeout);

@@ -15,7 +15,7 @@ import { identityHeaders } from '../account/identity-headers.ts';
 import { endToEndHeaders, forwardedHeaders, sessionView, setsCookie } from './forward.ts';
 import { stripSpoofableHeaders } from '../shared/headers.ts';
 import { orgFromHost } from '../shared/host.ts';
-import { hostConflict, logAccess, requestIdOf } from '../shared/raw-route.ts';
+import { hostConflict, logAccess, requestIdOf, toOriginForm } from '../shared/raw-route.ts';
 import { appTarget, crossOrigin, upstreamUrl } from './apps.ts';
 
 export interface WsOptions {
@@ -104,6 +104,7 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
   async function handle(req: IncomingMessage, socket: Duplex, head: Buffer, requestId: string[], active: () => void, answer: (status: number) => void): Promise<void> {
     const conflict = hostConflict(req);
     if (conflict !== null) throw new ApiError('invalid_request', conflict);
+    toOriginForm(req);
     stripSpoofableHeaders(req.headers);
     if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') throw new ApiError('not_found', 'only WebSocket upgrades are forwarded');
     const org = orgFromHost(req.headers.host, opts.baseDomain);

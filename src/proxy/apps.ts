@@ -14,6 +14,7 @@ import { attachWebSocketProxy } from './apps-ws.ts';
 import { isLandingRequest, sendLanding } from './landing.ts';
 import { Counter } from 'prom-client';
 import { metrics } from '../shared/metrics.ts';
+import { wantsHtml } from '../shared/html-page.ts';
 import { isSafeMethod, originMismatch, schemeHint } from '../shared/same-origin.ts';
 
 export interface AppsOptions {
@@ -102,6 +103,11 @@ export function crossOrigin(origin: string | undefined, host: string | undefined
   return true;
 }
 
+/** An API call rather than a navigation: its Accept names application/json and not text/html. */
+function asksForJson(req: FastifyRequest): boolean {
+  return !wantsHtml(req) && /(^|,)\s*application\/json\s*(;|,|$)/i.test(String(req.headers.accept ?? ''));
+}
+
 export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsync; close(): Promise<void> } {
   const agent = createAgent();
   const isTrusted = trustedPeers(opts.trustedProxies);
@@ -119,8 +125,11 @@ export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsyn
     if (!session && target.route.requireSession) {
       if (req.method !== 'GET' && req.method !== 'HEAD') throw new ApiError('unauthenticated', 'this app requires a signed-in session');
       const returnTo = req.url.startsWith('/') ? req.url : `/${target.repo}/`;
+      const login = `/${target.repo}/_account/login?${new URLSearchParams({ return_to: returnTo })}`;
       reply.header('cache-control', 'no-store');
-      return reply.redirect(`/${target.repo}/_account/login?${new URLSearchParams({ return_to: returnTo })}`, 302);
+      // A script's fetch asking for JSON cannot follow a redirect to the provider: 401 saying where, as oauth2-proxy does.
+      if (asksForJson(req)) throw new ApiError('unauthenticated', 'this app requires a signed-in session: sign in at details.login', { login });
+      return reply.redirect(login, 302);
     }
     const headers = {
       ...endToEndHeaders(req.headers, (c) => withoutCookies(c, PRIVATE_COOKIES)),

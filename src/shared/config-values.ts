@@ -45,6 +45,13 @@ function unknownKeys(name: string, what: string, o: Record<string, unknown>, kno
   if (extra !== undefined) fail(name, `${what}: unknown field ${JSON.stringify(extra.slice(0, 40))}; the fields are ${known.map((k) => JSON.stringify(k)).join(', ')}`);
 }
 
+/** Why a Standard Webhooks secret is refused, or null: a short key was told "not whsec_<base64>", which it was. */
+export function whsecProblem(secret: string): string | null {
+  if (!/^whsec_[A-Za-z0-9+/]+={0,2}$/.test(secret)) return 'must be in Standard Webhooks form whsec_<base64>, e.g. whsec_$(openssl rand -base64 24)';
+  if (Buffer.from(secret.slice(6), 'base64').length < 12) return 'is too short: whsec_ then the base64 of at least 12 random bytes (24 to 64 are usual), e.g. whsec_$(openssl rand -base64 24)';
+  return null;
+}
+
 export function parseMirrors(raw: string | undefined): MirrorConfig[] {
   if (raw === undefined) return [];
   let list: unknown;
@@ -65,7 +72,8 @@ export function parseMirrors(raw: string | undefined): MirrorConfig[] {
     if (names.has(o.name)) fail('DB_MIRRORS', `entry ${i}: duplicate name ${JSON.stringify(o.name)}`);
     names.add(o.name);
     url({ [`DB_MIRRORS: entry ${i}: url`]: o.url }, `DB_MIRRORS: entry ${i}: url`);
-    if (!/^whsec_[A-Za-z0-9+/=]{16,}$/.test(o.secret)) fail('DB_MIRRORS', `entry ${i}: secret must be in Standard Webhooks form whsec_<base64>`);
+    const bad = whsecProblem(o.secret);
+    if (bad) fail('DB_MIRRORS', `entry ${i}: secret ${bad}`);
     return { name: o.name, url: o.url, secret: o.secret };
   });
 }

@@ -119,7 +119,7 @@ export interface ClusterConfig {
 
 import { recordingReads, unknownVariables } from './config-names.ts';
 
-import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, str, url, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
+import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, str, url, whsecProblem, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
 export type { AppRoute, MirrorConfig } from './config-values.ts';
 
 export { ConfigError };
@@ -162,6 +162,26 @@ function keyList(env: Env, name: string, dataDir: string, production: boolean, f
   }
 }
 
+/** MIRROR_SECRET, checked here so that a start stops before any part listens (it did once the proxy was up). */
+function mirrorSecret(env: Env, required: boolean): string | null {
+  const secret = str(env, 'MIRROR_SECRET');
+  if (secret === undefined && required) fail('MIRROR_SECRET', 'required to run the reference mirror (the whsec_ secret its DB_MIRRORS entry uses)');
+  const bad = secret === undefined ? null : whsecProblem(secret);
+  if (bad) fail('MIRROR_SECRET', bad);
+  return secret ?? null;
+}
+
+/** A key list a part does not use: checked when set (a typo is still named), never generated nor required. */
+function givenKeys(env: Env, name: string, check: (v: string) => Buffer[]): Buffer[] {
+  const raw = str(env, name);
+  if (raw === undefined) return [];
+  try {
+    return check(raw);
+  } catch (e) {
+    fail(name, (e as Error).message);
+  }
+}
+
 function parseEncryptionKeys(value: string): Buffer[] {
   const parts = value.split(',').map((p) => p.trim());
   if (parts.some((p) => !/^[0-9a-fA-F]{64}$/.test(p))) throw new Error('must be a comma-separated list of keys of exactly 64 hex digits');
@@ -176,9 +196,12 @@ function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[]):
   return v as T | undefined;
 }
 
-export function loadConfig(given: Env = process.env): Config {
+/** The part a configuration is for (`start` is 'all'); the CLI's other commands read it as 'all' does. */
+export type ConfigPart = 'all' | 'proxy' | 'db' | 'account' | 'mirror';
+
+export function loadConfig(given: Env = process.env, part: ConfigPart = 'all'): Config {
   const { env, read } = recordingReads(given);
-  const config = readConfig(env);
+  const config = readConfig(env, part);
   return { ...config, warnings: unknownVariables(given, read) };
 }
 
@@ -203,8 +226,10 @@ export function dataDirOf(env: Env): string {
   return dataDir;
 }
 
-function readConfig(env: Env): Omit<Config, 'warnings'> {
+function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
   const production = env.NODE_ENV === 'production';
+  // `serve db`, `serve mirror` and a proxy in front of `serve account` never sign anyone in nor open a credential.
+  const signsIn = part === 'all' || part === 'account' || (part === 'proxy' && str(env, 'ACCOUNT_SERVICE_URL') === undefined);
   const generatedKeys: string[] = [];
   const dataDir = dataDirOf(env);
   const baseDomain = baseDomainOf(env);
@@ -217,7 +242,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
   const ghId = str(env, 'ACCOUNT_GITHUB_CLIENT_ID');
   const ghSecret = str(env, 'ACCOUNT_GITHUB_CLIENT_SECRET');
   if ((ghId === undefined) !== (ghSecret === undefined)) fail(ghId ? 'ACCOUNT_GITHUB_CLIENT_SECRET' : 'ACCOUNT_GITHUB_CLIENT_ID', 'ACCOUNT_GITHUB_CLIENT_ID and ACCOUNT_GITHUB_CLIENT_SECRET go together');
-  if (production) requireForProduction(env, oidcIssuer === undefined && ghId === undefined);
+  if (production) requireForProduction(env, signsIn && oidcIssuer === undefined && ghId === undefined, signsIn);
   const mirrorPortRaw = str(env, 'MIRROR_PORT');
   const maxResultBytes = int(env, 'DB_MAX_RESULT_BYTES', 16 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
   const maxBodyBytes = int(env, 'DB_MAX_BODY_BYTES', 32 * 1024 * 1024, 1024, 1024 * 1024 * 1024);
@@ -296,7 +321,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     account: {
       oidc: oidcIssuer && oidcClientId ? { issuer: oidcIssuer, clientId: oidcClientId, clientSecret: oidcClientSecret } : null,
       github: ghId && ghSecret ? { clientId: ghId, clientSecret: ghSecret } : null,
-      encryptionKeys: keyList(env, 'ACCOUNT_ENCRYPTION_KEYS', dataDir, production, 'account-encryption.key', parseEncryptionKeys, generatedKeys),
+      encryptionKeys: signsIn ? keyList(env, 'ACCOUNT_ENCRYPTION_KEYS', dataDir, production, 'account-encryption.key', parseEncryptionKeys, generatedKeys) : givenKeys(env, 'ACCOUNT_ENCRYPTION_KEYS', parseEncryptionKeys),
       sessionTtlMs: parseDuration('ACCOUNT_SESSION_TTL', str(env, 'ACCOUNT_SESSION_TTL') ?? '14d'),
       loginRateLimit: {
         burst: int(env, 'ACCOUNT_LOGIN_RATE_BURST', 30, 1, 1_000_000),
@@ -311,7 +336,7 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
     shutdownTimeoutMs: int(env, 'SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000),
     mirror: {
       port: mirrorPort,
-      secret: str(env, 'MIRROR_SECRET') ?? null,
+      secret: mirrorSecret(env, part === 'mirror' || (part === 'all' && mirrorPort !== null)),
       sourceUrl: url(env, 'MIRROR_SOURCE_URL') ?? null,
     },
     apps: parseApps(str(env, 'APPS')),
@@ -325,8 +350,8 @@ function readConfig(env: Env): Omit<Config, 'warnings'> {
 }
 
 /** Under NODE_ENV=production, every required setting that is missing, in one message rather than one per start. */
-function requireForProduction(env: Env, noProvider: boolean): void {
-  const keys = [['RUNTIME_ROOT_KEY', '64+ hex digits'], ['ACCOUNT_ENCRYPTION_KEYS', '64 hex digits each']].filter(([name]) => str(env, name!) === undefined);
+function requireForProduction(env: Env, noProvider: boolean, encryption: boolean): void {
+  const keys = [['RUNTIME_ROOT_KEY', '64+ hex digits'], ...(encryption ? [['ACCOUNT_ENCRYPTION_KEYS', '64 hex digits each']] : [])].filter(([name]) => str(env, name!) === undefined);
   const missing = [
     ...(noProvider ? ['ACCOUNT_OIDC_ISSUER (with ACCOUNT_OIDC_CLIENT_ID) or ACCOUNT_GITHUB_CLIENT_ID (with ACCOUNT_GITHUB_CLIENT_SECRET), a sign-in provider'] : []),
     ...keys.map(([name, what]) => `${name} (${what})`),

@@ -88,6 +88,17 @@ export function hostConflict(req: IncomingMessage): string | null {
   return 'the absolute request target names another host than the Host header';
 }
 
+/**
+ * RFC 9112 3.2.2: a server takes an absolute-form target (a client using it as its HTTP proxy). Once hostConflict
+ * passed it, the request goes on as its origin-form path, so every route (apps and pages too) sees the same URL.
+ */
+export function toOriginForm(req: IncomingMessage): void {
+  const url = req.url ?? '';
+  if (url.startsWith('/') || url === '*') return;
+  const target = new URL(url);
+  req.url = `${target.pathname}${target.search}`;
+}
+
 /** Answers 503 while closing, else serves the request if `router` takes it; returns false to hand it to Fastify. */
 export function serveRaw(router: RawRouter | undefined, serving: RawServing, req: IncomingMessage, res: ServerResponse): boolean {
   if (serving.closing()) {
@@ -100,6 +111,7 @@ export function serveRaw(router: RawRouter | undefined, serving: RawServing, req
     sendRaw(res, requestIdOf(req), errorReply(new ApiError('invalid_request', conflict, undefined, { connection: 'close' })));
     return true;
   }
+  toOriginForm(req);
   const route = router?.(req);
   if (!route) return false;
   const started = performance.now();

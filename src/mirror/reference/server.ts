@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { ExecutorPool } from '../../db/executor/pool.ts';
 import { ConfigError, type Config } from '../../shared/config.ts';
+import { whsecProblem } from '../../shared/config-values.ts';
 import type { ConnectionCap } from '../../shared/connection-cap.ts';
 import { createHttpApp } from '../../shared/http.ts';
 import type { Logger } from '../../shared/log.ts';
@@ -34,7 +35,8 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
   const { config } = opts;
   const secret = config.mirror.secret;
   if (secret === null) throw new ConfigError('MIRROR_SECRET: required to run the reference mirror (the whsec_ secret its DB_MIRRORS entry uses)');
-  if (!/^whsec_[A-Za-z0-9+/=]{16,}$/.test(secret)) throw new ConfigError('MIRROR_SECRET: must be in Standard Webhooks form whsec_<base64>');
+  const bad = whsecProblem(secret);
+  if (bad) throw new ConfigError(`MIRROR_SECRET: ${bad}`);
   const logger = opts.logger.child({ server: 'mirror' });
   // Reads run in the primary's executor processes: same sandbox, value encoding, result limits and query timeout.
   // So do applies (and every other use of a replica file): they run the tenant's expressions, and this one event
