@@ -326,6 +326,16 @@ export class DbService implements DbHandler, ChangeFeed {
     return this.pool.applyToCopy(this.layout.path(scope), body, Math.min(this.config.db.queryTimeoutMs, maxMs));
   }
 
+  /** A cluster follower's copy: version (0: none) and newest event id, read on an executor as applyToCopy runs. */
+  copyState(scope: Scope, maxMs: number): Promise<{ version: number; lastEventId: string | null } | { problem: string; stopped?: true }> {
+    return this.pool.copyState(this.layout.path(scope), Math.min(this.config.db.queryTimeoutMs, maxMs));
+  }
+
+  /** A snapshot received for a follower's copy (`file`): its version, read and checkpointed on an executor. */
+  checkSnapshot(scope: Scope, file: string): Promise<{ version: number } | { problem: string; stopped?: true }> {
+    return this.pool.checkSnapshot(this.layout.path(scope), file, this.config.db.queryTimeoutMs);
+  }
+
   get temporaryDir(): string {
     return this.tmpDir;
   }

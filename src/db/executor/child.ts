@@ -10,7 +10,7 @@ import { errorReply, failure, type Reply } from './reply.ts';
 import { beginTx, commitTx, execTx, rollbackTx, type BeginOptions } from './tx-ops.ts';
 import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
-import { CopyCache, prepareReplicaFile } from './copy-ops.ts';
+import { checkSnapshotFile, CopyCache, prepareReplicaFile } from './copy-ops.ts';
 import { openReplica } from '../apply-event.ts';
 import { dropHistory } from '../history/archive.ts';
 import { removeCopy } from '../history/rebuild.ts';
@@ -178,6 +178,12 @@ function handle(frame: Frame): Buffer {
       const outcome = copies.apply(path, (JSON.parse(frame.body.toString('utf8')) as { events: ChangeEvent[] }).events);
       return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(outcome));
     }
+    case 'copy.state':
+      // A cluster follower's handshake: opening the copy parses the tenant's schema (copy-ops.ts).
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(copies.state(path)));
+    case 'copy.check':
+      // A snapshot a follower received, before the node renames it over its copy: opened here, and closed.
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(checkSnapshotFile(path)));
     case 'replica.apply': {
       // A reference mirror's replica: one event, applied in one transaction (copy-ops.ts).
       const outcome = replicas.applyToReplica(path, JSON.parse(frame.body.toString('utf8')) as ChangeEvent);
@@ -208,7 +214,7 @@ channel.on('data', (chunk: Buffer) => {
   // chunk never holds back the reply of a committed write.
   channel.cork();
   for (const frame of decoder.push(chunk)) {
-    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit' || frame.header.op === 'restore' || frame.header.op === 'import' || frame.header.op === 'apply' || frame.header.op === 'replica.apply' || frame.header.op === 'replica.prepare';
+    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit' || frame.header.op === 'restore' || frame.header.op === 'import' || frame.header.op === 'apply' || frame.header.op === 'copy.check' || frame.header.op === 'replica.apply' || frame.header.op === 'replica.prepare';
     if (write) channel.uncork();
     let out: Buffer;
     try {

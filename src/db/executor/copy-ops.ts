@@ -1,8 +1,9 @@
-// A cluster follower's and a reference mirror's applies, run in an executor process: a changeset's apply evaluates
-// the tenant's CHECK constraints, generated columns and index expressions, and a running SQLite step is stopped only
-// by killing its process. The pool runs the ops under a time limit like any statement (ExecutorPool.applyToCopy,
-// applyToReplica, openReplica); the connections here are their own (openCopy's or openReplica's settings), not
-// the sandboxed handles of a primary's requests.
+// A cluster follower's and a reference mirror's ops on their copies, run in an executor process: a changeset's apply
+// evaluates the tenant's CHECK constraints, generated columns and index expressions, even a version read parses the
+// tenant's schema (its size the tenant's to pick), and a running SQLite step is stopped only by killing its process.
+// The pool runs the ops under a time limit like any statement (ExecutorPool.applyToCopy, copyState, checkSnapshot,
+// applyToReplica, openReplica); the connections here are their own (openCopy's or openReplica's settings), not the
+// sandboxed handles of a primary's requests.
 import { statSync } from 'node:fs';
 import type { DatabaseSync } from 'node:sqlite';
 import { applyEvents, applyToReplica, openCopy, openReplica, prepareReplica, readVersion } from '../apply-event.ts';
@@ -10,6 +11,9 @@ import type { ChangeEvent } from '../contract.ts';
 
 /** What the op answers: the copy's new version, or why it was not applied (the primary then ships a snapshot). */
 export type ApplyOutcome = { version: number } | { problem: string };
+
+/** A follower's copy as the primary's handshake asks it: version 0 when there is none. */
+export type StateOutcome = { version: number; lastEventId: string | null } | { problem: string };
 
 interface Open { db: DatabaseSync; ino: number; usedAt: number }
 
@@ -77,6 +81,20 @@ export class CopyCache {
     }
   }
 
+  /** A follower's copy: its version and newest event's id, on the connection its applies use; none is version 0. */
+  state(path: string): StateOutcome {
+    try {
+      const db = this.get(path);
+      const version = readVersion(db);
+      const row = db.prepare("SELECT json_extract(event, '$.id') AS id FROM _scopebase_changes WHERE version = ?").get(version) as { id: string | null } | undefined;
+      return { version, lastEventId: row?.id ?? null };
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { version: 0, lastEventId: null };
+      this.forget(path);
+      return { problem: `reading the copy failed: ${(e as Error).message.slice(0, 120)}` };
+    }
+  }
+
   /** A reference mirror's replica's version, read on the connection its applies use. */
   version(path: string): ApplyOutcome {
     try {
@@ -119,12 +137,29 @@ function close(db: DatabaseSync): void {
  * connection of its own, closed before the mirror renames the file. Answers its version.
  */
 export function prepareReplicaFile(path: string): ApplyOutcome {
+  return onceOpen(path, openReplica, prepareReplica, 'the snapshot could not be made a replica');
+}
+
+/**
+ * A snapshot a cluster follower received, read and checkpointed on a connection of its own (openCopy's: WAL,
+ * synchronous=FULL), closed before the node renames it over the copy. Answers its version. Runs none of the tenant's
+ * expressions, but opening it parses the tenant's schema.
+ */
+export function checkSnapshotFile(path: string): ApplyOutcome {
+  return onceOpen(path, openCopy, (db) => {
+    const version = readVersion(db);
+    db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
+    return version;
+  }, 'reading it failed');
+}
+
+function onceOpen(path: string, opener: (path: string) => DatabaseSync, read: (db: DatabaseSync) => number, failed: string): ApplyOutcome {
   let db: DatabaseSync | undefined;
   try {
-    db = openReplica(path);
-    return { version: prepareReplica(db) };
+    db = opener(path);
+    return { version: read(db) };
   } catch (e) {
-    return { problem: `the snapshot could not be made a replica: ${(e as Error).message.slice(0, 120)}` };
+    return { problem: `${failed}: ${(e as Error).message.slice(0, 120)}` };
   } finally {
     if (db) close(db);
   }

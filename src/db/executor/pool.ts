@@ -38,8 +38,10 @@ export interface PoolOptions {
   onError?(e: unknown): void;
 }
 
-/** A follower's or a mirror's op on its copy (applyToCopy, applyToReplica, openReplica): a version, or why not. */
+/** A follower's or a mirror's op on its copy (applyToCopy, checkSnapshot, applyToReplica, openReplica): a version, or why not. */
 export type CopyOutcome = { version: number } | { problem: string; stopped?: true };
+/** A follower's copy as the primary's handshake asks it (copyState): version 0 when there is none. */
+export type CopyState = { version: number; lastEventId: string | null } | { problem: string; stopped?: true };
 
 export class ExecutorPool {
   private readonly scheduler: Scheduler;
@@ -117,6 +119,22 @@ export class ExecutorPool {
   }
 
   /**
+   * A cluster follower's copy at `path`: its version and newest event's id, for the primary's handshake. Opening it
+   * parses the tenant's schema, which the tenant sizes: on an executor under `budgetMs`, as an apply.
+   */
+  copyState(path: string, budgetMs: number): Promise<CopyState> {
+    return this.onCopy({ op: 'copy.state', path }, undefined, budgetMs, 'reading the copy') as Promise<CopyState>;
+  }
+
+  /**
+   * A snapshot a cluster follower received into `file` for the copy at `path`: its version read and its WAL
+   * checkpointed on an executor (opening it parses the tenant's schema), as a write of the copy's repo.
+   */
+  checkSnapshot(path: string, file: string, budgetMs: number): Promise<CopyOutcome> {
+    return this.onCopy({ op: 'copy.check', path: file }, undefined, budgetMs, 'reading the snapshot', path);
+  }
+
+  /**
    * A reference mirror's apply of one event (`body`: the event's JSON) to its replica at `path`, in one transaction:
    * as applyToCopy, a write of the replica's repo on an executor, stopped at `budgetMs` (the mirror then
    * re-bootstraps the replica from a snapshot). Never on the mirror's event loop: it serves every org's replicas.
@@ -134,10 +152,11 @@ export class ExecutorPool {
     return this.onCopy({ op: prepare ? 'replica.prepare' : 'replica.version', path }, undefined, budgetMs, prepare ? 'preparing the snapshot' : 'reading the replica');
   }
 
-  private async onCopy(header: { op: string; path: string }, body: Buffer | undefined, budgetMs: number, what: string): Promise<CopyOutcome> {
+  /** `owner`: the database whose repo the op is counted to, when `header.path` is not its file (a received snapshot). */
+  private async onCopy(header: { op: string; path: string }, body: Buffer | undefined, budgetMs: number, what: string, owner = header.path): Promise<CopyOutcome> {
     let frame;
     try {
-      frame = await this.scheduler.run(tenantOfPath(header.path), true, header, body, budgetMs);
+      frame = await this.scheduler.run(tenantOfPath(owner), true, header, body, budgetMs);
     } catch (e) {
       if (!(e instanceof LostError) || e.reason === 'unstarted') throw lostToApiError(e, budgetMs);
       // Whether it committed is unknown (a kill after its COMMIT): a snapshot settles it.
