@@ -146,8 +146,7 @@ export class Shipper {
       carried.push(e);
     }
     if (carried.length === 0) return this.sendSnapshot(lane);
-    const mirrors = this.cursors?.(lane.scope);
-    const res = await this.post(lane, '/_cluster/apply', { events: carried, mirrors }) as { version?: number; problem?: string; stopped?: boolean };
+    const res = await this.post(lane, '/_cluster/apply', { events: carried }, this.cursorsQuery(lane)) as { version?: number; problem?: string; stopped?: boolean };
     if (res.problem !== undefined) {
       if (res.stopped === true) {
         const waitMs = stopped === undefined ? SNAPSHOTS_FIRST_MS : Math.min(stopped.waitMs * 2, SNAPSHOTS_MAX_MS);
@@ -156,7 +155,6 @@ export class Shipper {
       return this.sendSnapshot(lane);
     }
     this.snapshotsOnly.delete(key);
-    if (mirrors) lane.cursorsSent = JSON.stringify(mirrors);
     return res.version!;
   }
 
@@ -177,16 +175,16 @@ export class Shipper {
     return new URLSearchParams({ org: lane.scope.org, repo: lane.scope.repo, database: lane.scope.database, epoch: String(lane.epoch) }).toString();
   }
 
-  /** Mirror cursors travel with a snapshot too (a database with triggers only ever travels so). */
+  /** Mirror cursors travel in the query of an apply or a snapshot (a database with triggers only ever travels so). */
   private cursorsQuery(lane: Lane): string {
     const cursors = this.cursors?.(lane.scope);
     if (cursors) lane.cursorsSent = JSON.stringify(cursors);
     return cursors && Object.keys(cursors).length > 0 ? `&mirrors=${encodeURIComponent(JSON.stringify(cursors))}` : '';
   }
 
-  private async post(lane: Lane, path: string, body: object): Promise<unknown> {
+  private async post(lane: Lane, path: string, body: object, extraQuery = ''): Promise<unknown> {
     const res = await this.pool(lane.url).request({
-      method: 'POST', path: `${path}?${this.query(lane)}`, body: JSON.stringify(body),
+      method: 'POST', path: `${path}?${this.query(lane)}${extraQuery}`, body: JSON.stringify(body),
       headers: { 'x-scopebase-proxy-token': this.token, 'content-type': 'application/json' }, signal: AbortSignal.timeout(this.timeoutMs),
     });
     return this.answer(res.statusCode, await res.body.text());

@@ -174,9 +174,11 @@ function handle(frame: Frame): Buffer {
       return encodeFrame(frame.seq, { s: reply.status, v: reply.version }, reply.body);
     }
     case 'apply': {
-      // A cluster follower's copy: the primary's events, applied in one transaction (copy-ops.ts).
-      const outcome = copies.apply(path, (JSON.parse(frame.body.toString('utf8')) as { events: ChangeEvent[] }).events);
-      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(outcome));
+      // A cluster follower's copy: the primary's events, applied in one transaction (copy-ops.ts). The body is parsed
+      // here only: up to 256 MiB of the tenant's changes would hold the node's event loop.
+      const events = CopyCache.shipment(frame.body);
+      if (events === null) return encodeFrame(frame.seq, { s: 400 }, errorReply({ code: 'invalid_request', message: 'the body must be a JSON object whose events are a non-empty array' }).body);
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(copies.apply(path, events)));
     }
     case 'copy.state':
       // A cluster follower's handshake: opening the copy parses the tenant's schema (copy-ops.ts).

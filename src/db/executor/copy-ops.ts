@@ -59,6 +59,18 @@ export class CopyCache {
     return this.applying(path, 'the copy', 'no copy yet', (db) => applyEvents(db, events), events.at(-1)!.version);
   }
 
+  /** A primary's shipment as sent (`{"events": [...]}`), parsed here only: null when it is not one (a 400). */
+  static shipment(body: Buffer): ChangeEvent[] | null {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body.toString('utf8'));
+    } catch {
+      return null;
+    }
+    const events = (parsed as { events?: unknown } | null)?.events;
+    return Array.isArray(events) && events.length > 0 ? events as ChangeEvent[] : null;
+  }
+
   /** A reference mirror's replica: one event applied in one transaction (applyToReplica). */
   applyToReplica(path: string, event: ChangeEvent): ApplyOutcome {
     return this.applying(path, 'the replica', 'no replica file', (db) => applyToReplica(db, event), event.version);

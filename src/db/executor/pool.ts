@@ -6,6 +6,7 @@ import { lostToApiError, overloaded, tenantOfPath } from './pool-errors.ts';
 import { pinTransaction, type LaneHold } from './pinned-transaction.ts';
 import { WriteLanes, type WriteOp } from './write-lanes.ts';
 import type { Scope } from '../contract.ts';
+import { ApiError } from '../../shared/errors.ts';
 
 export type { LaneHold } from './pinned-transaction.ts';
 export type { WriteOp } from './write-lanes.ts';
@@ -106,13 +107,13 @@ export class ExecutorPool {
   }
 
   /**
-   * A cluster follower's apply of the primary's events (`body`: a JSON object with `events`) to its copy at `path`,
-   * in one transaction, on an executor process as a write of the database's repo: the changesets run the tenant's
-   * CHECK constraints, generated columns and index expressions, which a kill at `budgetMs` stops (nothing of it
-   * stays: SQLite's journal). Resolves with the copy's new version or why it was not applied; `stopped` when its
-   * executor was stopped under it (its time limit, its temporary files) or died (what the tenant's expressions can
-   * cause: the primary then ships snapshots for a while rather than have every apply stopped). Rejects (an ApiError,
-   * 503) only when it could not start (overloaded, shutting down).
+   * A cluster follower's apply of the primary's events (`body`: a JSON object with `events`, parsed only on the
+   * executor) to its copy at `path`, in one transaction, on an executor process as a write of the database's repo: the
+   * changesets run the tenant's CHECK constraints, generated columns and index expressions, which a kill at `budgetMs`
+   * stops (nothing of it stays: SQLite's journal). Resolves with the copy's new version or why it was not applied;
+   * `stopped` when its executor was stopped under it (its time limit, its temporary files) or died (what the tenant's
+   * expressions can cause: the primary then ships snapshots for a while rather than have every apply stopped).
+   * Rejects (an ApiError) only when it could not start (503: overloaded, shutting down) or `body` is no shipment (400).
    */
   applyToCopy(path: string, body: Buffer, budgetMs: number): Promise<CopyOutcome> {
     return this.onCopy({ op: 'apply', path }, body, budgetMs, 'applying the events');
@@ -163,6 +164,8 @@ export class ExecutorPool {
       const why = e.reason === 'timeout' ? `ran past ${budgetMs} ms` : e.reason === 'temp_space' ? 'made too many temporary files' : 'lost its executor';
       return { problem: `${what} ${why} and was stopped`, stopped: true };
     }
+    // The caller's mistake (a body that is no shipment): nothing ran.
+    if (frame.header.s === 400) throw new ApiError('invalid_request', (JSON.parse(frame.body.toString('utf8')) as { error: { message: string } }).error.message);
     if (frame.header.s !== 200) return { problem: `${what} failed (${frame.header.s as number})` };
     return JSON.parse(frame.body.toString('utf8')) as CopyOutcome;
   }
