@@ -4,6 +4,7 @@
 import { createReadStream, rmSync } from 'node:fs';
 import { Pool } from 'undici';
 import { ApiError } from '../shared/errors.ts';
+import { StopBackoff } from '../shared/stop-backoff.ts';
 import type { ChangeEvent, Scope } from '../db/contract.ts';
 import type { DbService } from '../db/service.ts';
 import { scopeKey } from './placement.ts';
@@ -30,15 +31,16 @@ const MAX_EVENTS = 256;
 /**
  * After an apply the follower stopped (past its time limit: the tenant's CHECK, generated or index expressions cost
  * that much), the database's shipments are snapshots for this long, doubled at each further stop up to the maximum
- * and forgotten at the next apply that succeeds: stopping every apply would cost the follower an executor each time.
+ * and forgotten at the next apply that succeeds (StopBackoff): stopping every apply would cost the follower an
+ * executor each time.
  */
 const SNAPSHOTS_FIRST_MS = 10_000;
 const SNAPSHOTS_MAX_MS = 300_000;
 
 export class Shipper {
   private readonly lanes = new Map<string, Lane>();
-  /** Databases whose shipments are snapshots for now (see SNAPSHOTS_FIRST_MS): until when, and the next wait. */
-  private readonly snapshotsOnly = new Map<string, { until: number; waitMs: number }>();
+  /** Databases whose shipments are snapshots for now (see SNAPSHOTS_FIRST_MS). */
+  private readonly snapshotsOnly = new StopBackoff(SNAPSHOTS_FIRST_MS, SNAPSHOTS_MAX_MS);
   private readonly pools = new Map<string, Pool>();
   private readonly db: DbService;
   private readonly token: string;
@@ -132,8 +134,7 @@ export class Shipper {
 
   private async shipOnce(lane: Lane): Promise<number> {
     const key = scopeKey(lane.scope);
-    const stopped = this.snapshotsOnly.get(key);
-    if (stopped !== undefined && performance.now() < stopped.until) return this.sendSnapshot(lane);
+    if (this.snapshotsOnly.remaining(key) > 0) return this.sendSnapshot(lane);
     let events: ChangeEvent[];
     try {
       events = (await this.db.readChanges(lane.scope, lane.acked!, MAX_EVENTS)).events;
@@ -148,13 +149,10 @@ export class Shipper {
     if (carried.length === 0) return this.sendSnapshot(lane);
     const res = await this.post(lane, '/_cluster/apply', { events: carried }, this.cursorsQuery(lane)) as { version?: number; problem?: string; stopped?: boolean };
     if (res.problem !== undefined) {
-      if (res.stopped === true) {
-        const waitMs = stopped === undefined ? SNAPSHOTS_FIRST_MS : Math.min(stopped.waitMs * 2, SNAPSHOTS_MAX_MS);
-        this.snapshotsOnly.set(key, { until: performance.now() + waitMs, waitMs });
-      }
+      if (res.stopped === true) this.snapshotsOnly.penalize(key);
       return this.sendSnapshot(lane);
     }
-    this.snapshotsOnly.delete(key);
+    this.snapshotsOnly.clear(key);
     return res.version!;
   }
 
