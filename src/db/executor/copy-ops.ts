@@ -26,7 +26,6 @@ const MAX_OPEN = 16;
  */
 export class CopyCache {
   private readonly open = new Map<string, Open>();
-  private readonly replaced: DatabaseSync[] = [];
   /** How a file is opened: a follower's copy (openCopy) or a mirror's replica (openReplica). */
   private readonly opener: (path: string) => DatabaseSync;
 
@@ -44,10 +43,9 @@ export class CopyCache {
         this.open.set(path, held);
         return held.db;
       }
-      // Replaced under it, which the node prevents (every process forgets a copy before a snapshot is renamed over it).
-      // Not closed: closing the last connection to a WAL file checkpoints it and unlinks `-wal` and `-shm` by name,
-      // which are the new copy's now. Kept open, so the garbage collector does not close it either.
-      if (held.db.isOpen) this.replaced.push(held.db);
+      // Replaced under it (the node has every process forget a copy first). Closing is safe: SQLite sees the file
+      // moved (SQLITE_FCNTL_HAS_MOVED) and neither checkpoints nor unlinks `-wal` and `-shm`, the new copy's now.
+      close(held.db);
     }
     const db = this.opener(path);
     this.open.set(path, { db, ino, usedAt: performance.now() });
