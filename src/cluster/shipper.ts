@@ -5,7 +5,7 @@ import { createReadStream, rmSync } from 'node:fs';
 import { Pool } from 'undici';
 import { ApiError } from '../shared/errors.ts';
 import { StopBackoff } from '../shared/stop-backoff.ts';
-import type { ChangeEvent, Scope } from '../db/contract.ts';
+import type { Scope } from '../db/contract.ts';
 import type { DbService } from '../db/service.ts';
 import { scopeKey } from './placement.ts';
 
@@ -135,19 +135,15 @@ export class Shipper {
   private async shipOnce(lane: Lane): Promise<number> {
     const key = scopeKey(lane.scope);
     if (this.snapshotsOnly.remaining(key) > 0) return this.sendSnapshot(lane);
-    let events: ChangeEvent[];
+    // The events up to the first without a changeset, as the executor wrote their text: never parsed on this event loop.
+    let shipment: Buffer | null;
     try {
-      events = (await this.db.readChanges(lane.scope, lane.acked!, MAX_EVENTS)).events;
+      shipment = await this.db.readShipment(lane.scope, lane.acked!, MAX_EVENTS);
     } catch {
       return this.sendSnapshot(lane); // past retention, or unreadable: the whole copy travels
     }
-    const carried: ChangeEvent[] = [];
-    for (const e of events) {
-      if (e.changeset === null) break;
-      carried.push(e);
-    }
-    if (carried.length === 0) return this.sendSnapshot(lane);
-    const res = await this.post(lane, '/_cluster/apply', { events: carried }, this.cursorsQuery(lane)) as { version?: number; problem?: string; stopped?: boolean };
+    if (shipment === null) return this.sendSnapshot(lane);
+    const res = await this.post(lane, '/_cluster/apply', shipment, this.cursorsQuery(lane)) as { version?: number; problem?: string; stopped?: boolean };
     if (res.problem !== undefined) {
       if (res.stopped === true) this.snapshotsOnly.penalize(key);
       return this.sendSnapshot(lane);
@@ -180,9 +176,9 @@ export class Shipper {
     return cursors && Object.keys(cursors).length > 0 ? `&mirrors=${encodeURIComponent(JSON.stringify(cursors))}` : '';
   }
 
-  private async post(lane: Lane, path: string, body: object, extraQuery = ''): Promise<unknown> {
+  private async post(lane: Lane, path: string, body: object | Buffer, extraQuery = ''): Promise<unknown> {
     const res = await this.pool(lane.url).request({
-      method: 'POST', path: `${path}?${this.query(lane)}${extraQuery}`, body: JSON.stringify(body),
+      method: 'POST', path: `${path}?${this.query(lane)}${extraQuery}`, body: Buffer.isBuffer(body) ? body : JSON.stringify(body),
       headers: { 'x-scopebase-proxy-token': this.token, 'content-type': 'application/json' }, signal: AbortSignal.timeout(this.timeoutMs),
     });
     return this.answer(res.statusCode, await res.body.text());

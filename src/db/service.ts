@@ -353,6 +353,20 @@ export class DbService implements DbHandler, ChangeFeed {
     return parsed;
   }
 
+  /**
+   * A cluster primary's next shipment after `since`: the text `{"events": [...]}` of the events up to the first without
+   * a changeset (null when that is the next one), made by the executor and sent on as it is: this event loop never
+   * parses a page of the tenant's changes. Throws as readChanges.
+   */
+  async readShipment(scope: Scope, since: number, limit: number): Promise<Buffer | null> {
+    if (!this.exists(scope)) throw notFound(scope);
+    const res = await this.pool.read({ op: 'changes', path: this.layout.path(scope), since, limit: Math.min(limit, MAX_CHANGES_PAGE), shipment: true });
+    if (res.status === 204) return null;
+    if (res.status === 200) return res.body;
+    const { error } = JSON.parse(res.body.toString('utf8'));
+    throw new ApiError(error.code, error.message, error.details);
+  }
+
   async currentVersion(scope: Scope): Promise<number | null> {
     if (!this.exists(scope)) return null;
     const res = await this.readChanges(scope, Number.MAX_SAFE_INTEGER, 1);
