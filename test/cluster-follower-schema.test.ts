@@ -17,7 +17,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const DATABASES = 3;
 /**
  * Triggers per database and statements per trigger: 18 MB of schema a database, ≈ 0.5 s to open on an idle core. Half
- * of it stalled the victim's reads 1.4 s, this 7 s (with the copy opened only by executors: 0.2 s, at a load of 5-8).
+ * of it stalled the victim's reads 1.4 s, this 4.5–7 s (the copy opened only by executors: 0.06–0.2 s, load 5–8).
  */
 const TRIGGERS = 60;
 const STEPS = 30_000;
