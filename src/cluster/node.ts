@@ -10,7 +10,6 @@ import type { Logger } from '../shared/log.ts';
 import { Etcd } from './etcd.ts';
 import { PlacementWatch, pollEveryMs, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
 import { Shipper } from './shipper.ts';
-import { closeCopy, copyState } from './follower-copy.ts';
 import { Claims } from './claims.ts';
 import { NodeLease } from './lease.ts';
 import { PlacementChanges, notHere } from './placement-changes.ts';
@@ -33,6 +32,8 @@ export class ClusterNode implements Replication {
   private readonly superseded = new Map<string, number>();
   /** Per database, the epoch under which this node's copy was last brought in line with the primary: only then may it take over. */
   private readonly synced = new Map<string, number>();
+  /** Per database, its copy's version as of the last time it was brought in line (never above the file's): no file is opened here. */
+  private readonly copyVersions = new Map<string, number>();
   /** Per database this node is primary of, the epoch whose follower it has brought in line (or is bringing). */
   private readonly followerSynced = new Map<string, string>();
   /** Databases being handed over to another node (a live move): no new writes are admitted. */
@@ -74,7 +75,7 @@ export class ClusterNode implements Replication {
     });
     this.changes = new PlacementChanges({
       id: this.id, config, db, etcd: this.etcd, watch: this.watch, lease: this.lease, logger, shipper: this.shipper, mirrors, claims: this.claims, durableCommits,
-      highestEpoch: this.highestEpoch, superseded: this.superseded, synced: this.synced, followerSynced: this.followerSynced,
+      highestEpoch: this.highestEpoch, superseded: this.superseded, synced: this.synced, copyVersions: this.copyVersions, followerSynced: this.followerSynced,
       draining: this.draining, released: this.released, granted: this.granted, retaking: this.retaking,
       primaryHere: (view, key, p) => this.primaryHere(view, key, p),
       grantDelivery: (scope, version) => this.grantDelivery(scope, version),
@@ -208,23 +209,18 @@ export class ClusterNode implements Replication {
   }
 
   /**
-   * Takes up a database this node is primary of under a new epoch; a failure is logged and tried at the next read.
+   * Takes up a database this node is primary of under a new epoch.
    * `handedOver`: the copy is the history the old primary handed over (it waited for this copy to hold its last
    * version, and any later primary must be in line with it), so mirrors may have all of it. Otherwise delivery is
    * granted only as the follower acknowledges (`syncFollower`, `replicated`): the copy may hold writes committed here
    * that no follower got (their clients had no 200), and a follower in line without them could take over.
    */
   private adopt(key: string, p: Placement, handedOver: boolean): void {
-    try {
-      const path = this.db.databasePath(scopeOf(key));
-      const held = this.mirrors === null || !handedOver ? 0 : copyState(path).version; // before any write here
-      closeCopy(path);
-      this.highestEpoch.set(key, p.epoch);
-      this.released.delete(key);
-      if (held > 0) this.grantDelivery(scopeOf(key), held);
-    } catch (e) {
-      this.logger.warn({ err: e, database: key }, 'cluster: taking up a moved database failed (tried again at the next read)');
-    }
+    // What the old primary waited for this copy to hold (its last ack here), known without opening the file.
+    const held = this.mirrors === null || !handedOver ? 0 : this.copyVersions.get(key) ?? 0;
+    this.highestEpoch.set(key, p.epoch);
+    this.released.delete(key);
+    if (held > 0) this.grantDelivery(scopeOf(key), held);
   }
 
   /** A follower named under a new epoch is brought in line at once, not at the next write: until then it cannot take over. */
@@ -245,8 +241,10 @@ export class ClusterNode implements Replication {
     }
   }
 
-  markSynced(key: string, epoch: number): void {
+  /** The copy was brought in line under `epoch`, at `version` (an apply, a snapshot, a confirmed handshake). */
+  markSynced(key: string, epoch: number, version: number): void {
     this.synced.set(key, epoch);
+    this.copyVersions.set(key, version);
   }
 
   /** Runs `work` after the database's earlier work (applies and promotion never interleave). */

@@ -9,7 +9,6 @@ import type { Etcd } from './etcd.ts';
 import type { NodeLease } from './lease.ts';
 import { LEADER, MOVE, PLACEMENT, scopeOf, type Placement, type PlacementWatch, type View } from './placement.ts';
 import type { Shipper } from './shipper.ts';
-import { closeCopy, copyState } from './follower-copy.ts';
 import { retrying, type Claims } from './claims.ts';
 
 /** What the changes read and mark on their node: ClusterNode's own state, shared by reference. */
@@ -29,6 +28,7 @@ export interface PlacementHost {
   readonly highestEpoch: Map<string, number>;
   readonly superseded: Map<string, number>;
   readonly synced: Map<string, number>;
+  readonly copyVersions: Map<string, number>;
   readonly followerSynced: Map<string, string>;
   readonly draining: Set<string>;
   readonly released: Set<string>;
@@ -149,14 +149,13 @@ export class PlacementChanges {
     const path = n.db.databasePath(scopeOf(key));
     const unwritten = n.synced.get(key) !== p.epoch && p.fresh === true && n.lease.joinedAt < p.epoch && !existsSync(path); // snapshots install in this chain
     if (n.synced.get(key) !== p.epoch && !unwritten) return;
-    // What the copy holds now (applies wait in this chain): any later primary must be brought in line with it first.
-    const held = n.mirrors === null ? 0 : copyState(path).version;
+    // What the copy held when last brought in line (applies wait in this chain; no file is opened on this event loop).
+    const held = n.mirrors === null || unwritten ? 0 : n.copyVersions.get(key) ?? 0;
     const follower = pickFollower(n.watch.view, [n.id, p.primary]);
     const r = await this.takeLeaderKey(key, p, { primary: n.id, follower, ...(unwritten ? { fresh: true } : {}) });
     if (!r.succeeded) return;
     n.highestEpoch.set(key, r.revision); // before any later apply in this chain: the old primary's are refused from here
     n.released.delete(key);
-    closeCopy(path); // the executors write it from now on
     n.logger.warn({ database: key, epoch: r.revision, from: p.primary, unwritten }, 'cluster: promoted to primary');
     await n.watch.refresh();
     if (held > 0) n.grantDelivery(scopeOf(key), held);
@@ -189,7 +188,6 @@ export class PlacementChanges {
       if (!r.succeeded) return;
       n.highestEpoch.set(key, r.revision);
       n.released.delete(key);
-      closeCopy(path); // a follower's handshake may have opened it here; the executors write it
       n.logger.warn({ database: key, epoch: r.revision, from: p.epoch }, 'cluster: took its database back as its recorded primary');
     } finally {
       n.retaking.delete(key);

@@ -7,14 +7,14 @@ import type { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from '../shared/errors.ts';
 import { checkDatabase, checkOrg, checkRepo } from '../shared/names.ts';
-import type { ChangeEvent } from '../db/contract.ts';
+import type { Scope } from '../db/contract.ts';
 import { PROXY_TOKEN_HEADER } from '../db/remote.ts';
 import type { DbService } from '../db/service.ts';
 import { copyState, installSnapshot } from './follower-copy.ts';
 import type { ClusterNode } from './node.ts';
-import { scopeKey, scopeOf } from './placement.ts';
+import { scopeKey } from './placement.ts';
 
-interface Target { key: string; path: string; epoch: number }
+interface Target { key: string; scope: Scope; epoch: number }
 
 export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, db: DbService, tokens: string[]): void {
   const wanted = tokens.map((t) => Buffer.from(t));
@@ -25,7 +25,7 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
     const scope = { org: checkOrg(q.org ?? ''), repo: checkRepo(q.repo ?? ''), database: checkDatabase(q.database) };
     const epoch = Number(q.epoch);
     if (!Number.isSafeInteger(epoch) || epoch <= 0) throw new ApiError('invalid_request', 'epoch must be a positive integer');
-    return { key: scopeKey(scope), path: db.databasePath(scope), epoch };
+    return { key: scopeKey(scope), scope, epoch };
   };
   const jsonBody = (req: FastifyRequest): Record<string, unknown> => {
     try {
@@ -36,12 +36,19 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
   };
   // 410: the epoch is lower than one this node has seen (a newer primary exists); the sender must stop answering 200.
   const fenced = (t: Target) => new ApiError('gone', `epoch ${t.epoch} is older than this database's current one`);
+  // On an executor (opening the copy parses the tenant's schema); one it cannot read is answered as none.
+  const stateOf = async (t: Target) => {
+    const state = await copyState(db, t.scope, node.applyBudgetMs);
+    if (state.problem !== undefined) node.logger.warn({ database: t.key, problem: state.problem }, 'cluster: the copy could not be read; answered as none (the primary sends a snapshot)');
+    return state;
+  };
 
   app.post('/_cluster/state', async (req) => {
     const t = target(req);
-    return node.serial(t.key, () => {
+    return node.serial(t.key, async () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
-      return copyState(t.path);
+      const { version, lastEventId } = await stateOf(t);
+      return { version, lastEventId };
     });
   });
 
@@ -50,33 +57,31 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
     const t = target(req);
     const version = jsonBody(req).version;
     if (!Number.isSafeInteger(version)) throw new ApiError('invalid_request', 'version must be an integer');
-    return node.serial(t.key, () => {
+    return node.serial(t.key, async () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
-      if (copyState(t.path).version !== version) return { problem: 'the copy moved' };
-      node.markSynced(t.key, t.epoch);
+      if ((await stateOf(t)).version !== version) return { problem: 'the copy moved' };
+      node.markSynced(t.key, t.epoch, version as number);
       return { version };
     });
   });
 
+  // The body (`{"events": [...]}`, up to a page of the tenant's changes) goes to the executor unparsed: it is parsed
+  // there only. The mirror cursors travel in the query, as with a snapshot.
   app.post('/_cluster/apply', { bodyLimit: 256 * 1024 * 1024 }, async (req) => {
     const t = target(req);
-    const body = jsonBody(req);
-    const events = body.events as ChangeEvent[] | undefined;
-    if (!Array.isArray(events) || events.length === 0) throw new ApiError('invalid_request', 'events must be a non-empty array');
-    const cursors = mirrorCursors(body.mirrors);
+    const cursors = mirrorCursors(jsonQuery((req.query as Record<string, string | undefined>).mirrors));
     return node.serial(t.key, async () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
       if (cursors !== null) node.seedCursors(t.key, cursors);
       await node.releaseCopy(t.key);
       // On an executor under a time limit: the changesets run the tenant's CHECK, generated and index expressions.
       // Still in this database's queue (the fence, promotion), and answered only once committed (synchronous=FULL).
-      const applied = await db.applyToCopy(scopeOf(t.key), req.body as Buffer, node.applyBudgetMs);
+      const applied = await db.applyToCopy(t.scope, req.body as Buffer, node.applyBudgetMs);
       if ('problem' in applied) {
         if (applied.stopped) node.logger.warn({ database: t.key, problem: applied.problem }, 'cluster: applying a shipment was stopped; the primary sends a snapshot');
         return applied;
       }
-      if (applied.version !== events.at(-1)!.version) return { problem: `the copy is at version ${applied.version} after the events` };
-      node.markSynced(t.key, t.epoch);
+      node.markSynced(t.key, t.epoch, applied.version);
       return { version: applied.version };
     });
   });
@@ -105,13 +110,8 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
         return await node.serial(t.key, async () => {
           if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
           await node.forgetCopy(t.key); // every executor process, each time: they keep connections to copies they applied to
-          let version: number;
-          try {
-            version = await installSnapshot(t.path, received);
-          } catch (e) {
-            throw new ApiError('invalid_request', `the body is not a scopebase database: ${(e as Error).message.slice(0, 120)}`);
-          }
-          node.markSynced(t.key, t.epoch);
+          const version = await installSnapshot(db, t.scope, received); // read on an executor: it parses the tenant's schema
+          node.markSynced(t.key, t.epoch, version);
           if (cursors !== null) node.seedCursors(t.key, cursors);
           return { version };
         });

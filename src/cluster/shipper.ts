@@ -4,7 +4,8 @@
 import { createReadStream, rmSync } from 'node:fs';
 import { Pool } from 'undici';
 import { ApiError } from '../shared/errors.ts';
-import type { ChangeEvent, Scope } from '../db/contract.ts';
+import { StopBackoff } from '../shared/stop-backoff.ts';
+import type { Scope } from '../db/contract.ts';
 import type { DbService } from '../db/service.ts';
 import { scopeKey } from './placement.ts';
 
@@ -30,15 +31,16 @@ const MAX_EVENTS = 256;
 /**
  * After an apply the follower stopped (past its time limit: the tenant's CHECK, generated or index expressions cost
  * that much), the database's shipments are snapshots for this long, doubled at each further stop up to the maximum
- * and forgotten at the next apply that succeeds: stopping every apply would cost the follower an executor each time.
+ * and forgotten at the next apply that succeeds (StopBackoff): stopping every apply would cost the follower an
+ * executor each time.
  */
 const SNAPSHOTS_FIRST_MS = 10_000;
 const SNAPSHOTS_MAX_MS = 300_000;
 
 export class Shipper {
   private readonly lanes = new Map<string, Lane>();
-  /** Databases whose shipments are snapshots for now (see SNAPSHOTS_FIRST_MS): until when, and the next wait. */
-  private readonly snapshotsOnly = new Map<string, { until: number; waitMs: number }>();
+  /** Databases whose shipments are snapshots for now (see SNAPSHOTS_FIRST_MS). */
+  private readonly snapshotsOnly = new StopBackoff(SNAPSHOTS_FIRST_MS, SNAPSHOTS_MAX_MS);
   private readonly pools = new Map<string, Pool>();
   private readonly db: DbService;
   private readonly token: string;
@@ -132,31 +134,21 @@ export class Shipper {
 
   private async shipOnce(lane: Lane): Promise<number> {
     const key = scopeKey(lane.scope);
-    const stopped = this.snapshotsOnly.get(key);
-    if (stopped !== undefined && performance.now() < stopped.until) return this.sendSnapshot(lane);
-    let events: ChangeEvent[];
+    if (this.snapshotsOnly.remaining(key) > 0) return this.sendSnapshot(lane);
+    // The events up to the first without a changeset, as the executor wrote their text: never parsed on this event loop.
+    let shipment: Buffer | null;
     try {
-      events = (await this.db.readChanges(lane.scope, lane.acked!, MAX_EVENTS)).events;
+      shipment = await this.db.readShipment(lane.scope, lane.acked!, MAX_EVENTS);
     } catch {
       return this.sendSnapshot(lane); // past retention, or unreadable: the whole copy travels
     }
-    const carried: ChangeEvent[] = [];
-    for (const e of events) {
-      if (e.changeset === null) break;
-      carried.push(e);
-    }
-    if (carried.length === 0) return this.sendSnapshot(lane);
-    const mirrors = this.cursors?.(lane.scope);
-    const res = await this.post(lane, '/_cluster/apply', { events: carried, mirrors }) as { version?: number; problem?: string; stopped?: boolean };
+    if (shipment === null) return this.sendSnapshot(lane);
+    const res = await this.post(lane, '/_cluster/apply', shipment, this.cursorsQuery(lane)) as { version?: number; problem?: string; stopped?: boolean };
     if (res.problem !== undefined) {
-      if (res.stopped === true) {
-        const waitMs = stopped === undefined ? SNAPSHOTS_FIRST_MS : Math.min(stopped.waitMs * 2, SNAPSHOTS_MAX_MS);
-        this.snapshotsOnly.set(key, { until: performance.now() + waitMs, waitMs });
-      }
+      if (res.stopped === true) this.snapshotsOnly.penalize(key);
       return this.sendSnapshot(lane);
     }
-    this.snapshotsOnly.delete(key);
-    if (mirrors) lane.cursorsSent = JSON.stringify(mirrors);
+    this.snapshotsOnly.clear(key);
     return res.version!;
   }
 
@@ -177,16 +169,16 @@ export class Shipper {
     return new URLSearchParams({ org: lane.scope.org, repo: lane.scope.repo, database: lane.scope.database, epoch: String(lane.epoch) }).toString();
   }
 
-  /** Mirror cursors travel with a snapshot too (a database with triggers only ever travels so). */
+  /** Mirror cursors travel in the query of an apply or a snapshot (a database with triggers only ever travels so). */
   private cursorsQuery(lane: Lane): string {
     const cursors = this.cursors?.(lane.scope);
     if (cursors) lane.cursorsSent = JSON.stringify(cursors);
     return cursors && Object.keys(cursors).length > 0 ? `&mirrors=${encodeURIComponent(JSON.stringify(cursors))}` : '';
   }
 
-  private async post(lane: Lane, path: string, body: object): Promise<unknown> {
+  private async post(lane: Lane, path: string, body: object | Buffer, extraQuery = ''): Promise<unknown> {
     const res = await this.pool(lane.url).request({
-      method: 'POST', path: `${path}?${this.query(lane)}`, body: JSON.stringify(body),
+      method: 'POST', path: `${path}?${this.query(lane)}${extraQuery}`, body: Buffer.isBuffer(body) ? body : JSON.stringify(body),
       headers: { 'x-scopebase-proxy-token': this.token, 'content-type': 'application/json' }, signal: AbortSignal.timeout(this.timeoutMs),
     });
     return this.answer(res.statusCode, await res.body.text());

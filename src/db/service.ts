@@ -326,6 +326,16 @@ export class DbService implements DbHandler, ChangeFeed {
     return this.pool.applyToCopy(this.layout.path(scope), body, Math.min(this.config.db.queryTimeoutMs, maxMs));
   }
 
+  /** A cluster follower's copy: version (0: none) and newest event id, read on an executor as applyToCopy runs. */
+  copyState(scope: Scope, maxMs: number): Promise<{ version: number; lastEventId: string | null } | { problem: string; stopped?: true }> {
+    return this.pool.copyState(this.layout.path(scope), Math.min(this.config.db.queryTimeoutMs, maxMs));
+  }
+
+  /** A snapshot received for a follower's copy (`file`): its version, read and checkpointed on an executor. */
+  checkSnapshot(scope: Scope, file: string): Promise<{ version: number } | { problem: string; stopped?: true }> {
+    return this.pool.checkSnapshot(this.layout.path(scope), file, this.config.db.queryTimeoutMs);
+  }
+
   get temporaryDir(): string {
     return this.tmpDir;
   }
@@ -341,6 +351,20 @@ export class DbService implements DbHandler, ChangeFeed {
     const parsed = JSON.parse(res.body.toString('utf8'));
     if (res.status !== 200) throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
     return parsed;
+  }
+
+  /**
+   * A cluster primary's next shipment after `since`: the text `{"events": [...]}` of the events up to the first without
+   * a changeset (null when that is the next one), made by the executor and sent on as it is: this event loop never
+   * parses a page of the tenant's changes. Throws as readChanges.
+   */
+  async readShipment(scope: Scope, since: number, limit: number): Promise<Buffer | null> {
+    if (!this.exists(scope)) throw notFound(scope);
+    const res = await this.pool.read({ op: 'changes', path: this.layout.path(scope), since, limit: Math.min(limit, MAX_CHANGES_PAGE), shipment: true });
+    if (res.status === 204) return null;
+    if (res.status === 200) return res.body;
+    const { error } = JSON.parse(res.body.toString('utf8'));
+    throw new ApiError(error.code, error.message, error.details);
   }
 
   async currentVersion(scope: Scope): Promise<number | null> {

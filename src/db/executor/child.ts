@@ -10,7 +10,7 @@ import { errorReply, failure, type Reply } from './reply.ts';
 import { beginTx, commitTx, execTx, rollbackTx, type BeginOptions } from './tx-ops.ts';
 import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
-import { CopyCache, prepareReplicaFile } from './copy-ops.ts';
+import { checkSnapshotFile, CopyCache, prepareReplicaFile } from './copy-ops.ts';
 import { openReplica } from '../apply-event.ts';
 import { dropHistory } from '../history/archive.ts';
 import { removeCopy } from '../history/rebuild.ts';
@@ -107,7 +107,7 @@ function handle(frame: Frame): Buffer {
       try {
         const reply = h.op === 'query' ? query(db, body, limits.maxResultBytes)
           : h.op === 'status' ? status(db, historyOf(db))
-          : h.op === 'changes' ? changes(db, h.since, h.limit)
+          : h.op === 'changes' ? changes(db, h.since, h.limit, undefined, h.shipment === true)
           : snapshot(db, h.target);
         return encodeFrame(frame.seq, { s: reply.status }, reply.body);
       } finally {
@@ -174,10 +174,18 @@ function handle(frame: Frame): Buffer {
       return encodeFrame(frame.seq, { s: reply.status, v: reply.version }, reply.body);
     }
     case 'apply': {
-      // A cluster follower's copy: the primary's events, applied in one transaction (copy-ops.ts).
-      const outcome = copies.apply(path, (JSON.parse(frame.body.toString('utf8')) as { events: ChangeEvent[] }).events);
-      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(outcome));
+      // A cluster follower's copy: the primary's events, applied in one transaction (copy-ops.ts). The body is parsed
+      // here only: up to 256 MiB of the tenant's changes would hold the node's event loop.
+      const events = CopyCache.shipment(frame.body);
+      if (events === null) return encodeFrame(frame.seq, { s: 400 }, errorReply({ code: 'invalid_request', message: 'the body must be a JSON object whose events are a non-empty array' }).body);
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(copies.apply(path, events)));
     }
+    case 'copy.state':
+      // A cluster follower's handshake: opening the copy parses the tenant's schema (copy-ops.ts).
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(copies.state(path)));
+    case 'copy.check':
+      // A snapshot a follower received, before the node renames it over its copy: opened here, and closed.
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(checkSnapshotFile(path)));
     case 'replica.apply': {
       // A reference mirror's replica: one event, applied in one transaction (copy-ops.ts).
       const outcome = replicas.applyToReplica(path, JSON.parse(frame.body.toString('utf8')) as ChangeEvent);
@@ -208,7 +216,7 @@ channel.on('data', (chunk: Buffer) => {
   // chunk never holds back the reply of a committed write.
   channel.cork();
   for (const frame of decoder.push(chunk)) {
-    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit' || frame.header.op === 'restore' || frame.header.op === 'import' || frame.header.op === 'apply' || frame.header.op === 'replica.apply' || frame.header.op === 'replica.prepare';
+    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit' || frame.header.op === 'restore' || frame.header.op === 'import' || frame.header.op === 'apply' || frame.header.op === 'copy.check' || frame.header.op === 'replica.apply' || frame.header.op === 'replica.prepare';
     if (write) channel.uncork();
     let out: Buffer;
     try {

@@ -1,8 +1,9 @@
-// A cluster follower's and a reference mirror's applies, run in an executor process: a changeset's apply evaluates
-// the tenant's CHECK constraints, generated columns and index expressions, and a running SQLite step is stopped only
-// by killing its process. The pool runs the ops under a time limit like any statement (ExecutorPool.applyToCopy,
-// applyToReplica, openReplica); the connections here are their own (openCopy's or openReplica's settings), not
-// the sandboxed handles of a primary's requests.
+// A cluster follower's and a reference mirror's ops on their copies, run in an executor process: a changeset's apply
+// evaluates the tenant's CHECK constraints, generated columns and index expressions, even a version read parses the
+// tenant's schema (its size the tenant's to pick), and a running SQLite step is stopped only by killing its process.
+// The pool runs the ops under a time limit like any statement (ExecutorPool.applyToCopy, copyState, checkSnapshot,
+// applyToReplica, openReplica); the connections here are their own (openCopy's or openReplica's settings), not the
+// sandboxed handles of a primary's requests.
 import { statSync } from 'node:fs';
 import type { DatabaseSync } from 'node:sqlite';
 import { applyEvents, applyToReplica, openCopy, openReplica, prepareReplica, readVersion } from '../apply-event.ts';
@@ -10,6 +11,9 @@ import type { ChangeEvent } from '../contract.ts';
 
 /** What the op answers: the copy's new version, or why it was not applied (the primary then ships a snapshot). */
 export type ApplyOutcome = { version: number } | { problem: string };
+
+/** A follower's copy as the primary's handshake asks it: version 0 when there is none. */
+export type StateOutcome = { version: number; lastEventId: string | null } | { problem: string };
 
 interface Open { db: DatabaseSync; ino: number; usedAt: number }
 
@@ -22,7 +26,6 @@ const MAX_OPEN = 16;
  */
 export class CopyCache {
   private readonly open = new Map<string, Open>();
-  private readonly replaced: DatabaseSync[] = [];
   /** How a file is opened: a follower's copy (openCopy) or a mirror's replica (openReplica). */
   private readonly opener: (path: string) => DatabaseSync;
 
@@ -40,10 +43,9 @@ export class CopyCache {
         this.open.set(path, held);
         return held.db;
       }
-      // Replaced under it, which the node prevents (every process forgets a copy before a snapshot is renamed over it).
-      // Not closed: closing the last connection to a WAL file checkpoints it and unlinks `-wal` and `-shm` by name,
-      // which are the new copy's now. Kept open, so the garbage collector does not close it either.
-      if (held.db.isOpen) this.replaced.push(held.db);
+      // Replaced under it (the node has every process forget a copy first). Closing is safe: SQLite sees the file
+      // moved (SQLITE_FCNTL_HAS_MOVED) and neither checkpoints nor unlinks `-wal` and `-shm`, the new copy's now.
+      close(held.db);
     }
     const db = this.opener(path);
     this.open.set(path, { db, ino, usedAt: performance.now() });
@@ -53,6 +55,18 @@ export class CopyCache {
 
   apply(path: string, events: ChangeEvent[]): ApplyOutcome {
     return this.applying(path, 'the copy', 'no copy yet', (db) => applyEvents(db, events), events.at(-1)!.version);
+  }
+
+  /** A primary's shipment as sent (`{"events": [...]}`), parsed here only: null when it is not one (a 400). */
+  static shipment(body: Buffer): ChangeEvent[] | null {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body.toString('utf8'));
+    } catch {
+      return null;
+    }
+    const events = (parsed as { events?: unknown } | null)?.events;
+    return Array.isArray(events) && events.length > 0 ? events as ChangeEvent[] : null;
   }
 
   /** A reference mirror's replica: one event applied in one transaction (applyToReplica). */
@@ -74,6 +88,20 @@ export class CopyCache {
     } catch (e) {
       this.forget(path);
       return { problem: `applying failed: ${(e as Error).message.slice(0, 120)}` };
+    }
+  }
+
+  /** A follower's copy: its version and newest event's id, on the connection its applies use; none is version 0. */
+  state(path: string): StateOutcome {
+    try {
+      const db = this.get(path);
+      const version = readVersion(db);
+      const row = db.prepare("SELECT json_extract(event, '$.id') AS id FROM _scopebase_changes WHERE version = ?").get(version) as { id: string | null } | undefined;
+      return { version, lastEventId: row?.id ?? null };
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { version: 0, lastEventId: null };
+      this.forget(path);
+      return { problem: `reading the copy failed: ${(e as Error).message.slice(0, 120)}` };
     }
   }
 
@@ -119,12 +147,29 @@ function close(db: DatabaseSync): void {
  * connection of its own, closed before the mirror renames the file. Answers its version.
  */
 export function prepareReplicaFile(path: string): ApplyOutcome {
+  return onceOpen(path, openReplica, prepareReplica, 'the snapshot could not be made a replica');
+}
+
+/**
+ * A snapshot a cluster follower received, read and checkpointed on a connection of its own (openCopy's: WAL,
+ * synchronous=FULL), closed before the node renames it over the copy. Answers its version. Runs none of the tenant's
+ * expressions, but opening it parses the tenant's schema.
+ */
+export function checkSnapshotFile(path: string): ApplyOutcome {
+  return onceOpen(path, openCopy, (db) => {
+    const version = readVersion(db);
+    db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
+    return version;
+  }, 'reading it failed');
+}
+
+function onceOpen(path: string, opener: (path: string) => DatabaseSync, read: (db: DatabaseSync) => number, failed: string): ApplyOutcome {
   let db: DatabaseSync | undefined;
   try {
-    db = openReplica(path);
-    return { version: prepareReplica(db) };
+    db = opener(path);
+    return { version: read(db) };
   } catch (e) {
-    return { problem: `the snapshot could not be made a replica: ${(e as Error).message.slice(0, 120)}` };
+    return { problem: `${failed}: ${(e as Error).message.slice(0, 120)}` };
   } finally {
     if (db) close(db);
   }

@@ -6,6 +6,7 @@ import { lostToApiError, overloaded, tenantOfPath } from './pool-errors.ts';
 import { pinTransaction, type LaneHold } from './pinned-transaction.ts';
 import { WriteLanes, type WriteOp } from './write-lanes.ts';
 import type { Scope } from '../contract.ts';
+import { ApiError } from '../../shared/errors.ts';
 
 export type { LaneHold } from './pinned-transaction.ts';
 export type { WriteOp } from './write-lanes.ts';
@@ -45,8 +46,10 @@ export interface PoolOptions {
   onError?(e: unknown): void;
 }
 
-/** A follower's or a mirror's op on its copy (applyToCopy, applyToReplica, openReplica): a version, or why not. */
+/** A follower's or a mirror's op on its copy (applyToCopy, checkSnapshot, applyToReplica, openReplica): a version, or why not. */
 export type CopyOutcome = { version: number } | { problem: string; stopped?: true };
+/** A follower's copy as the primary's handshake asks it (copyState): version 0 when there is none. */
+export type CopyState = { version: number; lastEventId: string | null } | { problem: string; stopped?: true };
 
 export class ExecutorPool {
   private readonly scheduler: Scheduler;
@@ -111,16 +114,32 @@ export class ExecutorPool {
   }
 
   /**
-   * A cluster follower's apply of the primary's events (`body`: a JSON object with `events`) to its copy at `path`,
-   * in one transaction, on an executor process as a write of the database's repo: the changesets run the tenant's
-   * CHECK constraints, generated columns and index expressions, which a kill at `budgetMs` stops (nothing of it
-   * stays: SQLite's journal). Resolves with the copy's new version or why it was not applied; `stopped` when its
-   * executor was stopped under it (its time limit, its temporary files) or died (what the tenant's expressions can
-   * cause: the primary then ships snapshots for a while rather than have every apply stopped). Rejects (an ApiError,
-   * 503) only when it could not start (overloaded, shutting down).
+   * A cluster follower's apply of the primary's events (`body`: a JSON object with `events`, parsed only on the
+   * executor) to its copy at `path`, in one transaction, on an executor process as a write of the database's repo: the
+   * changesets run the tenant's CHECK constraints, generated columns and index expressions, which a kill at `budgetMs`
+   * stops (nothing of it stays: SQLite's journal). Resolves with the copy's new version or why it was not applied;
+   * `stopped` when its executor was stopped under it (its time limit, its temporary files) or died (what the tenant's
+   * expressions can cause: the primary then ships snapshots for a while rather than have every apply stopped).
+   * Rejects (an ApiError) only when it could not start (503: overloaded, shutting down) or `body` is no shipment (400).
    */
   applyToCopy(path: string, body: Buffer, budgetMs: number): Promise<CopyOutcome> {
     return this.onCopy({ op: 'apply', path }, body, budgetMs, 'applying the events');
+  }
+
+  /**
+   * A cluster follower's copy at `path`: its version and newest event's id, for the primary's handshake. Opening it
+   * parses the tenant's schema, which the tenant sizes: on an executor under `budgetMs`, as an apply.
+   */
+  copyState(path: string, budgetMs: number): Promise<CopyState> {
+    return this.onCopy({ op: 'copy.state', path }, undefined, budgetMs, 'reading the copy') as Promise<CopyState>;
+  }
+
+  /**
+   * A snapshot a cluster follower received into `file` for the copy at `path`: its version read and its WAL
+   * checkpointed on an executor (opening it parses the tenant's schema), as a write of the copy's repo.
+   */
+  checkSnapshot(path: string, file: string, budgetMs: number): Promise<CopyOutcome> {
+    return this.onCopy({ op: 'copy.check', path: file }, undefined, budgetMs, 'reading the snapshot', path);
   }
 
   /**
@@ -141,16 +160,19 @@ export class ExecutorPool {
     return this.onCopy({ op: prepare ? 'replica.prepare' : 'replica.version', path }, undefined, budgetMs, prepare ? 'preparing the snapshot' : 'reading the replica');
   }
 
-  private async onCopy(header: { op: string; path: string }, body: Buffer | undefined, budgetMs: number, what: string): Promise<CopyOutcome> {
+  /** `owner`: the database whose repo the op is counted to, when `header.path` is not its file (a received snapshot). */
+  private async onCopy(header: { op: string; path: string }, body: Buffer | undefined, budgetMs: number, what: string, owner = header.path): Promise<CopyOutcome> {
     let frame;
     try {
-      frame = await this.scheduler.run(tenantOfPath(header.path), true, header, body, budgetMs);
+      frame = await this.scheduler.run(tenantOfPath(owner), true, header, body, budgetMs);
     } catch (e) {
       if (!(e instanceof LostError) || e.reason === 'unstarted') throw lostToApiError(e, budgetMs);
       // Whether it committed is unknown (a kill after its COMMIT): a snapshot settles it.
       const why = e.reason === 'timeout' ? `ran past ${budgetMs} ms` : e.reason === 'temp_space' ? 'made too many temporary files' : 'lost its executor';
       return { problem: `${what} ${why} and was stopped`, stopped: true };
     }
+    // The caller's mistake (a body that is no shipment): nothing ran.
+    if (frame.header.s === 400) throw new ApiError('invalid_request', (JSON.parse(frame.body.toString('utf8')) as { error: { message: string } }).error.message);
     if (frame.header.s !== 200) return { problem: `${what} failed (${frame.header.s as number})` };
     return JSON.parse(frame.body.toString('utf8')) as CopyOutcome;
   }

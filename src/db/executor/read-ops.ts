@@ -93,8 +93,12 @@ export function status(h: DbHandle, history: { oldestVersion: number | null; old
  */
 export const CHANGES_PAGE_BYTES = 32 * 1024 * 1024;
 
-/** SPEC 4.9: events after `since`, oldest first, at most `limit` of them and about `maxBytes`; 410 when `since` is older than what is kept. */
-export function changes(h: DbHandle, since: number, limit: number, maxBytes = CHANGES_PAGE_BYTES): Reply {
+/**
+ * SPEC 4.9: events after `since`, oldest first, at most `limit` of them and about `maxBytes`; 410 when `since` is older
+ * than what is kept. `shipment` (a cluster primary's, src/cluster/shipper.ts): only the events up to the first without
+ * a changeset, 204 when that is the first, so the node sends this text as it is rather than parse a page of it.
+ */
+export function changes(h: DbHandle, since: number, limit: number, maxBytes = CHANGES_PAGE_BYTES, shipment = false): Reply {
   h.internal('BEGIN').run();
   try {
     const version = h.version();
@@ -107,9 +111,11 @@ export function changes(h: DbHandle, since: number, limit: number, maxBytes = CH
     let bytes = 0;
     for (const r of h.internal('SELECT event FROM _scopebase_changes WHERE version > ? ORDER BY version LIMIT ?').iterate(since, limit) as Iterable<{ event: string }>) {
       if (events.length > 0 && bytes + r.event.length > maxBytes) break;
+      if (shipment && (JSON.parse(r.event) as { changeset: unknown }).changeset === null) break;
       events.push(r.event);
       bytes += r.event.length;
     }
+    if (shipment && events.length === 0) return { status: 204, body: '' };
     return { status: 200, body: `{"events":[${events.join(',')}],"version":${version}}` };
   } catch (e) {
     return failure(e, null);

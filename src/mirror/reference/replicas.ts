@@ -7,6 +7,7 @@ import type { Logger } from '../../shared/log.ts';
 import { currentGeneration, ensureDir, removeReplicaFiles, replicaPath } from './files.ts';
 import { Replica, type ReplicaFiles } from './replica.ts';
 import { ApiError } from '../../shared/errors.ts';
+import { StopBackoff } from '../../shared/stop-backoff.ts';
 
 export type Outcome = 'applied' | 'duplicate' | 'bootstrapped';
 
@@ -28,12 +29,6 @@ interface Waiter {
   resolve: (reached: boolean) => void;
 }
 
-/** A database's penalty after a stopped apply or snapshot preparation: until when, and how long it was. */
-interface Backoff {
-  until: number;
-  ms: number;
-}
-
 /**
  * After a stopped apply, a database's events heal the replica from snapshots for STOP_BACKOFF_MS, doubling with each
  * stop up to STOP_BACKOFF_MAX_MS, reset by an apply that succeeds: a tenant whose every write's apply runs past the
@@ -53,16 +48,16 @@ export class ReplicaSet {
   private readonly loading = new Map<string, Promise<Replica | null>>();
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly waiters = new Map<string, Set<Waiter>>();
-  /** Databases whose apply was stopped: snapshots only until `until`. */
-  private readonly applyStops = new Map<string, Backoff>();
-  /** Databases whose snapshot preparation was stopped: no bootstrap until `until`. */
-  private readonly prepareStops = new Map<string, Backoff>();
+  /** Databases whose apply was stopped: snapshots only for a while. */
+  private readonly applyStops: StopBackoff;
+  /** Databases whose snapshot preparation was stopped: no bootstrap for a while. */
+  private readonly prepareStops: StopBackoff;
   private closed = false;
-  private readonly now: () => number;
 
   constructor(opts: ReplicaSetOptions) {
     this.opts = opts;
-    this.now = opts.now ?? (() => performance.now());
+    this.applyStops = new StopBackoff(STOP_BACKOFF_MS, STOP_BACKOFF_MAX_MS, opts.now);
+    this.prepareStops = new StopBackoff(STOP_BACKOFF_MS, STOP_BACKOFF_MAX_MS, opts.now);
   }
 
   /** The replica of a scope as known now, without waiting: null when not loaded (see load) or when there is none. */
@@ -122,7 +117,7 @@ export class ReplicaSet {
         unreadable = (e as Error).message;
       }
       if (replica !== null && event.version <= replica.version) return 'duplicate';
-      const stop = this.applyStops.get(key);
+      const stop = this.applyStops.remaining(key);
       let why: string | null;
       if (unreadable !== null) why = unreadable;
       else if (replica === null) why = 'first event of this database';
@@ -130,33 +125,25 @@ export class ReplicaSet {
       // Migrations are replayed from a snapshot: exact schema and data, no reliance on the DDL being deterministic.
       else if (event.type === 'database.migrated') why = 'migration';
       else if (event.changeset === null) why = 'event without a changeset';
-      else if (stop && this.now() < stop.until) why = `snapshots only for ${seconds(stop.until - this.now())} s more: an apply was stopped`;
+      else if (stop > 0) why = `snapshots only for ${seconds(stop)} s more: an apply was stopped`;
       else {
         // In an executor, under the time limit: the changeset runs the tenant's expressions (replica.ts).
         const applied = await this.opts.files.apply(replica.path, event);
         if ('version' in applied) {
           replica.version = applied.version;
-          this.applyStops.delete(key);
+          this.applyStops.clear(key);
           this.notify(scope);
           return 'applied';
         }
         why = applied.problem;
         if (applied.stopped) {
-          const backoff = this.penalize(this.applyStops, key);
-          this.opts.logger.warn({ ...scope, version: event.version, why, snapshotsOnlyMs: backoff.ms }, 'replica apply stopped: the database heals from snapshots for a while');
+          const snapshotsOnlyMs = this.applyStops.penalize(key);
+          this.opts.logger.warn({ ...scope, version: event.version, why, snapshotsOnlyMs }, 'replica apply stopped: the database heals from snapshots for a while');
         }
       }
       await this.bootstrap(scope, event.version, why);
       return 'bootstrapped';
     });
-  }
-
-  private penalize(stops: Map<string, Backoff>, key: string): Backoff {
-    const before = stops.get(key);
-    const ms = before ? Math.min(before.ms * 2, STOP_BACKOFF_MAX_MS) : STOP_BACKOFF_MS;
-    const backoff = { until: this.now() + ms, ms };
-    stops.set(key, backoff);
-    return backoff;
   }
 
   private async exclusive<T>(scope: Scope, work: () => Promise<T>): Promise<T> {
@@ -175,9 +162,8 @@ export class ReplicaSet {
   private async bootstrap(scope: Scope, atLeast: number, why: string): Promise<void> {
     if (this.closed) throw new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' });
     const key = keyOf(scope);
-    const stopped = this.prepareStops.get(key);
-    if (stopped && this.now() < stopped.until) {
-      const left = stopped.until - this.now();
+    const left = this.prepareStops.remaining(key);
+    if (left > 0) {
       throw new ApiError('unavailable', `this replica cannot heal for ${seconds(left)} s more: preparing its last snapshot was stopped`, undefined, { 'retry-after': seconds(left) });
     }
     ensureDir(this.opts.root, scope);
@@ -194,8 +180,8 @@ export class ReplicaSet {
       const prepared = await this.opts.files.prepare(download);
       if ('problem' in prepared) {
         if (!prepared.stopped) throw new ApiError('unavailable', prepared.problem, undefined, { 'retry-after': '2' });
-        const backoff = this.penalize(this.prepareStops, key);
-        throw new ApiError('unavailable', `${prepared.problem}; this replica heals again in ${seconds(backoff.ms)} s`, undefined, { 'retry-after': seconds(backoff.ms) });
+        const ms = this.prepareStops.penalize(key);
+        throw new ApiError('unavailable', `${prepared.problem}; this replica heals again in ${seconds(ms)} s`, undefined, { 'retry-after': seconds(ms) });
       }
       version = prepared.version;
       if (version < atLeast) throw new ApiError('unavailable', `the snapshot is at version ${version}, older than event ${atLeast}`, undefined, { 'retry-after': '1' });
@@ -208,7 +194,7 @@ export class ReplicaSet {
       if (e instanceof ApiError) throw e;
       throw new ApiError('unavailable', 'the snapshot could not be used', undefined, { 'retry-after': '2' });
     }
-    this.prepareStops.delete(key);
+    this.prepareStops.clear(key);
     const replica = new Replica(path, generation, version);
     this.known.set(key, replica);
     this.opts.logger.info({ ...scope, why, version, generation }, 'replica bootstrapped from snapshot');
