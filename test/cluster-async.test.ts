@@ -3,6 +3,10 @@
 // still gets only what the follower holds (docs/scaling.md, Mirrors on a cluster).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { closeSync, cpSync, mkdirSync, openSync, rmSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { tempDir } from './helpers/product.ts';
 import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
 import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters } from './helpers/cluster-writers.ts';
 import { newSecret, Receiver, waitFor } from './helpers/mirror.ts';
@@ -56,5 +60,55 @@ describe('cluster: async durability', () => {
     const log = eventIds(cluster.node(now.primary), ORG, REPO, 'a0');
     await waitFor(() => new Set(receiver.all.filter((r) => r.event.database === 'a0').map((r) => r.event.id)).size === log.size, 30_000, 'the mirror to catch up');
     for (const r of receiver.all) assert.equal(log.get(r.event.version), r.event.id, `version ${r.event.version} as the primary has it`);
+  });
+});
+
+describe('cluster: async durability, a shipment that failed', () => {
+  // Each node's DATA_DIR is a real 64 MiB tmpfs, so the follower's disk can be filled and given back.
+  const root = process.getuid?.() === 0;
+  const dirs = root ? [1, 2, 3].map(() => tempDir('scopebase-node-')) : [];
+  let cluster: TestCluster;
+  before(async () => {
+    for (const dir of dirs) execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64m', 'tmpfs', dir]);
+    if (root) cluster = await startCluster({ nodes: 3, ttlS: 2, env: { CLUSTER_DURABILITY: 'async', LOG_LEVEL: 'silent' }, dataDirs: dirs });
+  });
+  after(async () => {
+    await cluster?.close();
+    for (const dir of dirs) {
+      execFileSync('umount', ['-l', dir]);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('is shipped again without a further write once the follower can take it', async (t) => {
+    if (!root) return t.skip('mounting a tmpfs needs root (CI runs as root)');
+    await createTables(cluster, ['full']);
+    const p = (await cluster.placement(ORG, REPO, 'full'))!;
+    const follower = cluster.node(p.follower!);
+    await waitFor(() => eventIds(follower, ORG, REPO, 'full').size > 0, 15_000, 'the follower to hold the table');
+    const ballast = join(follower.dataDir, 'ballast');
+    const fd = openSync(ballast, 'w');
+    try {
+      const chunk = Buffer.alloc(1 << 20, 1);
+      for (;;) writeSync(fd, chunk); // until ENOSPC: the follower's disk is full
+    } catch (e) {
+      assert.equal((e as NodeJS.ErrnoException).code, 'ENOSPC');
+    } finally {
+      closeSync(fd);
+    }
+    const res = await cluster.proxy.db(REPO, 'execute', { database: 'full', sql: 'INSERT INTO t(writer, seq) VALUES (1, 1)' });
+    assert.equal(res.status, 200, res.text); // async: the 200 does not wait for the follower
+    const version = res.json.version as number;
+    await sleep(1500);
+    // Read from a copy of its files: SQLite cannot open them in place on the full disk.
+    const copy = { ...follower, dataDir: tempDir('scopebase-copy-') };
+    const files = join(copy.dataDir, 'db', ORG, REPO);
+    mkdirSync(files, { recursive: true });
+    for (const suffix of ['', '-wal']) cpSync(join(follower.dataDir, 'db', ORG, REPO, `full.sqlite${suffix}`), join(files, `full.sqlite${suffix}`));
+    const before = eventIds(copy, ORG, REPO, 'full');
+    rmSync(copy.dataDir, { recursive: true, force: true });
+    assert.ok(before.size > 0 && !before.has(version), 'premise: the full follower could not take the write');
+    rmSync(ballast);
+    await waitFor(() => eventIds(follower, ORG, REPO, 'full').has(version), 15_000, `version ${version} to reach the follower with no write after it`);
   });
 });

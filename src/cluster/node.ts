@@ -50,6 +50,9 @@ export class ClusterNode implements Replication {
   /** Writes admitted per database, and new databases nothing was made of yet: a failed first write gives its claim back. */
   private readonly claims = new Claims((key) => this.changes.unclaim(key), (key) => existsSync(this.db.databasePath(scopeOf(key))));
   private readonly changes: PlacementChanges;
+  /** Async durability: databases whose last shipment failed, their timer to ship again and how many tries so far. */
+  private readonly reshipTimers = new Map<string, NodeJS.Timeout>();
+  private readonly reshipAttempts = new Map<string, number>();
   private closed = false;
 
   constructor(config: ClusterConfig, db: DbService, logger: Logger, token: string, mirrors: MirrorGate | null = null, { durableCommits = true }: { durableCommits?: boolean } = {}) {
@@ -143,13 +146,45 @@ export class ClusterNode implements Replication {
     const url = p.follower === null ? undefined : view.nodes.get(p.follower);
     if (this.config.durability === 'async') {
       // The 200 does not wait: the follower gets the events as soon as it can (the loss window, docs/scaling.md).
-      if (url !== undefined) this.shipper.ensure(scope, version, p.epoch, p.follower!, url).then(() => this.grantDelivery(scope, version), () => {}).catch((e) => this.logger.warn({ err: e }, 'cluster: granting mirror delivery failed'));
+      if (url !== undefined) this.shipAsync(key, version, p, url);
       else if (p.follower === null) this.grantDelivery(scope, version); // no follower: no other node can take over with less
       return;
     }
     if (url === undefined) throw new ApiError('unavailable', 'the database has no live follower to confirm this write (strict durability); whether it survives a failover is unknown', { committed: null }, { 'retry-after': '1' });
     await this.shipper.ensure(scope, version, p.epoch, p.follower!, url);
     this.grantDelivery(scope, version);
+  }
+
+  /** Async durability: ships `version` without a caller waiting; a failure is shipped again by a timer (`reshipLater`). */
+  private shipAsync(key: string, version: number, p: Placement, url: string): void {
+    const scope = scopeOf(key);
+    this.shipper.ensure(scope, version, p.epoch, p.follower!, url).then(() => {
+      this.reshipAttempts.delete(key);
+      this.grantDelivery(scope, version);
+    }, () => this.reshipLater(key)).catch((e) => this.logger.warn({ err: e }, 'cluster: granting mirror delivery failed'));
+  }
+
+  /**
+   * A failed async shipment (the follower's disk full, a refused connection) is tried again after 250 ms, doubling up
+   * to 10 s, while this node is primary: otherwise the loss window and mirror delivery wait for the database's next write.
+   */
+  private reshipLater(key: string): void {
+    if (this.closed || this.reshipTimers.has(key)) return;
+    const attempt = this.reshipAttempts.get(key) ?? 0;
+    this.reshipAttempts.set(key, attempt + 1);
+    const timer = setTimeout(() => {
+      this.reshipTimers.delete(key);
+      const view = this.watch.view;
+      const p = view.placements.get(key);
+      const url = p?.follower == null ? undefined : view.nodes.get(p.follower);
+      // No longer primary, or the follower gone: placement's next read names another and brings it in line (syncFollower).
+      if (this.closed || p === undefined || url === undefined || !this.primaryHere(view, key, p)) return void this.reshipAttempts.delete(key);
+      this.db.currentVersion(scopeOf(key)).then((version) => {
+        if (version !== null) this.shipAsync(key, version, p, url);
+      }, () => this.reshipLater(key));
+    }, Math.min(250 * 2 ** attempt, 10_000));
+    timer.unref();
+    this.reshipTimers.set(key, timer);
   }
 
   /**
@@ -291,6 +326,7 @@ export class ClusterNode implements Replication {
     this.closed = true;
     this.watch.stop();
     if (this.keepAliveTimer) clearTimeout(this.keepAliveTimer);
+    for (const timer of this.reshipTimers.values()) clearTimeout(timer);
     await this.shipper.close();
     await this.lease.revoke().catch(() => {});
     await this.etcd.close();

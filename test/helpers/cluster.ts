@@ -43,7 +43,8 @@ export function eventIds(node: ClusterNodeProcess, org: string, repo: string, da
   }
 }
 
-export async function startCluster({ nodes = 3, ttlS = 2, env = {} }: { nodes?: number; ttlS?: number; env?: Record<string, string> } = {}): Promise<TestCluster> {
+/** `dataDirs`: the nodes' DATA_DIRs (e.g. small filesystems a test mounted), the caller's to remove; else temporary ones. */
+export async function startCluster({ nodes = 3, ttlS = 2, env = {}, dataDirs }: { nodes?: number; ttlS?: number; env?: Record<string, string>; dataDirs?: string[] } = {}): Promise<TestCluster> {
   const etcd = await startEtcd();
   const client = new Etcd([etcd.url]);
   // No shedding on a late event loop: these tests are about replication, and CI runs them beside other suites on two cores.
@@ -51,7 +52,7 @@ export async function startCluster({ nodes = 3, ttlS = 2, env = {} }: { nodes?: 
   const list: ClusterNodeProcess[] = [];
   for (let i = 1; i <= nodes; i++) {
     const port = await freePort();
-    list.push({ id: `n${i}`, url: `http://127.0.0.1:${port}`, dataDir: tempDir('scopebase-node-'), proc: null });
+    list.push({ id: `n${i}`, url: `http://127.0.0.1:${port}`, dataDir: dataDirs?.[i - 1] ?? tempDir('scopebase-node-'), proc: null });
   }
   const start = async (node: ClusterNodeProcess) => {
     for (let attempt = 1; ; attempt++) {
@@ -99,7 +100,7 @@ export async function startCluster({ nodes = 3, ttlS = 2, env = {} }: { nodes?: 
         try {
           n.proc?.killAll();
         } catch { /* gone */ }
-        rmSync(n.dataDir, { recursive: true, force: true });
+        if (dataDirs === undefined) rmSync(n.dataDir, { recursive: true, force: true });
       }
       await client.close();
       await etcd.stop();
