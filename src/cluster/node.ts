@@ -14,6 +14,7 @@ import { closeCopy, copyState } from './follower-copy.ts';
 import { Claims } from './claims.ts';
 import { NodeLease } from './lease.ts';
 import { PlacementChanges, notHere } from './placement-changes.ts';
+import { notFound } from '../db/pipeline-backend.ts';
 
 export class ClusterNode implements Replication {
   readonly etcd: Etcd;
@@ -104,13 +105,13 @@ export class ClusterNode implements Replication {
   }
 
   // Replication (src/db/contract.ts)
-  async admit(scope: Scope, write: boolean): Promise<void> {
-    if (!write) return this.admitHere(scope, false);
+  async admit(scope: Scope, write: boolean, creates = write): Promise<void> {
+    if (!write) return this.admitHere(scope, false, false);
     // Counted from here to `settled`: a claim is given back only when no admitted write to the database is left.
     const key = scopeKey(scope);
     await this.claims.enter(key);
     try {
-      await this.admitHere(scope, true);
+      await this.admitHere(scope, true, creates);
     } catch (e) {
       await this.claims.leave(key);
       throw e;
@@ -121,12 +122,14 @@ export class ClusterNode implements Replication {
     return this.claims.leave(scopeKey(scope));
   }
 
-  private async admitHere(scope: Scope, write: boolean): Promise<void> {
+  private async admitHere(scope: Scope, write: boolean, creates: boolean): Promise<void> {
     const key = scopeKey(scope);
     let p = this.placement(scope);
     if (p === undefined) {
-      p = (await this.watch.refresh()).placements.get(key);
+      // One shared read per LOOKUP_GAP_MS at most, however many requests name databases that do not exist.
+      p = (await this.watch.lookup()).placements.get(key);
       if (p === undefined && !write) return; // nowhere in the cluster: the local answer (not found) is the right one
+      if (p === undefined && !creates) throw notFound(scope); // a restore: nothing to claim a placement for
       if (p === undefined) p = await this.changes.claim(scope, key);
     }
     if (!this.primaryHere(this.watch.view, key, p)) throw notHere(p.primary === this.id ? 'this node\'s term as its primary ended' : `node ${p.primary} is its primary`);
