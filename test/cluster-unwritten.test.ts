@@ -59,6 +59,55 @@ describe('cluster: a claim never written', () => {
     assert.equal(later.status, 200, later.text);
     assert.equal((await cluster.placement(ORG, REPO, 'ghost'))!.primary, follower.id);
   });
+  test('a claim nothing was made of, kept by a loop of failing writes, whose follower and then primary die: never without `fresh`, and the name is usable again', async () => {
+    // A claim is given back only once no write came for a while, so a loop of failing writes keeps it. A new follower
+    // named for it would drop `fresh` (its new follower holds no copy), and with the primary dead next, nobody could
+    // take it over: 503 for ever on that name. Instead, a claim nothing was made of whose follower is gone is given
+    // back, and the next write claims it anew.
+    const name = 'orphan';
+    const bad = () => cluster.proxy.db(REPO, 'execute', { database: name, statements: [{ sql: 'INSERT INTO nosuchtable VALUES (1)' }] });
+    const first = await bad();
+    assert.equal(first.status, 400, first.text);
+    const claimed = (await cluster.placement(ORG, REPO, name))!;
+    assert.ok(claimed !== null && claimed.fresh === true && claimed.follower !== null, `claimed, fresh: ${JSON.stringify(claimed)}`);
+    const primary = cluster.node(claimed.primary);
+    const follower = cluster.node(claimed.follower!);
+    let looping = true;
+    const seen: unknown[] = [];
+    const loop = (async () => {
+      while (looping) {
+        const r = await bad();
+        assert.ok([400, 429, 503].includes(r.status), r.text);
+        await sleep(200);
+      }
+    })();
+    const watch = (async () => {
+      while (looping) {
+        seen.push(await cluster.placement(ORG, REPO, name));
+        await sleep(50);
+      }
+    })();
+    try {
+      cluster.kill(follower);
+      await sleep(cluster.ttlS * 1000 + 1500); // its lease gone, and its primary acted on that
+      cluster.kill(primary);
+      await sleep(cluster.ttlS * 1000 + 1500);
+    } finally {
+      looping = false;
+      await Promise.all([loop, watch]).finally(() => Promise.all([cluster.start(follower), cluster.start(primary)]));
+    }
+    const unfresh = seen.filter((p) => p !== null && (p as { fresh?: boolean }).fresh !== true);
+    assert.deepEqual(unfresh, [], 'a placement nothing was written to is always `fresh`');
+    const startedAt = performance.now();
+    let res;
+    do {
+      res = await cluster.proxy.db(REPO, 'execute', { database: name, statements: [{ sql: 'CREATE TABLE IF NOT EXISTS t (x)' }, { sql: 'INSERT INTO t VALUES (1)' }] });
+      if (res.status === 503 || res.status === 429) await sleep(200);
+    } while ((res.status === 503 || res.status === 429) && performance.now() - startedAt < cluster.ttlS * 1000 + 8000);
+    assert.equal(res.status, 200, `the name is written again within TTL + 8 s: ${res.text}`);
+    const rows = await cluster.proxy.db(REPO, 'query', { database: name, sql: 'SELECT count(*) FROM t' });
+    assert.ok(rows.json?.results?.[0]?.rows?.[0]?.[0] >= 1, rows.text);
+  });
 });
 
 describe('cluster: a written database whose follower came back without its files', () => {

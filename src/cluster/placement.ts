@@ -53,6 +53,22 @@ export function scopeKey(scope: Scope): string {
   return `${scope.org}/${scope.repo}/${scope.database}`;
 }
 
+const perRepo = new WeakMap<View, Map<string, number>>();
+
+/** How many databases `org/repo` has placed in the cluster as `view` shows it (counted once per view). */
+export function databasesIn(view: View, org: string, repo: string): number {
+  let counts = perRepo.get(view);
+  if (counts === undefined) {
+    counts = new Map();
+    for (const key of view.placements.keys()) {
+      const repoKey = key.slice(0, key.lastIndexOf('/'));
+      counts.set(repoKey, (counts.get(repoKey) ?? 0) + 1);
+    }
+    perRepo.set(view, counts);
+  }
+  return counts.get(`${org}/${repo}`) ?? 0;
+}
+
 export function scopeOf(key: string): Scope {
   const [org, repo, database] = key.split('/') as [string, string, string];
   return { org, repo, database };
