@@ -188,6 +188,7 @@ export class PlacementChanges {
     n.highestEpoch.set(key, r.revision); // before any later apply in this chain: the old primary's are refused from here
     n.released.delete(key);
     closeCopy(path); // the executors write it from now on
+    if (unwritten) n.claims.claimed(key); // still nothing of it: given back here once idle, as its claimer would have
     n.logger.warn({ database: key, epoch: r.revision, from: p.primary, unwritten }, 'cluster: promoted to primary');
     await n.watch.refresh();
     if (held > 0) n.grantDelivery(scopeOf(key), held);
