@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { eventIds, clusterForSuite, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
+import { GIVE_BACK_IDLE_MS } from '../src/cluster/claims.ts';
 
 const ORG = 'acme';
 const REPO = 'web';
@@ -107,6 +108,29 @@ describe('cluster: a claim never written', () => {
     assert.equal(res.status, 200, `the name is written again within TTL + 8 s: ${res.text}`);
     const rows = await cluster.proxy.db(REPO, 'query', { database: name, sql: 'SELECT count(*) FROM t' });
     assert.ok(rows.json?.results?.[0]?.rows?.[0]?.[0] >= 1, rows.text);
+  });
+  test('a node stopped (SIGTERM) gives back the claims nothing was made of before it exits: none outlives it', async () => {
+    // Left in place, such a claim outlives the node's lease with no file anywhere: restarted with its follower (a
+    // whole cluster stopped and started), no node could take it, and the name would answer 503 for ever.
+    const name = 'stopping';
+    const bad = await cluster.proxy.db(REPO, 'execute', { database: name, statements: [{ sql: 'INSERT INTO nosuchtable VALUES (1)' }] });
+    const failedAt = performance.now();
+    assert.equal(bad.status, 400, bad.text);
+    const claimed = await cluster.placement(ORG, REPO, name);
+    assert.ok(claimed !== null, 'claimed, and kept until idle');
+    const node = cluster.node(claimed.primary);
+    const proc = node.proc!;
+    const exited = new Promise((r) => proc.child.once('exit', r));
+    proc.child.kill('SIGTERM');
+    await exited;
+    const stoppedIn = performance.now() - failedAt;
+    try {
+      assert.ok(stoppedIn < GIVE_BACK_IDLE_MS, `premise: it exited before the claim would have gone idle (${Math.round(stoppedIn)} ms)`);
+      assert.equal(await cluster.placement(ORG, REPO, name), null, 'given back before it exited');
+    } finally {
+      cluster.kill(node); // its executors, if any are left
+      await cluster.start(node);
+    }
   });
 });
 

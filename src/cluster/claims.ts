@@ -27,6 +27,7 @@ export class Claims {
   /** Whether the database's file exists on this node now. */
   private readonly exists: (key: string) => boolean;
   private readonly idleMs: number;
+  private closed = false;
 
   constructor(release: (key: string) => Promise<void>, exists: (key: string) => boolean, idleMs = GIVE_BACK_IDLE_MS) {
     this.release = release;
@@ -88,13 +89,23 @@ export class Claims {
     return true;
   }
 
+  /**
+   * At shutdown (requests drained): every unwritten claim with no write admitted is given back now. Left in place, it
+   * would outlive this node's lease with no file anywhere, and a follower restarted too could not take it.
+   */
+  async giveBackIdle(): Promise<void> {
+    for (const key of [...this.unwritten]) this.giveBackNow(key);
+    await Promise.all(this.releasing.values());
+  }
+
   close(): void {
+    this.closed = true;
     for (const t of this.idle.values()) clearTimeout(t);
     this.idle.clear();
   }
 
   private whenIdle(key: string): void {
-    if (this.admitted.has(key) || !this.unwritten.has(key) || this.releasing.has(key)) return;
+    if (this.closed || this.admitted.has(key) || !this.unwritten.has(key) || this.releasing.has(key)) return;
     if (this.exists(key)) return this.forget(key); // made (a write, or an execute that changed nothing at version 0): kept
     this.cancelIdle(key);
     const timer = setTimeout(() => {

@@ -299,6 +299,8 @@ export class ClusterNode implements Replication {
   async close(): Promise<void> {
     this.closed = true;
     this.watch.stop();
+    // Bounded: a give-back retries for up to 2 × TTL while etcd does not answer.
+    await Promise.race([this.claims.giveBackIdle(), new Promise((r) => setTimeout(r, this.config.leaseTtlS * 500).unref())]);
     this.claims.close();
     if (this.keepAliveTimer) clearTimeout(this.keepAliveTimer);
     await this.shipper.close();
