@@ -70,22 +70,25 @@ export class PlacementChanges {
 
   private async claimOnce(key: string): Promise<Placement> {
     const n = this.node;
-    let succeeded = false;
+    let succeeded: boolean | undefined = false; // undefined: sent, outcome unknown (etcd did not answer)
     try {
       const follower = pickFollower(n.watch.view, [n.id]);
       if (follower === null && n.config.durability === 'strict') throw new ApiError('unavailable', 'no other cluster node is alive to follow a new database (strict durability)', { committed: false }, { 'retry-after': '1' });
       const value = JSON.stringify({ primary: n.id, follower, fresh: true }); // nothing written yet (see promote)
+      succeeded = undefined;
       const r = await n.etcd.txn([{ key: `${PLACEMENT}${key}`, absent: true }, { key: `${LEADER}${key}`, absent: true }],
         [{ put: `${PLACEMENT}${key}`, value }, { put: `${LEADER}${key}`, value: n.id, lease: n.lease.id }]);
       succeeded = r.succeeded;
       if (r.succeeded) raiseFence(n, key, r.revision); // its own placement: not adopted as a handed-over one
     } finally {
-      n.claims.claimed(key, succeeded); // before any read shows the placement: unwritten, it gets no follower sync or replacement
+      // Before any read shows the placement: unwritten, it gets no follower sync or replacement. An unknown outcome
+      // counts as claimed, so a claim that did apply is given back too (unclaim does nothing for another node's).
+      n.claims.claimed(key, succeeded !== false);
     }
     const view = await n.watch.refresh();
     const p = view.placements.get(key);
     if (!p) throw notHere('its placement is being decided');
-    if (succeeded) n.highestEpoch.set(key, p.epoch);
+    if (succeeded === true) n.highestEpoch.set(key, p.epoch);
     return p;
   }
 
