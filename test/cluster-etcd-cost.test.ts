@@ -129,7 +129,7 @@ describe('cluster: a tenant\'s requests to databases that do not exist cost etcd
     const N = 240;
     const other = inParallel(6, 2, async (i) => {
       await sleep(100 * i);
-      return retried(() => cluster.proxy.db('bystander', 'execute', { database: `fine${i}`, statements: [{ sql: 'CREATE TABLE t (x)' }] }));
+      return retried(() => cluster.proxy.db('bystander', 'execute', { database: `fine${i}`, statements: [{ sql: 'CREATE TABLE IF NOT EXISTS t (x)' }] }));
     });
     const { result, txn } = await measured(`${N} failing writes to distinct new names`, () => inParallel(N, 20, (i) => retried(() => cluster.proxy.db('spray', 'execute', { database: `spray${i}`, ...BAD }))));
     const counts = new Map<number, number>();
@@ -149,7 +149,7 @@ describe('cluster: a tenant\'s requests to databases that do not exist cost etcd
   });
 
   test('a repo at DB_MAX_DATABASES_PER_REPO: writes to new names get 507 before any claim, counted over the whole cluster', async () => {
-    const made = await inParallel(MAX_DATABASES, 4, (i) => retried(() => cluster.proxy.db('full', 'execute', { database: `db${i}`, statements: [{ sql: 'CREATE TABLE t (x)' }] })));
+    const made = await inParallel(MAX_DATABASES, 4, (i) => retried(() => cluster.proxy.db('full', 'execute', { database: `db${i}`, statements: [{ sql: 'CREATE TABLE IF NOT EXISTS t (x)' }] })));
     for (const r of made) assert.equal(r.status, 200, r.text);
     const { result, txn } = await measured('100 writes to new names past the limit', () => inParallel(100, 10, (i) => retried(() => cluster.proxy.db('full', 'execute', { database: `more${i}`, statements: [{ sql: 'CREATE TABLE t (x)' }] }))));
     for (const r of result) {

@@ -22,6 +22,8 @@ async function waitFor(check: () => boolean | Promise<boolean>, ms = 5000, every
   for (const end = performance.now() + ms; performance.now() < end; await sleep(every)) if (await check()) return true;
   return false;
 }
+/** A row written at most once: a write answered 503 `committed: null` (a follower too busy to confirm) is sent again. */
+const ONCE = 'INSERT INTO t SELECT ? WHERE NOT EXISTS (SELECT 1 FROM t WHERE x = ?)';
 /** A failed first write's claim is given back once no write came for GIVE_BACK_IDLE_MS: waited for with some margin. */
 const GIVEN_BACK_MS = GIVE_BACK_IDLE_MS + 5000;
 
@@ -92,7 +94,7 @@ describe('cluster: a failed first write leaves no placement', () => {
       const name = `seq${i}`;
       const bad = await db('execute', { database: name, statements: [{ sql: 'INSERT INTO nosuchtable VALUES (1)' }] });
       assert.equal(bad.status, 400, bad.text);
-      const good = await retried(() => db('execute', { database: name, statements: [{ sql: 'CREATE TABLE t (x)' }, { sql: 'INSERT INTO t VALUES (?)', params: [i] }] }));
+      const good = await retried(() => db('execute', { database: name, statements: [{ sql: 'CREATE TABLE IF NOT EXISTS t (x)' }, { sql: ONCE, params: [i, i] }] }));
       assert.equal(good.status, 200, good.text);
       await assertPlacedWith(name, [[i]]);
     }
@@ -108,7 +110,7 @@ describe('cluster: a failed first write leaves no placement', () => {
         if (k % 2 === 0) sends.push(at.then(() => retried(() => db('execute', { database: name, statements: [{ sql: 'INSERT INTO nosuchtable VALUES (1)' }] }))).then((res) => ({ name, good: null, res })));
         else {
           sends.push(at.then(() => retried(() => db('execute', {
-            database: name, statements: [{ sql: 'CREATE TABLE IF NOT EXISTS t (x)' }, { sql: 'INSERT INTO t VALUES (?)', params: [k] }],
+            database: name, statements: [{ sql: 'CREATE TABLE IF NOT EXISTS t (x)' }, { sql: ONCE, params: [k, k] }],
           }))).then((res) => ({ name, good: k, res })));
         }
       }
@@ -136,7 +138,7 @@ describe('cluster: a failed first write leaves no placement', () => {
       let good: Promise<HttpResult> | undefined;
       try {
         await sleep(failedAt + GIVE_BACK_IDLE_MS + 200 + 100 * attempt - performance.now()); // the release began, and waits for etcd
-        good = retried(() => db('execute', { database: name, statements: [{ sql: 'CREATE TABLE t (x)' }, { sql: 'INSERT INTO t VALUES (42)' }] }));
+        good = retried(() => db('execute', { database: name, statements: [{ sql: 'CREATE TABLE IF NOT EXISTS t (x)' }, { sql: ONCE, params: [42, 42] }] }));
         await sleep(300);
         resumedAt = performance.now();
         cluster.etcd.resume();
