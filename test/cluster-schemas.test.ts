@@ -1,6 +1,6 @@
 // Crafted schemas against a cluster (attack round, 2026-11-26): what a tenant can send (its repo secret, the HTTP API,
 // /_db/import) reaches a follower only as the primary's own file or its changesets. A crafted file is refused on the
-// primary as on one node, leaving no placement, file or copy anywhere; another org's database on the same nodes is
+// primary as on one node, leaving no placement (once its claim is idle), file or copy anywhere; another org's database on the same nodes is
 // untouched; a schema the primary accepts (full-text, CHECK, generated and expression-indexed columns) is applied on
 // the follower, whose connection runs the tenant's expressions as the executor does (trusted_schema=OFF), in line.
 import { after, before, describe, test } from 'node:test';
@@ -11,6 +11,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
 import { upload } from './helpers/imports.ts';
 import { tempDir } from './helpers/product.ts';
+import { GIVE_BACK_IDLE_MS } from '../src/cluster/claims.ts';
 
 const ORG = 'acme';
 
@@ -63,9 +64,12 @@ describe('cluster: crafted schemas', () => {
       const r = await upload(cluster.proxy, 'web', `database=crafted${i}`, bytes);
       assert.equal(r.status, 400, r.text);
       assert.equal(r.json.error.code, 'not_allowed', r.text);
-      assert.equal(await cluster.placement(ORG, 'web', `crafted${i}`), null, `crafted${i}: no placement left`);
       for (const n of cluster.nodes) assert.ok(!existsSync(join(n.dataDir, 'db', ORG, 'web', `crafted${i}.sqlite`)), `crafted${i}: no file on ${n.id}`);
     }
+    // A failed first write's claim is given back once no write came for GIVE_BACK_IDLE_MS.
+    const placed = async () => (await Promise.all(files.map((_, i) => cluster.placement(ORG, 'web', `crafted${i}`)))).filter((p) => p !== null);
+    for (const end = performance.now() + GIVE_BACK_IDLE_MS + 5000; (await placed()).length > 0 && performance.now() < end;) await new Promise((r) => setTimeout(r, 100));
+    assert.deepEqual(await placed(), [], 'no placement left');
     const rows = await cluster.proxy.db('app', 'query', { sql: 'SELECT k FROM secrets' }, { org: 'victim' });
     assert.deepEqual(rows.json.results[0].rows, [['victim-secret']]);
     for (const id of [victim.primary, victim.follower!]) {

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { eventIds, clusterForSuite, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
+import { GIVE_BACK_IDLE_MS } from '../src/cluster/claims.ts';
 
 const ORG = 'acme';
 const REPO = 'web';
@@ -58,6 +59,78 @@ describe('cluster: a claim never written', () => {
     const later = await cluster.proxy.db(REPO, 'execute', { database: 'ghost', sql: 'INSERT INTO t VALUES (2)' });
     assert.equal(later.status, 200, later.text);
     assert.equal((await cluster.placement(ORG, REPO, 'ghost'))!.primary, follower.id);
+  });
+  test('a claim nothing was made of, kept by a loop of failing writes, whose follower and then primary die: never without `fresh`, and the name is usable again', async () => {
+    // A claim is given back only once no write came for a while, so a loop of failing writes keeps it. A new follower
+    // named for it would drop `fresh` (its new follower holds no copy), and with the primary dead next, nobody could
+    // take it over: 503 for ever on that name. Instead, a claim nothing was made of whose follower is gone is given
+    // back, and the next write claims it anew.
+    const name = 'orphan';
+    const bad = () => cluster.proxy.db(REPO, 'execute', { database: name, statements: [{ sql: 'INSERT INTO nosuchtable VALUES (1)' }] });
+    const first = await bad();
+    assert.equal(first.status, 400, first.text);
+    const claimed = (await cluster.placement(ORG, REPO, name))!;
+    assert.ok(claimed !== null && claimed.fresh === true && claimed.follower !== null, `claimed, fresh: ${JSON.stringify(claimed)}`);
+    const primary = cluster.node(claimed.primary);
+    const follower = cluster.node(claimed.follower!);
+    let looping = true;
+    const seen: unknown[] = [];
+    const loop = (async () => {
+      while (looping) {
+        const r = await bad();
+        assert.ok([400, 429, 503].includes(r.status), r.text);
+        await sleep(200);
+      }
+    })();
+    const watch = (async () => {
+      while (looping) {
+        seen.push(await cluster.placement(ORG, REPO, name));
+        await sleep(50);
+      }
+    })();
+    try {
+      cluster.kill(follower);
+      await sleep(cluster.ttlS * 1000 + 1500); // its lease gone, and its primary acted on that
+      cluster.kill(primary);
+      await sleep(cluster.ttlS * 1000 + 1500);
+    } finally {
+      looping = false;
+      await Promise.all([loop, watch]).finally(() => Promise.all([cluster.start(follower), cluster.start(primary)]));
+    }
+    const unfresh = seen.filter((p) => p !== null && (p as { fresh?: boolean }).fresh !== true);
+    assert.deepEqual(unfresh, [], 'a placement nothing was written to is always `fresh`');
+    const startedAt = performance.now();
+    let res;
+    do {
+      res = await cluster.proxy.db(REPO, 'execute', { database: name, statements: [{ sql: 'CREATE TABLE IF NOT EXISTS t (x)' }, { sql: 'INSERT INTO t VALUES (1)' }] });
+      if (res.status === 503 || res.status === 429) await sleep(200);
+    } while ((res.status === 503 || res.status === 429) && performance.now() - startedAt < cluster.ttlS * 1000 + 8000);
+    assert.equal(res.status, 200, `the name is written again within TTL + 8 s: ${res.text}`);
+    const rows = await cluster.proxy.db(REPO, 'query', { database: name, sql: 'SELECT count(*) FROM t' });
+    assert.ok(rows.json?.results?.[0]?.rows?.[0]?.[0] >= 1, rows.text);
+  });
+  test('a node stopped (SIGTERM) gives back the claims nothing was made of before it exits: none outlives it', async () => {
+    // Left in place, such a claim outlives the node's lease with no file anywhere: restarted with its follower (a
+    // whole cluster stopped and started), no node could take it, and the name would answer 503 for ever.
+    const name = 'stopping';
+    const bad = await cluster.proxy.db(REPO, 'execute', { database: name, statements: [{ sql: 'INSERT INTO nosuchtable VALUES (1)' }] });
+    const failedAt = performance.now();
+    assert.equal(bad.status, 400, bad.text);
+    const claimed = await cluster.placement(ORG, REPO, name);
+    assert.ok(claimed !== null, 'claimed, and kept until idle');
+    const node = cluster.node(claimed.primary);
+    const proc = node.proc!;
+    const exited = new Promise((r) => proc.child.once('exit', r));
+    proc.child.kill('SIGTERM');
+    await exited;
+    const stoppedIn = performance.now() - failedAt;
+    try {
+      assert.ok(stoppedIn < GIVE_BACK_IDLE_MS, `premise: it exited before the claim would have gone idle (${Math.round(stoppedIn)} ms)`);
+      assert.equal(await cluster.placement(ORG, REPO, name), null, 'given back before it exited');
+    } finally {
+      cluster.kill(node); // its executors, if any are left
+      await cluster.start(node);
+    }
   });
 });
 

@@ -1,5 +1,16 @@
 // etcd v3 through its JSON gateway (POST /v3/...) over undici: no gRPC stack in the product (src/cluster/DESIGN.md).
+import { Counter } from 'prom-client';
 import { Pool } from 'undici';
+import { metrics } from '../shared/metrics.ts';
+
+/** Every request this process sent to etcd, by call: what a node or proxy costs the etcd every org's leases depend on. */
+const calls = new Counter({
+  name: 'scopebase_cluster_etcd_requests_total',
+  help: 'Requests this process sent to etcd (each endpoint tried counts), by call: range (reads of placement), txn (placement changes, node registration), lease_grant, lease_keepalive, lease_revoke',
+  labelNames: ['call'],
+  registers: [metrics],
+});
+const CALL: Record<string, string> = { '/v3/kv/range': 'range', '/v3/kv/txn': 'txn', '/v3/lease/grant': 'lease_grant', '/v3/lease/keepalive': 'lease_keepalive', '/v3/lease/revoke': 'lease_revoke' };
 
 export interface KeyValue {
   key: string;
@@ -41,6 +52,7 @@ export class Etcd {
     let last: unknown;
     for (let i = 0; i < this.pools.length; i++) {
       const pool = this.pools[(this.next + i) % this.pools.length]!;
+      calls.inc({ call: CALL[path] ?? 'other' }); // each endpoint tried: each is a request some etcd member may serve
       try {
         const res = await pool.request({ method: 'POST', path, body: JSON.stringify(body), headers: { 'content-type': 'application/json' }, signal: AbortSignal.timeout(this.timeoutMs) });
         const text = await res.body.text();

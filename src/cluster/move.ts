@@ -26,7 +26,8 @@ export async function moveDatabase(endpoints: string[], scope: Scope, to: string
     const deadline = performance.now() + timeoutMs;
     for (;;) {
       view = await watch.refresh();
-      const now = view.placements.get(key)!;
+      const now = view.placements.get(key);
+      if (now === undefined) throw new MoveError(`${key} is no longer placed: a new database nothing was written to is given back (its placement and the move request with it)`);
       const line = now.primary === to ? `done: ${to} is the primary (epoch ${now.epoch}), ${now.follower} its follower`
         : now.follower === to ? `${to} is the follower; copying and handing over` : `waiting for ${now.primary} to start`;
       if (line !== said) progress((said = line));

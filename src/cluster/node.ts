@@ -13,6 +13,7 @@ import { Shipper } from './shipper.ts';
 import { Claims } from './claims.ts';
 import { NodeLease } from './lease.ts';
 import { PlacementChanges, notHere } from './placement-changes.ts';
+import { notFound } from '../db/pipeline-backend.ts';
 
 export class ClusterNode implements Replication {
   readonly etcd: Etcd;
@@ -55,7 +56,8 @@ export class ClusterNode implements Replication {
   private readonly reshipAttempts = new Map<string, number>();
   private closed = false;
 
-  constructor(config: ClusterConfig, db: DbService, logger: Logger, token: string, mirrors: MirrorGate | null = null, { durableCommits = true }: { durableCommits?: boolean } = {}) {
+  constructor(config: ClusterConfig, db: DbService, logger: Logger, token: string, mirrors: MirrorGate | null = null,
+    { durableCommits = true, maxDatabasesPerRepo = Infinity }: { durableCommits?: boolean; maxDatabasesPerRepo?: number } = {}) {
     if (config.nodeId === null || config.advertiseUrl === null) throw new Error('a cluster node needs CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL');
     this.config = config as ClusterNode['config'];
     this.id = config.nodeId;
@@ -77,7 +79,7 @@ export class ClusterNode implements Replication {
       cursors: mirrors ? (scope) => mirrors.cursors(scope) : undefined,
     });
     this.changes = new PlacementChanges({
-      id: this.id, config, db, etcd: this.etcd, watch: this.watch, lease: this.lease, logger, shipper: this.shipper, mirrors, claims: this.claims, durableCommits,
+      id: this.id, config, db, etcd: this.etcd, watch: this.watch, lease: this.lease, logger, shipper: this.shipper, mirrors, claims: this.claims, durableCommits, maxDatabasesPerRepo,
       highestEpoch: this.highestEpoch, superseded: this.superseded, synced: this.synced, copyVersions: this.copyVersions, followerSynced: this.followerSynced,
       draining: this.draining, released: this.released, granted: this.granted, retaking: this.retaking,
       primaryHere: (view, key, p) => this.primaryHere(view, key, p),
@@ -108,29 +110,31 @@ export class ClusterNode implements Replication {
   }
 
   // Replication (src/db/contract.ts)
-  async admit(scope: Scope, write: boolean): Promise<void> {
-    if (!write) return this.admitHere(scope, false);
+  async admit(scope: Scope, write: boolean, creates = write): Promise<void> {
+    if (!write) return this.admitHere(scope, false, false);
     // Counted from here to `settled`: a claim is given back only when no admitted write to the database is left.
     const key = scopeKey(scope);
     await this.claims.enter(key);
     try {
-      await this.admitHere(scope, true);
+      await this.admitHere(scope, true, creates);
     } catch (e) {
-      await this.claims.leave(key);
+      this.claims.leave(key);
       throw e;
     }
   }
 
-  settled(scope: Scope): Promise<void> {
-    return this.claims.leave(scopeKey(scope));
+  async settled(scope: Scope): Promise<void> {
+    this.claims.leave(scopeKey(scope)); // an unwritten claim is given back once idle, not on this request's time
   }
 
-  private async admitHere(scope: Scope, write: boolean): Promise<void> {
+  private async admitHere(scope: Scope, write: boolean, creates: boolean): Promise<void> {
     const key = scopeKey(scope);
     let p = this.placement(scope);
     if (p === undefined) {
-      p = (await this.watch.refresh()).placements.get(key);
+      // One shared read per LOOKUP_GAP_MS at most, however many requests name databases that do not exist.
+      p = (await this.watch.lookup()).placements.get(key);
       if (p === undefined && !write) return; // nowhere in the cluster: the local answer (not found) is the right one
+      if (p === undefined && !creates) throw notFound(scope); // a restore: nothing to claim a placement for
       if (p === undefined) p = await this.changes.claim(scope, key);
     }
     if (!this.primaryHere(this.watch.view, key, p)) throw notHere(p.primary === this.id ? 'this node\'s term as its primary ended' : `node ${p.primary} is its primary`);
@@ -219,11 +223,14 @@ export class ClusterNode implements Replication {
       if (p.follower === this.id && !view.leaders.has(key)) void this.serial(key, () => this.changes.promote(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: promotion failed'));
       // Its recorded primary, whose leader key went with a lease (a restart, a pause): back with its copy, it takes it.
       else if (p.primary === this.id && !view.leaders.has(key) && this.durableCommits && !this.retaking.has(key)) void this.serial(key, () => this.changes.retake(key, p)).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: taking a database back failed'));
-      else if (this.primaryHere(view, key, p) && (p.follower === null || !view.nodes.has(p.follower))) void this.changes.replaceFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: follower replacement failed'));
-      // Not while its first write runs: a file it makes and removes on failure must not reach the follower.
-      else if (this.primaryHere(view, key, p) && this.followerSynced.get(key) !== followerTerm(view, p) && !this.claims.isUnwritten(key)) void this.syncFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: bringing the follower in line failed'));
+      // A claim nothing was made of: no sync (a failing first write's file exists for a moment and must not be shipped), no
+      // new follower (it would drop `fresh`: a dead primary's claim then waits for ever); without a live follower (strict), given back.
+      else if (this.primaryHere(view, key, p) && this.claims.isUnwritten(key)) {
+        if (p.follower === null ? this.config.durability === 'strict' : !view.nodes.has(p.follower)) this.claims.giveBackNow(key);
+      } else if (this.primaryHere(view, key, p) && (p.follower === null || !view.nodes.has(p.follower))) void this.changes.replaceFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: follower replacement failed'));
+      else if (this.primaryHere(view, key, p) && this.followerSynced.get(key) !== followerTerm(view, p)) void this.syncFollower(key, p, view).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: bringing the follower in line failed'));
       const moveTo = view.moves.get(key);
-      if (moveTo !== undefined && this.primaryHere(view, key, p)) void this.changes.handOver(key, p, view, moveTo).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: move failed (retried)'));
+      if (moveTo !== undefined && this.primaryHere(view, key, p) && !this.claims.isUnwritten(key)) void this.changes.handOver(key, p, view, moveTo).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: move failed (retried)'));
       // A placement naming this node primary under an epoch it has not taken up: made primary by another node's txn
       // (a move), or its own placement seen again (a rewrite of it, a restart under its old leader key). The fence
       // and the copy's connection follow at once; mirror delivery of the copy only when it was handed over.
@@ -325,6 +332,9 @@ export class ClusterNode implements Replication {
   async close(): Promise<void> {
     this.closed = true;
     this.watch.stop();
+    // Bounded: a give-back retries for up to 2 × TTL while etcd does not answer.
+    await Promise.race([this.claims.giveBackIdle(), new Promise((r) => setTimeout(r, this.config.leaseTtlS * 500).unref())]);
+    this.claims.close();
     if (this.keepAliveTimer) clearTimeout(this.keepAliveTimer);
     for (const timer of this.reshipTimers.values()) clearTimeout(timer);
     await this.shipper.close();

@@ -7,9 +7,9 @@ import type { ClusterConfig } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
 import type { Etcd } from './etcd.ts';
 import type { NodeLease } from './lease.ts';
-import { LEADER, MOVE, PLACEMENT, scopeOf, type Placement, type PlacementWatch, type View } from './placement.ts';
+import { databasesIn, LEADER, MOVE, PLACEMENT, scopeOf, type Placement, type PlacementWatch, type View } from './placement.ts';
 import type { Shipper } from './shipper.ts';
-import { retrying, type Claims } from './claims.ts';
+import { GIVE_BACK_IDLE_MS, retrying, UNWRITTEN_PER_REPO, type Claims } from './claims.ts';
 
 /** What the changes read and mark on their node: ClusterNode's own state, shared by reference. */
 export interface PlacementHost {
@@ -23,6 +23,8 @@ export interface PlacementHost {
   readonly shipper: Shipper;
   readonly mirrors: MirrorGate | null;
   readonly claims: Claims;
+  /** DB_MAX_DATABASES_PER_REPO: checked against placement before a claim, so a repo at it costs etcd nothing. */
+  readonly maxDatabasesPerRepo: number;
   /** This node's COMMITs are on its disk before they ship (DB_SYNC=full): only then may it take a database back. */
   readonly durableCommits: boolean;
   readonly highestEpoch: Map<string, number>;
@@ -40,27 +42,53 @@ export interface PlacementHost {
 
 export class PlacementChanges {
   private readonly node: PlacementHost;
+  /** Claims whose txn is under way: requests for the same new database share it. */
+  private readonly claiming = new Map<string, Promise<Placement>>();
 
   constructor(node: PlacementHost) {
     this.node = node;
   }
 
-  /** A database seen for the first time: this node becomes its primary, the least-loaded other live node its follower. */
-  async claim(scope: Scope, key: string): Promise<Placement> {
+  /**
+   * A database seen for the first time: this node becomes its primary, the least-loaded other live node its follower.
+   * Refused before any txn past SPEC 4.8's limit (counted over the cluster) or UNWRITTEN_PER_REPO; requests for the
+   * same name meanwhile share the one txn.
+   */
+  claim(scope: Scope, key: string): Promise<Placement> {
+    const under = this.claiming.get(key);
+    if (under !== undefined) return under;
     const n = this.node;
-    const follower = pickFollower(n.watch.view, [n.id]);
-    if (follower === null && n.config.durability === 'strict') throw new ApiError('unavailable', 'no other cluster node is alive to follow a new database (strict durability)', { committed: false }, { 'retry-after': '1' });
-    const value = JSON.stringify({ primary: n.id, follower, fresh: true }); // nothing written yet (see promote)
-    const r = await n.etcd.txn([{ key: `${PLACEMENT}${key}`, absent: true }, { key: `${LEADER}${key}`, absent: true }],
-      [{ put: `${PLACEMENT}${key}`, value }, { put: `${LEADER}${key}`, value: n.id, lease: n.lease.id }]);
-    if (r.succeeded) raiseFence(n, key, r.revision); // its own placement: not adopted as a handed-over one
+    const max = n.maxDatabasesPerRepo;
+    if (databasesIn(n.watch.view, scope.org, scope.repo) >= max) throw new ApiError('quota_exceeded', `the repo already has ${max} databases (DB_MAX_DATABASES_PER_REPO)`);
+    if (!n.claims.reserve(key)) {
+      throw new ApiError('rate_limited', `this repo has ${UNWRITTEN_PER_REPO} new databases on this node whose first write has not succeeded yet (a failed one's name is freed after ${GIVE_BACK_IDLE_MS / 1000} s without writes); nothing ran, retry after a second`, { committed: false }, { 'retry-after': '1' });
+    }
+    const claiming = this.claimOnce(key).finally(() => this.claiming.delete(key));
+    this.claiming.set(key, claiming);
+    return claiming;
+  }
+
+  private async claimOnce(key: string): Promise<Placement> {
+    const n = this.node;
+    let succeeded: boolean | undefined = false; // undefined: sent, outcome unknown (etcd did not answer)
+    try {
+      const follower = pickFollower(n.watch.view, [n.id]);
+      if (follower === null && n.config.durability === 'strict') throw new ApiError('unavailable', 'no other cluster node is alive to follow a new database (strict durability)', { committed: false }, { 'retry-after': '1' });
+      const value = JSON.stringify({ primary: n.id, follower, fresh: true }); // nothing written yet (see promote)
+      succeeded = undefined;
+      const r = await n.etcd.txn([{ key: `${PLACEMENT}${key}`, absent: true }, { key: `${LEADER}${key}`, absent: true }],
+        [{ put: `${PLACEMENT}${key}`, value }, { put: `${LEADER}${key}`, value: n.id, lease: n.lease.id }]);
+      succeeded = r.succeeded;
+      if (r.succeeded) raiseFence(n, key, r.revision); // its own placement: not adopted as a handed-over one
+    } finally {
+      // Before any read shows the placement: unwritten, it gets no follower sync or replacement. An unknown outcome
+      // counts as claimed, so a claim that did apply is given back too (unclaim does nothing for another node's).
+      n.claims.claimed(key, succeeded !== false);
+    }
     const view = await n.watch.refresh();
     const p = view.placements.get(key);
     if (!p) throw notHere('its placement is being decided');
-    if (r.succeeded) {
-      n.highestEpoch.set(key, p.epoch);
-      n.claims.claimed(key);
-    }
+    if (succeeded === true) n.highestEpoch.set(key, p.epoch);
     return p;
   }
 
@@ -72,18 +100,24 @@ export class PlacementChanges {
   async unclaim(key: string): Promise<void> {
     const n = this.node;
     const p = n.watch.view.placements.get(key);
-    if (p === undefined || !n.primaryHere(n.watch.view, key, p)) return;
+    // Its own earlier give-back may have marked the epoch superseded (its outcome unknown): tried again as ours.
+    if (p === undefined || p.primary !== n.id || n.watch.view.leaders.get(key) !== n.id || (n.superseded.get(key) ?? -1) > p.epoch) return;
     n.superseded.set(key, p.epoch);
     const until = performance.now() + n.config.leaseTtlS * 2000;
     // Only while the placement is the one this node read: no promotion or move since, and the leader key is this
     // node's or gone with its lease (every txn that names another leader rewrites the placement too).
     const done = await retrying(() => n.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: p.epoch }], [{ delete: `${PLACEMENT}${key}` }, { delete: `${LEADER}${key}` }, { delete: `${MOVE}${key}` }]), until);
     const view = done === undefined ? undefined : await retrying(() => n.watch.refresh(), until);
-    // Outcome unknown (etcd away): the placement stays refused here; a later claim has a higher epoch.
-    if (view === undefined) return void n.logger.warn({ database: key }, 'cluster: giving back an unused placement failed (etcd did not answer)');
+    if (view === undefined) {
+      // Outcome unknown (etcd away): refused here meanwhile, and tried again once idle (the same txn: applied already, it fails).
+      n.claims.claimed(key);
+      return void n.logger.warn({ database: key }, 'cluster: giving back an unused placement failed (etcd did not answer); tried again later');
+    }
     const now = view.placements.get(key);
     if (n.superseded.get(key) === p.epoch) n.superseded.delete(key);
-    if (now?.epoch === p.epoch && n.primaryHere(view, key, now)) n.claims.claimed(key); // still ours: the next failed write tries again
+    // Still this node's (the txn did not apply: the view it read was stale), nothing made: given back later, so no
+    // claim is left with no file and no give-back to come.
+    if (now !== undefined && n.primaryHere(view, key, now) && !existsSync(n.db.databasePath(scopeOf(key)))) n.claims.claimed(key);
     if (now !== undefined) return;
     n.highestEpoch.delete(key);
     n.followerSynced.delete(key);
@@ -156,6 +190,7 @@ export class PlacementChanges {
     if (!r.succeeded) return;
     n.highestEpoch.set(key, r.revision); // before any later apply in this chain: the old primary's are refused from here
     n.released.delete(key);
+    if (unwritten) n.claims.claimed(key); // still nothing of it: given back here once idle, as its claimer would have
     n.logger.warn({ database: key, epoch: r.revision, from: p.primary, unwritten }, 'cluster: promoted to primary');
     await n.watch.refresh();
     if (held > 0) n.grantDelivery(scopeOf(key), held);

@@ -16,6 +16,9 @@ export function pollEveryMs(leaseTtlS: number): number {
   return Math.min(500, Math.max(100, leaseTtlS * 50));
 }
 
+/** Reads made for requests naming a database the view lacks begin at most this often per process, shared by them all. */
+export const LOOKUP_GAP_MS = 50;
+
 export interface Placement {
   primary: string;
   follower: string | null;
@@ -48,6 +51,22 @@ export interface View {
 
 export function scopeKey(scope: Scope): string {
   return `${scope.org}/${scope.repo}/${scope.database}`;
+}
+
+const perRepo = new WeakMap<View, Map<string, number>>();
+
+/** How many databases `org/repo` has placed in the cluster as `view` shows it (counted once per view). */
+export function databasesIn(view: View, org: string, repo: string): number {
+  let counts = perRepo.get(view);
+  if (counts === undefined) {
+    counts = new Map();
+    for (const key of view.placements.keys()) {
+      const repoKey = key.slice(0, key.lastIndexOf('/'));
+      counts.set(repoKey, (counts.get(repoKey) ?? 0) + 1);
+    }
+    perRepo.set(view, counts);
+  }
+  return counts.get(`${org}/${repo}`) ?? 0;
 }
 
 export function scopeOf(key: string): Scope {
@@ -104,6 +123,9 @@ export class PlacementWatch {
   private reading: Promise<View> | null = null;
   /** The read that follows the one under way, for callers that came during it. */
   private after: Promise<View> | null = null;
+  /** The lookup requests are waiting for (`lookup`), and when the last read began. */
+  private lookingUp: Promise<View> | null = null;
+  private readStartedAt = -Infinity;
   private readonly etcd: Etcd;
   private readonly everyMs: number;
   private readonly onView: (view: View) => void | Promise<void>;
@@ -137,7 +159,25 @@ export class PlacementWatch {
     return this.after;
   }
 
+  /**
+   * For a request naming a database this view lacks: a read that begins after the call (it sees a placement written
+   * before the request came), shared by every request waiting, and begun no sooner than LOOKUP_GAP_MS after the last
+   * read, so a tenant's requests for missing databases cost etcd at most one read per gap, however many they are.
+   */
+  lookup(): Promise<View> {
+    if (this.lookingUp !== null) return this.lookingUp;
+    const wait = this.readStartedAt + LOOKUP_GAP_MS - performance.now();
+    if (wait <= 0) return this.refresh();
+    const next = new Promise((r) => setTimeout(r, wait)).then(() => {
+      this.lookingUp = null; // callers from here on wait for the next lookup: this read may begin before them
+      return this.refresh();
+    });
+    this.lookingUp = next;
+    return next;
+  }
+
   private read(): Promise<View> {
+    this.readStartedAt = performance.now();
     this.reading = (async () => {
       try {
         const { revision, kvs } = await this.etcd.prefix(ROOT);

@@ -15,7 +15,7 @@ import { registerFollowerRoutes } from './routes.ts';
  */
 export async function startClusterNode(config: Config, logger: Logger, db: DbService, app: FastifyInstance, mirrors: MirrorGate | null = null): Promise<ClusterNode> {
   const tokens = config.rootKeys.map(proxyToken);
-  const node = new ClusterNode(config.cluster!, db, logger, tokens[0]!, mirrors, { durableCommits: config.db.sync === 'full' });
+  const node = new ClusterNode(config.cluster!, db, logger, tokens[0]!, mirrors, { durableCommits: config.db.sync === 'full', maxDatabasesPerRepo: config.db.maxDatabasesPerRepo });
   registerFollowerRoutes(app, node, db, tokens);
   await node.start();
   db.attachReplication(node);

@@ -90,11 +90,13 @@ export interface MirrorReport {
  */
 export interface Replication {
   /**
-   * Before a request touches a database: throws a 503 ApiError when this node does not (or no longer may) serve it.
-   * A write admitted (it did not throw) is matched by one `settled` once it is over, whatever its outcome.
+   * Before a request touches a database: throws a 503 ApiError when this node does not (or no longer may) serve it,
+   * a 404 for a write that cannot create a database (`creates` false: a restore) naming one placed nowhere, and may
+   * refuse a new database with 429 or 507 before claiming it. A write admitted (it did not throw) is matched by one
+   * `settled` once it is over, whatever its outcome.
    */
-  admit(scope: Scope, write: boolean): Promise<void>;
-  /** A write admitted is over (answered, failed, or its interactive transaction ended): a first write that made nothing gives back the database's placement. */
+  admit(scope: Scope, write: boolean, creates?: boolean): Promise<void>;
+  /** A write admitted is over (answered, failed, or its interactive transaction ended): a first write that made nothing gives back the database's placement once idle. */
   settled(scope: Scope): Promise<void>;
   /** After a write committed `version`: resolves once the follower holds it durably; throws a 503 ApiError otherwise. */
   replicated(scope: Scope, version: number): Promise<void>;

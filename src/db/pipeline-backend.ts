@@ -64,7 +64,7 @@ export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts
         if (res.status !== 200) throw replyError(res.body);
         return res.body.toString('utf8');
       } finally {
-        await replication?.settled(scope); // a failed first write gives its placement back (src/cluster/claims.ts)
+        await replication?.settled(scope); // a failed first write gives its placement back once idle (src/cluster/claims.ts)
       }
     },
     holdLane: async (readOnly) => {
@@ -81,7 +81,7 @@ export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts
         throw e;
       }
       // In a cluster a COMMIT is answered once the follower holds it, as any other write; a transaction that made
-      // nothing of a new database gives its placement back when it ends, as a failed first write does.
+      // nothing of a new database gives its placement back once idle after it ends, as a failed first write does.
       let settled = false;
       return {
         create: hold.create,

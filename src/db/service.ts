@@ -210,16 +210,19 @@ export class DbService implements DbHandler, ChangeFeed {
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
     this.authorize(req);
     validate(op, body, this.config.db.maxStatements, this.config.db.maxValueBytes);
-    if (WRITES.has(op)) return this.admittedWrite(scope, () => this.run(op, scope, body, req.body));
+    if (WRITES.has(op)) return this.admittedWrite(scope, () => this.run(op, scope, body, req.body), op !== 'restore');
     if (this.replication !== null) await this.replication.admit(scope, false);
     return this.run(op, scope, body, req.body);
   }
 
-  /** A write, admitted in a cluster until it is over: a failed first write leaves no placement (src/cluster/claims.ts). */
-  private async admittedWrite<T>(scope: Scope, work: () => Promise<T>): Promise<T> {
+  /**
+   * A write, admitted in a cluster until it is over: a failed first write leaves no placement (src/cluster/claims.ts).
+   * `creates` false (a restore): a database placed nowhere is not found, with no claim of a placement.
+   */
+  private async admittedWrite<T>(scope: Scope, work: () => Promise<T>, creates = true): Promise<T> {
     const replication = this.replication;
     if (replication === null) return work();
-    await replication.admit(scope, true);
+    await replication.admit(scope, true, creates);
     try {
       return await work();
     } finally {

@@ -13,6 +13,13 @@ export interface EtcdProcess {
   resume(): void;
 }
 
+/** etcd's own count of the calls it started (its /metrics; the JSON gateway's calls included): what the product cost it. */
+export async function etcdCalls(url: string): Promise<{ txn: number; range: number }> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const started = (method: string) => Number(new RegExp(`^grpc_server_started_total\\{grpc_method="${method}",[^}]*\\} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
+  return { txn: started('Txn'), range: started('Range') };
+}
+
 /** A port found free may be taken before etcd binds it (other suites run beside these): a few tries with new ports. */
 export async function startEtcd(): Promise<EtcdProcess> {
   for (let attempt = 1; ; attempt++) {
