@@ -79,10 +79,10 @@ export function scopeOf(key: string): Scope {
  * `extra` — databases sent to a node but not in the view yet). Ties go to the node ranked first for this name by
  * rendezvous hashing, so proxies with the same view agree, and the spread holds when nodes come and go.
  */
-export function leastLoaded(view: View, key: string, extra: Iterable<string> = []): string | null {
-  const load = new Map<string, number>([...view.nodes.keys()].map((id) => [id, 0]));
-  for (const p of view.placements.values()) if (load.has(p.primary)) load.set(p.primary, load.get(p.primary)! + 1);
-  for (const id of extra) if (load.has(id)) load.set(id, load.get(id)! + 1);
+export function leastLoaded(view: View, key: string, extra: Iterable<string> | ReadonlyMap<string, number> = []): string | null {
+  const load = new Map(primariesPerNode(view));
+  const more = extra instanceof Map ? extra : countOf(extra as Iterable<string>);
+  for (const [id, n] of more) if (load.has(id)) load.set(id, load.get(id)! + n);
   let best: { id: string; load: number; rank: number } | null = null;
   for (const [id, n] of load) {
     if (best !== null && n > best.load) continue;
@@ -90,6 +90,24 @@ export function leastLoaded(view: View, key: string, extra: Iterable<string> = [
     if (best === null || n < best.load || rank > best.rank || (rank === best.rank && id < best.id)) best = { id, load: n, rank };
   }
   return best?.id ?? null;
+}
+
+/** Primaries per live node, counted once per view (a view is replaced, never changed): not per new database. */
+const primaryCounts = new WeakMap<View, ReadonlyMap<string, number>>();
+function primariesPerNode(view: View): ReadonlyMap<string, number> {
+  let counts = primaryCounts.get(view);
+  if (counts === undefined) {
+    const load = new Map<string, number>([...view.nodes.keys()].map((id) => [id, 0]));
+    for (const p of view.placements.values()) if (load.has(p.primary)) load.set(p.primary, load.get(p.primary)! + 1);
+    primaryCounts.set(view, (counts = load));
+  }
+  return counts;
+}
+
+function countOf(ids: Iterable<string>): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const id of ids) counts.set(id, (counts.get(id) ?? 0) + 1);
+  return counts;
 }
 
 function parse(revision: number, kvs: KeyValue[]): View {

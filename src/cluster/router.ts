@@ -6,7 +6,7 @@ import { pipelineDatabase } from '../db/hrana/index.ts';
 import { ApiError } from '../shared/errors.ts';
 import type { ClusterConfig } from '../shared/config.ts';
 import { Etcd } from './etcd.ts';
-import { leastLoaded, PlacementWatch, pollEveryMs, scopeKey } from './placement.ts';
+import { leastLoaded, PlacementWatch, pollEveryMs, scopeKey, type View } from './placement.ts';
 
 /** A database sent to a node to be claimed counts on that node until placement shows it, or this long (a read of a database that does not exist claims nothing). */
 const PENDING_MS = 5_000;
@@ -33,10 +33,12 @@ export class ClusterRouter implements DbHandler {
   private readonly rootKey: Buffer;
   /** Databases not placed yet that this proxy sent to a node: later requests follow, and a burst of new ones spreads. */
   private readonly pending = new Map<string, { node: string; at: number }>();
+  /** How many of `pending` each node was sent: kept as entries come and go, so no request counts them all. */
+  private readonly pendingPerNode = new Map<string, number>();
 
   constructor(config: ClusterConfig, rootKey: Buffer) {
     this.etcd = new Etcd(config.etcd);
-    this.watch = new PlacementWatch(this.etcd, pollEveryMs(config.leaseTtlS));
+    this.watch = new PlacementWatch(this.etcd, pollEveryMs(config.leaseTtlS), (view) => this.settle(view));
     this.rootKey = rootKey;
   }
 
@@ -62,7 +64,7 @@ export class ClusterRouter implements DbHandler {
     const key = scopeKey(scope);
     const p = view.placements.get(key);
     if (p === undefined) return view.nodes.get(this.claimer(key))!;
-    this.pending.delete(key);
+    this.forget(key);
     const url = view.nodes.get(p.primary);
     if (url === undefined || !view.leaders.has(key)) throw unavailable(`its primary ${p.primary} is gone and its follower is taking over`);
     return url;
@@ -72,12 +74,33 @@ export class ClusterRouter implements DbHandler {
   private claimer(key: string): string {
     const view = this.watch.view;
     const now = performance.now();
-    for (const [k, e] of this.pending) if (now - e.at > PENDING_MS || view.placements.has(k) || !view.nodes.has(e.node)) this.pending.delete(k);
+    // Entries are in the order they were made, so the expired ones are at the front: a request costs what expired, not
+    // what is pending (a tenant naming thousands of new databases a second must not slow every org's requests).
+    for (const [k, e] of this.pending) {
+      if (now - e.at <= PENDING_MS) break;
+      this.forget(k);
+    }
     const held = this.pending.get(key);
-    if (held) return held.node;
-    const node = leastLoaded(view, key, [...this.pending.values()].map((e) => e.node))!;
+    if (held && view.nodes.has(held.node)) return held.node;
+    this.forget(key);
+    const node = leastLoaded(view, key, this.pendingPerNode)!;
     this.pending.set(key, { node, at: now });
+    this.pendingPerNode.set(node, (this.pendingPerNode.get(node) ?? 0) + 1);
     return node;
+  }
+
+  /** Each read of placement: names placed since (or sent to a node gone) stop counting as pending (once a read, not per request). */
+  private settle(view: View): void {
+    for (const [k, e] of this.pending) if (view.placements.has(k) || !view.nodes.has(e.node)) this.forget(k);
+  }
+
+  private forget(key: string): void {
+    const e = this.pending.get(key);
+    if (e === undefined) return;
+    this.pending.delete(key);
+    const left = this.pendingPerNode.get(e.node)! - 1;
+    if (left === 0) this.pendingPerNode.delete(e.node);
+    else this.pendingPerNode.set(e.node, left);
   }
 
   async close(): Promise<void> {
