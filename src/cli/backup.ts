@@ -8,6 +8,7 @@ import type { Command } from 'commander';
 import { Layout } from '../db/layout.ts';
 import { dataDirOf } from '../shared/config.ts';
 import { realPath } from '../shared/paths.ts';
+import { DATA_PARTS, DataDirInUse, lockData, lockFolder, type DataLock } from '../shared/data-lock.ts';
 import { CliError, EXIT, printJson } from './output.ts';
 import { describeIoError, isUnsoundSqlite } from './files.ts';
 import {
@@ -246,7 +247,27 @@ export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {
   }
   if (inside(from, dataDir) || inside(dataDir, from)) throw new CliError(EXIT.usage, `the backup ${from} and DATA_DIR ${dataDir} overlap: restore from a backup kept outside DATA_DIR`);
   const exists = existsSync(dataDir);
-  if (exists && !isEmptyDir(dataDir) && opts.force !== true) {
+  // Held until the restored folder is in place: a server must not start on DATA_DIR while it is being replaced.
+  const lock = exists ? lockAgainstServers(dataDir) : null;
+  try {
+    return fill(dataDir, from, manifest, exists, opts.force === true);
+  } finally {
+    lock?.release();
+  }
+}
+
+/** The locks of every part whose lock file DATA_DIR holds; a server holding one is still running there. */
+function lockAgainstServers(dataDir: string): DataLock {
+  try {
+    return lockData(dataDir, DATA_PARTS, { existingOnly: true });
+  } catch (e) {
+    if (e instanceof DataDirInUse) throw new CliError(EXIT.refused, `DATA_DIR ${e.message}: stop the server first, then restore; nothing was written`);
+    throw new CliError(EXIT.refused, `restore failed, DATA_DIR was not changed: cannot take its lock: ${describeIoError(e, lockFolder(dataDir))}`);
+  }
+}
+
+function fill(dataDir: string, from: string, manifest: Manifest, exists: boolean, force: boolean): RestoreResult {
+  if (exists && !isEmptyDir(dataDir) && !force) {
     throw new CliError(EXIT.refused, `DATA_DIR ${dataDir} is not empty: restore fills an empty one; stop the service and pass --force to replace it (the old contents are moved aside, not deleted)`);
   }
   // Filled beside DATA_DIR and renamed into place: a failed restore leaves nothing half-made.
@@ -304,8 +325,9 @@ Examples:
 
 const RESTORE_HELP = `
 Checks every file of the backup against its manifest first (a missing or altered file: nothing is written), then
-fills DATA_DIR through a folder beside it that is renamed into place. Files get mode 0600, folders 0700. Stop the
-service first. --force replaces a non-empty DATA_DIR; its old contents are moved to DATA_DIR.before-restore-*.
+fills DATA_DIR through a folder beside it that is renamed into place. Files get mode 0600, folders 0700. Refused
+while a server runs on DATA_DIR: stop it first. --force replaces a non-empty DATA_DIR; its old contents are moved
+to DATA_DIR.before-restore-*.
 
 Example:
   DATA_DIR=/srv/scopebase/data scopebase restore /backups/2026-11-25`;

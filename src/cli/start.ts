@@ -16,6 +16,7 @@ import { accountAlone } from '../account/wiring.ts';
 import { accountForProxy } from '../proxy/account-wiring.ts';
 import { startClusterNode, startClusterRouter } from '../cluster/wiring.ts';
 import { describeIoError } from './files.ts';
+import { DataDirInUse, lockData, lockFolder, START_WAIT_MS, type DataLock, type DataPart } from '../shared/data-lock.ts';
 
 export type Part = 'all' | 'proxy' | 'db' | 'account' | 'mirror';
 
@@ -33,7 +34,9 @@ export interface Running {
 }
 
 export async function startParts(part: Part, config: Config, logger: Logger, host = config.host): Promise<Running> {
-  const closers: (() => Promise<void>)[] = [];
+  // Before anything listens or opens a file: a second process on the same part's data stops here.
+  const lock = lockParts(part, config);
+  const closers: (() => Promise<void>)[] = [async () => lock.release()];
   let draining = false;
   let started = false;
   setBodyBudget(config.maxBodyBytesInFlight);
@@ -131,6 +134,27 @@ async function startMain(part: Part, config: Config, logger: Logger, host: strin
     mirrorUrl = started.url;
   }
   return { main, url, mirrorUrl, devIdpUrl };
+}
+
+/** The data in DATA_DIR this process's parts own: what a second process must not run on at the same time. */
+export function ownedData(part: Part, config: Config): DataPart[] {
+  const all = part === 'all';
+  return [
+    ...((part === 'db' || (all && !config.services.dbUrl)) ? ['db' as const] : []),
+    ...((part === 'account' || ((all || part === 'proxy') && !config.services.accountUrl)) ? ['account' as const] : []),
+    ...((part === 'mirror' || (all && config.mirror.port !== null)) ? ['mirror' as const] : []),
+  ];
+}
+
+function lockParts(part: Part, config: Config): DataLock {
+  const holder = part === 'all' ? 'scopebase start' : `scopebase serve ${part}`;
+  const parts = ownedData(part, config);
+  try {
+    return lockData(config.dataDir, parts, { holder, waitMs: START_WAIT_MS });
+  } catch (e) {
+    if (e instanceof DataDirInUse) throw new ConfigError(`DATA_DIR: ${e.message}: stop that process first, or give this one another DATA_DIR (docs/deploy.md)`);
+    throw new ConfigError(`DATA_DIR: cannot take the lock on its data: ${describeIoError(e, lockFolder(config.dataDir))}`);
+  }
 }
 
 /** A port already taken, or a HOST this machine lacks, named by the variable that sets it (one line instead of a stack trace). */
