@@ -45,7 +45,7 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
     processes: Math.min(config.db.executors, 2),
     limits: {
       sync: 'normal', maxValueBytes: config.db.maxValueBytes, maxSizeBytes: config.db.maxSizeBytes, maxResultBytes: config.db.maxResultBytes, maxOpen: config.db.maxOpenDatabases, idleCloseMs: config.db.idleCloseMs,
-      tempDir: join(config.dataDir, 'tmp'), tempMaxBytes: config.db.tempMaxBytes, // as the database service's
+      tempDir: join(config.dataDir, 'mirror-tmp'), tempMaxBytes: config.db.tempMaxBytes, // its own: a db start on this DATA_DIR empties tmp/
     },
     timeoutMs: config.db.queryTimeoutMs,
     beforeCreate: () => null,
