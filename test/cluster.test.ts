@@ -284,4 +284,15 @@ describe('cluster: synchronous follower and failover', () => {
     const after = [...counts.values()];
     assert.ok(Math.max(...after) - Math.min(...after) <= 1, `primaries are even now: ${JSON.stringify([...counts])} (before: ${JSON.stringify(before)})`);
   });
+
+  test('status lists every database of the repo, whichever node holds it (SPEC 4.7)', async () => {
+    const placed = (await cluster.client.prefix(`${PLACEMENT}${ORG}/${REPO}/`)).kvs.map((kv) => kv.key.slice(`${PLACEMENT}${ORG}/${REPO}/`.length)).sort();
+    const primaries = new Set((await cluster.client.prefix(PLACEMENT)).kvs.map((kv) => (JSON.parse(kv.value) as { primary: string }).primary));
+    assert.ok(primaries.size >= 2, 'premise: the repo\'s databases are on more than one node');
+    for (const database of ['main', placed[0]!]) {
+      const res = await cluster.proxy.db(REPO, 'status', { database });
+      assert.equal(res.status, 200, res.text);
+      assert.deepEqual(res.json.databases, placed);
+    }
+  });
 });

@@ -8,7 +8,7 @@ import { ApiError } from '../shared/errors.ts';
 import type { ClusterConfig } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
 import { Etcd } from './etcd.ts';
-import { PlacementWatch, pollEveryMs, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
+import { databasesOf, PlacementWatch, pollEveryMs, scopeKey, scopeOf, type Placement, type View } from './placement.ts';
 import { Shipper } from './shipper.ts';
 import { Claims } from './claims.ts';
 import { NodeLease } from './lease.ts';
@@ -140,6 +140,10 @@ export class ClusterNode implements Replication {
     if (!this.primaryHere(this.watch.view, key, p)) throw notHere(p.primary === this.id ? 'this node\'s term as its primary ended' : `node ${p.primary} is its primary`);
     if (write && this.lease.lapsed()) throw notHere('this node could not renew its lease in etcd');
     if (write && this.draining.has(key)) throw notHere(`it is moving to node ${this.watch.view.moves.get(key) ?? 'another node'}`);
+  }
+
+  databases(org: string, repo: string): string[] {
+    return databasesOf(this.watch.view, org, repo);
   }
 
   async replicated(scope: Scope, version: number): Promise<void> {

@@ -104,6 +104,24 @@ function primariesPerNode(view: View): ReadonlyMap<string, number> {
   return counts;
 }
 
+/** Each repo's placed databases, sorted, listed once per view (a `status` then costs no scan of every placement). */
+const repoDatabases = new WeakMap<View, ReadonlyMap<string, string[]>>();
+export function databasesOf(view: View, org: string, repo: string): string[] {
+  let byRepo = repoDatabases.get(view);
+  if (byRepo === undefined) {
+    const lists = new Map<string, string[]>();
+    for (const key of view.placements.keys()) {
+      const cut = key.lastIndexOf('/');
+      const list = lists.get(key.slice(0, cut));
+      if (list) list.push(key.slice(cut + 1));
+      else lists.set(key.slice(0, cut), [key.slice(cut + 1)]);
+    }
+    for (const list of lists.values()) list.sort();
+    repoDatabases.set(view, (byRepo = lists));
+  }
+  return [...(byRepo.get(`${org}/${repo}`) ?? [])];
+}
+
 function countOf(ids: Iterable<string>): Map<string, number> {
   const counts = new Map<string, number>();
   for (const id of ids) counts.set(id, (counts.get(id) ?? 0) + 1);

@@ -295,7 +295,7 @@ export class DbService implements DbHandler, ChangeFeed {
   }
 
   private async status(scope: Scope, path: string): Promise<DbResponse> {
-    const databases = this.layout.databases(scope.org, scope.repo);
+    const databases = this.replication?.databases(scope.org, scope.repo) ?? this.layout.databases(scope.org, scope.repo);
     if (!this.exists(scope)) return { status: 200, body: JSON.stringify({ database: scope.database, exists: false, databases }) };
     const res = await this.pool.read({ op: 'status', path });
     if (res.status !== 200) return json(res);
