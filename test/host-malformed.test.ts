@@ -1,6 +1,7 @@
 // A malformed Host (a port outside 1..65535, an empty port, userinfo, unmatched IPv6 brackets, ...) is 400
 // invalid_request on every listener that reads the org from Host: the proxy (Fastify and raw routes, WebSocket
-// upgrades), the account service alone and the reference mirror. It never reaches a page or a redirect URL.
+// upgrades), the account service alone and the reference mirror. It never reaches a page or a redirect URL. A
+// well-formed host that is no org's is 404 unknown_host, suggesting an address that listener serves.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
@@ -10,10 +11,10 @@ import { newSecret } from './helpers/mirror.ts';
 const BROWSER = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
 
 /** One request written by hand (a client library may refuse or rewrite such a Host): status, headers, body. */
-function raw(url: string, head: string): Promise<{ status: number; headers: Record<string, string>; body: string }> {
+function raw(url: string, head: string, body = ''): Promise<{ status: number; headers: Record<string, string>; body: string }> {
   const { hostname, port } = new URL(url);
   return new Promise((resolve, reject) => {
-    const socket = connect(Number(port), hostname, () => socket.write(`${head}Connection: close\r\n\r\n`));
+    const socket = connect(Number(port), hostname, () => socket.write(`${head}Connection: close\r\n\r\n${body}`));
     let text = '';
     socket.setEncoding('utf8');
     socket.on('data', (d) => (text += d));
@@ -113,5 +114,34 @@ test('well-formed hosts keep their answers: any port 1..65535, an IPv6 literal i
     const r = await raw(url, 'GET /web/_account/login HTTP/1.1\r\nHost: [::1]:8080\r\n');
     assert.equal(r.status, 404, r.body);
     assert.equal(JSON.parse(r.body).error.code, 'unknown_host');
+  }
+});
+
+test('a host that is no org\'s: each listener\'s unknown_host suggests an address it serves', async () => {
+  const suggestion = async (url: string, head: string): Promise<string> => {
+    const port = new URL(url).port;
+    const r = await raw(url, `${head}Host: 127.0.0.1:${port}\r\n`);
+    assert.equal(r.status, 404, r.body);
+    const { error } = JSON.parse(r.body);
+    assert.equal(error.code, 'unknown_host');
+    const address = /e\.g\. (http:\/\/\S+)/.exec(error.message)?.[1];
+    assert.ok(address, error.message);
+    assert.equal(new URL(address).port, port, 'on the port the caller used');
+    return address;
+  };
+  const mirror = p.running.mirrorUrl!;
+  const head = 'POST /web/_db/query HTTP/1.1\r\nContent-Length: 2\r\n';
+  const toMirror = await suggestion(mirror, head);
+  assert.equal(new URL(toMirror).pathname, '/web/_db/query', 'the mirror serves no /_account/ page');
+  // Followed (a POST, as the message says), the suggestion reaches a route of the mirror: a secret is asked for.
+  const followed = await raw(mirror, `POST ${new URL(toMirror).pathname} HTTP/1.1\r\nHost: ${new URL(toMirror).host}\r\nContent-Length: 2\r\n`, '{}');
+  assert.equal(JSON.parse(followed.body).error.code, 'unauthorized', followed.body);
+  const account = await raw(mirror, `GET /web/_account/ HTTP/1.1\r\nHost: acme.localhost:${new URL(mirror).port}\r\n`);
+  assert.equal(account.status, 404, 'what the message suggested before');
+  // The proxy and the account service alone serve the account page they suggest.
+  for (const url of [p.url, alone.url]) {
+    const page = new URL(await suggestion(url, 'GET /web/_account/ HTTP/1.1\r\n'));
+    assert.equal(page.pathname, '/web/_account/');
+    assert.equal((await raw(url, `GET ${page.pathname} HTTP/1.1\r\nHost: ${page.host}\r\n`)).status, 200);
   }
 });

@@ -38,7 +38,13 @@ export function splitHost(host: string): { name: string; port: string | null } {
   return { name, port };
 }
 
-export function orgFromHost(raw: string | undefined, baseDomain: string): string {
+/** What the unknown_host message shows of a listener: where a person goes next on an org host, and what it is. */
+export interface HostExample { path: string; what: string; served: string }
+
+/** The proxy's (and the account service's): each repo's account page. */
+const ACCOUNT_PAGE: HostExample = { served: 'each organization has its own host and each repo its path there', path: '/web/_account/', what: 'the account page of repo web in org acme' };
+
+export function orgFromHost(raw: string | undefined, baseDomain: string, example: HostExample = ACCOUNT_PAGE): string {
   if (!raw) throw new ApiError('unknown_host', 'the request has no Host header');
   // Node reads header bytes as Latin-1: a UTF-8 name (never valid here) is shown as the person typed it.
   const host = /[\x80-\xff]/.test(raw) ? Buffer.from(raw, 'latin1').toString('utf8') : raw;
@@ -49,7 +55,7 @@ export function orgFromHost(raw: string | undefined, baseDomain: string): string
   const label = name.endsWith(suffix) ? name.slice(0, -suffix.length) : '';
   if (label.length === 0 || label.includes('.')) {
     // The address in the start-up banner is where people land first: say where the org hosts are.
-    throw new ApiError('unknown_host', `host ${quote(host)} is not {org}.${baseDomain}: each organization has its own host and each repo its path there, e.g. http://acme.${baseDomain}${port === null ? '' : `:${port}`}/web/_account/ (the account page of repo web in org acme)`);
+    throw new ApiError('unknown_host', `host ${quote(host)} is not {org}.${baseDomain}: ${example.served}, e.g. http://acme.${baseDomain}${port === null ? '' : `:${port}`}${example.path} (${example.what})`);
   }
   return checkOrg(label);
 }
