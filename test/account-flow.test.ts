@@ -317,7 +317,7 @@ describe('callback failures', () => {
     const r = await browser.fetch(callbackUrl.href, { connectTo: p.url });
     assert.equal(r.status, 400);
     assert.equal(r.json.error.details.providerError, 'invalid_grant');
-    assert.equal(r.headers['set-cookie'], undefined);
+    assert.deepEqual(r.headers['set-cookie'], 'scopebase-login=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax', 'no session; the spent binding cookie cleared');
   });
 
   test('the callback in another browser (no binding cookie) is refused', async () => {

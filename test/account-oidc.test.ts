@@ -61,7 +61,7 @@ describe('a configured OIDC issuer', () => {
       const { callback } = await signInVia(p).finally(() => idp.service.off('beforeTokenSigning', listener));
       assert.equal(callback.status, 401, callback.text);
       assert.equal(callback.json.error.code, 'unauthenticated');
-      assert.equal(callback.headers['set-cookie'], undefined);
+      assert.equal(callback.headers['set-cookie'], 'scopebase-login=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax', 'no session; the spent binding cookie cleared');
     });
   }
 

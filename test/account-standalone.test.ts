@@ -63,8 +63,8 @@ describe('scopebase serve account behind scopebase serve proxy', () => {
     assert.equal(s.location, `http://${host}/web/after-sign-in?x=1`);
     // (no assert.match on cookies: a failure message would print the token)
     assert.ok(/^session=[A-Za-z0-9_-]{43}$/.test(s.cookie), 'a host-only `session` cookie holding a 256-bit token');
-    // The pending sign-in's binding cookie is the only other cookie the org host got.
-    assert.deepEqual([...s.jar.hosts.get('acme.localhost')!.keys()].sort(), ['scopebase-login', 'session']);
+    // The pending sign-in's binding cookie was cleared by the callback through the forwarder: the session is all that is left.
+    assert.deepEqual([...s.jar.hosts.get('acme.localhost')!.keys()].sort(), ['session']);
   });
 
   test('/verify through the proxy answers 200 with the user; 401 without a session or on another org', async () => {
@@ -228,6 +228,25 @@ describe('scopebase serve account behind scopebase serve proxy', () => {
     // A forged identity header is never taken for a session.
     const identity = await direct('/web/_account/verify', { 'x-auth-user-id': 'u', 'x-scopebase-org': 'acme' }, host);
     assert.equal(identity.status, 401);
+  });
+
+  test('{account_url}/login and the other repo pages, asked for without a repo, say where they are (404)', async () => {
+    const direct = (method: string, path: string, accept: string) => call(account.url, 'localhost', path, { method, headers: { accept } });
+    for (const [method, path] of [['GET', '/login'], ['GET', '/callback'], ['GET', '/credentials'], ['GET', '/logout'], ['POST', '/logout'], ['GET', '/'], ['PUT', '/credentials/p/n']] as const) {
+      const api = await direct(method, path, 'application/json');
+      assert.equal(api.status, 404, `${method} ${path}: ${api.text}`);
+      assert.equal(api.json.error.code, 'not_found');
+      const where = `/{repo}/_account${path}`;
+      assert.equal(api.json.error.message, `${method} ${path} needs a repo: it is ${where}, opened through the proxy on the organization's host, e.g. http://acme.localhost:8080/web/_account${path} (docs/accounts.md, "Running the account service alone")`);
+      const page = await direct(method, path, 'text/html,application/xhtml+xml');
+      assert.equal(page.status, 404);
+      assert.match(String(page.headers['content-type']), /^text\/html/);
+      assert.ok(page.text.includes(`needs a repo: it is ${where}, opened through the proxy`), page.text);
+      assert.doesNotMatch(page.text, /Your account/, `no button to ${path}/_account/, which is no one's page`);
+    }
+    // What it serves without a repo is unchanged, and a path that is no account page keeps the plain 404.
+    assert.equal((await direct('GET', '/verify', 'application/json')).status, 401);
+    assert.equal((await direct('GET', '/nope', 'application/json')).json.error.message, 'no route for GET /nope');
   });
 
   test('no session token, cookie or proxy token reaches the logs', () => {

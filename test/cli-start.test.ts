@@ -3,23 +3,25 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { call, tempDir, testEnv, ROOT_KEY } from './helpers/product.ts';
+import { call, spawnProduct, tempDir, testEnv, ROOT_KEY } from './helpers/product.ts';
+import { newSecret } from './helpers/mirror.ts';
 import { freePort } from './helpers/ports.ts';
 import { oneLine, runCli } from './helpers/cli.ts';
 
 const MAIN = resolve('src/cli/main.ts');
 
-/** Starts `scopebase start` and resolves its banner (everything it wrote to stderr until it is ready), then stops it meanwhile `during` runs. */
-async function banner(env: Record<string, string | undefined>, opts: { cwd?: string; during?: (banner: string) => Promise<void> } = {}): Promise<string> {
-  const child = spawn(process.execPath, [MAIN, 'start'], { cwd: opts.cwd, env: { ...process.env, PORT: '0', ADMIN_PORT: '0', LOG_LEVEL: 'silent', BASE_DOMAIN: 'localhost', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/** Starts `scopebase start` (or `args`) and resolves its banner (everything it wrote to stderr until it is ready), then stops it meanwhile `during` runs. */
+async function banner(env: Record<string, string | undefined>, opts: { cwd?: string; args?: string[]; during?: (banner: string) => Promise<void> } = {}): Promise<string> {
+  const child = spawn(process.execPath, [MAIN, ...(opts.args ?? ['start'])], { cwd: opts.cwd, env: { ...process.env, PORT: '0', ADMIN_PORT: '0', LOG_LEVEL: 'silent', BASE_DOMAIN: 'localhost', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => (stderr += d));
   const closed = new Promise((r) => child.on('close', r));
-  for (let i = 0; i < 300 && !/data: /.test(stderr) && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+  // The banner is one write: once its address line is there, all of it is.
+  for (let i = 0; i < 300 && !/\n {2}address: /.test(stderr) && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
   try {
     await opts.during?.(stderr);
   } finally {
@@ -72,7 +74,7 @@ test('another DATA_DIR or PORT: the banner\'s lines carry them, and its curl lin
       },
     });
     // Run where DATA_DIR is ./data (its default): only the port is said.
-    const here = await banner({ DATA_DIR: undefined, RUNTIME_ROOT_KEY: ROOT_KEY }, { cwd });
+    const here = await banner({ DATA_DIR: undefined, RUNTIME_ROOT_KEY: undefined }, { cwd });
     assert.match(here, /\$\(npx scopebase secret acme\/web\)/);
     assert.match(here, /\n {2}cli: {5}export PORT=\d+ \(/);
   } finally {
@@ -128,5 +130,48 @@ test('start on a port in use names PORT or ADMIN_PORT in one line and exits 78; 
     }
   } finally {
     busy.close();
+  }
+});
+
+/** Runs a banner's `npx scopebase …` as a fresh terminal would: no RUNTIME_ROOT_KEY, another folder; `…` filled in by `fill`. */
+async function asPrinted(command: string, fill: string | null): Promise<string> {
+  const line = (fill === null ? command : command.replaceAll('RUNTIME_ROOT_KEY=…', `RUNTIME_ROOT_KEY=${fill}`)).replace('npx scopebase', `"${process.execPath}" "${MAIN}"`);
+  const env = { ...process.env, RUNTIME_ROOT_KEY: '', DATA_DIR: '', PORT: '' };
+  return (await promisify(execFile)('sh', ['-c', line], { cwd: tempDir(), env })).stdout.trim();
+}
+
+test('a RUNTIME_ROOT_KEY given by environment: every banner names it elided, never prints it, and its lines work once it is put in', async () => {
+  // DATA_DIR holds another key (an earlier development start): `DATA_DIR=… npx scopebase secret` would print a wrong secret.
+  const dataDir = tempDir();
+  const dbDir = tempDir();
+  writeFileSync(join(dataDir, 'runtime-root.key'), 'c'.repeat(64) + '\n', { mode: 0o600 });
+  const given = { DATA_DIR: dataDir, RUNTIME_ROOT_KEY: ROOT_KEY, MIRROR_SECRET: newSecret() };
+  const db = await spawnProduct(testEnv(dbDir), ['serve', 'db']);
+  try {
+    for (const args of [['start'], ['serve', 'proxy'], ['serve', 'db'], ['serve', 'account'], ['serve', 'mirror']]) {
+      const env = { ...given, DB_SERVICE_URL: db.url, MIRROR_PORT: '0', MIRROR_SOURCE_URL: db.url };
+      const text = await banner(env, { args, during: async (text) => {
+        const tryIt = /\$\((.*npx scopebase secret acme\/web)\)" -d '\{\}' (http:\/\/\S+)/.exec(text);
+        if (args[1] === 'db' || args[1] === 'account' || args[1] === 'mirror') return assert.equal(tryIt, null, text);
+        assert.equal(tryIt![1], 'RUNTIME_ROOT_KEY=… npx scopebase secret acme/web', 'not DATA_DIR: the key is not there');
+        assert.match(text, /\n {2}key: {5}this server was given RUNTIME_ROOT_KEY, which is never printed: put it in place of … in RUNTIME_ROOT_KEY=…\n/);
+        await assert.rejects(asPrinted(tryIt![1]!, null), /RUNTIME_ROOT_KEY/, 'as printed, it says what is missing');
+        const address = /\n {2}address: (http:\/\/\S+) /.exec(text)![1]!;
+        const secret = await asPrinted(tryIt![1]!, ROOT_KEY);
+        const r = await call(address, 'localhost', '/web/_db/status', { body: {}, headers: { authorization: `Bearer ${secret}` } });
+        assert.equal(r.status, 200, `${args.join(' ')}: ${r.text}`);
+        // The cli line's environment, the key put in: a command against this server with its key.
+        const cli = /\n {2}cli: {5}export (.*) \(in another terminal/.exec(text)![1]!;
+        assert.match(cli, /RUNTIME_ROOT_KEY=… PORT=\d+$/);
+        const status = await asPrinted(`${cli} npx scopebase status --org acme --repo web`, ROOT_KEY);
+        assert.match(status, /main/, status);
+      } });
+      assert.ok(!text.includes(ROOT_KEY), `${args.join(' ')}: the key is never printed`);
+      assert.doesNotMatch(text, /DATA_DIR=\S+ npx scopebase secret/, `${args.join(' ')}: no line reads the key from DATA_DIR`);
+    }
+  } finally {
+    db.killAll();
+    rmSync(dataDir, { recursive: true, force: true });
+    rmSync(dbDir, { recursive: true, force: true });
   }
 });

@@ -2,10 +2,12 @@
 // x-scopebase-* headers only when x-scopebase-proxy-token is the proxy's; otherwise the org comes from Host as at the proxy.
 import { timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../shared/config.ts';
 import type { ConnectionCap } from '../shared/connection-cap.ts';
-import { createHttpApp } from '../shared/http.ts';
+import { createHttpApp, sendError } from '../shared/http.ts';
+import { ApiError } from '../shared/errors.ts';
+import { sendErrorPage, wantsHtml } from '../shared/html-page.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkOrg, checkRepo } from '../shared/names.ts';
 import { deriveKey } from '../shared/secrets.ts';
@@ -61,9 +63,29 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
       req.org = orgFromHost(req.headers.host, opts.config.baseDomain);
     }
   });
-  app.register(opts.service.plugin, { prefix: '/:repo/_account' });
+  // Every route of the plugin, so that its path without the repo can say where it is (below).
+  const repoRoutes: { method: string; url: string }[] = [];
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) if (route.url.startsWith(REPO_PREFIX) && method !== 'HEAD') repoRoutes.push({ method, url: route.url.slice(REPO_PREFIX.length) || '/' });
+  });
+  app.register(opts.service.plugin, { prefix: REPO_PREFIX });
   // SPEC 7's own path: a forward-auth check (nginx auth_request, Traefik ForwardAuth) calls `{account_url}/verify`,
   // the org from Host; a session is per org, so no repo is needed.
   app.get('/verify', (req, reply) => sendVerify(opts.service.sessions, req, reply));
+  // `{account_url}/login` and the rest need a repo, which only the proxy gives: a precise 404 says where they are.
+  app.register(async (root) => {
+    for (const { method, url } of repoRoutes) {
+      if (!root.hasRoute({ method, url })) root.route({ method, url, handler: (req, reply) => needsRepo(req, reply, opts.config.baseDomain) });
+    }
+  });
   return app;
+}
+
+const REPO_PREFIX = '/:repo/_account';
+
+function needsRepo(req: FastifyRequest, reply: FastifyReply, baseDomain: string): FastifyReply {
+  const path = req.url.split('?')[0]!.slice(0, 200);
+  const err = new ApiError('not_found', `${req.method} ${path} needs a repo: it is /{repo}/_account${path}, opened through the proxy on the organization's host, e.g. http://${req.org}.${baseDomain}:8080/web/_account${path} (docs/accounts.md, "Running the account service alone")`);
+  // No "Your account" button: /login/_account/ (the path read as a repo) is no one's account page.
+  return wantsHtml(req) ? sendErrorPage(req, reply, err.status, err.code, err.message, null) : sendError(reply, err);
 }

@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS pending_logins (
   state_hash BLOB PRIMARY KEY, data TEXT NOT NULL, expires_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS pending_expires ON pending_logins (expires_at);
+CREATE INDEX IF NOT EXISTS pending_binding ON pending_logins (json_extract(data, '$.binding'));
 `;
 
 type Row = Record<string, string | number | null | Uint8Array>;
@@ -70,6 +71,7 @@ export class AccountStore {
       deleteSession: this.db.prepare('DELETE FROM sessions WHERE token_hash = ? AND org = ?'),
       insertPending: this.db.prepare('INSERT INTO pending_logins (state_hash, data, expires_at) VALUES (?, ?, ?)'),
       takePending: this.db.prepare('DELETE FROM pending_logins WHERE state_hash = ? RETURNING data, expires_at'),
+      pendingBinding: this.db.prepare("SELECT 1 FROM pending_logins WHERE json_extract(data, '$.binding') = ? AND expires_at > ? LIMIT 1"),
       cleanSessions: this.db.prepare('DELETE FROM sessions WHERE rowid IN (SELECT rowid FROM sessions WHERE expires_at <= ? LIMIT ?)'),
       cleanPending: this.db.prepare('DELETE FROM pending_logins WHERE rowid IN (SELECT rowid FROM pending_logins WHERE expires_at <= ? LIMIT ?)'),
     };
@@ -153,6 +155,11 @@ export class AccountStore {
     const r = this.q.takePending!.get(hashToken(state)) as Row | undefined;
     if (!r || Number(r.expires_at) <= now) return null;
     return JSON.parse(String(r.data)) as PendingLogin;
+  }
+
+  /** Whether a live pending sign-in is bound to this binding-cookie hash (another tab's sign-in still in progress). */
+  hasPendingBinding(binding: string, now = Date.now()): boolean {
+    return this.q.pendingBinding!.get(binding, now) !== undefined;
   }
 
   /** Deletes at most `limit` expired rows of each kind, so one pass never stalls the event loop. */

@@ -219,6 +219,9 @@ function shellWord(v: string): string {
   return /^[\w@%+=:,./-]+$/.test(v) ? v : `'${v.replaceAll("'", `'\\''`)}'`;
 }
 
+/** The root key as the banner's lines name it when it came from the environment: never its value. */
+const GIVEN_KEY = 'RUNTIME_ROOT_KEY=…';
+
 function printBanner(running: Running, config: Config): void {
   const port = new URL(running.url).port;
   const base = `http://acme.${config.baseDomain}:${port}`;
@@ -230,13 +233,17 @@ function printBanner(running: Running, config: Config): void {
   ];
   // What `npx scopebase …` in another terminal must share with this server to find it and derive the same secrets.
   const dataDir = resolve(config.dataDir) === resolve('./data') ? [] : [`DATA_DIR=${shellWord(resolve(config.dataDir))}`];
-  const cliEnv = [...dataDir, ...(port === '8080' ? [] : [`PORT=${port}`]), ...(config.baseDomain === 'localhost' ? [] : [`BASE_DOMAIN=${config.baseDomain}`])];
+  // A key this process was given is in no other terminal (and DATA_DIR may hold another): named, its value elided.
+  const keyGiven = !config.generatedKeys.includes('RUNTIME_ROOT_KEY');
+  const keyEnv = keyGiven ? [GIVEN_KEY] : dataDir;
+  const cliEnv = [...dataDir, ...(keyGiven ? [GIVEN_KEY] : []), ...(port === '8080' ? [] : [`PORT=${port}`]), ...(config.baseDomain === 'localhost' ? [] : [`BASE_DOMAIN=${config.baseDomain}`])];
   if (proxied) {
     lines.push(
       `  sign in: ${base}/web/_account/login`,
-      `  try it:  curl -s -H "Authorization: Bearer $(${[...dataDir, 'npx scopebase secret acme/web'].join(' ')})" -d '{}' ${base}/web/_db/status`,
+      `  try it:  curl -s -H "Authorization: Bearer $(${[...keyEnv, 'npx scopebase secret acme/web'].join(' ')})" -d '{}' ${base}/web/_db/status`,
     );
     if (cliEnv.length) lines.push(`  cli:     export ${cliEnv.join(' ')} (in another terminal, so npx scopebase … uses this server and its key)`);
+    if (keyGiven) lines.push(`  key:     this server was given RUNTIME_ROOT_KEY, which is never printed: put it in place of … in ${GIVEN_KEY}`);
   }
   if (running.part !== 'proxy') lines.push(`  data:    ${resolve(config.dataDir)} (DATA_DIR)`);
   if (running.mirrorUrl) lines.push(`  reference mirror: ${running.mirrorUrl}`);

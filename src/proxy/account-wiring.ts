@@ -26,7 +26,7 @@ export async function accountForProxy(config: Config, logger: Logger, tuning: Ac
   const base = { apps: config.apps, trustedProxies: config.trustedProxies, baseDomain: config.baseDomain, wsIdleTimeoutMs: config.appsWsIdleTimeoutMs, logger };
   if (config.services.accountUrl) {
     const remote = createRemoteAccount({ accountUrl: config.services.accountUrl, proxyToken: proxyToken(config.rootKeys[0]!), trustedProxies: config.trustedProxies });
-    const apps = createAppsPlugin({ ...base, resolveSession: remote.resolveSession, renewalCookie: remote.renewalCookie });
+    const apps = createAppsPlugin({ ...base, resolveSession: remote.resolveSession, signInReachable: remote.signInReachable, renewalCookie: remote.renewalCookie });
     return { account: remote.plugin, apps: apps.plugin, close: async () => { await apps.close(); await remote.close(); } };
   }
   const service = await createAccountService({ config, logger, ...tuning });

@@ -22,6 +22,8 @@ export interface WsOptions {
   apps: Map<string, AppRoute>;
   baseDomain: string;
   resolveSession: SessionResolver;
+  /** Split mode: throws 503 when the account service is unreachable (AppsOptions). */
+  signInReachable?: (req: FastifyRequest) => Promise<void>;
   /** Set-Cookie extending a session renewed while resolving this upgrade, as for HTTP (AppsOptions). */
   renewalCookie?: (req: FastifyRequest) => string | null;
   isTrusted: (address: string | undefined) => boolean;
@@ -117,7 +119,10 @@ export function attachWebSocketProxy(server: Server, opts: WsOptions): () => voi
     // Whatever the answer (101, the app's refusal, 503), a renewed session's cookie goes with it, as for HTTP.
     const renewed = opts.renewalCookie?.(view);
     const cookieHeaders = [...requestId, ...(renewed ? ['set-cookie', renewed] : [])];
-    if (!session && target.route.requireSession) throw new ApiError('unauthenticated', 'this app requires a signed-in session');
+    if (!session && target.route.requireSession) {
+      await opts.signInReachable?.(view); // unreachable: 503, as for HTTP
+      throw new ApiError('unauthenticated', 'this app requires a signed-in session');
+    }
     const url = upstreamUrl(target.route, target.rest);
     const headers = {
       ...endToEndHeaders(req.headers, (c) => withoutCookies(c, opts.privateCookies)),

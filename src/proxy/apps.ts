@@ -22,6 +22,8 @@ export interface AppsOptions {
   trustedProxies: string[];
   baseDomain: string;
   resolveSession: SessionResolver;
+  /** Split mode: throws 503 when the account service is unreachable (an anonymous visitor could not sign in there). */
+  signInReachable?: (req: FastifyRequest) => Promise<void>;
   /** Set-Cookie extending a session renewed while resolving this request (in-process, or relayed from /verify in split mode). */
   renewalCookie?: (req: FastifyRequest) => string | null;
   /** APPS_WS_IDLE_TIMEOUT_MS (WsOptions). */
@@ -123,6 +125,8 @@ export function createAppsPlugin(opts: AppsOptions): { plugin: FastifyPluginAsyn
     const renewed = opts.renewalCookie?.(req);
     if (renewed) reply.header('set-cookie', renewed);
     if (!session && target.route.requireSession) {
+      // An unreachable session check is no "not signed in": 503 now, not a way to a sign-in page that fails.
+      await opts.signInReachable?.(req);
       if (req.method !== 'GET' && req.method !== 'HEAD') throw new ApiError('unauthenticated', 'this app requires a signed-in session');
       const returnTo = req.url.startsWith('/') ? req.url : `/${target.repo}/`;
       const login = `/${target.repo}/_account/login?${new URLSearchParams({ return_to: returnTo })}`;

@@ -27,6 +27,8 @@ export function routingHeaders(req: FastifyRequest, repo: string, proxyToken: st
 export interface RemoteAccount {
   plugin: FastifyPluginAsync;
   resolveSession: SessionResolver;
+  /** Throws 503 `unavailable` when the account service cannot answer now: not signed in then is not known. */
+  signInReachable(req: FastifyRequest): Promise<void>;
   /** The Set-Cookie the account service sent when resolving this request renewed the session (for the app's answer). */
   renewalCookie(req: FastifyRequest): string | null;
   close(): Promise<void>;
@@ -55,12 +57,12 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
     app.all('/*', handler);
   };
 
-  // Apps need the user: ask the account service's /verify with the browser's cookie.
-  const resolveSession: SessionResolver = async (req) => {
-    // No session cookie at all: nothing to ask (saves a round trip per anonymous app request).
-    if (readCookie(req.headers.cookie, SESSION_COOKIE.http) === null && readCookie(req.headers.cookie, SESSION_COOKIE.https) === null) return null;
+  const hasSessionCookie = (req: FastifyRequest) => readCookie(req.headers.cookie, SESSION_COOKIE.http) !== null || readCookie(req.headers.cookie, SESSION_COOKIE.https) !== null;
+
+  /** /verify's answer for this request's cookie (none: whether the service answers at all); unreachable is 503. */
+  const askVerify = async (req: FastifyRequest, sent: string | null): Promise<ResolvedSession | null> => {
     const repo = /^\/([^/?]*)/.exec(req.url ?? '')?.[1] ?? '';
-    const headers = { cookie: String(req.headers.cookie), accept: 'application/json', ...routingHeaders(req, repo.toLowerCase(), opts.proxyToken) };
+    const headers = { ...(sent === null ? {} : { cookie: sent }), accept: 'application/json', ...routingHeaders(req, repo.toLowerCase(), opts.proxyToken) };
     let res;
     try {
       res = await request(`${base}/verify`, { headers, dispatcher: agent, headersTimeout: 10_000, bodyTimeout: 10_000 });
@@ -77,11 +79,23 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
     return { user: body.user, sessionId: '', expiresAt: new Date(body.session.expiresAt), org: body.org ?? req.org };
   };
 
+  // Apps need the user: ask the account service's /verify with the browser's cookie.
+  const resolveSession: SessionResolver = async (req) => {
+    // No session cookie at all: nothing to ask (saves a round trip per anonymous app request).
+    if (!hasSessionCookie(req)) return null;
+    return askVerify(req, String(req.headers.cookie));
+  };
+
+  // A cookie was already checked by resolveSession; without one, one cheap /verify says whether sign-in can work now.
+  const signInReachable = async (req: FastifyRequest): Promise<void> => {
+    if (!hasSessionCookie(req)) await askVerify(req, null);
+  };
+
   const renewalCookie = (req: FastifyRequest): string | null => {
     const cookie = renewed.get(req.raw) ?? null;
     renewed.delete(req.raw);
     return cookie;
   };
 
-  return { plugin, resolveSession, renewalCookie, close: () => agent.close() };
+  return { plugin, resolveSession, signInReachable, renewalCookie, close: () => agent.close() };
 }

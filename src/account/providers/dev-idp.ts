@@ -3,7 +3,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createHash, generateKeyPairSync, randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import type { Ctx, Provider as OidcProvider } from 'oidc-provider';
+import type { Ctx, ErrorOut, PageCtx, Provider as OidcProvider } from 'oidc-provider';
 import type { Logger } from '../../shared/log.ts';
 import { escapeHtml, page, PAGE_CSP } from '../../shared/html-page.ts';
 import { MemoryAdapter } from './dev-idp-adapter.ts';
@@ -17,7 +17,8 @@ interface DevAccount { sub: string; email: string; name: string; login: string }
 const EMAIL = /^[^\s@<>"]{1,64}@[^\s@<>"]{1,190}$/;
 
 // The sign-in form's answer redirects to the application (another origin): form-action 'self' would block that in Chromium.
-const IDP_CSP = PAGE_CSP.replace(" form-action 'self';", '');
+// `script-src 'self'` lets oidc-provider add the hash of its one inline script (the form_post and logout auto-submit).
+const IDP_CSP = PAGE_CSP.replace(" form-action 'self';", '').replace(" img-src 'self' https: data:;", " script-src 'self';");
 
 function send(res: ServerResponse, status: number, html: string): void {
   res.writeHead(status, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'content-security-policy': IDP_CSP, 'x-frame-options': 'DENY' });
@@ -53,6 +54,31 @@ ${error ? `<p class="card error" role="alert">${escapeHtml(error)}</p>` : ''}
 <p class="muted">Signing in to <code>${escapeHtml(client)}</code>.</p>`);
 }
 
+function ours(ctx: PageCtx, title: string, body: string): void {
+  ctx.type = 'html';
+  ctx.set({ 'cache-control': 'no-store', 'content-security-policy': IDP_CSP, 'x-frame-options': 'DENY' });
+  ctx.body = page(title, body);
+}
+
+/** An error oidc-provider renders itself (an unknown client, a redirect URI not allowed): its code and text, escaped. */
+async function errorPage(ctx: PageCtx, out: ErrorOut): Promise<void> {
+  ours(ctx, 'Sign-in failed', `<h1>Sign-in failed</h1>
+<div class="card error" role="alert"><p>${escapeHtml(out.error_description ?? out.error)}</p><p class="muted">Error code: <code>${escapeHtml(out.error)}</code></p></div>
+<p>The development identity provider could not go on with this request. Go back to the application and start the sign-in again.</p>`);
+}
+
+/** RP-initiated logout's confirmation; `form` is oidc-provider's (its action and xsrf token), the buttons submit it. */
+async function logoutPage(ctx: PageCtx, form: string): Promise<void> {
+  ours(ctx, 'Sign out', `<h1>Sign out of the development provider?</h1>
+${form}
+<p><button class="primary" autofocus type="submit" form="op.logoutForm" value="yes" name="logout">Yes, sign me out</button>
+<button type="submit" form="op.logoutForm">No, stay signed in</button></p>`);
+}
+
+async function signedOutPage(ctx: PageCtx): Promise<void> {
+  ours(ctx, 'Signed out', '<h1>Signed out</h1>\n<p>You are signed out of the development identity provider.</p>');
+}
+
 /** `callbackPattern` decides which redirect URIs the development client may use (any org and repo on BASE_DOMAIN). */
 export async function startDevIdp(opts: { logger: Logger; host?: string; port?: number; callbackPattern: RegExp }): Promise<DevIdp> {
   const host = opts.host ?? '127.0.0.1';
@@ -82,7 +108,12 @@ export async function startDevIdp(opts: { logger: Logger; host?: string; port?: 
       jwks: { keys: [{ ...generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' }), use: 'sig', alg: 'RS256' }] },
       cookies: { keys: [randomBytes(32).toString('base64url')] },
       claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name', 'preferred_username'] },
-      features: { devInteractions: { enabled: false } },
+      features: {
+        devInteractions: { enabled: false },
+        // oidc-provider's own pages import Google Fonts: ours load nothing from anywhere else (docs/accounts.md).
+        rpInitiatedLogout: { enabled: true, logoutSource: logoutPage, postLogoutSuccessSource: signedOutPage },
+      },
+      renderError: errorPage,
       adapter: MemoryAdapter,
       ttl: { AccessToken: 600, AuthorizationCode: 60, IdToken: 600, Interaction: 600, Session: 3600, Grant: 3600 },
       interactions: { url: (_ctx: unknown, interaction: { uid: string }) => `/interaction/${interaction.uid}` },
@@ -123,6 +154,7 @@ export async function startDevIdp(opts: { logger: Logger; host?: string; port?: 
 
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     res.setHeader('x-request-id', requestIdOf(req)); // SPEC 3: every response, the development provider's too
+    res.setHeader('content-security-policy', IDP_CSP); // whatever page oidc-provider makes, it loads nothing from elsewhere
     const m = /^\/interaction\/([A-Za-z0-9_-]{1,64})$/.exec(req.url?.split('?')[0] ?? '');
     (ready ??= build()).then(({ provider, handle }) => (m ? interaction(provider, req, res, m[1]!) : handle(req, res))).catch((err) => {
       opts.logger.warn({ err: { message: (err as Error).message } }, 'development sign-in failed');

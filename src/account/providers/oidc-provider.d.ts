@@ -11,6 +11,11 @@ declare module 'oidc-provider' {
   export interface GrantInstance { addOIDCScope(scope: string): void; save(): Promise<string> }
   export interface Ctx { oidc: { client: { clientId: string }; session: { accountId?: string; grantIdFor(clientId: string): string | undefined }; result?: { consent?: { grantId?: string } } } }
 
+  /** The Koa context a page hook (renderError, logoutSource, ...) writes its page to. */
+  export interface PageCtx { type: string; body: unknown; set(fields: Record<string, string>): void }
+  /** What renderError is given to show: the OAuth error, its description, and the request's state and issuer. */
+  export interface ErrorOut { error: string; error_description?: string; state?: string; iss?: string }
+
   export class Provider {
     constructor(issuer: string, configuration: Record<string, unknown>);
     callback(): (req: IncomingMessage, res: ServerResponse) => void;

@@ -5,7 +5,7 @@ import * as oidc from 'openid-client';
 import { ApiError } from '../../shared/errors.ts';
 import { answerError, sendError, toApiError } from '../../shared/http.ts';
 import { checkRepo } from '../../shared/names.ts';
-import { cookieName, LOGIN_COOKIE, readCookie, serializeCookie } from '../cookies.ts';
+import { clearCookie, cookieName, LOGIN_COOKIE, readCookie, serializeCookie } from '../cookies.ts';
 import { escapeHtml, sendPage } from '../../shared/html-page.ts';
 import type { SignInProvider } from '../providers/index.ts';
 import type { RateLimiter } from '../../shared/rate-limit.ts';
@@ -126,12 +126,15 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
     const info = requestInfo(req);
     deps.limiter.take(info.ip);
     const state = one(req.query.state);
+    const pending = state ? deps.store.takePending(state) : null;
+    const bindingName = cookieName(LOGIN_COOKIE, info.https);
+    const binding = readCookie(req.headers.cookie, bindingName);
+    // Whatever the outcome, a binding cookie no pending sign-in holds any more is cleared (another tab's keeps it).
+    if (binding !== null && !(isTokenShaped(binding) && deps.store.hasPendingBinding(sha256hex(binding)))) reply.header('set-cookie', clearCookie(bindingName, info.https));
     if (!state) throw new ApiError('invalid_request', 'the sign-in callback has no state; start the sign-in again');
-    const pending = deps.store.takePending(state);
     if (!pending) throw new ApiError('invalid_request', 'this sign-in has expired or was already used; start it again');
     returnTos.set(req.raw, pending.returnTo);
     if (pending.org !== req.org || pending.repo !== repo) throw new ApiError('invalid_request', 'this sign-in was started for another organization or repository');
-    const binding = readCookie(req.headers.cookie, cookieName(LOGIN_COOKIE, info.https));
     if (!isTokenShaped(binding) || !sameHash(sha256hex(binding), pending.binding)) {
       throw new ApiError('invalid_request', 'this sign-in was started in another browser; start it again here');
     }

@@ -6,7 +6,7 @@ import { ApiError } from '../../shared/errors.ts';
 import { checkRepo } from '../../shared/names.ts';
 import { repoSecretRefusal } from '../../shared/secrets.ts';
 import { refuseBeforeBody } from '../../shared/body-budget.ts';
-import { orgFromHost } from '../../shared/host.ts';
+import { orgFromHost, type HostExample } from '../../shared/host.ts';
 import type { ReplicaSet } from './replicas.ts';
 
 /** How long a read with minVersion waits for the replica to catch up before 503. */
@@ -20,15 +20,18 @@ export interface QueryDeps {
   replicas: ReplicaSet;
 }
 
+/** The mirror serves no account page: its unknown_host message names what it does serve. */
+const REPLICA_QUERY: HostExample = { served: 'the mirror answers POST /{repo}/_db/query on each organization\'s host', path: '/web/_db/query', what: 'the replica of repo web in org acme' };
+
 export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
   // The host, the repo and the secret are checked on the headers: a stranger's large body is not read (docs/security.md).
   const secretChecked = new WeakSet<FastifyRequest>();
   const onRequest = async (req: FastifyRequest<{ Params: { repo: string } }>) => {
-    const org = orgFromHost(req.headers.host, deps.baseDomain);
+    const org = orgFromHost(req.headers.host, deps.baseDomain, REPLICA_QUERY);
     if (refuseBeforeBody(req.raw, repoSecretRefusal(deps.rootKeys, org, checkRepo(req.params.repo), req.headers.authorization))) secretChecked.add(req);
   };
   app.post<{ Params: { repo: string } }>('/:repo/_db/query', { onRequest }, async (req, reply) => {
-    const org = orgFromHost(req.headers.host, deps.baseDomain);
+    const org = orgFromHost(req.headers.host, deps.baseDomain, REPLICA_QUERY);
     const repo = checkRepo(req.params.repo);
     const body = parseBody('query', Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
     const database = databaseOf(body);
