@@ -4,6 +4,7 @@ import type { DbHandler, DbRequest, DbResponse, Scope } from '../db/contract.ts'
 import { createRemoteDb } from '../db/remote.ts';
 import { pipelineDatabase } from '../db/hrana/index.ts';
 import { ApiError } from '../shared/errors.ts';
+import { isDatabaseName } from '../shared/names.ts';
 import type { ClusterConfig } from '../shared/config.ts';
 import { Etcd } from './etcd.ts';
 import { leastLoaded, PlacementWatch, pollEveryMs, scopeKey, type View } from './placement.ts';
@@ -13,14 +14,17 @@ const PENDING_MS = 5_000;
 
 type Remote = DbHandler & { close(): Promise<void> };
 
-/** The database a request names (its body, its pipeline path or its import query); null when it cannot be told. */
+/**
+ * The database a request names (its body, its pipeline path or its import query); null when it cannot be told or is
+ * no database name (SPEC 2): the node refuses it, and the proxy keeps nothing of a name no node will place.
+ */
 function databaseOf(req: DbRequest): string | null {
-  if (req.upload) return new URLSearchParams(req.upload.query).get('database') ?? 'main';
+  const named = (db: unknown) => (db === undefined ? 'main' : typeof db === 'string' && isDatabaseName(db) ? db : null);
+  if (req.upload) return named(new URLSearchParams(req.upload.query).get('database') ?? undefined);
   const fromPipeline = pipelineDatabase(req.op);
   if (fromPipeline !== null) return fromPipeline;
   try {
-    const db = (JSON.parse(req.body.toString('utf8')) as { database?: unknown }).database;
-    return db === undefined ? 'main' : typeof db === 'string' ? db : null;
+    return named((JSON.parse(req.body.toString('utf8')) as { database?: unknown }).database);
   } catch {
     return null;
   }
