@@ -189,6 +189,7 @@ export class ClusterNode implements Replication {
       if (this.closed || p === undefined || url === undefined || !this.primaryHere(view, key, p)) return void this.reshipAttempts.delete(key);
       this.db.currentVersion(scopeOf(key)).then((version) => {
         if (version !== null) this.shipAsync(key, version, p, url);
+        else this.reshipAttempts.delete(key); // the database is gone here
       }, () => this.reshipLater(key));
     }, Math.min(250 * 2 ** attempt, 10_000));
     timer.unref();

@@ -122,6 +122,7 @@ export class PlacementChanges {
     n.highestEpoch.delete(key);
     n.followerSynced.delete(key);
     n.synced.delete(key);
+    n.copyVersions.delete(key);
     n.logger.info({ database: key }, 'cluster: a new database\'s first writes failed; its placement was given back');
   }
 
