@@ -5,11 +5,11 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
+import { type Browser } from 'playwright-core';
+import { CHROMIUM, launchChromium } from './helpers/browser.ts';
 import { startCredentialsProduct, type CredProduct } from './helpers/credentials-product.ts';
 import { signInUser } from './helpers/session.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
 const skip = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM}`;
 
 let p: CredProduct;
@@ -18,10 +18,7 @@ let browser: Browser;
 before(async () => {
   if (skip) return;
   p = await startCredentialsProduct();
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 after(async () => {
   await browser?.close();

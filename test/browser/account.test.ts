@@ -2,7 +2,8 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
+import { type Browser } from 'playwright-core';
+import { launchChromium } from '../helpers/browser.ts';
 import { startAccounts, type AccountsProduct } from '../helpers/accounts.ts';
 
 let p: AccountsProduct;
@@ -10,7 +11,7 @@ let browser: Browser;
 
 before(async () => {
   p = await startAccounts();
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
+  browser = await launchChromium();
 });
 after(async () => {
   await browser?.close();

@@ -3,7 +3,8 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { launchChromium } from '../helpers/browser.ts';
 import { startProduct, type Product } from '../helpers/product.ts';
 import { createTodoApp } from '../../examples/todo/app.ts';
 
@@ -20,7 +21,7 @@ before(async () => {
   const appPort = (front.address() as { port: number }).port;
   p = await startProduct({ APPS: JSON.stringify({ 'acme/todo': { url: `http://127.0.0.1:${appPort}`, requireSession: true } }) });
   app = await createTodoApp({ serverUrl: p.url, org: 'acme', repo: 'todo', baseDomain: p.config.baseDomain, secret: p.secret('acme', 'todo') });
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
+  browser = await launchChromium();
 });
 after(async () => {
   await browser?.close();
