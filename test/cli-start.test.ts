@@ -11,6 +11,7 @@ import { call, spawnProduct, tempDir, testEnv, ROOT_KEY } from './helpers/produc
 import { newSecret } from './helpers/mirror.ts';
 import { freePort } from './helpers/ports.ts';
 import { oneLine, runCli } from './helpers/cli.ts';
+import { repoSecret } from '../src/shared/secrets.ts';
 
 const MAIN = resolve('src/cli/main.ts');
 
@@ -152,6 +153,14 @@ test('a RUNTIME_ROOT_KEY given by environment: every banner names it elided, nev
       const env = { ...given, DB_SERVICE_URL: db.url, MIRROR_PORT: '0', MIRROR_SOURCE_URL: db.url };
       const text = await banner(env, { args, during: async (text) => {
         const tryIt = /\$\((.*npx scopebase secret acme\/web)\)" -d '\{\}' (http:\/\/\S+)/.exec(text);
+        if (args[1] === 'mirror') {
+          // Its first line names where it answers (the bare address is 404 unknown_host), once.
+          const query = /^scopebase mirror is running: (http:\/\/acme\.localhost:\d+\/web\/_db\/query) /.exec(text);
+          assert.ok(query, text);
+          assert.doesNotMatch(text, /reference mirror: /, 'its own address is not said twice');
+          const r = await call(query[1]!.replace('acme.localhost', '127.0.0.1'), 'localhost', '', { method: 'POST', body: { sql: 'SELECT 1' }, headers: { authorization: `Bearer ${repoSecret(Buffer.from(ROOT_KEY, 'hex'), 'acme', 'web')}` } });
+          assert.notEqual(r.json?.error?.code, 'unknown_host', r.text);
+        }
         if (args[1] === 'db' || args[1] === 'account' || args[1] === 'mirror') return assert.equal(tryIt, null, text);
         assert.equal(tryIt![1], 'RUNTIME_ROOT_KEY=… npx scopebase secret acme/web', 'not DATA_DIR: the key is not there');
         assert.match(text, /\n {2}key: {5}this server was given RUNTIME_ROOT_KEY, which is never printed: put it in place of … in RUNTIME_ROOT_KEY=…\n/);

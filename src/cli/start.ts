@@ -227,8 +227,11 @@ function printBanner(running: Running, config: Config): void {
   const base = `http://acme.${config.baseDomain}:${port}`;
   const proxied = running.part === 'all' || running.part === 'proxy';
   // The org host first: the listener's bare address answers every page with 404 unknown_host.
+  // The reference mirror alone answers reads at the org host too (SPEC 6), not at its bare address.
+  const first = proxied ? `${base}/web/ (acme and web stand for any org and repo)`
+    : running.part === 'mirror' ? `${base}/web/_db/query (POST, the repo's secret; acme and web stand for any org and repo)` : running.url;
   const lines = [
-    `scopebase ${running.part} is running: ${proxied ? `${base}/web/ (acme and web stand for any org and repo)` : running.url}`,
+    `scopebase ${running.part} is running: ${first}`,
     `  address: ${running.url} (admin ${running.adminUrl})`,
   ];
   // What `npx scopebase …` in another terminal must share with this server to find it and derive the same secrets.
@@ -246,7 +249,7 @@ function printBanner(running: Running, config: Config): void {
     if (keyGiven) lines.push(`  key:     this server was given RUNTIME_ROOT_KEY, which is never printed: put it in place of … in ${GIVEN_KEY}`);
   }
   if (running.part !== 'proxy') lines.push(`  data:    ${resolve(config.dataDir)} (DATA_DIR)`);
-  if (running.mirrorUrl) lines.push(`  reference mirror: ${running.mirrorUrl}`);
+  if (running.mirrorUrl && running.part !== 'mirror') lines.push(`  reference mirror: ${running.mirrorUrl}`);
   if (running.devIdpUrl) lines.push(`  development sign-in provider: ${running.devIdpUrl} (forward this port too from a remote machine; DEV_IDP_PORT fixes it)`);
   const devIdp = running.devIdpUrl !== null;
   const dev = [
