@@ -289,8 +289,13 @@ describe('cluster: synchronous follower and failover', () => {
     const placed = (await cluster.client.prefix(`${PLACEMENT}${ORG}/${REPO}/`)).kvs.map((kv) => kv.key.slice(`${PLACEMENT}${ORG}/${REPO}/`.length)).sort();
     const primaries = new Set((await cluster.client.prefix(PLACEMENT)).kvs.map((kv) => (JSON.parse(kv.value) as { primary: string }).primary));
     assert.ok(primaries.size >= 2, 'premise: the repo\'s databases are on more than one node');
+    // The list is the answering node's view of placement: at most one poll (TTL / 20) behind a database just made.
     for (const database of ['main', placed[0]!]) {
-      const res = await cluster.proxy.db(REPO, 'status', { database });
+      let res = await cluster.proxy.db(REPO, 'status', { database });
+      for (let i = 0; i < 50 && res.status === 200 && JSON.stringify(res.json.databases) !== JSON.stringify(placed); i++) {
+        await sleep(100);
+        res = await cluster.proxy.db(REPO, 'status', { database });
+      }
       assert.equal(res.status, 200, res.text);
       assert.deepEqual(res.json.databases, placed);
     }
