@@ -89,8 +89,11 @@ export function createAgent(): Agent {
   return new Agent({ connect: { timeout: 5_000 }, headersTimeout: 60_000, bodyTimeout: 300_000, keepAliveTimeout: 10_000 });
 }
 
+/** Looks at the upstream's answer before it is relayed: an ApiError replaces it (its body is dropped), null relays it. */
+export type AnswerCheck = (res: Dispatcher.ResponseData, requestId: string) => ApiError | null;
+
 /** Streams the request to `target` and the answer back; an unreachable upstream is 503 unavailable. */
-export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string, privateCookies: string[] = []): Promise<FastifyReply> {
+export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string, privateCookies: string[] = [], check?: AnswerCheck): Promise<FastifyReply> {
   const abort = new AbortController();
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort();
@@ -113,6 +116,12 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
     }
     req.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code }, upstream: target.origin }, `${what} unreachable`);
     throw new ApiError('unavailable', `the ${what} is not reachable right now`, undefined, { 'retry-after': '5' });
+  }
+  const refused = check?.(res, req.id) ?? null;
+  if (refused !== null) {
+    res.body.dump().catch(() => {}); // the upstream's own page is not relayed: read and dropped, its connection reused
+    req.log.warn({ upstream: target.origin, status: res.statusCode }, `${what} answered through a gateway that failed`);
+    throw refused;
   }
   reply.code(res.statusCode);
   for (const [name, value] of Object.entries(responseHeaders(res.headers, privateCookies))) {
