@@ -65,6 +65,44 @@ describe('a configured OIDC issuer', () => {
     });
   }
 
+  // AWS Cognito's userinfo sends `"email_verified": "false"`, a string: read as "not false", it let an unverified
+  // address reach apps as x-auth-user-email (attack round 6).
+  for (const verified of ['false', 'FALSE', false, 0, null] as unknown[]) {
+    test(`email_verified ${JSON.stringify(verified)} in userinfo: the user has no email, at /verify nor in x-auth-user-email`, async () => {
+      const sub = `unverified-${JSON.stringify(verified)}`;
+      const claims = (token: { payload: Record<string, unknown> }) => { token.payload.sub = sub; delete token.payload.email; };
+      const info = (res: { body: unknown }) => { res.body = { sub, email: 'ceo@victim.example', email_verified: verified, name: 'Mallory' }; };
+      idp.service.on('beforeTokenSigning', claims);
+      idp.service.on('beforeUserinfo', info);
+      const { browser, callback } = await signInVia(p).finally(() => {
+        idp.service.off('beforeTokenSigning', claims);
+        idp.service.off('beforeUserinfo', info);
+      });
+      assert.equal(callback.status, 302, callback.text);
+      const v = await browser.fetch(`http://acme.localhost:${p.port}/web/_account/verify`, { connectTo: p.url });
+      assert.equal(v.status, 200);
+      assert.equal(v.json.user.email, null);
+      assert.equal(v.json.user.name, 'Mallory');
+      assert.equal(v.headers['x-auth-user-email'], undefined);
+    });
+  }
+
+  test('email_verified "true" (a string) or absent: the email is used', async () => {
+    for (const [sub, verified] of [['verified-string', 'true'], ['verified-absent', undefined]] as const) {
+      const claims = (token: { payload: Record<string, unknown> }) => { token.payload.sub = sub; delete token.payload.email; };
+      const info = (res: { body: unknown }) => { res.body = { sub, email: `${sub}@example.com`, ...(verified === undefined ? {} : { email_verified: verified }) }; };
+      idp.service.on('beforeTokenSigning', claims);
+      idp.service.on('beforeUserinfo', info);
+      const { browser } = await signInVia(p).finally(() => {
+        idp.service.off('beforeTokenSigning', claims);
+        idp.service.off('beforeUserinfo', info);
+      });
+      const v = await browser.fetch(`http://acme.localhost:${p.port}/web/_account/verify`, { connectTo: p.url });
+      assert.equal(v.json.user.email, `${sub}@example.com`, sub);
+      assert.equal(v.headers['x-auth-user-email'], `${sub}@example.com`, sub);
+    }
+  });
+
   test('the provider declining the sign-in (access_denied) is 400 saying so, with a way to start again', async () => {
     const origin = `http://acme.localhost:${p.port}`;
     const declined = async (accept: string) => {
