@@ -1,10 +1,11 @@
 // The proxy in front of `scopebase serve account` (ACCOUNT_SERVICE_URL) reached through a gateway (nginx, a load
 // balancer) that answers for a service it cannot reach: its 502, 503 or 504 page is no answer of the account service.
 // Every /{repo}/_account path then gets SPEC 3's 503 unavailable with Retry-After (a page to a browser), never the
-// gateway's own page; the account service's own answers, its 503s included, are relayed as they are (attack round 6).
+// gateway's own page; the account service's own answers, its 503s included, are relayed as they are. A gateway that
+// routes by path (ACCOUNT_SERVICE_URL=http://gw/account) gets only paths under its prefix (attack round 6).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
+import { createServer, request as httpRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { rmSync } from 'node:fs';
 import { startAccounts, type AccountsProduct } from './helpers/accounts.ts';
@@ -89,4 +90,56 @@ test('the account service\'s own answers through the proxy are relayed as they a
     await alone.close();
     rmSync(dataDir, { recursive: true, force: true });
   }
+});
+
+describe('ACCOUNT_SERVICE_URL with a path (a gateway routing by path)', () => {
+  let gateway: Server;
+  let p: AccountsProduct;
+  const seen: { url: string; token: boolean }[] = [];
+  before(async () => {
+    // Answers as the account service would (its request id echoed), and records what it was asked for.
+    gateway = createServer((req, res) => {
+      seen.push({ url: req.url!, token: req.headers['x-scopebase-proxy-token'] !== undefined });
+      res.writeHead(200, { 'content-type': 'application/json', 'x-request-id': String(req.headers['x-request-id']) }).end('{}');
+    });
+    p = await startAccounts({ ACCOUNT_SERVICE_URL: `${await listen(gateway)}/account` });
+  });
+  after(async () => {
+    await p.close();
+    gateway.close();
+  });
+
+  /** What the gateway was asked for when the proxy got `path` exactly as given, or the proxy's status if nothing. */
+  const reach = async (path: string): Promise<string> => {
+    seen.length = 0;
+    const r = await new Promise<number>((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port: p.port, path, headers: { host: `acme.localhost:${p.port}` } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode!));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    if (seen.length === 0) return String(r);
+    assert.ok(seen[0]!.token, 'the proxy token goes with it');
+    return seen[0]!.url;
+  };
+
+  test('paths stay under the prefix: dot segments resolve inside /account, never above it with the proxy token', async () => {
+    assert.equal(await reach('/web/_account/verify'), '/account/verify');
+    assert.equal(await reach('/web/_account/login?return_to=%2Fweb%2F'), '/account/login?return_to=%2Fweb%2F');
+    for (const [path, expected] of [
+      ['/web/_account/%2e%2e/internal/admin', '/account/internal/admin'],
+      ['/web/_account/../internal/admin', '/account/internal/admin'],
+      ['/web/_account/x/%2E%2E/%2e%2e/internal', '/account/internal'],
+      ['/web/_account/.%2e/internal?x=1', '/account/internal?x=1'],
+      ['/web/_account/%2e%2e', '/account/'],
+    ]) assert.equal(await reach(path), expected, path);
+  });
+
+  test('a dot segment behind an encoded slash (which a gateway may decode, then resolve) is 400, never sent on', async () => {
+    for (const path of ['/web/_account/..%2F..%2Finternal', '/web/_account/x/..%2finternal', '/web/_account/%2F..', '/web/_account/..%5Cinternal']) {
+      assert.equal(await reach(path), '400', path);
+    }
+  });
 });

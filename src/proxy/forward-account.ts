@@ -7,7 +7,7 @@ import { ApiError } from '../shared/errors.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { ResolvedSession, SessionResolver } from '../account/contract.ts';
 import { readCookie, SESSION_COOKIE } from '../account/cookies.ts';
-import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies } from './forward.ts';
+import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, urlUnder } from './forward.ts';
 import { trustedPeers } from '../shared/trusted-peers.ts';
 import { requestIdOf } from '../shared/raw-route.ts';
 
@@ -59,7 +59,7 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
       ...forwardedHeaders(req.raw, isTrusted(req.socket.remoteAddress), `/${req.params.repo}/_account`),
       ...routingHeaders(req, repo, opts.proxyToken),
     };
-    return forwardHttp(req, reply, new URL(base + (rest.startsWith('/') ? rest : `/${rest}`)), headers, agent, 'account service', [],
+    return forwardHttp(req, reply, urlUnder(base, rest.startsWith('/') ? rest : `/${rest}`), headers, agent, 'account service', [],
       (res, id) => gatewayFailure(res.statusCode, res.headers['x-request-id'], id));
   };
 

@@ -5,6 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError } from '../shared/errors.ts';
 import { isForwarding, isProxyOnly } from '../shared/headers.ts';
+import { safeDecode } from '../shared/names.ts';
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
 
@@ -87,6 +88,27 @@ function hasBody(req: IncomingMessage): boolean {
 
 export function createAgent(): Agent {
   return new Agent({ connect: { timeout: 5_000 }, headersTimeout: 60_000, bodyTimeout: 300_000, keepAliveTimeout: 10_000 });
+}
+
+const ENCODED_DOT_SEGMENT = /(^|[/\\])\.\.?([/\\]|$)/;
+
+/**
+ * `rest` (a request's path and query, as sent) under the path of `base` (an app's URL, ACCOUNT_SERVICE_URL). The path
+ * is normalized under a fixed host first, so `//host`, `\\host` and dot segments can neither change the host nor climb
+ * out of the base path (SSRF; another app on the same upstream past its requireSession; another service behind a
+ * gateway that routes by path, sent the proxy token).
+ */
+export function urlUnder(base: string, rest: string): URL {
+  const root = new URL(base);
+  const q = rest.indexOf('?');
+  const normalized = new URL(`http://app.invalid${q === -1 ? rest : rest.slice(0, q)}`).pathname;
+  // `..%2F` or `%2F..` survive that normalization, and an upstream that decodes `%2F` before resolving dot segments
+  // (nginx, many frameworks) would climb out of the base path there: refused, as no real page needs them.
+  if (ENCODED_DOT_SEGMENT.test(safeDecode(normalized))) throw new ApiError('invalid_request', 'the path has a dot segment hidden behind an encoded / or \\');
+  const url = new URL(root.origin);
+  url.pathname = root.pathname.replace(/\/+$/, '') + normalized; // the pathname setter never changes the host
+  url.search = q === -1 ? '' : rest.slice(q);
+  return url;
 }
 
 /** Looks at the upstream's answer before it is relayed: an ApiError replaces it (its body is dropped), null relays it. */
