@@ -30,12 +30,22 @@ export function forwardedHeaders(req: IncomingMessage, trusted: boolean, prefix:
 }
 
 /**
+ * The scheme the browser saw, exactly as Fastify's request.protocol reads it: a trusted peer's x-forwarded-proto, its
+ * last entry (`https, https` from two layers that each append is https), else the socket's. Read any other way on
+ * some routes, a list made them plain HTTP, where the `session` cookie a sibling host can plant counted.
+ */
+function protocolOf(req: IncomingMessage, trusted: boolean): string {
+  const proto = first(req.headers['x-forwarded-proto']);
+  if (trusted && proto) return proto.slice(proto.lastIndexOf(',') + 1).trim();
+  return 'encrypted' in req.socket ? 'https' : 'http';
+}
+
+/**
  * What the session resolvers read of a request that did not go through Fastify (upgrades, the raw /verify route):
- * URL, headers, org, and the scheme the browser saw (x-forwarded-proto from a trusted proxy, like request.protocol).
+ * URL, headers, org, and the scheme the browser saw (protocolOf, as request.protocol).
  */
 export function sessionView(req: IncomingMessage, org: string, trusted: boolean): FastifyRequest {
-  const protocol = forwardedHeaders(req, trusted, '')['x-forwarded-proto'] === 'https' ? 'https' : 'http';
-  return { url: req.url, headers: req.headers, org, raw: req, protocol, ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
+  return { url: req.url, headers: req.headers, org, raw: req, protocol: protocolOf(req, trusted), ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
 }
 
 /** Copies end-to-end request headers; drops hop-by-hop, internal, identity and forwarding ones (set again by the caller). */
