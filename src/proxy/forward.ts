@@ -152,7 +152,7 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
   const refused = check?.(res, req.id) ?? null;
   if (refused !== null) {
     res.body.dump().catch(() => {}); // the upstream's own page is not relayed: read and dropped, its connection reused
-    req.log.warn({ upstream: target.origin, status: res.statusCode }, `${what} answered through a gateway that failed`);
+    req.log.warn({ upstream: target.origin, status: res.statusCode }, `the gateway in front of the ${what} answered for it`);
     throw refused;
   }
   reply.code(res.statusCode);
