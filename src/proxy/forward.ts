@@ -80,10 +80,14 @@ export function responseHeaders(headers: IncomingHttpHeaders | Record<string, st
   return out;
 }
 
-/** Whether a Set-Cookie line sets one of `names` (an app may not plant or clear the org's session: fixation). */
+/**
+ * Whether a Set-Cookie line sets one of `names` (an app may not plant or clear the org's session: fixation). A cookie
+ * without a name (`=session=x`) counts as the name in its value: browsers send it back as that value alone, `session=x`.
+ */
 export function setsCookie(line: string, names: string[]): boolean {
-  const eq = line.indexOf('=');
-  return eq !== -1 && names.includes(line.slice(0, eq).trim());
+  const pair = line.split(';', 1)[0]!.trim().replace(/^=\s*/, '');
+  const eq = pair.indexOf('=');
+  return eq !== -1 && names.includes(pair.slice(0, eq).trim());
 }
 
 /** Lets a plugin stream request bodies instead of buffering them (Fastify's parsers are replaced in this context only). */
