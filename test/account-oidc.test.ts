@@ -31,19 +31,27 @@ async function signInVia(product: AccountsProduct): Promise<{ browser: Browser; 
   return { browser, callback };
 }
 
+/**
+ * Signs in with the provider's tokens and userinfo changed while it runs (both the access token and the ID token are
+ * signed: every token changes); the callback's answer and /verify's afterwards.
+ */
+async function signInWith(claims: (payload: Record<string, unknown>) => void, userinfo: Record<string, unknown>) {
+  const onToken = (token: { payload: Record<string, unknown> }) => claims(token.payload);
+  const onInfo = (res: { body: unknown }) => { res.body = userinfo; };
+  idp.service.on('beforeTokenSigning', onToken);
+  idp.service.on('beforeUserinfo', onInfo);
+  const { browser, callback } = await signInVia(p).finally(() => {
+    idp.service.off('beforeTokenSigning', onToken);
+    idp.service.off('beforeUserinfo', onInfo);
+  });
+  return { callback, verify: await browser.fetch(`http://acme.localhost:${p.port}/web/_account/verify`, { connectTo: p.url }) };
+}
+
 describe('a configured OIDC issuer', () => {
   test('signs in with a valid ID token (discovery, PKCE, nonce)', async () => {
-    // Both the access token and the ID token are signed: change every token while this test runs.
-    const claims = (token: { payload: Record<string, unknown> }) => Object.assign(token.payload, { sub: 'oidc-user-1', email: 'oidc@example.com', email_verified: true, name: 'Oidc User' });
-    const info = (res: { body: unknown }) => { res.body = { sub: 'oidc-user-1', email: 'oidc@example.com', email_verified: true, name: 'Oidc User' }; };
-    idp.service.on('beforeTokenSigning', claims);
-    idp.service.on('beforeUserinfo', info);
-    const { browser, callback } = await signInVia(p).finally(() => {
-      idp.service.off('beforeTokenSigning', claims);
-      idp.service.off('beforeUserinfo', info);
-    });
+    const user = { sub: 'oidc-user-1', email: 'oidc@example.com', email_verified: true, name: 'Oidc User' };
+    const { callback, verify: v } = await signInWith((t) => Object.assign(t, user), user);
     assert.equal(callback.status, 302, callback.text);
-    const v = await browser.fetch(`http://acme.localhost:${p.port}/web/_account/verify`, { connectTo: p.url });
     assert.equal(v.status, 200);
     assert.equal(v.json.user.email, 'oidc@example.com');
   });
@@ -64,6 +72,28 @@ describe('a configured OIDC issuer', () => {
       assert.equal(callback.headers['set-cookie'], 'scopebase-login=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax', 'no session; the spent binding cookie cleared');
     });
   }
+
+  // AWS Cognito's userinfo sends `"email_verified": "false"`, a string: read as "not false", it let an unverified
+  // address reach apps as x-auth-user-email (attack round 6).
+  for (const verified of ['false', 'FALSE', false, 0, null] as unknown[]) {
+    test(`email_verified ${JSON.stringify(verified)} in userinfo: the user has no email, at /verify nor in x-auth-user-email`, async () => {
+      const sub = `unverified-${JSON.stringify(verified)}`;
+      const { callback, verify: v } = await signInWith((t) => { t.sub = sub; delete t.email; }, { sub, email: 'ceo@victim.example', email_verified: verified, name: 'Mallory' });
+      assert.equal(callback.status, 302, callback.text);
+      assert.equal(v.status, 200);
+      assert.equal(v.json.user.email, null);
+      assert.equal(v.json.user.name, 'Mallory');
+      assert.equal(v.headers['x-auth-user-email'], undefined);
+    });
+  }
+
+  test('email_verified "true" (a string) or absent: the email is used', async () => {
+    for (const [sub, verified] of [['verified-string', 'true'], ['verified-absent', undefined]] as const) {
+      const { verify: v } = await signInWith((t) => { t.sub = sub; delete t.email; }, { sub, email: `${sub}@example.com`, ...(verified === undefined ? {} : { email_verified: verified }) });
+      assert.equal(v.json.user.email, `${sub}@example.com`, sub);
+      assert.equal(v.headers['x-auth-user-email'], `${sub}@example.com`, sub);
+    }
+  });
 
   test('the provider declining the sign-in (access_denied) is 400 saying so, with a way to start again', async () => {
     const origin = `http://acme.localhost:${p.port}`;

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { createServer, request as httpRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
+import { signInUser } from './helpers/session.ts';
 
 let upstream: Server;
 let p: AccountsProduct;
@@ -149,6 +150,21 @@ describe('x-auth-user-* values', () => {
     for (const { email, verify, app } of seen) {
       for (const name of ['x-auth-user-id', 'x-auth-user-email', 'x-auth-user-name', 'x-auth-user-login']) {
         assert.equal(verify[name], app[name], `${name} of ${email}: /verify and the app get the same`);
+      }
+    }
+  });
+
+  // HTTP drops a header value's leading and trailing spaces: sent as they were, a login or name " admin" (a provider
+  // where users pick their own) reached apps and forward-auth proxies as "admin", another user's (attack round 6).
+  test('a value beginning or ending with a space is percent-encoded too, so it never reaches an app as another user\'s', async () => {
+    for (const login of [' admin', 'admin ', '  admin  ']) {
+      const user = await signInUser({ dataDir: p.config.dataDir, config: p.config }, 'acme', login);
+      const app = await p.call('/web/', { headers: { cookie: user.cookie } });
+      const verify = await p.call('/web/_account/verify', { headers: { cookie: user.cookie } });
+      for (const [name, value] of [['x-auth-user-login', login], ['x-auth-user-name', login], ['x-auth-user-email', `${login}@example.test`]]) {
+        if (value !== value.trim()) assert.notEqual(app.json.headers[name], value.trim(), `${name} of ${JSON.stringify(login)} is not the trimmed value`);
+        assert.equal(decodeURIComponent(String(app.json.headers[name])), value, `${name} of ${JSON.stringify(login)} decodes to the exact value at the app`);
+        assert.equal(decodeURIComponent(String(verify.headers[name])), value, `${name} of ${JSON.stringify(login)} decodes to the exact value from /verify`);
       }
     }
   });

@@ -24,7 +24,8 @@ const wsSockets: Duplex[] = [];
 const slowUpgrades: Duplex[] = [];
 let p: AccountsProduct;
 
-const PLANTED = ['session=planted; Path=/', '__Host-session=planted; Path=/; Secure', 'scopebase-login=planted; Path=/'];
+// `=session=…` is a cookie without a name, which browsers send back as its value alone: `session=planted` (attack round 6).
+const PLANTED = ['session=planted; Path=/', '__Host-session=planted; Path=/; Secure', 'scopebase-login=planted; Path=/', '=session=planted; Path=/other/', ' = scopebase-login=planted'];
 
 function echo(req: IncomingMessage, body: string) {
   return { method: req.method, url: req.url, headers: req.headers, body };

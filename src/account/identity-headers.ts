@@ -2,10 +2,11 @@
 
 /**
  * Printable ASCII without '%' stays as is; anything else (a name like "José", a '%') is sent percent-encoded UTF-8.
- * Encoding every '%' keeps it unambiguous: decodeURIComponent of any value gives back exactly the original.
+ * Encoding every '%' keeps it unambiguous: decodeURIComponent of any value gives back exactly the original. So is a
+ * value with a space at either end: HTTP drops those, and " admin" would reach the app as "admin".
  */
 export function headerValue(value: string): string {
-  return /^[\x20-\x24\x26-\x7e]*$/.test(value) ? value : encodeURIComponent(value);
+  return /^[\x20-\x24\x26-\x7e]*$/.test(value) && !value.startsWith(' ') && !value.endsWith(' ') ? value : encodeURIComponent(value);
 }
 
 export const IDENTITY_HEADERS = ['x-auth-user-id', 'x-auth-user-email', 'x-auth-user-name', 'x-auth-user-login'] as const;

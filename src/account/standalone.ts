@@ -40,6 +40,9 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
 
   const app = createHttpApp({
     logger: opts.logger.child({ server: 'account' }), bodyLimit: ACCOUNT_BODY_LIMIT, connections: opts.connections,
+    // Called straight by a forward-auth proxy (no proxy token), the browser's scheme is its x-forwarded-proto when it is
+    // listed, as at the proxy: under HTTPS the cookie is __Host-session, never the plain one a sibling host can plant.
+    trustProxy: opts.config.trustedProxies.length ? opts.config.trustedProxies : false,
     // `{account_url}/X` is `/{repo}/_account/X`: the repo comes from the proxy's header, always. A path that itself
     // looks like `/{other}/_account/...` stays under the proxy's repo (404), so the path cannot override the header.
     rewriteUrl: (raw) => {

@@ -8,7 +8,7 @@ import { checkRepo, safeDecode } from '../shared/names.ts';
 import type { SessionResolver } from '../account/contract.ts';
 import { LOGIN_COOKIE, SESSION_COOKIE, withoutCookies } from '../account/cookies.ts';
 import { identityHeaders } from '../account/identity-headers.ts';
-import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies } from './forward.ts';
+import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, urlUnder } from './forward.ts';
 import { trustedPeers } from '../shared/trusted-peers.ts';
 import { attachWebSocketProxy } from './apps-ws.ts';
 import { isLandingRequest, sendLanding } from './landing.ts';
@@ -66,24 +66,9 @@ export function appTarget(org: string, url: string, apps: Map<string, AppRoute>)
   return { route, repo, rawRepo, rest: rest + (m[3] ?? '') };
 }
 
-const ENCODED_DOT_SEGMENT = /(^|[/\\])\.\.?([/\\]|$)/;
-
-/**
- * The upstream URL for a request path. The path is normalized under a fixed host first, so `//host`, `\\host`
- * and dot segments can neither change the upstream host nor climb out of the app's base path (SSRF, and
- * reaching another app on the same upstream past its requireSession).
- */
+/** The upstream URL of an app for a request path: under the app's base path (urlUnder). */
 export function upstreamUrl(route: AppRoute, rest: string): URL {
-  const base = new URL(route.url);
-  const q = rest.indexOf('?');
-  const normalized = new URL(`http://app.invalid${q === -1 ? rest : rest.slice(0, q)}`).pathname;
-  // `..%2F` or `%2F..` survive that normalization, and an upstream that decodes `%2F` before resolving dot segments
-  // (nginx, many frameworks) would climb out of the base path there: refused, as no real page needs them.
-  if (ENCODED_DOT_SEGMENT.test(safeDecode(normalized))) throw new ApiError('invalid_request', 'the path has a dot segment hidden behind an encoded / or \\');
-  const url = new URL(base.origin);
-  url.pathname = base.pathname.replace(/\/+$/, '') + normalized; // the pathname setter never changes the host
-  url.search = q === -1 ? '' : rest.slice(q);
-  return url;
+  return urlUnder(route.url, rest);
 }
 
 /**

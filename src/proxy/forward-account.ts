@@ -7,10 +7,21 @@ import { ApiError } from '../shared/errors.ts';
 import { checkRepo } from '../shared/names.ts';
 import type { ResolvedSession, SessionResolver } from '../account/contract.ts';
 import { readCookie, SESSION_COOKIE } from '../account/cookies.ts';
-import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies } from './forward.ts';
+import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, urlUnder } from './forward.ts';
 import { trustedPeers } from '../shared/trusted-peers.ts';
+import { requestIdOf } from '../shared/raw-route.ts';
 
 export interface RemoteAccountOptions { accountUrl: string; proxyToken: string; trustedProxies: string[] }
+
+/**
+ * A 5xx that is not the account service's own: a gateway at ACCOUNT_SERVICE_URL (nginx, a load balancer) answering for
+ * a service it could not reach. The service never answers 502 or 504, and its own 5xx echo the request id it was sent;
+ * what the gateway said (a page of its own, in no shape of SPEC 3) becomes 503 unavailable with Retry-After.
+ */
+export function gatewayFailure(status: number, echoedId: unknown, requestId: string): ApiError | null {
+  if (status < 500 || ((status !== 502 && status !== 504) && echoedId === requestId)) return null;
+  return new ApiError('unavailable', `the account service is not reachable right now: the gateway in front of it answered HTTP ${status}`, undefined, { 'retry-after': '5' });
+}
 
 /** The trusted routing headers the standalone account service reads (SPEC 8: only from the proxy). */
 export function routingHeaders(req: FastifyRequest, repo: string, proxyToken: string): Record<string, string> {
@@ -48,7 +59,8 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
       ...forwardedHeaders(req.raw, isTrusted(req.socket.remoteAddress), `/${req.params.repo}/_account`),
       ...routingHeaders(req, repo, opts.proxyToken),
     };
-    return forwardHttp(req, reply, new URL(base + (rest.startsWith('/') ? rest : `/${rest}`)), headers, agent, 'account service');
+    return forwardHttp(req, reply, urlUnder(base, rest.startsWith('/') ? rest : `/${rest}`), headers, agent, 'account service', [],
+      (res, id) => gatewayFailure(res.statusCode, res.headers['x-request-id'], id));
   };
 
   const plugin: FastifyPluginAsync = async (app) => {
@@ -62,12 +74,19 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
   /** /verify's answer for this request's cookie (none: whether the service answers at all); unreachable is 503. */
   const askVerify = async (req: FastifyRequest, sent: string | null): Promise<ResolvedSession | null> => {
     const repo = /^\/([^/?]*)/.exec(req.url ?? '')?.[1] ?? '';
-    const headers = { ...(sent === null ? {} : { cookie: sent }), accept: 'application/json', ...routingHeaders(req, repo.toLowerCase(), opts.proxyToken) };
+    // An upgrade's view (sessionView) has no Fastify id: the id it is answered with, the caller's or a fresh one.
+    const id = typeof req.id === 'string' ? req.id : requestIdOf(req.raw);
+    const headers = { ...(sent === null ? {} : { cookie: sent }), accept: 'application/json', 'x-request-id': id, ...routingHeaders(req, repo.toLowerCase(), opts.proxyToken) };
     let res;
     try {
       res = await request(`${base}/verify`, { headers, dispatcher: agent, headersTimeout: 10_000, bodyTimeout: 10_000 });
     } catch {
       throw new ApiError('unavailable', 'the account service is not reachable right now', undefined, { 'retry-after': '5' });
+    }
+    const failed = gatewayFailure(res.statusCode, res.headers['x-request-id'], id);
+    if (failed !== null) {
+      await res.body.dump().catch(() => {});
+      throw failed;
     }
     const body = (await res.body.json().catch(() => null)) as { user?: ResolvedSession['user']; session?: { expiresAt: string }; org?: string } | null;
     if (res.statusCode === 401) return null;

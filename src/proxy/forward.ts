@@ -5,6 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError } from '../shared/errors.ts';
 import { isForwarding, isProxyOnly } from '../shared/headers.ts';
+import { safeDecode } from '../shared/names.ts';
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
 
@@ -29,12 +30,22 @@ export function forwardedHeaders(req: IncomingMessage, trusted: boolean, prefix:
 }
 
 /**
+ * The scheme the browser saw, exactly as Fastify's request.protocol reads it: a trusted peer's x-forwarded-proto, its
+ * last entry (`https, https` from two layers that each append is https), else the socket's. Read any other way on
+ * some routes, a list made them plain HTTP, where the `session` cookie a sibling host can plant counted.
+ */
+function protocolOf(req: IncomingMessage, trusted: boolean): string {
+  const proto = first(req.headers['x-forwarded-proto']);
+  if (trusted && proto) return proto.slice(proto.lastIndexOf(',') + 1).trim();
+  return 'encrypted' in req.socket ? 'https' : 'http';
+}
+
+/**
  * What the session resolvers read of a request that did not go through Fastify (upgrades, the raw /verify route):
- * URL, headers, org, and the scheme the browser saw (x-forwarded-proto from a trusted proxy, like request.protocol).
+ * URL, headers, org, and the scheme the browser saw (protocolOf, as request.protocol).
  */
 export function sessionView(req: IncomingMessage, org: string, trusted: boolean): FastifyRequest {
-  const protocol = forwardedHeaders(req, trusted, '')['x-forwarded-proto'] === 'https' ? 'https' : 'http';
-  return { url: req.url, headers: req.headers, org, raw: req, protocol, ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
+  return { url: req.url, headers: req.headers, org, raw: req, protocol: protocolOf(req, trusted), ip: req.socket.remoteAddress ?? '' } as unknown as FastifyRequest;
 }
 
 /** Copies end-to-end request headers; drops hop-by-hop, internal, identity and forwarding ones (set again by the caller). */
@@ -69,10 +80,14 @@ export function responseHeaders(headers: IncomingHttpHeaders | Record<string, st
   return out;
 }
 
-/** Whether a Set-Cookie line sets one of `names` (an app may not plant or clear the org's session: fixation). */
+/**
+ * Whether a Set-Cookie line sets one of `names` (an app may not plant or clear the org's session: fixation). A cookie
+ * without a name (`=session=x`) counts as the name in its value: browsers send it back as that value alone, `session=x`.
+ */
 export function setsCookie(line: string, names: string[]): boolean {
-  const eq = line.indexOf('=');
-  return eq !== -1 && names.includes(line.slice(0, eq).trim());
+  const pair = line.split(';', 1)[0]!.trim().replace(/^=\s*/, '');
+  const eq = pair.indexOf('=');
+  return eq !== -1 && names.includes(pair.slice(0, eq).trim());
 }
 
 /** Lets a plugin stream request bodies instead of buffering them (Fastify's parsers are replaced in this context only). */
@@ -89,8 +104,32 @@ export function createAgent(): Agent {
   return new Agent({ connect: { timeout: 5_000 }, headersTimeout: 60_000, bodyTimeout: 300_000, keepAliveTimeout: 10_000 });
 }
 
+const ENCODED_DOT_SEGMENT = /(^|[/\\])\.\.?([/\\]|$)/;
+
+/**
+ * `rest` (a request's path and query, as sent) under the path of `base` (an app's URL, ACCOUNT_SERVICE_URL). The path
+ * is normalized under a fixed host first, so `//host`, `\\host` and dot segments can neither change the host nor climb
+ * out of the base path (SSRF; another app on the same upstream past its requireSession; another service behind a
+ * gateway that routes by path, sent the proxy token).
+ */
+export function urlUnder(base: string, rest: string): URL {
+  const root = new URL(base);
+  const q = rest.indexOf('?');
+  const normalized = new URL(`http://app.invalid${q === -1 ? rest : rest.slice(0, q)}`).pathname;
+  // `..%2F` or `%2F..` survive that normalization, and an upstream that decodes `%2F` before resolving dot segments
+  // (nginx, many frameworks) would climb out of the base path there: refused, as no real page needs them.
+  if (ENCODED_DOT_SEGMENT.test(safeDecode(normalized))) throw new ApiError('invalid_request', 'the path has a dot segment hidden behind an encoded / or \\');
+  const url = new URL(root.origin);
+  url.pathname = root.pathname.replace(/\/+$/, '') + normalized; // the pathname setter never changes the host
+  url.search = q === -1 ? '' : rest.slice(q);
+  return url;
+}
+
+/** Looks at the upstream's answer before it is relayed: an ApiError replaces it (its body is dropped), null relays it. */
+export type AnswerCheck = (res: Dispatcher.ResponseData, requestId: string) => ApiError | null;
+
 /** Streams the request to `target` and the answer back; an unreachable upstream is 503 unavailable. */
-export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string, privateCookies: string[] = []): Promise<FastifyReply> {
+export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string, privateCookies: string[] = [], check?: AnswerCheck): Promise<FastifyReply> {
   const abort = new AbortController();
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort();
@@ -113,6 +152,12 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
     }
     req.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code }, upstream: target.origin }, `${what} unreachable`);
     throw new ApiError('unavailable', `the ${what} is not reachable right now`, undefined, { 'retry-after': '5' });
+  }
+  const refused = check?.(res, req.id) ?? null;
+  if (refused !== null) {
+    res.body.dump().catch(() => {}); // the upstream's own page is not relayed: read and dropped, its connection reused
+    req.log.warn({ upstream: target.origin, status: res.statusCode }, `the gateway in front of the ${what} answered for it`);
+    throw refused;
   }
   reply.code(res.statusCode);
   for (const [name, value] of Object.entries(responseHeaders(res.headers, privateCookies))) {

@@ -67,6 +67,17 @@ export function logAccess(logger: Logger, reqId: string, method: string | undefi
 }
 
 /**
+ * An absolute-form target split as sent (RFC 9112 3.2.2): `http://host:1/a/%2e%2e/b?q` is the scheme `http`, the
+ * authority `host:1` and the path `/a/%2e%2e/b?q`, byte for byte. Null when it is no http(s) URL whose authority is
+ * followed by a path, a query or nothing (a `\` there, which URL parsers read as the path's `/`, included).
+ */
+function splitAbsolute(url: string): { scheme: string; authority: string; path: string } | null {
+  const m = /^(https?):\/\/([^/?#\\]*)(.*)$/i.exec(url);
+  if (!m || !/^([/?]|$)/.test(m[3]!)) return null;
+  return { scheme: m[1]!, authority: m[2]!, path: m[3]!.startsWith('/') ? m[3]! : `/${m[3]!}` };
+}
+
+/**
  * Why the request's Host cannot be trusted, or null. RFC 9112 3.2: more than one Host is a 400; so is an absolute-form
  * target whose authority is not the Host (the target wins there, and every part reads the org from Host). A proxy in
  * front that picks another of them than Node (the first) would otherwise route to one org while this serves another.
@@ -78,12 +89,14 @@ export function hostConflict(req: IncomingMessage): string | null {
   if (hosts > 1) return 'the request has more than one Host header';
   const url = req.url ?? '';
   if (url.startsWith('/') || url === '*') return null;
+  const target = splitAbsolute(url);
+  if (target === null) return 'the request target is neither a path nor an absolute http(s) URL with a path';
   try {
-    const target = new URL(url);
     // Both through the URL parser, so a default port (`:80`) written on one side only is still the same host.
-    if (target.host === new URL(`${target.protocol}//${req.headers.host ?? ''}`).host) return null;
+    const { scheme, authority } = target;
+    if (new URL(`${scheme}://${authority}`).host === new URL(`${scheme}://${req.headers.host ?? ''}`).host) return null;
   } catch {
-    return 'the request target is neither a path nor an absolute URL matching the Host header';
+    // either side is no host at all: another host than the Host header's
   }
   return 'the absolute request target names another host than the Host header';
 }
@@ -91,12 +104,13 @@ export function hostConflict(req: IncomingMessage): string | null {
 /**
  * RFC 9112 3.2.2: a server takes an absolute-form target (a client using it as its HTTP proxy). Once hostConflict
  * passed it, the request goes on as its origin-form path, so every route (apps and pages too) sees the same URL.
+ * The path is kept as sent, not normalized: `/web/%2e%2e/other/` stays under repo web as it does in origin form,
+ * where a URL parser would have resolved it to /other/ (a path filter in front saw /web/, the proxy served /other/).
  */
 export function toOriginForm(req: IncomingMessage): void {
   const url = req.url ?? '';
   if (url.startsWith('/') || url === '*') return;
-  const target = new URL(url);
-  req.url = `${target.pathname}${target.search}`;
+  req.url = splitAbsolute(url)!.path;
 }
 
 /** Answers 503 while closing, else serves the request if `router` takes it; returns false to hand it to Fastify. */

@@ -21,6 +21,15 @@ function str(v: unknown): string | null {
   return typeof v === 'string' && v.length > 0 ? v : null;
 }
 
+/**
+ * Whether `email_verified` lets the email count: absent (the provider says nothing, as oauth2-proxy reads it), true,
+ * or the string "true" some userinfo endpoints send (AWS Cognito's). Any other value (false, "false", 0) does not:
+ * read as "not false", the string "false" let an unverified address reach apps as x-auth-user-email.
+ */
+function emailVerified(v: unknown): boolean {
+  return v === undefined || v === true || (typeof v === 'string' && v.toLowerCase() === 'true');
+}
+
 export function createOidcProvider(o: OidcOptions): SignInProvider {
   let discovered: Promise<oidc.Configuration> | null = null;
   const configuration = (): Promise<oidc.Configuration> => {
@@ -65,7 +74,7 @@ export function createOidcProvider(o: OidcOptions): SignInProvider {
         }
       }
       // An unverified email is not the user's to claim: keep it out of x-auth-user-email.
-      const email = info.email_verified === false ? null : str(info.email);
+      const email = emailVerified(info.email_verified) ? str(info.email) : null;
       return {
         subject: claims.sub,
         profile: {

@@ -10,6 +10,7 @@ import { escapeHtml, sendPage } from '../../shared/html-page.ts';
 import type { SignInProvider } from '../providers/index.ts';
 import type { RateLimiter } from '../../shared/rate-limit.ts';
 import { requestInfo } from '../request-info.ts';
+import { clientKey } from '../../shared/connection-cap.ts';
 import { wantsHtml } from '../../shared/html-page.ts';
 import { safeReturnTo } from '../return-to.ts';
 import type { Sessions } from '../sessions.ts';
@@ -87,7 +88,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
   app.get('/login', async (req: Req, reply) => {
     const repo = checkRepo(req.params.repo);
     const info = requestInfo(req);
-    deps.limiter.take(info.ip);
+    deps.limiter.take(clientKey(info.ip)); // an IPv6 client by its /64: it holds all of it
     // SPEC 7: no (or a bad) return_to is /{repo}/ — the app, or with none the landing page (proxy/landing.ts).
     const returnTo = safeReturnTo(one(req.query.return_to), repo);
     returnTos.set(req.raw, returnTo);
@@ -124,7 +125,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
   app.get('/callback', async (req: Req, reply) => {
     const repo = checkRepo(req.params.repo);
     const info = requestInfo(req);
-    deps.limiter.take(info.ip);
+    deps.limiter.take(clientKey(info.ip)); // an IPv6 client by its /64: it holds all of it
     const state = one(req.query.state);
     const pending = state ? deps.store.takePending(state) : null;
     const bindingName = cookieName(LOGIN_COOKIE, info.https);
