@@ -171,6 +171,13 @@ function insertedRowid(p: Prepared, changes: number, rowid: () => number | bigin
   return BigInt(id) === NO_INSERT ? null : id;
 }
 
+/** last_insert_rowid() read as a BigInt: a rowid past ±(2^53−1) is not a JavaScript number (SPEC 4.2's $bigint). */
+function lastInsertRowid(h: DbHandle): bigint {
+  const stmt = h.internal('SELECT last_insert_rowid() AS id');
+  stmt.setReadBigInts(true);
+  return stmt.get()!.id as bigint;
+}
+
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
 export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget, watch: KeyWatch): WriteOutcome {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
@@ -190,7 +197,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   if (p.returnsRows) {
     const rows = h.writing(length, () => rowsOf(p.stmt, args, shape, budget, true));
     const count = p.dml ? rows.count : 0;
-    const rowid = insertedRowid(p, count, () => h.internal('SELECT last_insert_rowid() AS id').get()!.id as number);
+    const rowid = insertedRowid(p, count, () => lastInsertRowid(h));
     const cols = shape === 'hrana' ? hranaCols(p.stmt) : columnsOf(p.stmt);
     budget.charge(cols, RESULT_BYTES);
     const text = shape === 'hrana'
