@@ -379,6 +379,30 @@ describe('migrations as drizzle-kit and wrangler write them (SPEC 4.6, issue 10)
     assert.deepEqual(rows.json.results[0].rows[0], ['-2,-1', 0, 0], 'its neighbours committed; nothing of it stayed');
   });
 
+  test('a write whose conflict resolution rolls back the transaction (INSERT OR ROLLBACK, RAISE(ROLLBACK)) fails alone, not the writes committed with it (they all got its 409)', async () => {
+    const db = 'rollback';
+    assert.equal((await q.db('web', 'execute', { database: db, statements: [{ sql: 'CREATE TABLE u(id INTEGER PRIMARY KEY, name TEXT UNIQUE)' }, { sql: "INSERT INTO u(name) VALUES ('taken')" }, { sql: 'CREATE TABLE c(x)' }, { sql: "CREATE TRIGGER no_boom BEFORE INSERT ON u WHEN new.name = 'boom' BEGIN SELECT RAISE(ROLLBACK, 'no boom'); END" }] })).status, 200);
+    for (const [sql, message] of [["INSERT OR ROLLBACK INTO u(name) VALUES ('taken')", /UNIQUE constraint failed: u\.name/], ["INSERT INTO u(name) VALUES ('boom')", /no boom/]] as const) {
+      // A slow write holds the database's lane, so the writes sent meanwhile commit together, as one group.
+      const slow = q.db('web', 'execute', { database: db, sql: 'WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 200000) INSERT INTO c SELECT -i FROM r' });
+      await new Promise((r) => setTimeout(r, 30));
+      const [before, broken, after] = await Promise.all([
+        q.db('web', 'execute', { database: db, sql: 'INSERT INTO c VALUES (1)' }),
+        q.db('web', 'execute', { database: db, statements: [{ sql: 'INSERT INTO c VALUES (2)' }, { sql }] }),
+        q.db('web', 'execute', { database: db, sql: 'INSERT INTO c VALUES (3)' }),
+      ]);
+      assert.equal((await slow).status, 200);
+      assert.equal(before!.status, 200, `${sql}: ${before!.text}`);
+      assert.equal(after!.status, 200, `${sql}: ${after!.text}`);
+      assert.equal(broken!.status, 409, broken!.text);
+      assert.match(broken!.json.error.message, message);
+      assert.equal(broken!.json.error.details.statement, 1);
+      const rows = await q.db('web', 'query', { database: db, sql: 'SELECT group_concat(x) FROM (SELECT x FROM c WHERE x > 0 ORDER BY x)' });
+      assert.deepEqual(rows.json.results[0].rows[0], ['1,3'], `${sql}: its neighbours committed, nothing of it stayed`);
+      assert.equal((await q.db('web', 'execute', { database: db, sql: 'DELETE FROM c' })).status, 200);
+    }
+  });
+
   test('a migration that leaves a broken foreign key fails at its end, and a dry run fails exactly where the real run would', async () => {
     const breaking = { id: '0002_break', sql: 'PRAGMA foreign_keys=OFF;\nDELETE FROM authors;\nPRAGMA foreign_keys=ON;' };
     const all = [init, rebuild, breaking];

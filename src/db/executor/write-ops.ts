@@ -198,9 +198,11 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, fo
     let version = start;
     for (const body of bodies) {
       const { carried, ...reply } = executeOne(h, body, ctx, version);
-      // A full disk or an I/O error rolled back the whole group: none of it is on disk, and the rest must not run
-      // outside a transaction (each would commit on its own) — every request of the group gets that failure.
-      if (!h.db.isTransaction) return bodies.map(() => ({ status: reply.status, body: reply.body }));
+      // SQLite rolled back the whole group under this request: its own ROLLBACK (INSERT OR ROLLBACK, RAISE(ROLLBACK)
+      // in a trigger), a full disk or an I/O error. None of it is on disk, and the rest must not run outside a
+      // transaction (each would commit on its own): each request runs again alone, so only the one at fault fails
+      // (its neighbours got its error before, a 409 for an INSERT that broke nothing).
+      if (!h.db.isTransaction) return bodies.length > 1 ? bodies.flatMap((b) => runGroup(h, [b], groupCtx, foreignKeysOff)) : [reply];
       if (reply.version !== undefined) {
         version = reply.version;
         prune(h, ctx, version);
