@@ -176,7 +176,11 @@ export class Pipeline {
     const tx = this.stream.tx;
     if (tx) {
       this.checkAllowance();
-      const result = await tx.exec(s, this.resultBytesLeft);
+      // SQLite rolled it back under this statement: the stream is in autocommit again, as a connection is.
+      const result = await tx.exec(s, this.resultBytesLeft).catch((e: unknown) => {
+        if (tx.sqliteEnded && this.stream.tx === tx) this.stream.tx = null;
+        throw e;
+      });
       this.resultBytesLeft -= JSON.stringify(result.rows).length; // rows are what grows a reply (runAs counts the rest)
       return stmt.want_rows === false ? { ...result, rows: [] } : result;
     }

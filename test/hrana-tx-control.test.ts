@@ -1,0 +1,57 @@
+// SPEC 4.10: how an interactive transaction of a libSQL stream ends, sent as raw Hrana JSON through the proxy —
+// when SQLite itself rolls it back under a failing statement, and when its BEGIN, COMMIT or ROLLBACK carries comments.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startProduct, type Product } from './helpers/product.ts';
+
+let p: Product;
+const pipeline = (baton: string | null, requests: unknown[], database: string) =>
+  p.call(`/web/_db/${database}/v3/pipeline`, { body: { baton, requests }, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
+const exec = (sql: string) => ({ type: 'execute', stmt: { sql } });
+const status = async (database: string) => (await p.db('web', 'status', { database })).json as { version: number };
+const names = async (database: string) => (await p.db('web', 'query', { database, sql: 'SELECT group_concat(name) FROM (SELECT name FROM u ORDER BY id)' })).json.results[0].rows[0][0] as string;
+const outcome = (r: { type: string; error?: { message: string }; response?: { type: string; is_autocommit?: boolean } }) =>
+  r.type === 'error' ? `error: ${r.error!.message}` : r.response!.type === 'get_autocommit' ? `autocommit ${r.response!.is_autocommit}` : 'ok';
+
+before(async () => {
+  p = await startProduct();
+});
+after(() => p.close());
+
+describe('a transaction SQLite rolls back itself under a failing statement is over on the stream too', () => {
+  const cases = [
+    ['INSERT OR ROLLBACK', "INSERT OR ROLLBACK INTO u(name) VALUES ('taken')", /UNIQUE constraint failed: u\.name/],
+    ['RAISE(ROLLBACK) in a trigger', "INSERT INTO u(name) VALUES ('boom')", /no boom/],
+  ] as const;
+  for (const [what, sql, message] of cases) {
+    test(`${what}: the stream is in autocommit again, as a connection is; nothing runs outside a version (statements after it committed on their own, unrecorded, and ROLLBACK kept them)`, async () => {
+      const db = what.startsWith('INSERT') ? 'orrollback' : 'raiserollback';
+      const made = await pipeline(null, [exec('CREATE TABLE u(id INTEGER PRIMARY KEY, name TEXT UNIQUE)'), exec("INSERT INTO u(name) VALUES ('taken')"),
+        exec("CREATE TRIGGER no_boom BEFORE INSERT ON u WHEN new.name = 'boom' BEGIN SELECT RAISE(ROLLBACK, 'no boom'); END"), { type: 'close' }], db);
+      assert.ok(made.json.results.every((r: { type: string }) => r.type === 'ok'), made.text);
+      const start = (await status(db)).version;
+      const open = await pipeline(null, [exec('BEGIN'), exec("INSERT INTO u(name) VALUES ('in the transaction')")], db);
+      assert.deepEqual(open.json.results.map(outcome), ['ok', 'ok'], open.text);
+      const r = await pipeline(open.json.baton, [
+        exec(sql), { type: 'get_autocommit' },
+        // @libsql/client (Hrana 3) guards each statement of a transaction so: skipped once the transaction is gone.
+        { type: 'batch', batch: { steps: [{ stmt: { sql: "INSERT INTO u(name) VALUES ('guarded')" }, condition: { type: 'not', cond: { type: 'is_autocommit' } } }] } },
+        exec("INSERT INTO u(name) VALUES ('after')"), exec('ROLLBACK'), exec('COMMIT'), { type: 'close' },
+      ], db);
+      const [failed, autocommit, guarded, later, rollback, commit] = r.json.results;
+      assert.match(outcome(failed), message);
+      assert.equal(outcome(autocommit), 'autocommit true', r.text);
+      assert.deepEqual(guarded.response.result, { step_results: [null], step_errors: [null] }, 'the guarded step did not run');
+      assert.equal(outcome(later), 'ok', 'a statement after it runs on its own, as on SQLite');
+      assert.equal(outcome(rollback), 'error: cannot rollback - no transaction is active');
+      assert.equal(outcome(commit), 'error: cannot commit - no transaction is active');
+      assert.equal(await names(db), 'taken,after', 'nothing of the transaction stayed; the write after it stayed');
+      assert.equal((await status(db)).version, start + 1, 'the write after it is a version of its own');
+      const events = (await p.db('web', 'changes', { database: db, since: start })).json.events as { version: number }[];
+      assert.deepEqual(events.map((e) => e.version), [start + 1], 'and it is in the change log (mirrors get it)');
+      const t0 = performance.now();
+      assert.equal((await p.db('web', 'execute', { database: db, sql: "INSERT INTO u(name) VALUES ('next')" })).status, 200);
+      assert.ok(performance.now() - t0 < 500, 'the database\'s writes did not wait for the stream to expire');
+    });
+  }
+});
