@@ -55,3 +55,23 @@ describe('a transaction SQLite rolls back itself under a failing statement is ov
     });
   }
 });
+
+describe('BEGIN, COMMIT, ROLLBACK and savepoints are read as SQLite reads them: comments before and after count for nothing', () => {
+  test('ROLLBACK -- c, /* c */ COMMIT, a commented BEGIN and savepoints end or nest the transaction (they were refused as SQLITE_AUTH, and the transaction held the lane until it expired)', async () => {
+    const db = 'comments';
+    assert.equal((await pipeline(null, [exec('CREATE TABLE u(id INTEGER PRIMARY KEY, name TEXT)'), { type: 'close' }], db)).json.results[0].type, 'ok');
+    for (const [begin, end, name] of [['BEGIN -- start', 'ROLLBACK -- undo', 'a'], ['/* tag */ BEGIN', 'ROLLBACK /* undo */;', 'b'], ['-- tx\nBEGIN IMMEDIATE;', '/* tag */ COMMIT', 'c'], ['BEGIN', 'COMMIT; -- done', 'd']] as const) {
+      const r = await pipeline(null, [exec(begin), { type: 'get_autocommit' }, exec('SAVEPOINT s -- nested'), exec(`INSERT INTO u(name) VALUES ('${name} undone')`),
+        exec('/* tag */ ROLLBACK TO s'), exec('RELEASE s; -- x'), exec(`INSERT INTO u(name) VALUES ('${name}')`)], db);
+      assert.deepEqual(r.json.results.map(outcome), ['ok', 'autocommit false', 'ok', 'ok', 'ok', 'ok', 'ok'], `${begin}: ${r.text}`);
+      // A read with a comment before it is a read: it does not wait behind the open transaction's lane.
+      const t0 = performance.now();
+      const read = await pipeline(null, [exec('/* tag */ SELECT count(*) FROM u'), { type: 'close' }], db);
+      assert.equal(outcome(read.json.results[0]), 'ok', read.text);
+      assert.ok(performance.now() - t0 < 500, `a commented read waited ${performance.now() - t0} ms behind the transaction`);
+      const ended = await pipeline(r.json.baton, [exec(end), { type: 'get_autocommit' }, { type: 'close' }], db);
+      assert.deepEqual(ended.json.results.map(outcome), ['ok', 'autocommit true', 'ok'], `${end}: ${ended.text}`);
+    }
+    assert.equal(await names(db), 'c,d', 'the rolled-back transactions left nothing, the committed ones their row, no savepoint\'s row');
+  });
+});

@@ -5,7 +5,7 @@
 import { ApiError } from '../../shared/errors.ts';
 import { turnsForeignKeysOff } from '../executor/foreign-keys.ts';
 import { splitStatements } from '../statement-end.ts';
-import { type BatchStep, blockAutocommit, checkConditions, evaluate, READ_ONLY_BEGIN, transactionBlock } from './batch.ts';
+import { type BatchStep, blockAutocommit, checkConditions, evaluate, headOf, READ_ONLY_BEGIN, transactionBlock } from './batch.ts';
 import type { LaneHold } from '../executor/pool.ts';
 import type { StreamState } from './streams.ts';
 import { StreamTx, type TxQuota } from './transaction.ts';
@@ -141,7 +141,7 @@ export class Pipeline {
     const all = rest ? [...statements, rest] : statements;
     if (all.length === 0) return;
     // As a request of its own, it would wait behind the stream's own transaction (and commit apart from it).
-    if (this.stream.tx || all.some((sql) => TRANSACTION.test(sql))) {
+    if (this.stream.tx || all.some((sql) => TRANSACTION.test(headOf(sql)))) {
       for (const sql of all) await this.execute({ sql }, where);
       return;
     }
@@ -172,7 +172,8 @@ export class Pipeline {
       if (!this.stream.tx) this.stream.foreignKeysOff = turnsForeignKeysOff(s.sql); // inside a transaction SQLite ignores it
       return EMPTY;
     }
-    if (TRANSACTION.test(s.sql)) return this.control(s.sql, s);
+    const head = headOf(s.sql);
+    if (TRANSACTION.test(head)) return this.control(head, s);
     const tx = this.stream.tx;
     if (tx) {
       this.checkAllowance();
@@ -184,7 +185,7 @@ export class Pipeline {
       this.resultBytesLeft -= JSON.stringify(result.rows).length; // rows are what grows a reply (runAs counts the rest)
       return stmt.want_rows === false ? { ...result, rows: [] } : result;
     }
-    const reply = await this.runAs(READ_ONLY.test(s.sql) ? 'read' : 'write', [s]);
+    const reply = await this.runAs(READ_ONLY.test(head) ? 'read' : 'write', [s]);
     return (raw && stmt.want_rows !== false ? onlyResult(reply) : null) ?? resultsOf(reply, [stmt])[0]!;
   }
 
@@ -256,9 +257,10 @@ export class Pipeline {
     if (steps.length > 2 * this.backend.maxStatements + 8) throw tooManySteps(this.backend.maxStatements, steps.length);
     const sqls = steps.map((s, i) => this.sqlOf(s?.stmt, `${where}.steps[${i}].stmt`));
     // A client's BEGIN, COMMIT, ROLLBACK and foreign_keys pragmas around a batch are not its statements (SPEC 4.2).
-    const counted = sqls.filter((sql) => !TRANSACTION.test(sql) && !FOREIGN_KEYS_PRAGMA.test(sql)).length;
+    const heads = sqls.map(headOf);
+    const counted = heads.filter((sql) => !TRANSACTION.test(sql) && !FOREIGN_KEYS_PRAGMA.test(sql)).length;
     if (counted > this.backend.maxStatements) throw tooManySteps(this.backend.maxStatements, counted);
-    const block = transactionBlock(sqls, steps, TRANSACTION);
+    const block = transactionBlock(heads, steps, TRANSACTION);
     if (block && this.stream.tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
     const results: (StmtResult | null)[] = steps.map(() => null);
     const errors: (HranaError | null)[] = steps.map(() => null);
