@@ -88,6 +88,25 @@ describe('execute and query (4.3, 4.4, 4.5)', () => {
     assert.equal(r.json.version, v0 + 1, 'one version per committed request, however many statements');
   });
 
+  test('an INSERT into a view (its INSTEAD OF trigger inserts) reports what it inserted itself, with RETURNING too: 0 rows and no rowid (it reported the rows returned, and an internal insert\'s rowid)', async () => {
+    const setup = await p.db('web', 'execute', { database: 'views', statements: [
+      { sql: 'CREATE TABLE o(id INTEGER PRIMARY KEY, a)' }, { sql: "INSERT INTO o VALUES (1000, 'seed')" }, { sql: 'CREATE VIEW v AS SELECT * FROM o' },
+      { sql: 'CREATE TRIGGER tv INSTEAD OF INSERT ON v BEGIN INSERT INTO o(a) VALUES (new.a); END' },
+    ] });
+    assert.equal(setup.status, 200, setup.text);
+    for (const sql of ["INSERT INTO v(a) VALUES ('x')", "INSERT INTO v(a) VALUES ('y') RETURNING a"]) {
+      const r = await p.db('web', 'execute', { database: 'views', sql });
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual([r.json.results[0].rowsAffected, r.json.results[0].lastInsertRowid], [0, null], `${sql}: ${r.text}`);
+    }
+    const rows = await p.db('web', 'query', { database: 'views', sql: 'SELECT id, a FROM o ORDER BY id' });
+    assert.deepEqual(rows.json.results[0].rows, [[1000, 'seed'], [1001, 'x'], [1002, 'y']], 'the trigger inserted them');
+    const plain = await p.db('web', 'execute', { database: 'views', sql: "INSERT INTO o(a) VALUES ('z'), ('w') RETURNING id" });
+    assert.deepEqual([plain.json.results[0].rowsAffected, plain.json.results[0].lastInsertRowid], [2, 1004], 'a table\'s RETURNING insert counts as before');
+    const upsert = await p.db('web', 'execute', { database: 'views', sql: "INSERT INTO o(id, a) VALUES (1004, 'u') ON CONFLICT(id) DO NOTHING RETURNING id" });
+    assert.deepEqual([upsert.json.results[0].rowsAffected, upsert.json.results[0].lastInsertRowid, upsert.json.results[0].rows], [0, null, []]);
+  });
+
   test('a batch is one transaction: a failing statement leaves nothing and names its index', async () => {
     const before = await p.db('web', 'query', { sql: 'SELECT count(*) FROM todos' });
     const r = await p.db('web', 'execute', {

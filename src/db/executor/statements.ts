@@ -196,7 +196,9 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   h.sandbox.mode = 'write'; // the internal statements above switched it: a re-prepare while this runs is a write's
   if (p.returnsRows) {
     const rows = h.writing(length, () => rowsOf(p.stmt, args, shape, budget, true));
-    const count = p.dml ? rows.count : 0;
+    // SQLite's own count, as without RETURNING: an INSERT into a view returns its rows, but its INSTEAD OF trigger
+    // did the inserting (the rows returned, and last_insert_rowid() an internal insert's, were reported).
+    const count = p.dml ? Number(h.internal('SELECT changes() AS n').get()!.n) : 0;
     const rowid = insertedRowid(p, count, () => lastInsertRowid(h));
     const cols = shape === 'hrana' ? hranaCols(p.stmt) : columnsOf(p.stmt);
     budget.charge(cols, RESULT_BYTES);
