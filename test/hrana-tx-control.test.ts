@@ -75,3 +75,19 @@ describe('BEGIN, COMMIT, ROLLBACK and savepoints are read as SQLite reads them: 
     assert.equal(await names(db), 'c,d', 'the rolled-back transactions left nothing, the committed ones their row, no savepoint\'s row');
   });
 });
+
+describe('PRAGMA foreign_keys on a stream is read with its comments too', () => {
+  test('`PRAGMA foreign_keys=OFF; -- rebuild` turns keys off for the stream: a table rebuild keeps its children (it ran as a request of its own, keys stayed on, and DROP TABLE cascaded)', async () => {
+    for (const [i, off] of ['PRAGMA foreign_keys=OFF; -- rebuild', '/* rebuild */ PRAGMA foreign_keys = OFF', "PRAGMA foreign_keys = 'off'"].entries()) {
+      const db = `rebuild${i}`;
+      const made = await pipeline(null, [exec('CREATE TABLE p(id INTEGER PRIMARY KEY)'), exec('CREATE TABLE c(id INTEGER PRIMARY KEY, pid INTEGER REFERENCES p(id) ON DELETE CASCADE)'),
+        exec('INSERT INTO p VALUES (1)'), exec('INSERT INTO c VALUES (1, 1)'), { type: 'close' }], db);
+      assert.ok(made.json.results.every((r: { type: string }) => r.type === 'ok'), made.text);
+      const r = await pipeline(null, [exec(off), exec('BEGIN'), exec('CREATE TABLE p2(id INTEGER PRIMARY KEY, x)'), exec('INSERT INTO p2(id) SELECT id FROM p'),
+        exec('DROP TABLE p'), exec('ALTER TABLE p2 RENAME TO p'), exec('COMMIT'), exec('PRAGMA foreign_keys=ON -- done'), { type: 'close' }], db);
+      assert.ok(r.json.results.every((x: { type: string }) => x.type === 'ok'), `${off}: ${r.text}`);
+      const children = await p.db('web', 'query', { database: db, sql: 'SELECT count(*) FROM c' });
+      assert.deepEqual(children.json.results[0].rows, [[1]], `${off}: the child row stays`);
+    }
+  });
+});

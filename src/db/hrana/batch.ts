@@ -15,12 +15,13 @@ export interface BatchStep { condition?: BatchCond | null; stmt: HranaStmt }
 
 export type Outcome = 'ok' | 'error' | 'skipped';
 
-const CONTROL_WORD = /^(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
+const CONTROL_WORD = /^(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE|PRAGMA)\b/i;
 
 /**
- * A statement as the stream's checks read it (transaction control, reads): without the comments before it, and a
- * transaction-control statement also without those after it and its trailing `;` — SQLite reads `ROLLBACK -- undo`
- * as ROLLBACK, so the stream must too (it ran as a savepoint statement on the transaction and was refused).
+ * A statement as the stream's checks read it (transaction control, the foreign_keys pragma, reads): without the
+ * comments before it, and a transaction-control statement or pragma also without those after it and its trailing
+ * `;` — SQLite reads `ROLLBACK -- undo` as ROLLBACK, so the stream must too (it ran as a savepoint statement on the
+ * transaction and was refused; `PRAGMA foreign_keys=OFF; -- rebuild` left keys on, and a DROP TABLE cascaded).
  */
 export function headOf(sql: string): string {
   let i = 0;

@@ -45,7 +45,7 @@ interface HranaError { message: string; code: string }
 const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))/i;
 const TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
 /** `PRAGMA foreign_keys` around a migration (what @libsql/client's migrate() sends): the stream's setting, as a connection's. */
-const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+foreign_keys\s*=\s*(?:on|off|0|1|true|false|yes|no)\s*;?\s*$/i;
+const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+(?:"?main"?\s*\.\s*)?"?foreign_keys"?\s*=\s*(['"]?)(?:on|off|0|1|true|false|yes|no)\1\s*;?\s*$/i;
 
 const CODES: Record<string, string> = {
   not_allowed: 'SQLITE_AUTH', read_only: 'SQLITE_READONLY', sql_error: 'SQLITE_ERROR', constraint_violation: 'SQLITE_CONSTRAINT',
@@ -168,11 +168,11 @@ export class Pipeline {
   /** One statement on its own (autocommit); `raw`: its result may stay the executor's text. */
   private async execute(stmt: HranaStmt, where: string, raw = false): Promise<StmtResult | RawResult> {
     const s = this.statement(stmt, where);
-    if (FOREIGN_KEYS_PRAGMA.test(s.sql)) {
-      if (!this.stream.tx) this.stream.foreignKeysOff = turnsForeignKeysOff(s.sql); // inside a transaction SQLite ignores it
+    const head = headOf(s.sql);
+    if (FOREIGN_KEYS_PRAGMA.test(head)) {
+      if (!this.stream.tx) this.stream.foreignKeysOff = turnsForeignKeysOff(head); // inside a transaction SQLite ignores it
       return EMPTY;
     }
-    const head = headOf(s.sql);
     if (TRANSACTION.test(head)) return this.control(head, s);
     const tx = this.stream.tx;
     if (tx) {
