@@ -91,3 +91,21 @@ describe('PRAGMA foreign_keys on a stream is read with its comments too', () => 
     }
   });
 });
+
+describe('reads go on while a transaction is open (SPEC 4.8: reads do not wait for writes)', () => {
+  test('PRAGMA table_info(t), user_version and foreign_key_check are reads: they do not wait behind it (they waited DB_QUEUE_TIMEOUT_MS and got 503)', async () => {
+    const db = 'pragmas';
+    assert.equal((await pipeline(null, [exec('CREATE TABLE t(a)'), { type: 'close' }], db)).json.results[0].type, 'ok');
+    const open = await pipeline(null, [exec('BEGIN'), exec('INSERT INTO t VALUES (1)')], db);
+    for (const sql of ['PRAGMA table_info(t)', 'PRAGMA user_version', 'PRAGMA foreign_key_check', 'PRAGMA index_list(t) -- c']) {
+      const t0 = performance.now();
+      const r = await pipeline(null, [exec(sql), { type: 'close' }], db);
+      assert.equal(outcome(r.json.results[0]), 'ok', `${sql}: ${r.text}`);
+      assert.ok(performance.now() - t0 < 500, `${sql} waited ${performance.now() - t0} ms behind the transaction`);
+    }
+    const cols = await pipeline(null, [exec('PRAGMA table_info(t)'), { type: 'close' }], db);
+    assert.equal(cols.json.results[0].response.result.rows[0][1].value, 'a');
+    assert.equal(outcome((await pipeline(null, [exec('PRAGMA user_version = 3'), { type: 'close' }], 'pragmas2')).json.results[0]).startsWith('error: PRAGMA user_version = … is not allowed'), true, 'a pragma with a value is refused as before');
+    assert.equal(outcome((await pipeline(open.json.baton, [exec('ROLLBACK'), { type: 'close' }], db)).json.results[0]), 'ok');
+  });
+});

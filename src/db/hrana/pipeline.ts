@@ -41,8 +41,12 @@ export interface HranaBackend {
 
 interface HranaError { message: string; code: string }
 
-/** Statements that only read: tried as a read first (a write among them is refused as read_only, then run as one). */
-const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))/i;
+/**
+ * Statements that only read: tried as a read first (a write among them is refused as read_only, then run as one). A
+ * pragma without a value is one (`PRAGMA table_info(t)`: as a write it waited behind an open transaction, then got
+ * 503); the foreign-key pragmas are not: a write accepts them with a value in either form, and reads the stream's.
+ */
+const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))|^\s*PRAGMA\s+(?!(?:"?main"?\s*\.\s*)?"?(?:defer_)?foreign_keys\b)[^=]*$/i;
 const TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
 /** `PRAGMA foreign_keys` around a migration (what @libsql/client's migrate() sends): the stream's setting, as a connection's. */
 const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+(?:"?main"?\s*\.\s*)?"?foreign_keys"?\s*=\s*(['"]?)(?:on|off|0|1|true|false|yes|no)\1\s*;?\s*$/i;
