@@ -88,6 +88,25 @@ describe('execute and query (4.3, 4.4, 4.5)', () => {
     assert.equal(r.json.version, v0 + 1, 'one version per committed request, however many statements');
   });
 
+  test('an INSERT into a view (its INSTEAD OF trigger inserts) reports what it inserted itself, with RETURNING too: 0 rows and no rowid (it reported the rows returned, and an internal insert\'s rowid)', async () => {
+    const setup = await p.db('web', 'execute', { database: 'views', statements: [
+      { sql: 'CREATE TABLE o(id INTEGER PRIMARY KEY, a)' }, { sql: "INSERT INTO o VALUES (1000, 'seed')" }, { sql: 'CREATE VIEW v AS SELECT * FROM o' },
+      { sql: 'CREATE TRIGGER tv INSTEAD OF INSERT ON v BEGIN INSERT INTO o(a) VALUES (new.a); END' },
+    ] });
+    assert.equal(setup.status, 200, setup.text);
+    for (const sql of ["INSERT INTO v(a) VALUES ('x')", "INSERT INTO v(a) VALUES ('y') RETURNING a"]) {
+      const r = await p.db('web', 'execute', { database: 'views', sql });
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual([r.json.results[0].rowsAffected, r.json.results[0].lastInsertRowid], [0, null], `${sql}: ${r.text}`);
+    }
+    const rows = await p.db('web', 'query', { database: 'views', sql: 'SELECT id, a FROM o ORDER BY id' });
+    assert.deepEqual(rows.json.results[0].rows, [[1000, 'seed'], [1001, 'x'], [1002, 'y']], 'the trigger inserted them');
+    const plain = await p.db('web', 'execute', { database: 'views', sql: "INSERT INTO o(a) VALUES ('z'), ('w') RETURNING id" });
+    assert.deepEqual([plain.json.results[0].rowsAffected, plain.json.results[0].lastInsertRowid], [2, 1004], 'a table\'s RETURNING insert counts as before');
+    const upsert = await p.db('web', 'execute', { database: 'views', sql: "INSERT INTO o(id, a) VALUES (1004, 'u') ON CONFLICT(id) DO NOTHING RETURNING id" });
+    assert.deepEqual([upsert.json.results[0].rowsAffected, upsert.json.results[0].lastInsertRowid, upsert.json.results[0].rows], [0, null, []]);
+  });
+
   test('a batch is one transaction: a failing statement leaves nothing and names its index', async () => {
     const before = await p.db('web', 'query', { sql: 'SELECT count(*) FROM todos' });
     const r = await p.db('web', 'execute', {
@@ -377,6 +396,30 @@ describe('migrations as drizzle-kit and wrangler write them (SPEC 4.6, issue 10)
     assert.match(broken!.json.error.message, /deferred foreign key/);
     const rows = await q.db('web', 'query', { database: db, sql: 'SELECT (SELECT group_concat(x) FROM (SELECT x FROM c WHERE x < 0 ORDER BY x)), (SELECT count(*) FROM a), (SELECT count(*) FROM b)' });
     assert.deepEqual(rows.json.results[0].rows[0], ['-2,-1', 0, 0], 'its neighbours committed; nothing of it stayed');
+  });
+
+  test('a write whose conflict resolution rolls back the transaction (INSERT OR ROLLBACK, RAISE(ROLLBACK)) fails alone, not the writes committed with it (they all got its 409)', async () => {
+    const db = 'rollback';
+    assert.equal((await q.db('web', 'execute', { database: db, statements: [{ sql: 'CREATE TABLE u(id INTEGER PRIMARY KEY, name TEXT UNIQUE)' }, { sql: "INSERT INTO u(name) VALUES ('taken')" }, { sql: 'CREATE TABLE c(x)' }, { sql: "CREATE TRIGGER no_boom BEFORE INSERT ON u WHEN new.name = 'boom' BEGIN SELECT RAISE(ROLLBACK, 'no boom'); END" }] })).status, 200);
+    for (const [sql, message] of [["INSERT OR ROLLBACK INTO u(name) VALUES ('taken')", /UNIQUE constraint failed: u\.name/], ["INSERT INTO u(name) VALUES ('boom')", /no boom/]] as const) {
+      // A slow write holds the database's lane, so the writes sent meanwhile commit together, as one group.
+      const slow = q.db('web', 'execute', { database: db, sql: 'WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 200000) INSERT INTO c SELECT -i FROM r' });
+      await new Promise((r) => setTimeout(r, 30));
+      const [before, broken, after] = await Promise.all([
+        q.db('web', 'execute', { database: db, sql: 'INSERT INTO c VALUES (1)' }),
+        q.db('web', 'execute', { database: db, statements: [{ sql: 'INSERT INTO c VALUES (2)' }, { sql }] }),
+        q.db('web', 'execute', { database: db, sql: 'INSERT INTO c VALUES (3)' }),
+      ]);
+      assert.equal((await slow).status, 200);
+      assert.equal(before!.status, 200, `${sql}: ${before!.text}`);
+      assert.equal(after!.status, 200, `${sql}: ${after!.text}`);
+      assert.equal(broken!.status, 409, broken!.text);
+      assert.match(broken!.json.error.message, message);
+      assert.equal(broken!.json.error.details.statement, 1);
+      const rows = await q.db('web', 'query', { database: db, sql: 'SELECT group_concat(x) FROM (SELECT x FROM c WHERE x > 0 ORDER BY x)' });
+      assert.deepEqual(rows.json.results[0].rows[0], ['1,3'], `${sql}: its neighbours committed, nothing of it stayed`);
+      assert.equal((await q.db('web', 'execute', { database: db, sql: 'DELETE FROM c' })).status, 200);
+    }
   });
 
   test('a migration that leaves a broken foreign key fails at its end, and a dry run fails exactly where the real run would', async () => {

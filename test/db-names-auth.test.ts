@@ -236,6 +236,8 @@ describe('routing, request ids and the error shape (3, 8)', () => {
       const r = await big.db('web', 'execute', { sql: 'SELECT ?', params: ['x'.repeat(4096)] });
       assert.equal(r.status, 413);
       assert.equal(r.json.error.code, 'payload_too_large');
+      assert.equal(r.json.error.message, 'request body is over the size limit of 2048 bytes', 'it says how much is allowed');
+      assert.deepEqual(r.json.error.details, { limitBytes: 2048 });
       // Without a Content-Length (chunked), the limit is enforced while the body streams in.
       const chunked = await new Promise<{ status: number; body: string }>((resolve, reject) => {
         const req = httpRequest(`${big.url}/web/_db/execute`, { method: 'POST', headers: { host: 'acme.localhost', authorization: `Bearer ${big.secret('acme', 'web')}` } }, (res) => {

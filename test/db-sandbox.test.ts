@@ -92,6 +92,9 @@ describe('limits (quota_exceeded, result_too_large, payload_too_large)', () => {
     assert.match(euros.json.error.message, /statements\[0\]\.params\.v is 18000 bytes/, 'bytes, not characters');
     const blob = await p.db('web', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: [{ $blob: Buffer.alloc(17 * 1024).toString('base64') }] });
     assert.equal(blob.status, 507, blob.text);
+    assert.deepEqual(blob.json.error.details, { statement: 0, sqliteCode: 'SQLITE_TOOBIG' }, 'SQLite\'s code for it, as a value computed past the limit gets');
+    const hrana = await p.call('/web/_db/v2/pipeline', { body: { baton: null, requests: [{ type: 'execute', stmt: { sql: 'SELECT length(?)', args: [{ type: 'text', value: 'x'.repeat(20 * 1024) }] } }] }, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
+    assert.equal(hrana.json.results[0].error.code, 'SQLITE_TOOBIG', `over the libSQL protocol too (it was SQLITE_FULL, the code of a full database): ${hrana.text}`);
     const under = await p.db('web', 'execute', { sql: 'INSERT INTO t(v) VALUES (?)', params: ['€'.repeat(3000)] });
     assert.equal(under.status, 200, 'well under the limit (9,000 bytes) it is written');
   });

@@ -165,6 +165,21 @@ describe('a positional error names the slot the statement uses (SPEC 4.2: naming
   });
 });
 
+describe('a rowid past ±(2^53−1) comes back as $bigint, with RETURNING too', () => {
+  test('/_db/execute and the libSQL protocol: lastInsertRowid and the returned row (it was 400 "Value is too large to be represented as a JavaScript number")', async () => {
+    assert.equal((await p.db('web', 'execute', { database: 'bigrow', sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' })).status, 200);
+    const r = await p.db('web', 'execute', { database: 'bigrow', sql: 'INSERT INTO t(id, v) VALUES (9007199254740993, 1) RETURNING id' });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json.results[0].lastInsertRowid, { $bigint: '9007199254740993' });
+    assert.deepEqual(r.json.results[0].rows, [[{ $bigint: '9007199254740993' }]]);
+    const small = await p.db('web', 'execute', { database: 'bigrow', sql: 'INSERT INTO t(id, v) VALUES (7, 1) RETURNING id' });
+    assert.equal(small.json.results[0].lastInsertRowid, 7, 'a rowid within the safe range stays a number');
+    const h = await pipeline(JSON.stringify({ baton: null, requests: [{ type: 'execute', stmt: { sql: 'INSERT INTO t(id, v) VALUES (-9007199254740995, 2) RETURNING v' } }] }), 'bigrow');
+    assert.equal(h.json.results[0].type, 'ok', h.text);
+    assert.equal(h.json.results[0].response.result.last_insert_rowid, '-9007199254740995');
+  });
+});
+
 describe('DB_MAX_VALUE_BYTES holds for values computed in SQL, not only for parameters', () => {
   const LIMIT = 65536;
   let q: Product;

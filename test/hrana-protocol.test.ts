@@ -202,6 +202,11 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
     const bad = await p.call('/web/_db/v3/cursor', { body: { baton: null, requests: [] }, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
     assert.equal(bad.status, 400);
     assert.match(bad.json.error.message, /a cursor request is/);
+    // Hrana clients show an HTTP error's top-level `message` (else only "Server returned HTTP status 400"), as on pipelines.
+    assert.equal(bad.json.message, bad.json.error.message, bad.text);
+    const stale = await p.call('/web/_db/cursordb/v3/cursor', { body: { baton: head.baton, batch: { steps: [] } }, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
+    assert.deepEqual([stale.status, stale.json.code], [400, 'INVALID_REQUEST'], stale.text);
+    assert.match(stale.json.message, /unknown baton/);
   });
 
   test('batons: one use each, bound to their database and repo; malformed bodies get SPEC 3 errors', async () => {

@@ -77,7 +77,7 @@ function blobBytes(base64: string): number {
 function checkValueSize(v: unknown, where: string, index: number, max: number): void {
   const bytes = typeof v === 'string' ? (v.length * 3 > max ? Buffer.byteLength(v) : 0)
     : typeof (v as { $blob?: unknown } | null)?.$blob === 'string' ? blobBytes((v as { $blob: string }).$blob) : 0;
-  if (bytes > max) throw new ApiError('quota_exceeded', `${where} is ${bytes} bytes, over the length limit of ${max} (DB_MAX_VALUE_BYTES)`, { statement: index });
+  if (bytes > max) throw new ApiError('quota_exceeded', `${where} is ${bytes} bytes, over the length limit of ${max} (DB_MAX_VALUE_BYTES)`, { statement: index, sqliteCode: 'SQLITE_TOOBIG' }); // SQLite's code for a value too long, as one computed in SQL gets
 }
 
 /** Checks the rest of the request once the caller is authenticated. */

@@ -80,7 +80,7 @@ export function collectBody(req: IncomingMessage, res: ServerResponse, limit: nu
   const declared = req.headers['content-length'];
   if (declared !== undefined) {
     const n = Number(declared); // Node's parser took it: a whole number
-    if (n > limit) return then(tooLarge());
+    if (n > limit) return then(tooLarge(limit));
     if (!take(n)) return then(overBudget());
     reserved = n;
   }
@@ -95,7 +95,7 @@ export function collectBody(req: IncomingMessage, res: ServerResponse, limit: nu
   };
   const onData = (chunk: Buffer) => {
     size += chunk.length;
-    if (size > limit) return stop(tooLarge());
+    if (size > limit) return stop(tooLarge(limit));
     // Chunked (or a body past its Content-Length, which Node's parser does not let through): counted as it arrives.
     if (size > reserved) {
       if (!take(size - reserved)) return stop(overBudget());
@@ -140,8 +140,8 @@ export function encodedBody(req: IncomingMessage): ApiError | null {
   return new ApiError('invalid_request', 'the request body has a Content-Encoding this server does not decode: send it uncompressed (identity)', undefined, { 'accept-encoding': 'identity', connection: 'close' });
 }
 
-function tooLarge(): ApiError {
-  return new ApiError('payload_too_large', 'request body is over the size limit', undefined, { connection: 'close' });
+function tooLarge(limit: number): ApiError {
+  return new ApiError('payload_too_large', `request body is over the size limit of ${limit} bytes`, { limitBytes: limit }, { connection: 'close' });
 }
 
 /**

@@ -3,8 +3,8 @@
 // "Server returned HTTP status 401"). The body stays SPEC 3's, with `message` and `code` beside `error`.
 import type { ErrorBody } from './errors.ts';
 
-/** `/{repo}/_db/[{database}/]v2|v3[/pipeline]`, and `/{repo}/v2/pipeline`: a client's URL without its trailing `/`. */
-const LIBSQL_PATH = /^\/[^/?]+(?:\/_db(?:\/[^/?]+)?)?\/v[23](?:\/pipeline)?(?:\?|$)/;
+/** `/{repo}/_db/[{database}/]v2|v3[/pipeline|/cursor]`, and `/{repo}/v2/pipeline`: a client's URL without its trailing `/`. */
+const LIBSQL_PATH = /^\/[^/?]+(?:\/_db(?:\/[^/?]+)?)?\/v[23](?:\/pipeline|\/cursor)?(?:\?|$)/;
 
 export const LIBSQL_ERROR_TYPE = 'application/json';
 

@@ -166,10 +166,11 @@ function handle(frame: Frame): Buffer {
         ? beginTx(h.tx, path, h.create === true, { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token }, limits, frame.body.length > 0 ? JSON.parse(frame.body.toString('utf8')) as BeginOptions : {})
         : h.op === 'tx.exec' ? execTx(h.tx, JSON.parse(frame.body.toString('utf8')), limits.maxResultBytes)
         : h.op === 'tx.commit' ? commitTx(h.tx) : rollbackTx(h.tx);
-      // A transaction that created its database and ended without a change leaves none, as a first write does; so
-      // does one that could not begin on it (a full disk: the file may be made, but without its internal tables).
+      // A transaction that created its database and ended without a change leaves none, as a first write does (one
+      // SQLite rolled back under a statement too); so does one that could not begin on it (a full disk: the file may
+      // be made, but without its internal tables).
       // One killed with its process is removed by the probe the pool sends then (`created`).
-      const ended = h.op === 'tx.commit' || h.op === 'tx.rollback' ? reply.version === undefined : h.op === 'tx.begin' && reply.status !== 200;
+      const ended = h.op === 'tx.commit' || h.op === 'tx.rollback' ? reply.version === undefined : h.op === 'tx.begin' ? reply.status !== 200 : 'ended' in reply;
       if (h.create === true && ended) unlinkDatabase(path);
       return encodeFrame(frame.seq, { s: reply.status, v: reply.version }, reply.body);
     }

@@ -171,6 +171,13 @@ function insertedRowid(p: Prepared, changes: number, rowid: () => number | bigin
   return BigInt(id) === NO_INSERT ? null : id;
 }
 
+/** last_insert_rowid() read as a BigInt: a rowid past ±(2^53−1) is not a JavaScript number (SPEC 4.2's $bigint). */
+function lastInsertRowid(h: DbHandle): bigint {
+  const stmt = h.internal('SELECT last_insert_rowid() AS id');
+  stmt.setReadBigInts(true);
+  return stmt.get()!.id as bigint;
+}
+
 /** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
 export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget, watch: KeyWatch): WriteOutcome {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
@@ -189,8 +196,10 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   h.sandbox.mode = 'write'; // the internal statements above switched it: a re-prepare while this runs is a write's
   if (p.returnsRows) {
     const rows = h.writing(length, () => rowsOf(p.stmt, args, shape, budget, true));
-    const count = p.dml ? rows.count : 0;
-    const rowid = insertedRowid(p, count, () => h.internal('SELECT last_insert_rowid() AS id').get()!.id as number);
+    // SQLite's own count, as without RETURNING: an INSERT into a view returns its rows, but its INSTEAD OF trigger
+    // did the inserting (the rows returned, and last_insert_rowid() an internal insert's, were reported).
+    const count = p.dml ? Number(h.internal('SELECT changes() AS n').get()!.n) : 0;
+    const rowid = insertedRowid(p, count, () => lastInsertRowid(h));
     const cols = shape === 'hrana' ? hranaCols(p.stmt) : columnsOf(p.stmt);
     budget.charge(cols, RESULT_BYTES);
     const text = shape === 'hrana'

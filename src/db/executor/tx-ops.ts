@@ -63,7 +63,7 @@ export function beginTx(id: string, path: string, create: boolean, ctx: GroupCon
 /** One statement in the transaction; a failing one is undone alone (SQLite's statement journal), the rest stays. */
 /** `maxResultBytes` in the message: what is left of its pipeline's allowance (set by the service, never by a client). */
 /** `describe` (set by the service, never by a client): that statement prepared on the transaction's connection, not run. */
-export function execTx(id: string, statement: StatementSpec & { maxResultBytes?: number; describe?: string }, maxResultBytes: number): Reply {
+export function execTx(id: string, statement: StatementSpec & { maxResultBytes?: number; describe?: string }, maxResultBytes: number): Reply & { ended?: true } {
   const tx = open.get(id);
   if (!tx) return gone();
   if (typeof statement.describe === 'string') return describe(tx.h, statement.describe);
@@ -76,9 +76,21 @@ export function execTx(id: string, statement: StatementSpec & { maxResultBytes?:
     return { status: 200, body: `{"results":[${out.text}]}` };
   } catch (e) {
     const denied = tx.h.sandbox.denied;
+    if (!tx.h.db.isTransaction) return endedBySqlite(id, tx, failure(e, denied, 0, { transactionEnded: true }));
     if (tx.readOnly && denied?.code === 'read_only') return failure(e, { code: 'read_only', message: 'attempt to write in a read-only transaction (BEGIN TRANSACTION READONLY): nothing was written' }, 0);
     return failure(e, denied, 0);
   }
+}
+
+/**
+ * SQLite rolled the whole transaction back itself (INSERT OR ROLLBACK, RAISE(ROLLBACK) in a trigger, a full disk):
+ * it is over here too, or the stream's next statements would commit one by one on this connection, outside any
+ * version and the change log.
+ */
+function endedBySqlite(id: string, tx: Tx, reply: Reply): Reply & { ended: true } {
+  open.delete(id);
+  try { tx.session.close(); } finally { tx.h.close(); }
+  return { ...reply, ended: true };
 }
 
 export function commitTx(id: string): Reply {

@@ -198,9 +198,14 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, fo
     let version = start;
     for (const body of bodies) {
       const { carried, ...reply } = executeOne(h, body, ctx, version);
-      // A full disk or an I/O error rolled back the whole group: none of it is on disk, and the rest must not run
-      // outside a transaction (each would commit on its own) — every request of the group gets that failure.
-      if (!h.db.isTransaction) return bodies.map(() => ({ status: reply.status, body: reply.body }));
+      // SQLite rolled back the whole group under this request: its own ROLLBACK (INSERT OR ROLLBACK, RAISE(ROLLBACK)
+      // in a trigger), a full disk or an I/O error. None of it is on disk, and the rest must not run outside a
+      // transaction (each would commit on its own). It alone gets its failure (its neighbours all got it, a 409 for
+      // an INSERT that broke nothing): those before it run again as a group, those after it go in the next one.
+      if (!h.db.isTransaction) {
+        const again = replies.length ? runGroup(h, bodies.slice(0, replies.length), groupCtx, foreignKeysOff) : [];
+        return again.length === replies.length ? [...again, reply] : again; // one ended early: the rest go again
+      }
       if (reply.version !== undefined) {
         version = reply.version;
         prune(h, ctx, version);

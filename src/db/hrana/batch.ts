@@ -1,5 +1,6 @@
 // Hrana batches (HRANA_3_SPEC "Batches", "Conditions"): steps run in order, each only if its condition holds.
 import { ApiError } from '../../shared/errors.ts';
+import { skipQuotedOrComment } from '../statement-end.ts';
 import type { HranaStmt } from './values.ts';
 
 export type BatchCond =
@@ -13,6 +14,35 @@ export type BatchCond =
 export interface BatchStep { condition?: BatchCond | null; stmt: HranaStmt }
 
 export type Outcome = 'ok' | 'error' | 'skipped';
+
+const CONTROL_WORD = /^(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE|PRAGMA)\b/i;
+
+/**
+ * A statement as the stream's checks read it (transaction control, the foreign_keys pragma, reads): without the
+ * comments before it, and a transaction-control statement or pragma also without those after it and its trailing
+ * `;` — SQLite reads `ROLLBACK -- undo` as ROLLBACK, so the stream must too (it ran as a savepoint statement on the
+ * transaction and was refused; `PRAGMA foreign_keys=OFF; -- rebuild` left keys on, and a DROP TABLE cascaded).
+ */
+export function headOf(sql: string): string {
+  let i = 0;
+  for (;;) {
+    while (i < sql.length && /\s/.test(sql[i]!)) i++;
+    if (!sql.startsWith('--', i) && !sql.startsWith('/*', i)) break;
+    i = skipQuotedOrComment(sql, i)!;
+  }
+  const text = i === 0 ? sql : sql.slice(i);
+  if (!CONTROL_WORD.test(text)) return text;
+  let out = '';
+  for (let j = 0; j < text.length;) {
+    const end = skipQuotedOrComment(text, j);
+    if (end === null) out += text[j++];
+    else {
+      out += text[j] === '-' || text[j] === '/' ? ' ' : text.slice(j, end);
+      j = end;
+    }
+  }
+  return out.replace(/[\s;]+$/, '');
+}
 
 /** libSQL's read-only transaction (`transaction('read')`, `batch(…, 'read')` of @libsql/client). */
 export const READ_ONLY_BEGIN = /^\s*BEGIN\s+(TRANSACTION\s+)?READONLY\b/i;
@@ -44,7 +74,7 @@ function chained(c: BatchCond | null | undefined, prev: number): boolean {
 /**
  * Finds the transaction a batch opens whole: BEGIN, statements each chained on the one before, COMMIT chained on
  * the last, optionally a ROLLBACK (what @libsql/client's batch() sends). Such a block runs as one request; any other
- * batch runs step by step (a BEGIN in it opens an interactive transaction).
+ * batch runs step by step (a BEGIN in it opens an interactive transaction). `sqls` are the steps' `headOf` texts.
  */
 export function transactionBlock(sqls: string[], steps: BatchStep[], control: RegExp): Block | null {
   const begin = sqls.findIndex((s) => control.test(s));

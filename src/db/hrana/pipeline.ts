@@ -5,7 +5,7 @@
 import { ApiError } from '../../shared/errors.ts';
 import { turnsForeignKeysOff } from '../executor/foreign-keys.ts';
 import { splitStatements } from '../statement-end.ts';
-import { type BatchStep, blockAutocommit, checkConditions, evaluate, READ_ONLY_BEGIN, transactionBlock } from './batch.ts';
+import { type BatchStep, blockAutocommit, checkConditions, evaluate, headOf, READ_ONLY_BEGIN, transactionBlock } from './batch.ts';
 import type { LaneHold } from '../executor/pool.ts';
 import type { StreamState } from './streams.ts';
 import { StreamTx, type TxQuota } from './transaction.ts';
@@ -41,11 +41,15 @@ export interface HranaBackend {
 
 interface HranaError { message: string; code: string }
 
-/** Statements that only read: tried as a read first (a write among them is refused as read_only, then run as one). */
-const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))/i;
+/**
+ * Statements that only read: tried as a read first (a write among them is refused as read_only, then run as one). A
+ * pragma without a value is one (`PRAGMA table_info(t)`: as a write it waited behind an open transaction, then got
+ * 503); the foreign-key pragmas are not: a write accepts them with a value in either form, and reads the stream's.
+ */
+const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))|^\s*PRAGMA\s+(?!(?:"?main"?\s*\.\s*)?"?(?:defer_)?foreign_keys\b)[^=]*$/i;
 const TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
 /** `PRAGMA foreign_keys` around a migration (what @libsql/client's migrate() sends): the stream's setting, as a connection's. */
-const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+foreign_keys\s*=\s*(?:on|off|0|1|true|false|yes|no)\s*;?\s*$/i;
+const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+(?:"?main"?\s*\.\s*)?"?foreign_keys"?\s*=\s*(['"]?)(?:on|off|0|1|true|false|yes|no)\1\s*;?\s*$/i;
 
 const CODES: Record<string, string> = {
   not_allowed: 'SQLITE_AUTH', read_only: 'SQLITE_READONLY', sql_error: 'SQLITE_ERROR', constraint_violation: 'SQLITE_CONSTRAINT',
@@ -141,7 +145,7 @@ export class Pipeline {
     const all = rest ? [...statements, rest] : statements;
     if (all.length === 0) return;
     // As a request of its own, it would wait behind the stream's own transaction (and commit apart from it).
-    if (this.stream.tx || all.some((sql) => TRANSACTION.test(sql))) {
+    if (this.stream.tx || all.some((sql) => TRANSACTION.test(headOf(sql)))) {
       for (const sql of all) await this.execute({ sql }, where);
       return;
     }
@@ -168,19 +172,24 @@ export class Pipeline {
   /** One statement on its own (autocommit); `raw`: its result may stay the executor's text. */
   private async execute(stmt: HranaStmt, where: string, raw = false): Promise<StmtResult | RawResult> {
     const s = this.statement(stmt, where);
-    if (FOREIGN_KEYS_PRAGMA.test(s.sql)) {
-      if (!this.stream.tx) this.stream.foreignKeysOff = turnsForeignKeysOff(s.sql); // inside a transaction SQLite ignores it
+    const head = headOf(s.sql);
+    if (FOREIGN_KEYS_PRAGMA.test(head)) {
+      if (!this.stream.tx) this.stream.foreignKeysOff = turnsForeignKeysOff(head); // inside a transaction SQLite ignores it
       return EMPTY;
     }
-    if (TRANSACTION.test(s.sql)) return this.control(s.sql, s);
+    if (TRANSACTION.test(head)) return this.control(head, s);
     const tx = this.stream.tx;
     if (tx) {
       this.checkAllowance();
-      const result = await tx.exec(s, this.resultBytesLeft);
+      // SQLite rolled it back under this statement: the stream is in autocommit again, as a connection is.
+      const result = await tx.exec(s, this.resultBytesLeft).catch((e: unknown) => {
+        if (tx.sqliteEnded && this.stream.tx === tx) this.stream.tx = null;
+        throw e;
+      });
       this.resultBytesLeft -= JSON.stringify(result.rows).length; // rows are what grows a reply (runAs counts the rest)
       return stmt.want_rows === false ? { ...result, rows: [] } : result;
     }
-    const reply = await this.runAs(READ_ONLY.test(s.sql) ? 'read' : 'write', [s]);
+    const reply = await this.runAs(READ_ONLY.test(head) ? 'read' : 'write', [s]);
     return (raw && stmt.want_rows !== false ? onlyResult(reply) : null) ?? resultsOf(reply, [stmt])[0]!;
   }
 
@@ -252,9 +261,10 @@ export class Pipeline {
     if (steps.length > 2 * this.backend.maxStatements + 8) throw tooManySteps(this.backend.maxStatements, steps.length);
     const sqls = steps.map((s, i) => this.sqlOf(s?.stmt, `${where}.steps[${i}].stmt`));
     // A client's BEGIN, COMMIT, ROLLBACK and foreign_keys pragmas around a batch are not its statements (SPEC 4.2).
-    const counted = sqls.filter((sql) => !TRANSACTION.test(sql) && !FOREIGN_KEYS_PRAGMA.test(sql)).length;
+    const heads = sqls.map(headOf);
+    const counted = heads.filter((sql) => !TRANSACTION.test(sql) && !FOREIGN_KEYS_PRAGMA.test(sql)).length;
     if (counted > this.backend.maxStatements) throw tooManySteps(this.backend.maxStatements, counted);
-    const block = transactionBlock(sqls, steps, TRANSACTION);
+    const block = transactionBlock(heads, steps, TRANSACTION);
     if (block && this.stream.tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
     const results: (StmtResult | null)[] = steps.map(() => null);
     const errors: (HranaError | null)[] = steps.map(() => null);

@@ -59,6 +59,8 @@ export class StreamTx {
   private readonly id = randomBytes(12).toString('base64url');
   private readonly timer: NodeJS.Timeout;
   private ended: string | null = null;
+  /** SQLite rolled it back under a failing statement (INSERT OR ROLLBACK, RAISE(ROLLBACK), a full disk). */
+  sqliteEnded = false;
 
   private constructor(hold: LaneHold, maxMs: number, giveBack: () => void) {
     this.hold = hold;
@@ -80,9 +82,18 @@ export class StreamTx {
 
   /** Runs one statement in the transaction; resolves the SPEC 4.4 result of it. */
   /** `maxResultBytes`: what is left of the pipeline's results allowance. */
+  /** A statement after which SQLite had rolled the whole transaction back ends it: `sqliteEnded` then says so. */
   async exec(statement: Statement, maxResultBytes?: number): Promise<StmtResult> {
-    const body = await this.send('tx.exec', Buffer.from(JSON.stringify(maxResultBytes === undefined ? statement : { ...statement, maxResultBytes })));
-    return (body.results as StmtResult[])[0]!; // rendered by the executor (hrana-result.ts)
+    try {
+      const body = await this.send('tx.exec', Buffer.from(JSON.stringify(maxResultBytes === undefined ? statement : { ...statement, maxResultBytes })));
+      return (body.results as StmtResult[])[0]!; // rendered by the executor (hrana-result.ts)
+    } catch (e) {
+      if ((e as ApiError).details?.transactionEnded === true) {
+        this.sqliteEnded = true;
+        this.finish('SQLite rolled it back when a statement failed');
+      }
+      throw e;
+    }
   }
 
   /** HRANA_3_SPEC's DescribeResult of one statement, prepared on the transaction's connection (it sees its schema). */
