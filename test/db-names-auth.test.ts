@@ -149,6 +149,12 @@ describe('routing, request ids and the error shape (3, 8)', () => {
     assert.equal(r.status, 404);
     assert.ok(isErrorShape(r.json));
     assert.match(r.json.error.message, /\/_db\/query takes POST/);
+    // Every other method says the same, not "no route" (OPTIONS did; a pipeline path too).
+    for (const [method, path] of [['OPTIONS', '/web/_db/query'], ['DELETE', '/web/_db/execute'], ['PUT', '/web/_db/v2/pipeline'], ['OPTIONS', '/web/_db/v3/pipeline']]) {
+      const m = await p.call(path!, { method });
+      assert.equal(m.status, 404, `${method} ${path}`);
+      assert.match(m.json.error.message, /takes POST/, `${method} ${path}: ${m.text}`);
+    }
     const v1 = await p.call('/web/_db/v1');
     assert.equal(v1.status, 404);
     assert.match(v1.json.error.message, /unknown operation \/_db\/v1/);

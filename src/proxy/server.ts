@@ -125,13 +125,13 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     if (res.body instanceof Readable) return reply.send(res.body);
     return reply.type('application/json; charset=utf-8').send(res.body);
   };
-  app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'], url: '/:repo/_db/:op', onRequest: admitDbRoute, handler: dbRoute });
+  app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'], url: '/:repo/_db/:op', onRequest: admitDbRoute, handler: dbRoute });
   // SPEC 4.12: an import's body is a database file, streamed to the service as it arrives.
   await registerImportRoute(app, (req, upload) => opts.db.handle({
     op: 'import', org: req.org, repo: checkRepo((req.params as { repo: string }).repo), authorization: req.headers.authorization, body: Buffer.alloc(0), requestId: req.id, upload,
   }));
   // SPEC 4.10: the libSQL protocol's deeper paths. Version probes are answered here; pipelines go to the service.
-  app.route({ method: ['GET', 'POST'], url: '/:repo/_db/*', onRequest: admitDbRoute, handler: dbRoute });
+  app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'], url: '/:repo/_db/*', onRequest: admitDbRoute, handler: dbRoute });
 
   app.get(OPENAPI_PATH, async (_req, reply) => reply.type('application/json; charset=utf-8').send(openApiJson()));
   if (opts.account) await app.register(opts.account, { prefix: '/:repo/_account' });
