@@ -2,6 +2,7 @@
 import type { Command } from 'commander';
 import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
 import { printJson, usageError } from './output.ts';
+import { isIsoTime } from '../db/request.ts';
 
 type RestoreOptions = TargetOptions & { toVersion?: string; toTime?: string; dryRun?: boolean };
 
@@ -11,6 +12,8 @@ function restoreTarget(opts: RestoreOptions): { toVersion: number } | { toTime: 
     if (!/^\d+$/.test(opts.toVersion)) throw usageError(`--to-version must be a version number, got ${opts.toVersion}`);
     return { toVersion: Number(opts.toVersion) };
   }
+  // Checked here by the server's own rule: a time it cannot read is a usage error (2), as a bad --to-version is.
+  if (!isIsoTime(opts.toTime!)) throw usageError(`--to-time must be an ISO 8601 time with a zone naming a real date and time, such as 2026-11-22T10:00:00Z; got ${opts.toTime}`);
   return { toTime: opts.toTime! };
 }
 
