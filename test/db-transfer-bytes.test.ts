@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { DatabaseSync } from 'node:sqlite';
 import { request } from 'undici';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
@@ -67,6 +68,9 @@ describe('bytes through export and import', () => {
     const sent = await upload(p, 'web', 'database=badtext', readFileSync(file), 'application/sql');
     assert.equal(sent.status, 400, sent.text);
     assert.match(sent.json.error.message, /a SQLite database file.*application\/vnd\.sqlite3/);
+    const zipped = await upload(p, 'web', 'database=badtext', gzipSync(dump), 'application/sql');
+    assert.equal(zipped.status, 400, zipped.text);
+    assert.match(zipped.json.error.message, /gzip-compressed: decompress it/);
   });
 
   test('a blob literal over DB_MAX_VALUE_BYTES is 507, in SQL text and in execute, never stored as NULL', async () => {

@@ -32,6 +32,7 @@ const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
 function readSqlText(path: string): string {
   const bytes = readFileSync(path);
   if (bytes.subarray(0, 16).toString('latin1') === 'SQLite format 3\0') throw new ApiError('invalid_request', 'the body is a SQLite database file, not SQL text: send it as Content-Type: application/vnd.sqlite3');
+  if (bytes[0] === 0x1f && bytes[1] === 0x8b) throw new ApiError('invalid_request', 'the body is gzip-compressed: decompress it (gunzip) and send the SQL text');
   if (isUtf8(bytes)) return new TextDecoder().decode(bytes); // a leading byte-order mark is dropped
   let line = 1;
   for (let start = 0; ; line++) {
