@@ -129,6 +129,11 @@ test('restore-db brings a version back (--dry-run changes nothing); import loads
   oneLine(future, /not reached yet/);
   oneLine(await cli(['restore-db', 'acme/history']), /one of --to-version/);
   assert.ok(v1 >= 1);
+  // Unix seconds, as wrangler d1 time-travel takes them: the version in force then.
+  const at = JSON.parse((await cli(['restore-db', 'acme/history', '--to-version', String(v2), '--dry-run', '--json'])).stdout).restoredTo.committedAt;
+  const unix = await cli(['restore-db', 'acme/history', '--to-time', String(Date.parse(at) / 1000), '--dry-run', '--json']);
+  assert.equal(unix.code, 0, unix.stderr);
+  assert.equal(JSON.parse(unix.stdout).restoredTo.committedAt, at);
 
   const dump = join(work, 'dump.sql');
   writeFileSync(dump, "CREATE TABLE t(x);\nINSERT INTO t VALUES ('from a dump');\n");

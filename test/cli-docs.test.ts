@@ -18,3 +18,9 @@ test('docs/cli.md holds the current --help of scopebase and of every command', a
     assert.equal(blocks.get(c), await help([c, '--help']), `docs/cli.md: update the "${c}" block to the output of \`scopebase ${c} --help\``);
   }
 });
+
+test('`help <command> <subcommand>` prints what `<command> <subcommand> --help` prints (it printed the group\'s help)', async () => {
+  assert.equal(await help(['help', 'cluster', 'move']), await help(['cluster', 'move', '--help']));
+  assert.match(await help(['help', 'cluster', 'move']), /^Usage: scopebase cluster move /);
+  assert.equal(await help(['help', 'restore-db']), await help(['restore-db', '--help']));
+});

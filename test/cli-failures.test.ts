@@ -72,6 +72,10 @@ test('an unknown option or command, or a missing argument, is one line naming th
     [['bogus'], /^scopebase: unknown command 'bogus' \(scopebase --help for usage\)\n$/],
     // `help <typo>` says so too, rather than the whole help with no word about the typo.
     [['help', 'expot'], /^scopebase: unknown command 'expot' \(Did you mean export\?\) \(scopebase --help for usage\)\n$/],
+    [['help', 'cluster', 'mvoe'], /^scopebase: unknown command 'mvoe' \(Did you mean move\?\) \(scopebase cluster --help for usage\)\n$/],
+    // A time the server could not read is the caller's usage error, as a bad --to-version is (it was the server's 400: exit 1).
+    [['restore-db', 'acme/web', '--to-time', 'yesterday'], /^scopebase: --to-time must be an ISO 8601 time with a zone .*; got yesterday\n$/],
+    [['restore-db', 'acme/web', '--to-time', '2026-02-30T10:00:00Z'], /^scopebase: --to-time must be an ISO 8601 time/],
   ];
   for (const [args, pattern] of cases) {
     const r = await cli(args);

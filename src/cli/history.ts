@@ -2,6 +2,7 @@
 import type { Command } from 'commander';
 import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
 import { printJson, usageError } from './output.ts';
+import { isIsoTime } from '../db/request.ts';
 
 type RestoreOptions = TargetOptions & { toVersion?: string; toTime?: string; dryRun?: boolean };
 
@@ -11,6 +12,10 @@ function restoreTarget(opts: RestoreOptions): { toVersion: number } | { toTime: 
     if (!/^\d+$/.test(opts.toVersion)) throw usageError(`--to-version must be a version number, got ${opts.toVersion}`);
     return { toVersion: Number(opts.toVersion) };
   }
+  // Unix seconds, as wrangler d1 time-travel takes them, are sent as the ISO time they name.
+  if (/^\d{1,12}(\.\d{1,3})?$/.test(opts.toTime!)) return { toTime: new Date(Math.round(Number(opts.toTime) * 1000)).toISOString() };
+  // Checked here by the server's own rule: a time it cannot read is a usage error (2), as a bad --to-version is.
+  if (!isIsoTime(opts.toTime!)) throw usageError(`--to-time must be an ISO 8601 time with a zone naming a real date and time, such as 2026-11-22T10:00:00Z, or unix seconds; got ${opts.toTime}`);
   return { toTime: opts.toTime! };
 }
 
@@ -19,7 +24,7 @@ export function addHistoryCommands(program: Command): void {
     .description("bring a repo's database back to what it held at a version or a time (a new version; mirrors follow)")
     .argument('[org/repo]', 'the repo (or --repo / --org)')
     .option('--to-version <n>', 'the version to restore')
-    .option('--to-time <time>', 'restore the version in force at this ISO 8601 time, e.g. 2026-11-22T10:00:00Z')
+    .option('--to-time <time>', 'restore the version in force at this ISO 8601 time, e.g. 2026-11-22T10:00:00Z, or unix seconds (1795687200)')
     .option('--dry-run', 'say which version it would restore, change nothing')
     .addHelpText('after', `
 Examples:

@@ -68,6 +68,21 @@ function helpFor(program: Command, argv: string[]): string {
   return `${names.join(' ')} --help`;
 }
 
+/**
+ * `help cluster move` as `cluster move --help` (commander's help command takes one word, and printed cluster's); an
+ * unknown word as `cluster nosuch`, which says so; words past a command without subcommands, and options, are ignored.
+ */
+function nestedHelp(program: Command, words: string[]): string[] {
+  let cmd = program;
+  for (const [i, word] of words.entries()) {
+    if (!cmd.commands.length || word.startsWith('-')) return [...words.slice(0, i), '--help'];
+    const sub = cmd.commands.find((c) => c.name() === word);
+    if (!sub) return words.slice(0, i + 1);
+    cmd = sub;
+  }
+  return [...words, '--help'];
+}
+
 /** Any failure as one CliError. */
 function failure(e: unknown, program: Command, argv: string[]): CliError {
   if (e instanceof CommanderError) {
@@ -90,6 +105,7 @@ export async function main(argv: string[]): Promise<number> {
   }
   // `help <typo>`: commander would print the whole help and not say why; answer as `scopebase <typo>` does.
   if (argv[0] === 'help' && argv[1] !== undefined && !argv[1].startsWith('-') && !program.commands.some((c) => c.name() === argv[1])) argv = argv.slice(1, 2);
+  else if (argv[0] === 'help' && argv.length > 2) argv = nestedHelp(program, argv.slice(1));
   try {
     await program.parseAsync(argv, { from: 'user' });
     return EXIT.ok;

@@ -94,6 +94,26 @@ export function variableEnd(sql: string, i: number): number {
   return j;
 }
 
+/** The bytes of the longest blob literal (`X'…'`) in a text, read as SQLite's tokenizer reads it (strings, names, comments and parameters are not literals). */
+export function longestBlobLiteral(sql: string): number {
+  let longest = 0;
+  for (let i = 0; i < sql.length;) {
+    const c = sql[i]!;
+    if ((c === 'x' || c === 'X') && sql[i + 1] === "'") {
+      const end = skipQuotedOrComment(sql, i + 1)!;
+      longest = Math.max(longest, Math.floor((end - i - 3) / 2));
+      i = end;
+    } else if (c === '$' || c === '@' || c === ':' || c === '#') {
+      i = variableEnd(sql, i);
+    } else if (ID_CHAR.test(c)) {
+      do i++; while (i < sql.length && ID_CHAR.test(sql[i]!));
+    } else {
+      i = skipQuotedOrComment(sql, i) ?? i + 1;
+    }
+  }
+  return longest;
+}
+
 /** Comments, spaces and `;`: what does not make a statement. */
 const BLANK = /--[^\n]*(\n|$)|\/\*[\s\S]*?(\*\/|$)|[\s;]+/g;
 

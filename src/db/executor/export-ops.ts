@@ -1,6 +1,7 @@
 // SPEC 4.12 export, executor side: a consistent copy (VACUUM INTO, one read transaction) made clean — no internal
 // table, rollback-journal mode so any sqlite3 opens it — or written out as SQL text in the style of `sqlite3 .dump`.
 import { closeSync, openSync, rmSync, writeSync } from 'node:fs';
+import { isUtf8 } from 'node:buffer';
 import { removeCopy } from '../history/rebuild.ts';
 import { DatabaseSync } from 'node:sqlite';
 import { pathToFileURL } from 'node:url';
@@ -30,6 +31,17 @@ export function sqlLiteral(v: unknown): string {
   throw new Error(`cannot write ${typeof v} as SQL`);
 }
 
+/** A column as the dump reads it: TEXT as its bytes (a string would turn bytes that are not UTF-8 into U+FFFD), BLOB as hex. */
+const asRead = (column: string) => `CASE typeof(${column}) WHEN 'text' THEN CAST(${column} AS BLOB) WHEN 'blob' THEN hex(${column}) ELSE ${column} END`;
+
+/** A value read through asRead as a SQL literal: TEXT that is not UTF-8, or holds NUL, as CAST(X'…' AS TEXT). */
+function dumpLiteral(v: unknown): string {
+  if (typeof v === 'string') return `X'${v.toLowerCase()}'`;
+  if (!(v instanceof Uint8Array)) return sqlLiteral(v);
+  const bytes = Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+  return isUtf8(bytes) && !bytes.includes(0) ? sqlLiteral(bytes.toString('utf8')) : `CAST(X'${bytes.toString('hex')}' AS TEXT)`;
+}
+
 /** Writes the SQL text of a database file to `target`, in chunks (a dump is never held whole in memory). */
 function writeDump(copy: DatabaseSync, target: string): void {
   const fd = openSync(target, 'w', 0o600);
@@ -57,11 +69,11 @@ function writeDump(copy: DatabaseSync, target: string): void {
     for (const o of tables) {
       // Rows keep their rowids; a virtual table's go in through the table itself (its index is rebuilt).
       const list = copiedColumns(copy, o.name);
-      const stmt = copy.prepare(`SELECT ${list.join(', ')} FROM ${q(o.name)}`);
+      const stmt = copy.prepare(`SELECT ${list.map(asRead).join(', ')} FROM ${q(o.name)}`);
       stmt.setReadBigInts(true);
       stmt.setReturnArrays(true);
       const into = `INSERT INTO ${q(o.name)}(${list.join(',')}) VALUES(`;
-      for (const row of stmt.iterate() as Iterable<unknown[]>) out(`${into}${row.map(sqlLiteral).join(',')});\n`);
+      for (const row of stmt.iterate() as Iterable<unknown[]>) out(`${into}${row.map(dumpLiteral).join(',')});\n`);
     }
     if (schema.some((o) => o.name === 'sqlite_sequence')) {
       const seq = copy.prepare('SELECT name, seq FROM sqlite_sequence').all() as { name: string; seq: number }[];

@@ -7,7 +7,7 @@ import { INTERNAL_SCHEMA } from './schema.ts';
 import { ApiError, isDiskFull } from '../../shared/errors.ts';
 import { openSqlite } from '../../shared/sqlite-open.ts';
 import { statSync } from 'node:fs';
-import { hasSecondStatement } from '../statement-end.ts';
+import { hasSecondStatement, longestBlobLiteral } from '../statement-end.ts';
 import type { Archiver, HistoryOptions } from '../history/archive.ts';
 import type { Cover } from './key-cover.ts';
 
@@ -153,6 +153,7 @@ export class DbHandle {
     // node:sqlite prepares the first statement and drops the rest without a word: a second one is refused, on
     // every path (JSON requests check it earlier, with their own wording; a transaction's statements do not).
     if (mode !== 'internal' && hasSecondStatement(sql)) throw new ApiError('sql_error', 'the SQL text holds more than one statement: send one statement at a time (the rest would be ignored)');
+    if (mode !== 'internal') this.checkBlobLiterals(sql);
     const stmt = this.db.prepare(sql);
     if (mode !== 'internal') stmt.setAllowBareNamedParameters(false); // bound by each slot's token (params.ts bindNamed)
     const written = [...sb.written];
@@ -160,6 +161,13 @@ export class DbHandle {
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
     return prepared;
+  }
+
+  /** SQLite makes a blob literal over its length limit NULL without an error: one over DB_MAX_VALUE_BYTES is refused, as a parameter is. */
+  checkBlobLiterals(sql: string): void {
+    if (sql.length <= 2 * this.maxValueBytes) return; // too short to hold one
+    const bytes = longestBlobLiteral(sql);
+    if (bytes > this.maxValueBytes) throw new ApiError('quota_exceeded', `a blob literal (X'…') is ${bytes} bytes, over the length limit of ${this.maxValueBytes} (DB_MAX_VALUE_BYTES)`, { sqliteCode: 'SQLITE_TOOBIG' });
   }
 
   /** Whether a table is WITHOUT ROWID (a read-only introspection pragma: no sandbox mode needed). */

@@ -4,6 +4,7 @@
 // the CREATE VIRTUAL TABLE it holds (allowed modules only) with the shadow rows loaded as dumped; writable_schema
 // itself is never allowed.
 import { readFileSync } from 'node:fs';
+import { isUtf8 } from 'node:buffer';
 import { ApiError, type ErrorCode } from '../../shared/errors.ts';
 import { firstOrphan, orphanError } from './foreign-keys.ts';
 import { assertSchemaClean } from '../sandbox.ts';
@@ -24,6 +25,24 @@ const SHADOW_ROW = new RegExp(String.raw`^INSERT\s+INTO\s+${NAME}\s*VALUES\s*\(`
 const unquote = (name: string) => (/^["'`[]/.test(name) ? name.slice(1, -1).replace(/""|''|``/g, (m) => m[0]!) : name).toLowerCase();
 const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
+/**
+ * The upload as text, strictly UTF-8: a lenient read would load U+FFFD in place of the bytes that are not (a dump of
+ * TEXT holding such bytes, as sqlite3 .dump writes it raw), and the import would not be the content it was sent.
+ */
+function readSqlText(path: string): string {
+  const bytes = readFileSync(path);
+  if (bytes.subarray(0, 16).toString('latin1') === 'SQLite format 3\0') throw new ApiError('invalid_request', 'the body is a SQLite database file, not SQL text: send it as Content-Type: application/vnd.sqlite3');
+  if (bytes[0] === 0x1f && bytes[1] === 0x8b) throw new ApiError('invalid_request', 'the body is gzip-compressed: decompress it (gunzip) and send the SQL text');
+  if (isUtf8(bytes)) return new TextDecoder().decode(bytes); // a leading byte-order mark is dropped
+  let line = 1;
+  for (let start = 0; ; line++) {
+    const end = bytes.indexOf(10, start); // a newline byte is never inside a multi-byte character
+    if (!isUtf8(bytes.subarray(start, end < 0 ? bytes.length : end)) || end < 0) break;
+    start = end + 1;
+  }
+  throw new ApiError('invalid_request', `the SQL text is not valid UTF-8 (line ${line}): import the SQLite file itself, or a dump that writes such TEXT as CAST(X'…' AS TEXT), as export --format sql does`);
+}
+
 /** Runs one statement of the text as user SQL: under the sandbox's write mode, whatever ran before it. */
 function asUser(h: DbHandle, sql: string): void {
   h.sandbox.mode = 'write';
@@ -31,6 +50,7 @@ function asUser(h: DbHandle, sql: string): void {
   // One statement, prepared: exec would run whatever a text the splitter read differently from SQLite hides after it.
   if (hasSecondStatement(sql)) throw new ApiError('sql_error', 'the statement holds more than one statement as SQLite reads it');
   if (isBlank(sql)) return; // nothing but comments
+  h.checkBlobLiterals(sql);
   h.db.prepare(sql).run();
 }
 
@@ -88,7 +108,7 @@ class DumpedVirtualTables {
 export function loadSql(sqlPath: string, target: string, limits: ExecutorLimits, step: (done?: boolean) => void): void {
   const h = new DbHandle(target, true, { ...limits, history: undefined });
   try {
-    const { statements, rest } = splitStatements(readFileSync(sqlPath, 'utf8'));
+    const { statements, rest } = splitStatements(readSqlText(sqlPath));
     if (rest) statements.push(rest);
     // A dump makes every table before any row (SPEC 4.12), so a row may refer to one its table's turn has not
     // loaded yet: with foreign keys off, as the dump itself asks and sqlite3 loads it, references are checked once,

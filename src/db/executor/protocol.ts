@@ -25,6 +25,8 @@ export function encodeFrame(seq: number, header: object, body?: Buffer | string)
 export class FrameDecoder {
   private chunks: Buffer[] = [];
   private buffered = 0;
+  /** Bytes the next frame needs in all: chunks are joined only once they hold it (joining each one is quadratic). */
+  private needed = 4;
   private readonly maxFrameBytes: number;
 
   constructor(maxFrameBytes = Infinity) {
@@ -34,6 +36,7 @@ export class FrameDecoder {
   push(chunk: Buffer): Frame[] {
     this.chunks.push(chunk);
     this.buffered += chunk.length;
+    if (this.buffered < this.needed) return [];
     const frames: Frame[] = [];
     let buf = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.buffered);
     let off = 0;
@@ -51,6 +54,7 @@ export class FrameDecoder {
     buf = buf.subarray(off);
     this.chunks = buf.length ? [buf] : [];
     this.buffered = buf.length;
+    this.needed = buf.length >= 4 ? 4 + buf.readUInt32LE(0) : 4;
     return frames;
   }
 }
