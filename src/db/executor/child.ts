@@ -7,7 +7,7 @@ import { HandleCache, type DbHandle, type ExecutorLimits } from './handles.ts';
 import { changes, query, snapshot, status } from './read-ops.ts';
 import { executeGroup, migrate, type GroupContext } from './write-ops.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
-import { beginTx, commitTx, execTx, rollbackTx, type BeginOptions } from './tx-ops.ts';
+import { beginTx, commitTx, execTx, isOpen, rollbackTx, type BeginOptions } from './tx-ops.ts';
 import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
 import { checkSnapshotFile, CopyCache, prepareReplicaFile } from './copy-ops.ts';
@@ -169,7 +169,8 @@ function handle(frame: Frame): Buffer {
       // A transaction that created its database and ended without a change leaves none, as a first write does; so
       // does one that could not begin on it (a full disk: the file may be made, but without its internal tables).
       // One killed with its process is removed by the probe the pool sends then (`created`).
-      const ended = h.op === 'tx.commit' || h.op === 'tx.rollback' ? reply.version === undefined : h.op === 'tx.begin' && reply.status !== 200;
+      // A COMMIT that failed may leave the transaction open (a deferred foreign key): then nothing ended.
+      const ended = h.op === 'tx.commit' || h.op === 'tx.rollback' ? reply.version === undefined && !isOpen(h.tx) : h.op === 'tx.begin' && reply.status !== 200;
       if (h.create === true && ended) unlinkDatabase(path);
       return encodeFrame(frame.seq, { s: reply.status, v: reply.version }, reply.body);
     }

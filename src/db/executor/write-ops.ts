@@ -78,7 +78,7 @@ function changesetOf(session: ReturnType<DbHandle['db']['createSession']>): Uint
  * Records a change: bumps the version (inside the session, so followers apply it too) and logs the event. Returns
  * whether the changeset carries the whole change (never with DDL, nor without a session, as for a restore).
  */
-export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']> | null, version: number, event: Record<string, unknown>, watch?: KeyWatch): boolean {
+export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']> | null, version: number, event: Record<string, unknown>, watch?: KeyWatch, keepSession = false): boolean {
   // A schema change travels as a fingerprint row, so a follower can tell DDL the changeset cannot carry.
   if (event.schemaChanged) h.internal('INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES (?, ?)').run(SCHEMA_FINGERPRINT_KEY, schemaFingerprint(h.db));
   h.internal("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
@@ -89,7 +89,7 @@ export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType
   // room for the rest of the event, or a lowered limit refused every bulk write with 507.
   const fits = Math.min(MAX_CHANGESET_BYTES, Math.floor((h.db.limits.length - EVENT_ROOM_BYTES) * 3 / 4));
   const changeset = captured && captured.length <= fits ? captured : null;
-  session?.close();
+  if (!keepSession) session?.close(); // kept by a transaction whose COMMIT may fail and be sent again (tx-ops.ts)
   const at = ctx.committedAt ?? Date.now(); // one reading: the event's time and the log's column agree
   const full = {
     id: eventId(), type: event.type, org: ctx.scope.org, repo: ctx.scope.repo, database: ctx.scope.database,
