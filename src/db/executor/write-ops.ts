@@ -25,6 +25,8 @@ export interface GroupContext {
   token: string;
   /** When a group's requests commit (one COMMIT, one time for each of its events); else each event reads the clock. */
   committedAt?: number;
+  /** Called the moment COMMIT succeeded: the statement time limit stops there (the reply is still to be sent). */
+  committed?: () => void;
 }
 
 interface ExecuteBody {
@@ -210,6 +212,7 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, fo
     }
     h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
     h.internal('COMMIT').run();
+    ctx.committed?.();
     keepHistory(h, start, version);
     return replies;
   } catch (e) {
@@ -218,7 +221,12 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, fo
     if (!isForeignKeyFailure(e)) return bodies.map(() => failure(e, null));
     // A DEFERRABLE INITIALLY DEFERRED foreign key is checked at COMMIT, for the whole group: each request runs again
     // alone, so the one that broke it fails and its neighbours (other callers' writes) commit.
-    if (bodies.length > 1) return bodies.flatMap((b) => runGroup(h, [b], groupCtx, foreignKeysOff));
+    // Told once all of them ran: the clock still holds the requests after the first to the limit.
+    if (bodies.length > 1) {
+      const replies = bodies.flatMap((b) => runGroup(h, [b], { ...groupCtx, committed: undefined }, foreignKeysOff));
+      groupCtx.committed?.();
+      return replies;
+    }
     const statements = bodies[0]!.statements?.length ?? 1;
     return [failure(new ApiError('constraint_violation', 'FOREIGN KEY constraint failed when the request committed: a deferred foreign key (DEFERRABLE INITIALLY DEFERRED) is checked at the end, and a row this request wrote or left refers to a missing row; nothing of it was applied', { sqliteCode: 'SQLITE_CONSTRAINT_FOREIGNKEY', atCommit: true }), null, statements - 1)];
   }
@@ -298,6 +306,7 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
     });
     h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
     h.internal('COMMIT').run();
+    ctx.committed?.();
     keepHistory(h, version, version + 1);
     return { status: 200, body: done(pending.map((m) => m.id), version + 1), version: version + 1 };
   } catch (e) {
