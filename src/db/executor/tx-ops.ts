@@ -70,7 +70,7 @@ export function execTx(id: string, statement: StatementSpec & { maxResultBytes?:
   if (!tx) return gone();
   if (typeof statement.describe === 'string') return describe(tx.h, statement.describe);
   try {
-    const budget = new ResultBudget(Math.min(maxResultBytes, statement.maxResultBytes ?? Infinity));
+    const budget = new ResultBudget(maxResultBytes, statement.maxResultBytes);
     if (tx.readOnly) return { status: 200, body: `{"results":[${runRead(tx.h, statement, 0, 'hrana', budget)}]}` };
     const out = runWrite(tx.h, statement, 0, 'hrana', budget, tx.watch); // only the libSQL protocol opens transactions
     for (const t of out.tables) tx.tables.add(t);

@@ -4,7 +4,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { DbHandle } from './handles.ts';
 import { assertSchemaClean } from '../sandbox.ts';
-import { ResultBudget, runWrite, type RowShape, type StatementSpec } from './statements.ts';
+import { replyTooLarge, ResultBudget, runWrite, type RowShape, type StatementSpec } from './statements.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { KEEP_EVENTS, KEEP_MS } from './schema.ts';
@@ -120,7 +120,7 @@ type OneReply = Reply & { carried?: boolean };
 
 function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: number): OneReply {
   const statements = body.statements ?? [{ sql: body.sql!, params: body.params }];
-  const budget = new ResultBudget(Math.min(ctx.maxResultBytes, body.maxResultBytes ?? Infinity));
+  const budget = new ResultBudget(ctx.maxResultBytes, body.maxResultBytes);
   const before = totals(h);
   const session = h.db.createSession();
   const watch = new KeyWatch(h);
@@ -143,19 +143,22 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
     const rowsAffected = after.changes - before.changes;
     // Rows only inserted are a change; rows updated or deleted may be back as they were (a changeset tells).
     const unchanged = after.schema === before.schema && (rowsAffected === 0 || (rewrites && changedNothing(h, session, tables, untracked, watch)));
+    // The reply, measured before anything is recorded: one over DB_MAX_RESULT_BYTES leaves nothing.
+    const reply = budget.check(`{"results":[${results.join(',')}],"version":${unchanged ? version : version + 1}}`);
     if (unchanged) {
       session.close();
       // Undone, so nothing it moved on the way stays moved (an AUTOINCREMENT counter): the database is as it was.
       if (rowsAffected > 0) h.internal('ROLLBACK TO request').run();
       h.internal('RELEASE request').run();
-      return { status: 200, body: `{"results":[${results.join(',')}],"version":${version}}` };
+      return { status: 200, body: reply };
     }
     const carried = recordChange(h, ctx, session, version + 1, { type: 'database.changed', operation: 'execute', changes: { rowsAffected, tables: [...tables].sort() }, schemaChanged: after.schema !== before.schema }, watch);
     h.internal('RELEASE request').run();
-    return { status: 200, body: `{"results":[${results.join(',')}],"version":${version + 1}}`, version: version + 1, carried };
+    return { status: 200, body: reply, version: version + 1, carried };
   } catch (e) {
-    // Past the last statement: the request's end failed it (a key checked at the end, PRAGMA defer_foreign_keys).
-    const reply = failure(e, h.sandbox.denied, Math.min(i, statements.length - 1), i < statements.length ? undefined : { atCommit: true });
+    // Past the last statement: the request's end failed it (a key checked at the end, PRAGMA defer_foreign_keys),
+    // or its reply as a whole was over DB_MAX_RESULT_BYTES.
+    const reply = failure(e, h.sandbox.denied, Math.min(i, statements.length - 1), i < statements.length || replyTooLarge(e) ? undefined : { atCommit: true });
     endDeferral(h, false);
     try { session.close(); } catch { /* closed by recordChange */ }
     if (h.db.isTransaction) { // else a full disk (SQLITE_FULL) or I/O error has rolled it all back already
