@@ -1,6 +1,6 @@
 // SPEC 4.8: DB_MAX_RESULT_BYTES counts bytes of the reply. Exactly: a reply of the limit's size passes, one a byte
 // over is refused (413 result_too_large, SPEC 3's shape, naming both sizes) and leaves nothing. It was counted high,
-// refusing replies up to ~290 bytes under the limit.
+// refusing replies ~250 bytes under the limit (more in a batch).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startProduct, type Product } from './helpers/product.ts';

@@ -27,7 +27,7 @@ export class FrameDecoder {
   private buffered = 0;
   /**
    * The bytes buffered the first frame needs in all: until they are there a chunk is only kept. Joining everything
-   * buffered on every chunk made a large frame quadratic (a 32 MB reply, 500 chunks, ~8 GB copied: 10 s).
+   * buffered on every chunk made a large frame quadratic (a 32 MB reply in 64 KiB chunks: ~8 GB copied, 2.8 s).
    */
   private awaiting = 0;
   private readonly maxFrameBytes: number;
