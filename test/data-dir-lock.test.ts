@@ -44,7 +44,7 @@ function killAllQuietly(p: SpawnedProduct | undefined): void {
   }
 }
 
-const refusal = (part: string) => new RegExp(`^scopebase: configuration error: DATA_DIR: .+ is in use by another scopebase process \\(pid \\d+, \`scopebase [a-z ]+\`\\) running its ${part} part \\(.+\\): stop that process first, or give this one another DATA_DIR`);
+const refusal = (part: string) => new RegExp(`^scopebase: configuration error: DATA_DIR: .+ is in use: its ${part} part \\(.+\\) is held by \`scopebase [a-z ]+\` \\(pid \\d+\\): stop that process first, or give this one another DATA_DIR`);
 
 test('a second `start` on the same DATA_DIR exits 78 with one line before it listens; the first keeps serving; after kill -9 a new one starts at once', async () => {
   const dataDir = tempDir();
@@ -59,7 +59,7 @@ test('a second `start` on the same DATA_DIR exits 78 with one line before it lis
     assert.equal(second.code, 78, second.stderr);
     oneLine(second, refusal('db'));
     assert.ok(second.stderr.includes(`${dataDir} is in use`), second.stderr);
-    assert.ok(second.stderr.includes(`(pid ${first.child.pid}, \`scopebase start\`)`), `the holder's pid is named: ${second.stderr}`);
+    assert.ok(second.stderr.includes(`held by \`scopebase start\` (pid ${first.child.pid})`), `the holder's pid is named: ${second.stderr}`);
     assert.doesNotMatch(second.stderr, /is running: /, 'no banner: it never listened');
     const w = await sql(first.url, 'execute', 'INSERT INTO t VALUES (1)');
     assert.equal(w.status, 200, `the first serves on: ${w.text}`);
@@ -90,7 +90,7 @@ test('restore --force onto a live DATA_DIR is refused in one line and changes no
 
     const live = await cli(['restore', join(work, 'b1'), '--force'], env);
     assert.equal(live.code, 1, live.stderr);
-    oneLine(live, /^scopebase: DATA_DIR .+ is in use by another scopebase process \(pid \d+, `scopebase start`\) running its db part \(.+\): stop the server first, then restore; nothing was written$/);
+    oneLine(live, /^scopebase: DATA_DIR .+ is in use: its db part \(.+\) is held by `scopebase start` \(pid \d+\): stop it first, then restore; nothing was written$/);
     assert.deepEqual(readdirSync(work).filter((n) => n.startsWith(`${basename(dataDir)}.`)), [], 'nothing moved aside, no staging folder');
     assert.deepEqual((await sql(product.url, 'query', 'SELECT x FROM t')).json.results[0].rows, [[1], [2]], 'the server serves on, its data untouched');
 
@@ -138,5 +138,50 @@ test('different parts share one DATA_DIR; a second process of the same part is r
   } finally {
     for (const p of started) killAllQuietly(p);
     rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test('a server started while `restore` fills DATA_DIR exits 78 naming `scopebase restore` and its pid; once the restore ends it starts on the restored data', async () => {
+  const work = tempDir('scopebase-lock-restoring-');
+  const dataDir = join(work, 'data');
+  const env = testEnv(dataDir);
+  let product: SpawnedProduct | undefined;
+  let restoring: ReturnType<typeof spawn> | undefined;
+  try {
+    product = await spawnProduct(env);
+    // ~48 MB to copy, fsync and checksum: the restore is caught (and stopped) while it fills DATA_DIR beside it.
+    assert.equal((await sql(product.url, 'execute', 'CREATE TABLE t(x)')).status, 200);
+    for (let i = 0; i < 6; i++) assert.equal((await sql(product.url, 'execute', 'INSERT INTO t SELECT randomblob(1000000) FROM (WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 8) SELECT n FROM c)')).status, 200);
+    const backup = await cli(['backup', join(work, 'b1')], env);
+    assert.equal(backup.code, 0, backup.stderr);
+    await stop(product);
+    product = undefined;
+
+    const child = spawn(process.execPath, ['src/cli/main.ts', 'restore', join(work, 'b1'), '--force'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    restoring = child;
+    let out = '';
+    child.stdout!.on('data', (d) => (out += d));
+    child.stderr!.on('data', (d) => (out += d));
+    const ended = new Promise<number>((resolve) => child.on('close', (code) => resolve(code ?? -1)));
+    // The staging folder is made once the locks are taken; stopped there, the restore holds them for as long as the test needs.
+    const staging = () => readdirSync(work).some((n) => n.startsWith(`${basename(dataDir)}.restore-`));
+    const deadline = Date.now() + 60_000;
+    while (!staging() && Date.now() < deadline && child.exitCode === null) { /* poll: the copy takes a few hundred ms */ }
+    child.kill('SIGSTOP');
+    assert.ok(staging(), `the restore was caught filling DATA_DIR (${out})`);
+
+    const refused = await refusedServer(['start'], { ...env, PORT: String(await freePort()) });
+    assert.equal(refused.code, 78, refused.stderr);
+    oneLine(refused, new RegExp(`^scopebase: configuration error: DATA_DIR: .+ is in use: its db part \\(.+\\) is held by \`scopebase restore\` \\(pid ${child.pid}\\): wait for the restore to end, then start again$`));
+
+    child.kill('SIGCONT');
+    assert.equal(await ended, 0, out);
+    restoring = undefined;
+    product = await spawnProduct(env);
+    assert.deepEqual((await sql(product.url, 'query', 'SELECT count(*) FROM t')).json.results[0].rows, [[48]], 'the restored data');
+  } finally {
+    restoring?.kill('SIGKILL');
+    killAllQuietly(product);
+    rmSync(work, { recursive: true, force: true });
   }
 });

@@ -259,9 +259,10 @@ export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {
 /** The locks of every part whose lock file DATA_DIR holds; a server holding one is still running there. */
 function lockAgainstServers(dataDir: string): DataLock {
   try {
-    return lockData(dataDir, DATA_PARTS, { existingOnly: true });
+    // Named in the owner files, so a server started meanwhile says what holds DATA_DIR.
+    return lockData(dataDir, DATA_PARTS, { existingOnly: true, holder: 'scopebase restore' });
   } catch (e) {
-    if (e instanceof DataDirInUse) throw new CliError(EXIT.refused, `DATA_DIR ${e.message}: stop the server first, then restore; nothing was written`);
+    if (e instanceof DataDirInUse) throw new CliError(EXIT.refused, `DATA_DIR ${e.message}: stop it first, then restore; nothing was written`);
     throw new CliError(EXIT.refused, `restore failed, DATA_DIR was not changed: cannot take its lock: ${describeIoError(e, lockFolder(dataDir))}`);
   }
 }

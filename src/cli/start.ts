@@ -152,7 +152,10 @@ function lockParts(part: Part, config: Config): DataLock {
   try {
     return lockData(config.dataDir, parts, { holder, waitMs: START_WAIT_MS });
   } catch (e) {
-    if (e instanceof DataDirInUse) throw new ConfigError(`DATA_DIR: ${e.message}: stop that process first, or give this one another DATA_DIR (docs/deploy.md)`);
+    if (e instanceof DataDirInUse) {
+      const then = e.holder === 'scopebase restore' ? 'wait for the restore to end, then start again' : 'stop that process first, or give this one another DATA_DIR (docs/deploy.md)';
+      throw new ConfigError(`DATA_DIR: ${e.message}: ${then}`);
+    }
     throw new ConfigError(`DATA_DIR: cannot take the lock on its data: ${describeIoError(e, lockFolder(config.dataDir))}`);
   }
 }

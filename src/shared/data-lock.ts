@@ -2,7 +2,7 @@
 // The lock is SQLite's exclusive POSIX lock on DATA_DIR/locks/{part}.lock, held by an open connection: the kernel
 // drops it when the process ends, kill -9 included, so no stale lock can refuse a restart. The `.owner` file beside
 // it only names the holder in the message; it never decides anything.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 
@@ -34,13 +34,16 @@ const ownerFile = (dataDir: string, part: DataPart) => join(lockFolder(dataDir),
 export class DataDirInUse extends Error {
   readonly dataDir: string;
   readonly part: DataPart;
+  /** The holder's command (`scopebase start`, `scopebase restore`, …), when its owner file names a live process. */
+  readonly holder: string | null;
 
   constructor(dataDir: string, part: DataPart) {
     const owner = readOwner(dataDir, part); // the pid only when the owner file names a live process
-    const holder = `another scopebase process${owner ? ` (pid ${owner.pid}, \`${owner.command}\`)` : ''}`;
-    super(`${dataDir} is in use by ${holder} running its ${part} part (${OWNS[part]})`);
+    const holder = owner ? `\`${owner.command}\` (pid ${owner.pid})` : 'another scopebase process';
+    super(`${dataDir} is in use: its ${part} part (${OWNS[part]}) is held by ${holder}`);
     this.dataDir = dataDir;
     this.part = part;
+    this.holder = owner?.command ?? null;
   }
 }
 
@@ -50,7 +53,7 @@ export interface DataLock {
 }
 
 export interface LockOptions {
-  /** Written next to the lock for another process's message, e.g. "scopebase serve db"; none: nothing written. */
+  /** Written next to the lock for another process's message, e.g. "scopebase serve db"; none: nothing written. Removed at release. */
   holder?: string;
   /** How long to wait for a holder to let go before refusing (SQLite's busy timeout). */
   waitMs?: number;
@@ -63,9 +66,10 @@ export interface LockOptions {
  * the file system's error when a lock file cannot be made (a read-only or full disk).
  */
 export function lockData(dataDir: string, parts: readonly DataPart[], opts: LockOptions = {}): DataLock {
-  const taken: DatabaseSync[] = [];
+  const taken: { part: DataPart; db: DatabaseSync }[] = [];
   const release = () => {
-    for (const db of taken) {
+    for (const { part, db } of taken) {
+      if (opts.holder !== undefined) removeOwner(dataDir, part); // while the lock is still held: no one else wrote it
       held.delete(db);
       if (db.isOpen) db.close();
     }
@@ -75,7 +79,7 @@ export function lockData(dataDir: string, parts: readonly DataPart[], opts: Lock
       const path = lockFile(dataDir, part);
       if (opts.existingOnly && !existsSync(path)) continue;
       mkdirSync(lockFolder(dataDir), { recursive: true, mode: 0o700 });
-      taken.push(lockOne(dataDir, part, opts.waitMs ?? 0));
+      taken.push({ part, db: lockOne(dataDir, part, opts.waitMs ?? 0) });
       if (opts.holder !== undefined) writeOwner(dataDir, part, opts.holder);
     }
   } catch (e) {
@@ -105,6 +109,16 @@ function writeOwner(dataDir: string, part: DataPart, command: string): void {
     writeFileSync(ownerFile(dataDir, part), JSON.stringify({ pid: process.pid, command, since: new Date().toISOString() }) + '\n', { mode: 0o600 });
   } catch {
     // Without it the message says "another scopebase process" without a pid.
+  }
+}
+
+/** The owner file, if it names this process (a restore moved DATA_DIR aside: the one there now is not its own). */
+function removeOwner(dataDir: string, part: DataPart): void {
+  try {
+    const o = JSON.parse(readFileSync(ownerFile(dataDir, part), 'utf8')) as { pid?: unknown };
+    if (o.pid === process.pid) unlinkSync(ownerFile(dataDir, part));
+  } catch {
+    // none, or not readable: nothing of ours to remove
   }
 }
 

@@ -7,7 +7,7 @@ import { HandleCache, type DbHandle, type ExecutorLimits } from './handles.ts';
 import { changes, query, snapshot, status } from './read-ops.ts';
 import { executeGroup, migrate, type GroupContext } from './write-ops.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
-import { beginTx, commitTx, execTx, rollbackTx, type BeginOptions } from './tx-ops.ts';
+import { beginTx, commitTx, execTx, isOpen, rollbackTx, type BeginOptions } from './tx-ops.ts';
 import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
 import { checkSnapshotFile, CopyCache, prepareReplicaFile } from './copy-ops.ts';
@@ -80,6 +80,11 @@ function budgetStep(statementMs: number, budgetMs: number): (done?: boolean) => 
   };
 }
 
+/** Tells the parent that the running message committed: the rest (history, its reply) is not statement time. */
+const committed = (): void => {
+  channel.write(encodeFrame(0, { committed: true }));
+};
+
 function handle(frame: Frame): Buffer {
   const h = frame.header as Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
   const path = h.path as string;
@@ -117,7 +122,7 @@ function handle(frame: Frame): Buffer {
     case 'execute': case 'migrate': {
       const db = open(path, h.create === true);
       if (!db) return encodeFrame(frame.seq, { s: 404 }, notFound().body);
-      const ctx: GroupContext = { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token };
+      const ctx: GroupContext = { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token, committed };
       let replies: Reply[];
       const bodies: { transient?: boolean }[] = [];
       if (h.op === 'migrate') {
@@ -165,12 +170,13 @@ function handle(frame: Frame): Buffer {
       const reply = h.op === 'tx.begin'
         ? beginTx(h.tx, path, h.create === true, { scope: h.scope, maxResultBytes: limits.maxResultBytes, floor: h.floor ?? null, token: h.token }, limits, frame.body.length > 0 ? JSON.parse(frame.body.toString('utf8')) as BeginOptions : {})
         : h.op === 'tx.exec' ? execTx(h.tx, JSON.parse(frame.body.toString('utf8')), limits.maxResultBytes)
-        : h.op === 'tx.commit' ? commitTx(h.tx) : rollbackTx(h.tx);
+        : h.op === 'tx.commit' ? commitTx(h.tx, committed) : rollbackTx(h.tx);
       // A transaction that created its database and ended without a change leaves none, as a first write does (one
       // SQLite rolled back under a statement too); so does one that could not begin on it (a full disk: the file may
       // be made, but without its internal tables).
       // One killed with its process is removed by the probe the pool sends then (`created`).
-      const ended = h.op === 'tx.commit' || h.op === 'tx.rollback' ? reply.version === undefined : h.op === 'tx.begin' ? reply.status !== 200 : 'ended' in reply;
+      // A COMMIT that failed may leave the transaction open (a deferred foreign key): then nothing ended.
+      const ended = h.op === 'tx.commit' || h.op === 'tx.rollback' ? reply.version === undefined && !isOpen(h.tx) : h.op === 'tx.begin' ? reply.status !== 200 : 'ended' in reply;
       if (h.create === true && ended) unlinkDatabase(path);
       return encodeFrame(frame.seq, { s: reply.status, v: reply.version }, reply.body);
     }

@@ -36,6 +36,12 @@ function childEnv(): NodeJS.ProcessEnv {
 const NICE_SLOW = 10;
 /** How long a child may take to load before it is judged stuck (a loaded machine can take seconds). */
 const STARTUP_MS = 30_000;
+/**
+ * What a message may take after its COMMIT (the child says `committed`): its reply is copied and sent, and no
+ * statement runs. A kill then only turns a committed write into a 503 `committed: true`, so this stops only a
+ * process hung for good.
+ */
+const AFTER_COMMIT_MS = 60_000;
 
 /**
  * Why a message got no reply: it was running when the process was stopped (at its time limit, or for its temporary
@@ -184,9 +190,11 @@ export class ExecutorProcess {
   private settle(frame: Frame): void {
     if (frame.seq === 0) {
       // The running message starts a step with its own limit (a statement of an imported SQL text): its clock too.
-      const budget = frame.header.budget;
+      // Once it committed it runs no statement: what is left (its reply copied and sent) is not held to the limit.
+      const { budget, committed } = frame.header;
       const running = this.queue[this.head];
-      if (typeof budget === 'number' && running !== undefined) running.budgetMs = budget;
+      if (committed === true && running !== undefined) running.budgetMs = Math.max(running.budgetMs, AFTER_COMMIT_MS);
+      else if (typeof budget === 'number' && running !== undefined) running.budgetMs = budget;
       else this.ready = true;
       this.headStartedAt = performance.now();
       return;

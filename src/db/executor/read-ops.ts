@@ -24,7 +24,7 @@ export function query(h: DbHandle, body: QueryBody, maxResultBytes: number): Rep
   if (body.describe !== undefined) return describe(h, body.describe);
   const statements = body.statements ?? [{ sql: body.sql!, params: body.params }];
   const shape = body.rows ?? 'arrays';
-  const budget = new ResultBudget(Math.min(maxResultBytes, body.maxResultBytes ?? Infinity));
+  const budget = new ResultBudget(maxResultBytes, body.maxResultBytes);
   h.internal('BEGIN').run();
   try {
     const version = h.version();
@@ -36,7 +36,12 @@ export function query(h: DbHandle, body: QueryBody, maxResultBytes: number): Rep
         return failure(e, h.sandbox.denied, i);
       }
     }
-    return { status: 200, body: `{"results":[${results.join(',')}],"version":${version}}` };
+    const reply = `{"results":[${results.join(',')}],"version":${version}}`;
+    try {
+      return { status: 200, body: budget.check(reply) };
+    } catch (e) {
+      return failure(e, null, statements.length - 1);
+    }
   } finally {
     h.internal('COMMIT').run();
   }

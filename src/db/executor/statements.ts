@@ -15,25 +15,47 @@ export interface StatementSpec {
   params?: unknown;
 }
 
-/** The request's remaining result allowance (DB_MAX_RESULT_BYTES), charged as rows are rendered. */
-/** What a reply adds around its results, at most: braces, keys, the version, a baton. */
-const ENVELOPE_BYTES = 128;
-/** What a result adds around its rows, at most, besides its columns: keys, counts, a rowid, a duration. */
-const RESULT_BYTES = 160;
+const ADVICE = 'select fewer rows or columns, or page with LIMIT';
 
+/**
+ * SPEC 4.8: the reply's bytes (UTF-8, as sent) against DB_MAX_RESULT_BYTES, or what is left of a libSQL pipeline's
+ * allowance. Rows are charged as they are rendered, with what is known to be around them, so an endless result stops
+ * early; the whole reply is then measured exactly (`check`): one of exactly the limit passes, one byte more does not.
+ */
 export class ResultBudget {
-  private remaining: number;
+  private readonly limit: number;
+  private readonly max: number;
+  /** Bytes the reply holds at least (rows with their commas, columns): never more than it will hold. */
+  private used = 0;
 
-  /** The reply's own envelope (`{"results":[…],"version":N}`, a libSQL pipeline's `{"baton":…}`) is kept out of `limit`. */
-  constructor(limit: number) {
-    this.remaining = limit - ENVELOPE_BYTES;
+  /** `left`: what is left of a libSQL pipeline's allowance (set by the service), when that is less. */
+  constructor(max: number, left?: number) {
+    this.max = max;
+    this.limit = Math.min(max, left ?? Infinity);
   }
-  /** Counts the text's UTF-8 bytes, as the reply is sent (a '€' is 3 bytes, not 1 UTF-16 unit), and `more` around it. */
+
+  /** Counts the text's UTF-8 bytes (a '€' is 3 bytes, not 1 UTF-16 unit), and `more` known to be around it. */
   charge(text: string, more = 0): void {
-    this.remaining -= Buffer.byteLength(text, 'utf8') + more;
-    if (this.remaining < 0) throw new ApiError('result_too_large', 'the result is over DB_MAX_RESULT_BYTES; select fewer rows or columns, or page with LIMIT');
+    this.used += Buffer.byteLength(text, 'utf8') + more;
+    if (this.used > this.limit) throw this.over(null);
+  }
+
+  /** The whole reply, measured: returned as it is if within the limit. */
+  check(reply: string): string {
+    const bytes = Buffer.byteLength(reply, 'utf8');
+    if (bytes > this.limit) throw this.over(bytes);
+    return reply;
+  }
+
+  private over(bytes: number | null): ApiError {
+    const limit = this.limit < this.max ? `what is left of this libSQL pipeline's DB_MAX_RESULT_BYTES (${this.limit} of ${this.max} bytes)` : `DB_MAX_RESULT_BYTES (${this.limit} bytes)`;
+    const message = bytes === null ? `the reply is over ${limit} at this statement's rows: ${ADVICE}` : `the reply would be ${bytes} bytes, over ${limit}: ${ADVICE}`;
+    return new ApiError('result_too_large', message, bytes === null ? { maxResultBytes: this.limit } : { maxResultBytes: this.limit, replyBytes: bytes });
   }
 }
+
+/** The reply as a whole was over the limit: it failed at its end, not at a statement's rows. */
+export const replyTooLarge = (e: unknown): boolean => e instanceof ApiError && e.code === 'result_too_large' && (e.details as { replyBytes?: unknown } | undefined)?.replyBytes !== undefined;
 
 function bind(p: Params | undefined, slots: ParamSlots): unknown[] {
   if (p === undefined) return [];
@@ -137,7 +159,7 @@ export function runRead(h: DbHandle, spec: StatementSpec, index: number, shape: 
   }
   const rows = rowsOf(p.stmt, args, shape, budget, false).json;
   const cols = shape === 'hrana' ? hranaCols(p.stmt) : columnsOf(p.stmt);
-  budget.charge(cols, RESULT_BYTES);
+  budget.charge(cols);
   return shape === 'hrana' ? hranaResult(cols, rows, 0, null, since) : `{${cols},"rows":${rows}}`;
 }
 
@@ -201,7 +223,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
     const count = p.dml ? Number(h.internal('SELECT changes() AS n').get()!.n) : 0;
     const rowid = insertedRowid(p, count, () => lastInsertRowid(h));
     const cols = shape === 'hrana' ? hranaCols(p.stmt) : columnsOf(p.stmt);
-    budget.charge(cols, RESULT_BYTES);
+    budget.charge(cols);
     const text = shape === 'hrana'
       ? hranaResult(cols, rows.json, count, rowid, since)
       : `{"rowsAffected":${count},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))},${cols},"rows":${rows.json}}`;
@@ -216,6 +238,6 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   const changes = p.dml ? Number(r.changes) : 0;
   const rowid = insertedRowid(p, changes, () => r.lastInsertRowid);
   const text = shape === 'hrana' ? hranaResult('"cols":[]', '[]', changes, rowid, since) : `{"rowsAffected":${changes},"lastInsertRowid":${JSON.stringify(encodeValue(rowid))}}`;
-  budget.charge(text, 1);
+  budget.charge(text);
   return { text, rowsAffected: changes, tables: p.written, untracked: p.untracked, rewrites: p.rewrites };
 }

@@ -12,6 +12,8 @@ import { changedNothing, type GroupContext, prune, recordChange, totals } from '
 import { keepHistory } from './history-ops.ts';
 import { KeyWatch } from './key-cover.ts';
 import { deferForeignKeys, endDeferral } from './foreign-keys.ts';
+import { ApiError } from '../../shared/errors.ts';
+import { mapSqliteError } from '../sqlite-errors.ts';
 
 interface Tx {
   h: DbHandle;
@@ -68,7 +70,7 @@ export function execTx(id: string, statement: StatementSpec & { maxResultBytes?:
   if (!tx) return gone();
   if (typeof statement.describe === 'string') return describe(tx.h, statement.describe);
   try {
-    const budget = new ResultBudget(Math.min(maxResultBytes, statement.maxResultBytes ?? Infinity));
+    const budget = new ResultBudget(maxResultBytes, statement.maxResultBytes);
     if (tx.readOnly) return { status: 200, body: `{"results":[${runRead(tx.h, statement, 0, 'hrana', budget)}]}` };
     const out = runWrite(tx.h, statement, 0, 'hrana', budget, tx.watch); // only the libSQL protocol opens transactions
     for (const t of out.tables) tx.tables.add(t);
@@ -88,16 +90,21 @@ export function execTx(id: string, statement: StatementSpec & { maxResultBytes?:
  * version and the change log.
  */
 function endedBySqlite(id: string, tx: Tx, reply: Reply): Reply & { ended: true } {
-  open.delete(id);
-  try { tx.session.close(); } finally { tx.h.close(); }
+  end(id, tx);
   return { ...reply, ended: true };
 }
 
-export function commitTx(id: string): Reply {
+/**
+ * Records and commits the transaction. A COMMIT that fails while SQLite keeps the transaction (a deferred foreign key
+ * still broken) leaves it open, as SQLite and libsql-server do: its bookkeeping is undone, and the client may fix the
+ * rows and COMMIT again, or ROLLBACK. `committed`: called the moment COMMIT succeeded.
+ */
+export function commitTx(id: string, committed?: () => void): Reply {
   const tx = open.get(id);
   if (!tx) return gone();
-  open.delete(id);
   const { h, ctx } = tx;
+  const deferring = h.deferringForeignKeys;
+  let recording = false;
   try {
     endDeferral(h, true);
     let version = h.version();
@@ -105,36 +112,75 @@ export function commitTx(id: string): Reply {
     const touched = after.changes !== tx.before.changes;
     if (after.schema !== tx.before.schema || (touched && !changedNothing(h, tx.session, tx.tables, tx.untracked, tx.watch))) {
       version++;
+      h.internal('SAVEPOINT _scopebase_commit').run(); // what is recorded here is undone if COMMIT fails
+      recording = true;
       recordChange(h, ctx, tx.session, version, {
         type: 'database.changed', operation: 'execute',
         changes: { rowsAffected: after.changes - tx.before.changes, tables: [...tx.tables].sort() }, schemaChanged: after.schema !== tx.before.schema,
-      }, tx.watch);
+      }, tx.watch, true);
       prune(h, ctx, version);
       h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
       h.internal('COMMIT').run();
+      committed?.();
       keepHistory(h, version - 1, version);
+      end(id, tx);
       return { status: 200, body: `{"version":${version}}`, version };
     }
-    tx.session.close();
     h.internal(touched ? 'ROLLBACK' : 'COMMIT').run(); // it changed nothing: undone, so no counter it moved stays moved
+    end(id, tx);
     return { status: 200, body: `{"version":${version}}` };
   } catch (e) {
+    if (keptOpen(h, recording, deferring)) return failure(stillOpen(e), null, undefined, { transactionOpen: true });
     if (h.db.isTransaction) h.internal('ROLLBACK').run();
+    end(id, tx);
     return failure(e, null);
-  } finally {
-    h.close();
   }
 }
+
+/** The transaction is over: its connection and session go. */
+function end(id: string, tx: Tx): void {
+  open.delete(id);
+  try {
+    tx.session.close();
+  } catch {
+    // closed already
+  }
+  tx.h.close();
+}
+
+/** After a failed COMMIT: true when SQLite kept the transaction, now as it was before COMMIT (bookkeeping undone, keys deferred again). */
+function keptOpen(h: DbHandle, recording: boolean, deferring: boolean): boolean {
+  if (!h.db.isTransaction) return false; // a full disk or an I/O error rolled it back
+  try {
+    if (recording) {
+      h.internal('ROLLBACK TO _scopebase_commit').run();
+      h.internal('RELEASE _scopebase_commit').run();
+    }
+    if (deferring) deferForeignKeys(h);
+    return true;
+  } catch {
+    return false; // it cannot be put back as it was: it ends
+  }
+}
+
+/** The failure of a COMMIT that left the transaction open, saying so (SQLite's own message alone reads as final). */
+function stillOpen(e: unknown): unknown {
+  const hint = 'the transaction is still open: fix the rows and COMMIT again, or ROLLBACK';
+  if (e instanceof ApiError) return new ApiError(e.code, `${e.message}; ${hint}`, e.details);
+  const mapped = mapSqliteError(e, null);
+  return new ApiError(mapped.code, `${mapped.message}; ${hint}`, mapped.details);
+}
+
+/** Whether the transaction `id` is open here (a COMMIT that failed may leave it open). */
+export const isOpen = (id: string): boolean => open.has(id);
 
 export function rollbackTx(id: string): Reply {
   const tx = open.get(id);
   if (!tx) return gone();
-  open.delete(id);
   try {
-    tx.session.close();
     if (tx.h.db.isTransaction) tx.h.internal('ROLLBACK').run();
   } finally {
-    tx.h.close();
+    end(id, tx);
   }
   return { status: 200, body: '{}' };
 }

@@ -4,7 +4,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { DbHandle } from './handles.ts';
 import { assertSchemaClean } from '../sandbox.ts';
-import { ResultBudget, runWrite, type RowShape, type StatementSpec } from './statements.ts';
+import { replyTooLarge, ResultBudget, runWrite, type RowShape, type StatementSpec } from './statements.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { KEEP_EVENTS, KEEP_MS } from './schema.ts';
@@ -25,6 +25,8 @@ export interface GroupContext {
   token: string;
   /** When a group's requests commit (one COMMIT, one time for each of its events); else each event reads the clock. */
   committedAt?: number;
+  /** Called the moment COMMIT succeeded: the statement time limit stops there (the reply is still to be sent). */
+  committed?: () => void;
 }
 
 interface ExecuteBody {
@@ -78,7 +80,7 @@ function changesetOf(session: ReturnType<DbHandle['db']['createSession']>): Uint
  * Records a change: bumps the version (inside the session, so followers apply it too) and logs the event. Returns
  * whether the changeset carries the whole change (never with DDL, nor without a session, as for a restore).
  */
-export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']> | null, version: number, event: Record<string, unknown>, watch?: KeyWatch): boolean {
+export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType<DbHandle['db']['createSession']> | null, version: number, event: Record<string, unknown>, watch?: KeyWatch, keepSession = false): boolean {
   // A schema change travels as a fingerprint row, so a follower can tell DDL the changeset cannot carry.
   if (event.schemaChanged) h.internal('INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES (?, ?)').run(SCHEMA_FINGERPRINT_KEY, schemaFingerprint(h.db));
   h.internal("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
@@ -89,7 +91,7 @@ export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType
   // room for the rest of the event, or a lowered limit refused every bulk write with 507.
   const fits = Math.min(MAX_CHANGESET_BYTES, Math.floor((h.db.limits.length - EVENT_ROOM_BYTES) * 3 / 4));
   const changeset = captured && captured.length <= fits ? captured : null;
-  session?.close();
+  if (!keepSession) session?.close(); // kept by a transaction whose COMMIT may fail and be sent again (tx-ops.ts)
   const at = ctx.committedAt ?? Date.now(); // one reading: the event's time and the log's column agree
   const full = {
     id: eventId(), type: event.type, org: ctx.scope.org, repo: ctx.scope.repo, database: ctx.scope.database,
@@ -118,7 +120,7 @@ type OneReply = Reply & { carried?: boolean };
 
 function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: number): OneReply {
   const statements = body.statements ?? [{ sql: body.sql!, params: body.params }];
-  const budget = new ResultBudget(Math.min(ctx.maxResultBytes, body.maxResultBytes ?? Infinity));
+  const budget = new ResultBudget(ctx.maxResultBytes, body.maxResultBytes);
   const before = totals(h);
   const session = h.db.createSession();
   const watch = new KeyWatch(h);
@@ -141,19 +143,22 @@ function executeOne(h: DbHandle, body: ExecuteBody, ctx: GroupContext, version: 
     const rowsAffected = after.changes - before.changes;
     // Rows only inserted are a change; rows updated or deleted may be back as they were (a changeset tells).
     const unchanged = after.schema === before.schema && (rowsAffected === 0 || (rewrites && changedNothing(h, session, tables, untracked, watch)));
+    // The reply, measured before anything is recorded: one over DB_MAX_RESULT_BYTES leaves nothing.
+    const reply = budget.check(`{"results":[${results.join(',')}],"version":${unchanged ? version : version + 1}}`);
     if (unchanged) {
       session.close();
       // Undone, so nothing it moved on the way stays moved (an AUTOINCREMENT counter): the database is as it was.
       if (rowsAffected > 0) h.internal('ROLLBACK TO request').run();
       h.internal('RELEASE request').run();
-      return { status: 200, body: `{"results":[${results.join(',')}],"version":${version}}` };
+      return { status: 200, body: reply };
     }
     const carried = recordChange(h, ctx, session, version + 1, { type: 'database.changed', operation: 'execute', changes: { rowsAffected, tables: [...tables].sort() }, schemaChanged: after.schema !== before.schema }, watch);
     h.internal('RELEASE request').run();
-    return { status: 200, body: `{"results":[${results.join(',')}],"version":${version + 1}}`, version: version + 1, carried };
+    return { status: 200, body: reply, version: version + 1, carried };
   } catch (e) {
-    // Past the last statement: the request's end failed it (a key checked at the end, PRAGMA defer_foreign_keys).
-    const reply = failure(e, h.sandbox.denied, Math.min(i, statements.length - 1), i < statements.length ? undefined : { atCommit: true });
+    // Past the last statement: the request's end failed it (a key checked at the end, PRAGMA defer_foreign_keys),
+    // or its reply as a whole was over DB_MAX_RESULT_BYTES.
+    const reply = failure(e, h.sandbox.denied, Math.min(i, statements.length - 1), i < statements.length || replyTooLarge(e) ? undefined : { atCommit: true });
     endDeferral(h, false);
     try { session.close(); } catch { /* closed by recordChange */ }
     if (h.db.isTransaction) { // else a full disk (SQLITE_FULL) or I/O error has rolled it all back already
@@ -215,6 +220,7 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, fo
     }
     h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
     h.internal('COMMIT').run();
+    ctx.committed?.();
     keepHistory(h, start, version);
     return replies;
   } catch (e) {
@@ -223,7 +229,12 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, fo
     if (!isForeignKeyFailure(e)) return bodies.map(() => failure(e, null));
     // A DEFERRABLE INITIALLY DEFERRED foreign key is checked at COMMIT, for the whole group: each request runs again
     // alone, so the one that broke it fails and its neighbours (other callers' writes) commit.
-    if (bodies.length > 1) return bodies.flatMap((b) => runGroup(h, [b], groupCtx, foreignKeysOff));
+    // Told once all of them ran: the clock still holds the requests after the first to the limit.
+    if (bodies.length > 1) {
+      const replies = bodies.flatMap((b) => runGroup(h, [b], { ...groupCtx, committed: undefined }, foreignKeysOff));
+      groupCtx.committed?.();
+      return replies;
+    }
     const statements = bodies[0]!.statements?.length ?? 1;
     return [failure(new ApiError('constraint_violation', 'FOREIGN KEY constraint failed when the request committed: a deferred foreign key (DEFERRABLE INITIALLY DEFERRED) is checked at the end, and a row this request wrote or left refers to a missing row; nothing of it was applied', { sqliteCode: 'SQLITE_CONSTRAINT_FOREIGNKEY', atCommit: true }), null, statements - 1)];
   }
@@ -303,6 +314,7 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
     });
     h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
     h.internal('COMMIT').run();
+    ctx.committed?.();
     keepHistory(h, version, version + 1);
     return { status: 200, body: done(pending.map((m) => m.id), version + 1), version: version + 1 };
   } catch (e) {

@@ -208,8 +208,11 @@ export class Pipeline {
       }
     } else if (/^\s*(COMMIT|END)\b/i.test(sql)) {
       if (!tx) throw new ApiError('sql_error', 'cannot commit - no transaction is active');
-      this.stream.tx = null;
-      await tx.commit();
+      try {
+        await tx.commit();
+      } finally {
+        if (tx.over) this.stream.tx = null; // a failed COMMIT may leave it open, as SQLite does
+      }
     } else if (/^\s*ROLLBACK\s*(TRANSACTION\s*)?;?\s*$/i.test(sql)) {
       if (!tx) throw new ApiError('sql_error', 'cannot rollback - no transaction is active');
       this.stream.tx = null;

@@ -101,12 +101,20 @@ export class StreamTx {
     return this.send('tx.exec', Buffer.from(JSON.stringify({ sql: '', describe: sql })));
   }
 
+  /** A COMMIT that failed with the transaction kept open (a deferred foreign key, as in SQLite) leaves it open here too. */
   async commit(): Promise<void> {
     try {
       await this.send('tx.commit');
-    } finally {
-      this.finish('it was committed');
+    } catch (e) {
+      if (!(e instanceof ApiError && (e.details as { transactionOpen?: unknown } | undefined)?.transactionOpen === true)) this.finish('its COMMIT failed');
+      throw e;
     }
+    this.finish('it was committed');
+  }
+
+  /** It ended (committed, rolled back, abandoned, or lost with its executor). */
+  get over(): boolean {
+    return this.ended !== null;
   }
 
   async rollback(): Promise<void> {
