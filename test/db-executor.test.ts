@@ -47,8 +47,9 @@ describe('isolation and recovery', () => {
     assert.equal(stuck.json.error.code, 'query_timeout');
     latencies.sort((a, b) => a - b);
     const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
-    // Normal latency here is a few ms; the stuck statement runs 2000 ms. Generous bound, no timing flakiness.
-    assert.ok(p99 < 500, `p99 of the other database was ${p99.toFixed(1)} ms over ${latencies.length} rounds`);
+    // Normal latency here is a few ms; one that waited for the stuck statement took its 2000 ms. Half of that is the
+    // bound: a loaded machine (load ~12) stalled one round 590 ms.
+    assert.ok(p99 < 1000, `p99 of the other database was ${p99.toFixed(1)} ms over ${latencies.length} rounds`);
     assert.ok(writes > 10);
     assert.equal((await p.db('web', 'query', { database: 'stuck', sql: 'SELECT count(*) FROM t' })).status, 200, 'the stuck database answers again');
   });

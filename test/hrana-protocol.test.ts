@@ -283,7 +283,8 @@ describe('the protocol (libSQL HTTP_V2_SPEC, HRANA_3_SPEC)', () => {
         const t0 = performance.now();
         const other = await q.db('app', 'query', { sql: 'SELECT count(*) FROM t' }, { org: 'victim' });
         assert.equal(other.status, 200, `with ${i} repos holding transactions: ${other.text}`);
-        assert.ok(performance.now() - t0 < 400, `answered at once with ${i} repos holding transactions (${(performance.now() - t0).toFixed(0)} ms)`);
+        // under DB_QUEUE_TIMEOUT_MS (1 s): it did not wait for a process to come free (a loaded machine took 422 ms)
+        assert.ok(performance.now() - t0 < 900, `answered at once with ${i} repos holding transactions (${(performance.now() - t0).toFixed(0)} ms)`);
       }
     } finally {
       await q.close();
