@@ -2,6 +2,7 @@
 // what went wrong; the sign-in routes add what the person can do next (retry /login, or start the sign-in again).
 import * as oidc from 'openid-client';
 import { ApiError } from '../../shared/errors.ts';
+import { AnswerTooLarge, PROVIDER_ANSWER_MAX_BYTES } from './bounded-fetch.ts';
 
 function chain(err: unknown): unknown[] {
   const out: unknown[] = [];
@@ -15,6 +16,7 @@ type Failure = { name?: string; code?: string; message?: string; hostname?: stri
 function networkFailure(err: unknown, what: string): string | null {
   const all = chain(err);
   const errors = all as Failure[];
+  if (all.some((e) => e instanceof AnswerTooLarge)) return `the sign-in provider's answer during the ${what} was over ${PROVIDER_ANSWER_MAX_BYTES / 1024 / 1024} MiB, more than any real one: it was not read`;
   // A failed DNS lookup is not slowness: the name is wrong, or this machine has no resolver or network.
   const dns = errors.find((x) => typeof x.code === 'string' && /^(ENOTFOUND|EAI_)/.test(x.code));
   if (dns) return `the sign-in provider's ${dns.hostname ? `host ${dns.hostname}` : 'host name'} could not be resolved (DNS) during the ${what}`;
