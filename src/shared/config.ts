@@ -7,7 +7,6 @@ import { getHeapStatistics } from 'node:v8';
 import { parseRootKeys } from './secrets.ts';
 import { nearestExisting } from './paths.ts';
 
-
 export interface Config {
   production: boolean;
   /** Key variables left unset, whose development keys live in DATA_DIR (never under NODE_ENV=production). */
@@ -76,6 +75,8 @@ export interface Config {
     sessionTtlMs: number;
     /** Sign-in attempts (login + callback) per client address: a token bucket. */
     loginRateLimit: { burst: number; perMinute: number };
+    /** ACCOUNT_MAX_PENDING_LOGINS: pending sign-ins (rows of pending_logins) at once; past it /login is 503. */
+    maxPendingLogins: number;
     /** How long any call to a sign-in provider may take. */
     providerTimeoutMs: number;
     /** DEV_IDP_PORT: the development identity provider's port on 127.0.0.1 (0: any free port). */
@@ -327,6 +328,7 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
         burst: int(env, 'ACCOUNT_LOGIN_RATE_BURST', 30, 1, 1_000_000),
         perMinute: int(env, 'ACCOUNT_LOGIN_RATE_PER_MINUTE', 30, 1, 1_000_000),
       },
+      maxPendingLogins: int(env, 'ACCOUNT_MAX_PENDING_LOGINS', 100_000, 1, 100_000_000),
       providerTimeoutMs: int(env, 'ACCOUNT_PROVIDER_TIMEOUT_MS', 10_000, 50, 600_000),
       devIdpPort,
     },
