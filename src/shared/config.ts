@@ -120,7 +120,7 @@ export interface ClusterConfig {
 
 import { recordingReads, unknownVariables } from './config-names.ts';
 
-import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, str, url, whsecProblem, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
+import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, serviceUrl, str, url, whsecProblem, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
 export type { AppRoute, MirrorConfig } from './config-values.ts';
 
 export { ConfigError };
@@ -344,7 +344,7 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
     apps: parseApps(str(env, 'APPS')),
     // nginx closes at 60 s (proxy_read_timeout), Cloudflare at 100 s: apps that ping more often than that pass both.
     appsWsIdleTimeoutMs: int(env, 'APPS_WS_IDLE_TIMEOUT_MS', 120_000, 100, 86_400_000),
-    services: { dbUrl: url(env, 'DB_SERVICE_URL') ?? null, accountUrl: url(env, 'ACCOUNT_SERVICE_URL') ?? null },
+    services: { dbUrl: serviceUrl(env, 'DB_SERVICE_URL', '`scopebase serve db`') ?? null, accountUrl: serviceUrl(env, 'ACCOUNT_SERVICE_URL') ?? null },
     cluster,
     logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS) ?? 'info',
     logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'pretty'] as const) ?? null,
@@ -384,7 +384,7 @@ function clusterNodeOnly<T extends number | unknown[]>(cluster: ClusterConfig | 
 function clusterConfig(env: Env): ClusterConfig | null {
   const endpoints = str(env, 'CLUSTER_ETCD');
   const nodeId = str(env, 'CLUSTER_NODE_ID') ?? null;
-  const advertiseUrl = url(env, 'CLUSTER_ADVERTISE_URL') ?? null;
+  const advertiseUrl = serviceUrl(env, 'CLUSTER_ADVERTISE_URL', 'a node\'s `scopebase serve db`') ?? null;
   const leaseTtlS = int(env, 'CLUSTER_LEASE_TTL_S', 10, 2, 600);
   const durability = str(env, 'CLUSTER_DURABILITY') ?? 'strict';
   if (durability !== 'strict' && durability !== 'async') fail('CLUSTER_DURABILITY', `must be "strict" or "async", got ${JSON.stringify(durability.slice(0, 20))}`);
