@@ -18,8 +18,8 @@ const BOMB = gzipSync(Buffer.alloc(TOTAL, ' ')); // ~48 KB on the wire
 /** What the hostile server managed to send of its answer before the connection ended. */
 interface Sent { written: number; finished: boolean }
 
-/** How the hostile IdP answers `path`: a stream of TOTAL bytes (declared or chunked), or a gzip bomb. */
-let hostile: { path: string; declare?: boolean; gzip?: boolean; sent?: Promise<Sent> } | null = null;
+/** How the hostile IdP answers `path`: a stream of TOTAL bytes (declared or chunked), a gzip bomb, or a small non-JSON body. */
+let hostile: { path: string; declare?: boolean; gzip?: boolean; small?: boolean; sent?: Promise<Sent> } | null = null;
 
 function streamHuge(res: ServerResponse, declare: boolean): Promise<Sent> {
   res.writeHead(200, { 'content-type': 'application/json', ...(declare ? { 'content-length': String(TOTAL) } : {}) });
@@ -51,6 +51,7 @@ function hostileFront(upstreamPort: () => number) {
     const path = new URL(req.url!, 'http://x').pathname;
     if (hostile && path === hostile.path) {
       req.resume();
+      if (hostile.small) return void res.writeHead(200, { 'content-type': 'application/json' }).end(`${MARKER} {}`);
       if (hostile.gzip) return void res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' }).end(BOMB);
       hostile.sent = streamHuge(res, hostile.declare === true);
       return;
@@ -155,6 +156,15 @@ test("GitHub's API answering 48 MB: the callback is 503, the read stopped early"
   assertRefused(await signIn(q), 'user lookup');
   await assertStoppedEarly();
   hostile = null;
+});
+
+test("GitHub's API answering a small body that is not JSON: 401, and nothing of the body in the answer (JSON.parse quotes it)", async () => {
+  hostile = { path: '/user', small: true };
+  const r = await signIn(q);
+  hostile = null;
+  assert.equal(r.status, 401, r.text);
+  assert.equal(r.json.error.details.reason, 'the answer is not valid JSON');
+  assert.doesNotMatch(r.text, /HOSTILE/);
 });
 
 test('the same provider signs in again once its answers are sane', async () => {

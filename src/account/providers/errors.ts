@@ -48,6 +48,7 @@ export function providerError(err: unknown, provider: string, what: string): Api
     // The provider's own OAuth error code (invalid_grant, ...) is safe to show.
     return new ApiError('invalid_request', `the sign-in provider refused the ${what}: ${String(err.error).slice(0, 60)}`, { provider, step: what, providerError: String(err.error).slice(0, 60) });
   }
-  const reason = (err as Error)?.message?.slice(0, 160) ?? 'unknown';
+  // JSON.parse's message quotes the answer ("HOSTILE-BO"... is not valid JSON): none of it goes to the log or the page.
+  const reason = err instanceof SyntaxError ? 'the answer is not valid JSON' : (err as Error)?.message?.slice(0, 160) ?? 'unknown';
   return new ApiError('unauthenticated', `the sign-in provider's answer did not validate (${what})`, { provider, step: what, reason });
 }
