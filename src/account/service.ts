@@ -77,7 +77,7 @@ export async function createAccountService(opts: AccountServiceOptions): Promise
       if (cookie) reply.header('set-cookie', cookie);
       return payload;
     });
-    await app.register(async (child) => signInRoutes(child, { providers, store, sessions, limiter }));
+    await app.register(async (child) => signInRoutes(child, { providers, store, sessions, limiter, maxPendingLogins: config.account.maxPendingLogins }));
     await app.register(async (child) => sessionRoutes(child, { sessions }));
     await app.register(async (child) => pageRoutes(child, { sessions }));
     await app.register(credentialsPlugin, { resolveSession: sessions.resolve, config, logger, knownUser: (id) => store.hasUser(id) });

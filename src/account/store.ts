@@ -43,6 +43,9 @@ CREATE INDEX IF NOT EXISTS pending_binding ON pending_logins (json_extract(data,
 
 type Row = Record<string, string | number | null | Uint8Array>;
 
+/** Expired pending sign-ins deleted per /login at the cap (~10 ms): all 100,000 at once blocked the event loop 7 s. */
+const PENDING_PURGE_BATCH = 100;
+
 /** Sessions kept in memory (by token hash): /verify runs on every request of a protected app. */
 const RECENT_SESSIONS = 10_000;
 
@@ -52,6 +55,8 @@ export class AccountStore {
   /** Found sessions by token hash (hex). Our own writes update it; another connection's commit empties it. */
   private readonly recent = new Map<string, StoredSession>();
   private seenDataVersion = -1;
+  /** Rows in pending_logins (expired ones until deleted); null: to be counted again (another connection wrote). */
+  private pendingRows: number | null = null;
 
   constructor(dataDir: string, file = 'accounts.sqlite') {
     mkdirSync(dataDir, { recursive: true });
@@ -74,6 +79,8 @@ export class AccountStore {
       pendingBinding: this.db.prepare("SELECT 1 FROM pending_logins WHERE json_extract(data, '$.binding') = ? AND expires_at > ? LIMIT 1"),
       cleanSessions: this.db.prepare('DELETE FROM sessions WHERE rowid IN (SELECT rowid FROM sessions WHERE expires_at <= ? LIMIT ?)'),
       cleanPending: this.db.prepare('DELETE FROM pending_logins WHERE rowid IN (SELECT rowid FROM pending_logins WHERE expires_at <= ? LIMIT ?)'),
+      countPending: this.db.prepare('SELECT count(*) AS n FROM pending_logins'),
+      oldestPending: this.db.prepare('SELECT min(expires_at) AS t FROM pending_logins'),
     };
   }
 
@@ -142,17 +149,32 @@ export class AccountStore {
     const version = Number((this.q.dataVersion!.get() as { data_version: number }).data_version);
     if (version !== this.seenDataVersion) {
       this.recent.clear();
+      this.pendingRows = null;
       this.seenDataVersion = version;
     }
   }
 
-  savePending(state: string, login: PendingLogin, ttlMs: number, now = Date.now()): void {
+  /**
+   * Saves a pending sign-in unless `max` rows are held and none of them has expired (a batch of expired ones is deleted
+   * first): then nothing is saved, and the answer is how long until the oldest expires (ms). Counted in memory, so a
+   * flood costs no count(*).
+   */
+  savePending(state: string, login: PendingLogin, ttlMs: number, max: number, now = Date.now()): { fullForMs: number } | null {
+    this.forgetIfChangedElsewhere();
+    this.pendingRows ??= Number((this.q.countPending!.get() as { n: number }).n);
+    if (this.pendingRows >= max) {
+      this.pendingRows -= Number(this.q.cleanPending!.run(now, PENDING_PURGE_BATCH).changes);
+      if (this.pendingRows >= max) return { fullForMs: Number((this.q.oldestPending!.get() as { t: number }).t) - now };
+    }
     this.q.insertPending!.run(hashToken(state), JSON.stringify(login), now + ttlMs);
+    this.pendingRows++;
+    return null;
   }
 
   /** One use only: the row is deleted as it is read, so a replayed state finds nothing. */
   takePending(state: string, now = Date.now()): PendingLogin | null {
     const r = this.q.takePending!.get(hashToken(state)) as Row | undefined;
+    if (r && this.pendingRows !== null) this.pendingRows--;
     if (!r || Number(r.expires_at) <= now) return null;
     return JSON.parse(String(r.data)) as PendingLogin;
   }
@@ -166,6 +188,7 @@ export class AccountStore {
   cleanup(now = Date.now(), limit = 500): number {
     const a = this.q.cleanSessions!.run(now, limit).changes;
     const b = this.q.cleanPending!.run(now, limit).changes;
+    if (this.pendingRows !== null) this.pendingRows -= Number(b);
     return Number(a) + Number(b);
   }
 

@@ -40,6 +40,20 @@ export function url(env: Env, name: string): string | undefined {
   return v.replace(/\/+$/, '');
 }
 
+/**
+ * Where one part reaches another (DB_SERVICE_URL, ACCOUNT_SERVICE_URL, CLUSTER_ADVERTISE_URL): what the client would
+ * drop is refused, never dropped in silence. `root` names what answers at the origin's root when no path is honoured.
+ */
+export function serviceUrl(env: Env, name: string, root?: string): string | undefined {
+  const v = url(env, name);
+  if (v === undefined) return undefined;
+  const u = new URL(v);
+  if (u.username !== '' || u.password !== '') fail(name, 'must not hold a user name or password: they would not be sent (the parts authenticate with RUNTIME_ROOT_KEY)');
+  if (u.search !== '' || u.hash !== '') fail(name, `must not have a query or a fragment (${JSON.stringify((u.search + u.hash).slice(0, 40))}): they would not be sent`);
+  if (root !== undefined && u.pathname !== '/') fail(name, `must be an origin like http://10.0.0.5:8081, without a path (${JSON.stringify(u.pathname.slice(0, 40))}): ${root} answers at the root of its port, and a path would not be used`);
+  return v;
+}
+
 function unknownKeys(name: string, what: string, o: Record<string, unknown>, known: string[]): void {
   const extra = Object.keys(o).find((k) => !known.includes(k));
   if (extra !== undefined) fail(name, `${what}: unknown field ${JSON.stringify(extra.slice(0, 40))}; the fields are ${known.map((k) => JSON.stringify(k)).join(', ')}`);

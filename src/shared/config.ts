@@ -7,7 +7,6 @@ import { getHeapStatistics } from 'node:v8';
 import { parseRootKeys } from './secrets.ts';
 import { nearestExisting } from './paths.ts';
 
-
 export interface Config {
   production: boolean;
   /** Key variables left unset, whose development keys live in DATA_DIR (never under NODE_ENV=production). */
@@ -76,6 +75,8 @@ export interface Config {
     sessionTtlMs: number;
     /** Sign-in attempts (login + callback) per client address: a token bucket. */
     loginRateLimit: { burst: number; perMinute: number };
+    /** ACCOUNT_MAX_PENDING_LOGINS: pending sign-ins (rows of pending_logins) at once; past it /login is 503. */
+    maxPendingLogins: number;
     /** How long any call to a sign-in provider may take. */
     providerTimeoutMs: number;
     /** DEV_IDP_PORT: the development identity provider's port on 127.0.0.1 (0: any free port). */
@@ -119,7 +120,7 @@ export interface ClusterConfig {
 
 import { recordingReads, unknownVariables } from './config-names.ts';
 
-import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, str, url, whsecProblem, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
+import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, serviceUrl, str, url, whsecProblem, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
 export type { AppRoute, MirrorConfig } from './config-values.ts';
 
 export { ConfigError };
@@ -327,6 +328,7 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
         burst: int(env, 'ACCOUNT_LOGIN_RATE_BURST', 30, 1, 1_000_000),
         perMinute: int(env, 'ACCOUNT_LOGIN_RATE_PER_MINUTE', 30, 1, 1_000_000),
       },
+      maxPendingLogins: int(env, 'ACCOUNT_MAX_PENDING_LOGINS', 100_000, 1, 100_000_000),
       providerTimeoutMs: int(env, 'ACCOUNT_PROVIDER_TIMEOUT_MS', 10_000, 50, 600_000),
       devIdpPort,
     },
@@ -342,7 +344,7 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
     apps: parseApps(str(env, 'APPS')),
     // nginx closes at 60 s (proxy_read_timeout), Cloudflare at 100 s: apps that ping more often than that pass both.
     appsWsIdleTimeoutMs: int(env, 'APPS_WS_IDLE_TIMEOUT_MS', 120_000, 100, 86_400_000),
-    services: { dbUrl: url(env, 'DB_SERVICE_URL') ?? null, accountUrl: url(env, 'ACCOUNT_SERVICE_URL') ?? null },
+    services: { dbUrl: serviceUrl(env, 'DB_SERVICE_URL', '`scopebase serve db`') ?? null, accountUrl: serviceUrl(env, 'ACCOUNT_SERVICE_URL') ?? null },
     cluster,
     logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS) ?? 'info',
     logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'pretty'] as const) ?? null,
@@ -382,7 +384,7 @@ function clusterNodeOnly<T extends number | unknown[]>(cluster: ClusterConfig | 
 function clusterConfig(env: Env): ClusterConfig | null {
   const endpoints = str(env, 'CLUSTER_ETCD');
   const nodeId = str(env, 'CLUSTER_NODE_ID') ?? null;
-  const advertiseUrl = url(env, 'CLUSTER_ADVERTISE_URL') ?? null;
+  const advertiseUrl = serviceUrl(env, 'CLUSTER_ADVERTISE_URL', 'a node\'s `scopebase serve db`') ?? null;
   const leaseTtlS = int(env, 'CLUSTER_LEASE_TTL_S', 10, 2, 600);
   const durability = str(env, 'CLUSTER_DURABILITY') ?? 'strict';
   if (durability !== 'strict' && durability !== 'async') fail('CLUSTER_DURABILITY', `must be "strict" or "async", got ${JSON.stringify(durability.slice(0, 20))}`);

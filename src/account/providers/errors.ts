@@ -2,6 +2,7 @@
 // what went wrong; the sign-in routes add what the person can do next (retry /login, or start the sign-in again).
 import * as oidc from 'openid-client';
 import { ApiError } from '../../shared/errors.ts';
+import { AnswerTooLarge, PROVIDER_ANSWER_MAX_BYTES } from './bounded-fetch.ts';
 
 function chain(err: unknown): unknown[] {
   const out: unknown[] = [];
@@ -15,6 +16,7 @@ type Failure = { name?: string; code?: string; message?: string; hostname?: stri
 function networkFailure(err: unknown, what: string): string | null {
   const all = chain(err);
   const errors = all as Failure[];
+  if (all.some((e) => e instanceof AnswerTooLarge)) return `the sign-in provider's answer during the ${what} was over ${PROVIDER_ANSWER_MAX_BYTES / 1024 / 1024} MiB, more than any real one: it was not read`;
   // A failed DNS lookup is not slowness: the name is wrong, or this machine has no resolver or network.
   const dns = errors.find((x) => typeof x.code === 'string' && /^(ENOTFOUND|EAI_)/.test(x.code));
   if (dns) return `the sign-in provider's ${dns.hostname ? `host ${dns.hostname}` : 'host name'} could not be resolved (DNS) during the ${what}`;
@@ -46,6 +48,7 @@ export function providerError(err: unknown, provider: string, what: string): Api
     // The provider's own OAuth error code (invalid_grant, ...) is safe to show.
     return new ApiError('invalid_request', `the sign-in provider refused the ${what}: ${String(err.error).slice(0, 60)}`, { provider, step: what, providerError: String(err.error).slice(0, 60) });
   }
-  const reason = (err as Error)?.message?.slice(0, 160) ?? 'unknown';
+  // JSON.parse's message quotes the answer ("HOSTILE-BO"... is not valid JSON): none of it goes to the log or the page.
+  const reason = err instanceof SyntaxError ? 'the answer is not valid JSON' : (err as Error)?.message?.slice(0, 160) ?? 'unknown';
   return new ApiError('unauthenticated', `the sign-in provider's answer did not validate (${what})`, { provider, step: what, reason });
 }

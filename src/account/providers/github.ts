@@ -3,6 +3,7 @@ import * as oidc from 'openid-client';
 import { ApiError } from '../../shared/errors.ts';
 import type { AuthorizationRequest, CallbackInput, SignInProvider, SignedIn } from './types.ts';
 import { providerError } from './errors.ts';
+import { boundedFetch } from './bounded-fetch.ts';
 
 export interface GitHubOptions {
   clientId: string;
@@ -25,6 +26,7 @@ export function createGitHubProvider(o: GitHubOptions): SignInProvider {
     o.clientId, undefined, oidc.ClientSecretPost(o.clientSecret),
   );
   config.timeout = o.timeoutMs / 1000;
+  config[oidc.customFetch] = boundedFetch; // the code exchange and the API answers are read to a bound
   if (web.startsWith('http:') || api.startsWith('http:')) oidc.allowInsecureRequests(config);
 
   const getJson = async (token: string, path: string): Promise<unknown> => {

@@ -2,6 +2,7 @@
 import * as oidc from 'openid-client';
 import type { AuthorizationRequest, CallbackInput, SignInProvider, SignedIn } from './types.ts';
 import { providerError } from './errors.ts';
+import { boundedFetch } from './bounded-fetch.ts';
 
 export interface OidcOptions {
   id: string;
@@ -36,7 +37,8 @@ export function createOidcProvider(o: OidcOptions): SignInProvider {
     // Cached once it worked; a failed discovery is retried on the next sign-in.
     discovered ??= oidc.discovery(new URL(o.issuer), o.clientId, o.clientSecret ? { client_secret: o.clientSecret } : undefined,
       o.clientSecret ? undefined : oidc.None(),
-      { timeout: o.timeoutMs / 1000, execute: o.allowHttp && o.issuer.startsWith('http:') ? [oidc.allowInsecureRequests] : [] },
+      // customFetch given here is kept by the configuration: every later call (token, userinfo, JWKS) is bounded too.
+      { timeout: o.timeoutMs / 1000, execute: o.allowHttp && o.issuer.startsWith('http:') ? [oidc.allowInsecureRequests] : [], [oidc.customFetch]: boundedFetch },
     ).catch((err) => {
       discovered = null;
       throw providerError(err, o.id, 'discovery');

@@ -26,6 +26,8 @@ export interface SignInDeps {
   store: AccountStore;
   sessions: Sessions;
   limiter: RateLimiter;
+  /** ACCOUNT_MAX_PENDING_LOGINS: pending sign-ins held at once, across all addresses (a distributed flood of /login). */
+  maxPendingLogins: number;
 }
 
 const PENDING_TTL_MS = 10 * 60_000;
@@ -115,7 +117,12 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
     const url = await provider.authorizationUrl({ redirectUri, state, codeChallenge, nonce }).catch((err: unknown) => {
       throw err instanceof ApiError && err.code === 'unavailable' ? withAdvice(err, 'try again in a moment') : err;
     });
-    deps.store.savePending(state, { provider: provider.id, org: req.org, repo, codeVerifier, nonce, returnTo, redirectUri, binding: sha256hex(binding) }, PENDING_TTL_MS);
+    const full = deps.store.savePending(state, { provider: provider.id, org: req.org, repo, codeVerifier, nonce, returnTo, redirectUri, binding: sha256hex(binding) }, PENDING_TTL_MS, deps.maxPendingLogins);
+    if (full) {
+      // Finished sign-ins free rows before the oldest expires, so a minute at most, not up to ten.
+      const retryAfter = Math.min(60, Math.max(1, Math.ceil(full.fullForMs / 1000)));
+      throw new ApiError('unavailable', 'too many sign-ins are in progress on this server at once; try again in a moment', { pendingLimit: deps.maxPendingLogins }, { 'retry-after': String(retryAfter) });
+    }
     reply.header('set-cookie', serializeCookie(cookieName(LOGIN_COOKIE, info.https), binding, PENDING_TTL_MS / 1000, info.https));
     reply.header('cache-control', 'no-store');
     signIns.inc({ outcome: 'started' });
