@@ -3,6 +3,7 @@
 // An HTTP/1.1 hop cost the proxy ~60 µs of CPU per request (client) and the service ~15 µs more (parser).
 import type { IncomingMessage } from 'node:http';
 import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import { ApiError } from '../shared/errors.ts';
@@ -205,8 +206,10 @@ export class ChannelClient {
 
   private connect(): void {
     this.connecting++;
-    const req = httpRequest({
-      host: this.url.hostname, port: this.url.port || 80, path: CHANNEL_PATH, method: 'GET', agent: false,
+    // TLS when DB_SERVICE_URL says https, as the Pool beside it does: over plain TCP the proxy token went in the clear.
+    const tls = this.url.protocol === 'https:';
+    const req = (tls ? httpsRequest : httpRequest)({
+      host: this.url.hostname.replace(/^\[(.*)\]$/, '$1'), port: this.url.port || (tls ? 443 : 80), path: CHANNEL_PATH, method: 'GET', agent: false,
       headers: { connection: 'Upgrade', upgrade: CHANNEL_PROTOCOL, [this.tokenHeader]: this.token },
     });
     const failed = () => {
