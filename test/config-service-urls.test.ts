@@ -29,6 +29,7 @@ test('what a part would not send (a query, a fragment, a user name or password) 
     [{ ACCOUNT_SERVICE_URL: 'http://gw:hunter2@127.0.0.1:9/account' }, /^ACCOUNT_SERVICE_URL: must not hold a user name or password: they would not be sent/],
     [{ DB_SERVICE_URL: 'http://127.0.0.1:9?x=1' }, /^DB_SERVICE_URL: must not have a query or a fragment/],
     [{ DB_SERVICE_URL: 'https://u@db.internal' }, /^DB_SERVICE_URL: must not hold a user name or password/],
+    [{ MIRROR_SOURCE_URL: 'http://127.0.0.1:8080/?token=x' }, /^MIRROR_SOURCE_URL: must not have a query or a fragment/],
     [{ ...node, CLUSTER_ADVERTISE_URL: 'http://10.0.0.1:9000/db' }, /^CLUSTER_ADVERTISE_URL: must be an origin like http:\/\/10\.0\.0\.5:8081, without a path \("\/db"\): a node's `scopebase serve db` answers/],
   ];
   for (const [env, message] of cases) {

@@ -339,7 +339,7 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
     mirror: {
       port: mirrorPort,
       secret: mirrorSecret(env, part === 'mirror' || (part === 'all' && mirrorPort !== null)),
-      sourceUrl: url(env, 'MIRROR_SOURCE_URL') ?? null,
+      sourceUrl: serviceUrl(env, 'MIRROR_SOURCE_URL') ?? null,
     },
     apps: parseApps(str(env, 'APPS')),
     // nginx closes at 60 s (proxy_read_timeout), Cloudflare at 100 s: apps that ping more often than that pass both.
