@@ -56,6 +56,7 @@ const dbOpItem = item('/:repo/_db/:op', ['repo', 'op'], {
   put: refused('404: database operations take POST'),
   patch: refused('404: database operations take POST'),
   delete: refused('404: database operations take POST'),
+  options: refused('404: database operations take POST'),
 });
 
 const paths: Record<string, PathItem> = {
@@ -68,6 +69,10 @@ const paths: Record<string, PathItem> = {
   '/{repo}/_db/{database}/v2/pipeline': item('/:repo/_db/*', ['repo', 'database'], {
     get: op('libSQL version probe under a database path', { tags: ['database'] }),
     post: dbOp('pipeline', 'The libSQL remote protocol (Hrana over HTTP, SPEC 4.10); also /_db/v2/pipeline and v3'),
+    put: refused('404: the libSQL protocol takes POST'),
+    patch: refused('404: the libSQL protocol takes POST'),
+    delete: refused('404: the libSQL protocol takes POST'),
+    options: refused('404: the libSQL protocol takes POST'),
   }),
   '/{repo}/_account/': item('/:repo/_account', ['repo'], { get: op('The account page (HTML): who is signed in, sign out, plugin credentials; `?signed_out=1` confirms a sign-out', { tags: ['account'], parameters: [{ name: 'signed_out', in: 'query', schema: { const: '1' } }], responses: { 200: { description: 'page', content: HTML } } }) }),
   '/{repo}/_account/login': item('/:repo/_account/login', ['repo'], {
