@@ -16,12 +16,14 @@ export interface QueryDeps {
   baseDomain: string;
   rootKeys: Buffer[];
   maxStatements: number;
+  /** DB_MAX_BODY_BYTES: a read's body is held to the primary's limit (413), not to the hook's larger one. */
+  maxBodyBytes: number;
   pool: ExecutorPool;
   replicas: ReplicaSet;
 }
 
 /** The mirror serves no account page: its unknown_host message names what it does serve. */
-const REPLICA_QUERY: HostExample = { served: 'the mirror answers POST /{repo}/_db/query on each organization\'s host', path: '/web/_db/query', what: 'the replica of repo web in org acme' };
+export const REPLICA_QUERY: HostExample = { served: 'the mirror answers POST /{repo}/_db/query on each organization\'s host', path: '/web/_db/query', what: 'the replica of repo web in org acme' };
 
 export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
   // The host, the repo and the secret are checked on the headers: a stranger's large body is not read (docs/security.md).
@@ -30,7 +32,7 @@ export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
     const org = orgFromHost(req.headers.host, deps.baseDomain, REPLICA_QUERY);
     if (refuseBeforeBody(req.raw, repoSecretRefusal(deps.rootKeys, org, checkRepo(req.params.repo), req.headers.authorization))) secretChecked.add(req);
   };
-  app.post<{ Params: { repo: string } }>('/:repo/_db/query', { onRequest }, async (req, reply) => {
+  app.post<{ Params: { repo: string } }>('/:repo/_db/query', { onRequest, bodyLimit: deps.maxBodyBytes }, async (req, reply) => {
     const org = orgFromHost(req.headers.host, deps.baseDomain, REPLICA_QUERY);
     const repo = checkRepo(req.params.repo);
     const body = parseBody('query', Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
@@ -45,7 +47,8 @@ export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
     }
     validate('query', body, deps.maxStatements);
     const scope = { org, repo, database };
-    await deps.replicas.load(scope); // its version, read in an executor on first use
+    // Its version, read in an executor on first use; a database this mirror never heard of is taken from the source.
+    if ((await deps.replicas.follow(scope)) === null) throw new ApiError('database_not_found', `database ${database} does not exist (the source of this mirror has none)`);
     if (typeof minVersion === 'number' && !(await deps.replicas.waitFor(scope, minVersion, MIN_VERSION_WAIT_MS))) {
       const at = deps.replicas.version(scope);
       throw new ApiError('unavailable', `the replica has not reached version ${minVersion} yet (it is at ${at ?? 'nothing'})`, { minVersion, version: at }, { 'retry-after': '1' });

@@ -39,6 +39,8 @@ export const STOP_BACKOFF_MS = 10_000;
 export const STOP_BACKOFF_MAX_MS = 5 * 60_000;
 
 const keyOf = (s: Scope) => `${s.org}/${s.repo}/${s.database}`;
+/** The HTTP status the snapshot source answered, when a download failed on it (snapshot.ts). */
+const sourceStatus = (e: ApiError) => (e.details as { sourceStatus?: number } | undefined)?.sourceStatus;
 const seconds = (ms: number) => String(Math.max(1, Math.ceil(ms / 1000)));
 
 export class ReplicaSet {
@@ -94,6 +96,28 @@ export class ReplicaSet {
     const replica = new Replica(path, generation, read.version);
     this.known.set(key, replica);
     return replica;
+  }
+
+  /**
+   * The replica of a scope a read names, taken from the source when this mirror holds none yet (a database at version
+   * 0, one written before this mirror's DATA_DIR was made, one whose events all went to an earlier mirror of this
+   * name): a replica follows every database it hears about, and a read is hearing about it. Null when the source has
+   * no such database.
+   */
+  async follow(scope: Scope): Promise<Replica | null> {
+    const known = await this.load(scope);
+    if (known !== null) return known;
+    return this.exclusive(scope, async () => {
+      const now = await this.load(scope); // a hook's bootstrap may have run meanwhile
+      if (now !== null) return now;
+      try {
+        await this.bootstrap(scope, 0, 'first read of this database');
+      } catch (e) {
+        if (e instanceof ApiError && sourceStatus(e) === 404) return null;
+        throw e;
+      }
+      return this.get(scope);
+    });
   }
 
   version(scope: Scope): number | null {
@@ -190,7 +214,8 @@ export class ReplicaSet {
       // An executor may still hold the download (a preparation that failed after opening it).
       await this.opts.files.release(download).catch(() => undefined);
       removeReplicaFiles(download);
-      this.opts.logger.warn({ ...scope, why, err: e instanceof ApiError ? e.message : String(e) }, 'replica bootstrap failed');
+      // A database the source does not have is the reader's answer (404), not this mirror's problem.
+      if (!(e instanceof ApiError && sourceStatus(e) === 404)) this.opts.logger.warn({ ...scope, why, err: e instanceof ApiError ? e.message : String(e) }, 'replica bootstrap failed');
       if (e instanceof ApiError) throw e;
       throw new ApiError('unavailable', 'the snapshot could not be used', undefined, { 'retry-after': '2' });
     }
