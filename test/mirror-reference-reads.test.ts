@@ -1,0 +1,101 @@
+// The reference mirror's read side as SPEC 6 gives it to a caller: 4.3's contract and limits, writes refused as a
+// read replica refuses them, and every database of the source readable, heard of by an event or not.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { call, startProduct, type Product } from './helpers/product.ts';
+import { freePort } from './helpers/ports.ts';
+import { newSecret } from './helpers/mirror.ts';
+
+/** The product with its reference mirror; `listed` puts the mirror in DB_MIRRORS (else it hears no event at all). */
+async function withMirror(env: Record<string, string>, listed = true): Promise<{ p: Product; mirror: (path: string, body: unknown, opts?: { secret?: string | null; raw?: Buffer; type?: string }) => ReturnType<typeof call> }> {
+  const secret = newSecret();
+  const port = await freePort();
+  const p = await startProduct({
+    MIRROR_PORT: String(port), MIRROR_SECRET: secret, DB_MIRROR_MAX_BACKOFF_MS: '100', ...env,
+    ...(listed ? { DB_MIRRORS: JSON.stringify([{ name: 'reference', url: `http://127.0.0.1:${port}/hook`, secret }]) } : {}),
+  });
+  const mirror = (path: string, body: unknown, opts: { secret?: string | null; raw?: Buffer; type?: string } = {}) => {
+    const s = opts.secret === undefined ? p.secret('acme', 'web') : opts.secret;
+    const headers: Record<string, string> = { ...(s === null ? {} : { authorization: `Bearer ${s}` }), ...(opts.type ? { 'content-type': opts.type } : {}) };
+    return call(p.running.mirrorUrl!, p.config.baseDomain, path, opts.raw ? { method: 'POST', rawBody: opts.raw, headers } : { body, headers });
+  };
+  return { p, mirror };
+}
+
+test('a read past DB_MAX_BODY_BYTES is 413 payload_too_large on the mirror as on the primary (it was read and answered)', async (t) => {
+  const { p, mirror } = await withMirror({ DB_MAX_BODY_BYTES: '20000' });
+  t.after(() => p.close());
+  const w = await p.db('web', 'execute', { sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY)' });
+  assert.equal((await mirror('/web/_db/query', { sql: 'SELECT 1', minVersion: w.json.version })).status, 200);
+  const big = { sql: 'SELECT length(?)', params: ['x'.repeat(30_000)] };
+  const primary = await p.db('web', 'query', big);
+  const replica = await mirror('/web/_db/query', big);
+  assert.equal(primary.status, 413, primary.text);
+  assert.equal(replica.status, 413, replica.text);
+  assert.equal(replica.json.error.code, 'payload_too_large');
+  assert.equal((await mirror('/web/_db/query', { sql: 'SELECT length(?)', params: ['x'.repeat(10_000)] })).status, 200);
+});
+
+test('writes sent to the mirror are refused as read_only naming the primary, nothing applied; its other /_db/ paths are the primary\'s', async (t) => {
+  const { p, mirror } = await withMirror({});
+  t.after(() => p.close());
+  const w = await p.db('web', 'execute', { sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)' });
+  assert.equal((await mirror('/web/_db/query', { sql: 'SELECT 1', minVersion: w.json.version })).status, 200);
+  const writes: [string, unknown][] = [
+    ['execute', { sql: "INSERT INTO t (v) VALUES ('x')" }],
+    ['migrate', { migrations: [{ id: '0001', sql: 'CREATE TABLE u (a)' }] }],
+    ['restore', { toVersion: 0 }],
+  ];
+  for (const [op, body] of writes) {
+    const r = await mirror(`/web/_db/${op}`, body);
+    assert.equal(r.status, 400, `${op}: ${r.text}`);
+    assert.equal(r.json.error.code, 'read_only');
+    assert.match(r.json.error.message, new RegExp(`read replica.*POST /web/_db/query only; send /_db/${op} to the primary`));
+    assert.ok(r.headers['x-request-id']);
+  }
+  const imported = await mirror('/web/_db/import?mode=replace', undefined, { raw: Buffer.from('CREATE TABLE z (a);'), type: 'application/sql' });
+  assert.equal(imported.json.error.code, 'read_only', imported.text);
+  for (const op of ['status', 'changes', 'snapshot', 'export', 'nope']) {
+    const r = await mirror(`/web/_db/${op}`, {});
+    assert.equal(r.status, 404, `${op}: ${r.text}`);
+    assert.equal(r.json.error.code, 'not_found');
+    assert.match(r.json.error.message, new RegExp(`answers POST /web/_db/query only; /_db/${op} is served by the primary`));
+  }
+  // Names first, then the secret, as everywhere (SPEC 2, 4.1).
+  assert.equal((await mirror('/_web/_db/execute', {}, { secret: 'wrong' })).json.error.code, 'invalid_name');
+  const stranger = await mirror('/web/_db/execute', { sql: 'DELETE FROM t' }, { secret: p.secret('acme', 'other') });
+  assert.equal(stranger.status, 401);
+  assert.equal(stranger.headers['www-authenticate'], 'Bearer');
+  // Nothing happened anywhere.
+  assert.equal((await p.db('web', 'status', {})).json.version, w.json.version);
+  const read = await mirror('/web/_db/query', { sql: "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\' ORDER BY name" });
+  assert.deepEqual(read.json.results[0].rows, [['t']]);
+  assert.equal(read.json.version, w.json.version);
+});
+
+test('a database the mirror never had an event of is read from a snapshot of the source; one the source lacks is 404 at once', async (t) => {
+  // Not in DB_MIRRORS: the mirror hears no event, as when its DATA_DIR is new while delivery had acknowledged everything.
+  const { p, mirror } = await withMirror({}, false);
+  t.after(() => p.close());
+  const w = await p.db('web', 'execute', { statements: [{ sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)' }, { sql: "INSERT INTO t (v) VALUES ('written before')" }] });
+  const read = await mirror('/web/_db/query', { sql: 'SELECT v FROM t', minVersion: w.json.version });
+  assert.equal(read.status, 200, read.text);
+  assert.deepEqual(read.json, { results: [{ columns: ['v'], rows: [['written before']] }], version: w.json.version });
+  // A database at version 0 (made by a request that changed nothing: no event is ever sent for it).
+  assert.equal((await p.db('web', 'execute', { database: 'empty', sql: 'SELECT 1' })).json.version, 0);
+  const started = Date.now();
+  const empty = await mirror('/web/_db/query', { database: 'empty', sql: 'SELECT 1', minVersion: 0 });
+  assert.equal(empty.status, 200, empty.text);
+  assert.equal(empty.json.version, 0);
+  const missing = await mirror('/web/_db/query', { database: 'nope', sql: 'SELECT 1', minVersion: 1 });
+  assert.equal(missing.status, 404, missing.text);
+  assert.equal(missing.json.error.code, 'database_not_found');
+  assert.ok(Date.now() - started < 3000, `answered in ${Date.now() - started} ms, not after the minVersion wait`);
+  assert.equal((await mirror('/web/_db/query', { database: 'nope', sql: 'SELECT 1' })).json.error.code, 'database_not_found');
+});
+
+test('serve mirror without MIRROR_SOURCE_URL refuses to start, naming it (it could make no replica: every event was 503)', async () => {
+  const started = await startProduct({ MIRROR_PORT: '0', MIRROR_SECRET: newSecret() }, 'mirror').catch((e: Error) => e);
+  if (!(started instanceof Error)) await started.close();
+  assert.match(String(started), /MIRROR_SOURCE_URL: required to run the reference mirror alone \(without it every event is answered 503\)/);
+});
