@@ -99,3 +99,19 @@ test('serve mirror without MIRROR_SOURCE_URL refuses to start, naming it (it cou
   if (!(started instanceof Error)) await started.close();
   assert.match(String(started), /MIRROR_SOURCE_URL: required to run the reference mirror alone \(without it every event is answered 503\)/);
 });
+
+test('a mirror whose RUNTIME_ROOT_KEY is not the source\'s says so: the 401 it gets for snapshots names the key', async (t) => {
+  const source = await startProduct();
+  const otherKey = 'c'.repeat(64);
+  const m = await startProduct({ MIRROR_PORT: '0', MIRROR_SECRET: newSecret(), MIRROR_SOURCE_URL: source.url, RUNTIME_ROOT_KEY: otherKey }, 'mirror');
+  t.after(async () => {
+    await m.close();
+    await source.close();
+  });
+  await source.db('web', 'execute', { sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY)' });
+  const r = await m.call('/web/_db/query', { body: { sql: 'SELECT 1' }, headers: { authorization: `Bearer ${m.secret('acme', 'web')}` } });
+  assert.equal(r.status, 503, r.text);
+  assert.equal(r.json.error.code, 'unavailable');
+  assert.match(r.json.error.message, /the snapshot source answered 401 unauthorized: it refuses the secrets this mirror derives from its RUNTIME_ROOT_KEY; give the mirror the source's RUNTIME_ROOT_KEY/);
+  assert.doesNotMatch(r.text, new RegExp(`${otherKey}|${'a'.repeat(64)}`));
+});

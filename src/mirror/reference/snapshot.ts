@@ -39,7 +39,9 @@ export async function fetchSnapshot(source: SnapshotSource, scope: Scope, target
     try {
       code = JSON.parse(text).error.code;
     } catch { /* not the SPEC shape */ }
-    throw new ApiError('unavailable', `the snapshot source answered ${res.statusCode}${code ? ` ${code}` : ''}`, { sourceStatus: res.statusCode }, { 'retry-after': '2' });
+    // A 401 is a key mismatch, the one cause the operator fixes here (a development mirror generates its own key).
+    const why = res.statusCode === 401 ? ': it refuses the secrets this mirror derives from its RUNTIME_ROOT_KEY; give the mirror the source\'s RUNTIME_ROOT_KEY' : '';
+    throw new ApiError('unavailable', `the snapshot source answered ${res.statusCode}${code ? ` ${code}` : ''}${why}`, { sourceStatus: res.statusCode }, { 'retry-after': '2' });
   }
   const version = Number(res.headers['x-db-version']);
   let size = 0;
