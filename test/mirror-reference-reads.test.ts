@@ -115,3 +115,14 @@ test('a mirror whose RUNTIME_ROOT_KEY is not the source\'s says so: the 401 it g
   assert.match(r.json.error.message, /the snapshot source answered 401 unauthorized: it refuses the secrets this mirror derives from its RUNTIME_ROOT_KEY; give the mirror the source's RUNTIME_ROOT_KEY/);
   assert.doesNotMatch(r.text, new RegExp(`${otherKey}|${'a'.repeat(64)}`));
 });
+
+test('first reads of many databases of one repo at once: the source\'s 503 for its 4 snapshots per repo is waited out, not passed on', async (t) => {
+  const { p, mirror } = await withMirror({}, false);
+  t.after(() => p.close());
+  const names = Array.from({ length: 8 }, (_, i) => `d${i}`);
+  for (const database of names) await p.db('web', 'execute', { database, sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY)' });
+  const reads = await Promise.all(names.map((database) => mirror('/web/_db/query', { database, sql: 'SELECT count(*) FROM t' })));
+  // (A loaded machine may still answer some read 503 from the mirror's own executors; never for the source's limit.)
+  for (const r of reads) assert.doesNotMatch(r.text, /snapshot source answered 503/);
+  for (const database of names) assert.equal((await mirror('/web/_db/query', { database, sql: 'SELECT count(*) FROM t' })).status, 200);
+});

@@ -2,6 +2,7 @@
 import { createWriteStream } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
 import { Transform } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from 'undici';
 import type { Scope } from '../../db/contract.ts';
 import { ApiError } from '../../shared/errors.ts';
@@ -16,12 +17,15 @@ export interface SnapshotSource {
   maxBytes: number;
 }
 
+/** How often a source that answered 503 is asked again (each after its Retry-After, at most 2 s). */
+const BUSY_RETRIES = 3;
+
 /** Writes the snapshot to `target`; resolves with the version the source announced. Failures are `unavailable` (retry later). */
 export async function fetchSnapshot(source: SnapshotSource, scope: Scope, target: string): Promise<number> {
   const base = source.url();
   if (base === null) throw new ApiError('unavailable', 'this mirror cannot start or heal a replica: MIRROR_SOURCE_URL is not set', undefined, { 'retry-after': '5' });
   const port = new URL(base).port;
-  const res = await request(`${base}/${scope.repo}/_db/snapshot`, {
+  const ask = () => request(`${base}/${scope.repo}/_db/snapshot`, {
     method: 'POST',
     headers: {
       host: `${scope.org}.${source.baseDomain}${port ? `:${port}` : ''}`,
@@ -33,11 +37,19 @@ export async function fetchSnapshot(source: SnapshotSource, scope: Scope, target
   }).catch((e: { code?: string; name?: string }) => {
     throw new ApiError('unavailable', `the snapshot source is unreachable (${e.code ?? e.name})`, undefined, { 'retry-after': '2' });
   });
+  let res = await ask();
+  // A busy source (its 4 snapshots per repo at once taken, e.g. by this mirror's other databases) is asked again
+  // after its Retry-After, a few times, rather than fail the hook or the read that needs this replica.
+  for (let retry = 0; res.statusCode === 503 && retry < BUSY_RETRIES; retry++) {
+    await res.body.dump();
+    await sleep(Math.min(Number(res.headers['retry-after']) || 1, 2) * 1000);
+    res = await ask();
+  }
   if (res.statusCode !== 200) {
-    const text = (await res.body.text().catch(() => '')).slice(0, 300);
+    const text = await res.body.text().catch(() => '');
     let code = '';
     try {
-      code = JSON.parse(text).error.code;
+      code = String(JSON.parse(text).error.code).slice(0, 40);
     } catch { /* not the SPEC shape */ }
     // A 401 is a key mismatch, the one cause the operator fixes here (a development mirror generates its own key).
     const why = res.statusCode === 401 ? ': it refuses the secrets this mirror derives from its RUNTIME_ROOT_KEY; give the mirror the source\'s RUNTIME_ROOT_KEY' : '';
