@@ -126,3 +126,25 @@ test('first reads of many databases of one repo at once: the source\'s 503 for i
   for (const r of reads) assert.doesNotMatch(r.text, /snapshot source answered 503/);
   for (const database of names) assert.equal((await mirror('/web/_db/query', { database, sql: 'SELECT count(*) FROM t' })).status, 200);
 });
+
+test('a read with minVersion that no hook brings pulls the source\'s change log: a lagging mirror answers in about a second, not 503', async (t) => {
+  // Not in DB_MIRRORS: no hook ever comes, as for a mirror back from an outage while the sender waits out its backoff.
+  const { p, mirror } = await withMirror({}, false);
+  t.after(() => p.close());
+  const first = await p.db('web', 'execute', { sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)' });
+  assert.equal((await mirror('/web/_db/query', { sql: 'SELECT 1', minVersion: first.json.version })).status, 200); // bootstrapped at 1
+  let last = first;
+  for (const v of ['a', 'b', 'c']) last = await p.db('web', 'execute', { sql: 'INSERT INTO t (v) VALUES (?)', params: [v] });
+  await p.db('web', 'execute', { statements: [{ sql: 'ALTER TABLE t ADD COLUMN w' }, { sql: "UPDATE t SET w = v || v WHERE v = 'b'" }] });
+  last = await p.db('web', 'execute', { sql: "DELETE FROM t WHERE v = 'a'" });
+  assert.equal((await mirror('/web/_db/query', { sql: 'SELECT count(*) FROM t' })).json.version, first.json.version, 'premise: behind, nothing pushed');
+  const started = Date.now();
+  const read = await mirror('/web/_db/query', { sql: 'SELECT v, w FROM t ORDER BY id', minVersion: last.json.version });
+  assert.equal(read.status, 200, read.text);
+  assert.deepEqual(read.json, { results: [{ columns: ['v', 'w'], rows: [['b', 'bb'], ['c', null]] }], version: last.json.version });
+  assert.ok(Date.now() - started < 4000, `took ${Date.now() - started} ms`);
+  // Past what the source has: nothing to pull, the bounded wait ends in 503 as before.
+  const late = await mirror('/web/_db/query', { sql: 'SELECT 1', minVersion: last.json.version + 1 });
+  assert.equal(late.status, 503);
+  assert.equal(late.headers['retry-after'], '1');
+});

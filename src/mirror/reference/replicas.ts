@@ -16,6 +16,8 @@ export interface ReplicaSetOptions {
   logger: Logger;
   /** Downloads the scope's snapshot into `target`. */
   fetchSnapshot(scope: Scope, target: string): Promise<number>;
+  /** A page of the source's change log after `since` (a pull: catchUp); without it a replica only hears hooks. */
+  fetchChanges?(scope: Scope, since: number): Promise<{ events: ChangeEvent[] } | { gone: number }>;
   /** The ops on replica files, run off this event loop (executorFiles: the mirror's executor pool). */
   files: ReplicaFiles;
   /** How long an event that arrived early waits for the ones before it before the replica heals from a snapshot. */
@@ -50,6 +52,8 @@ export class ReplicaSet {
   private readonly loading = new Map<string, Promise<Replica | null>>();
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly waiters = new Map<string, Set<Waiter>>();
+  /** Pulls under way, one per database at most (catchUp). */
+  private readonly pulls = new Map<string, Promise<void>>();
   /** Databases whose apply was stopped: snapshots only for a while. */
   private readonly applyStops: StopBackoff;
   /** Databases whose snapshot preparation was stopped: no bootstrap for a while. */
@@ -230,6 +234,38 @@ export class ReplicaSet {
     }
   }
 
+  /**
+   * Pulls the source's change log into the replica until it holds `version` (a read waiting on it with minVersion):
+   * the sender retries a mirror that was down at its backoff, up to DB_MIRROR_MAX_BACKOFF_MS apart, while a replica
+   * asked for a version knows the source has it. The events go through `receive`, so order, duplicates (a hook
+   * bringing the same one) and gaps are handled as for hooks. In the background, one pull per database at a time.
+   */
+  catchUp(scope: Scope, version: number): void {
+    const key = keyOf(scope);
+    const fetch = this.opts.fetchChanges;
+    if (fetch === undefined || this.pulls.has(key) || this.closed) return;
+    const pull = async () => {
+      let since = this.version(scope);
+      let jumped = false;
+      while (since !== null && since < version && !this.closed) {
+        const page = await fetch(scope, since);
+        if ('gone' in page) {
+          if (jumped) return;
+          jumped = true; // the replica is older than the kept log: its first kept event heals it from a snapshot
+          since = page.gone - 1;
+          continue;
+        }
+        if (page.events.length === 0) return;
+        for (const event of page.events) await this.receive(event);
+        since = Math.max(this.version(scope) ?? since, page.events.at(-1)!.version);
+      }
+    };
+    const run = pull()
+      .catch((e: unknown) => this.opts.logger.debug({ ...scope, err: e instanceof Error ? e.message : String(e) }, 'replica pull failed'))
+      .finally(() => this.pulls.delete(key));
+    this.pulls.set(key, run);
+  }
+
   /** Resolves true once the replica reached `version`, false after `ms`. */
   waitFor(scope: Scope, version: number, ms: number): Promise<boolean> {
     if ((this.version(scope) ?? -1) >= version) return Promise.resolve(true);
@@ -260,7 +296,7 @@ export class ReplicaSet {
 
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.allSettled([...this.locks.values()]);
+    await Promise.allSettled([...this.pulls.values(), ...this.locks.values()]);
     for (const set of this.waiters.values()) for (const w of [...set]) w.resolve(false);
     this.known.clear();
   }

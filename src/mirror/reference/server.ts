@@ -12,7 +12,7 @@ import { registerOtherOps } from './other-ops.ts';
 import { registerQuery } from './query.ts';
 import { ReplicaSet } from './replicas.ts';
 import { executorFiles } from './replica.ts';
-import { fetchSnapshot } from './snapshot.ts';
+import { fetchChanges, fetchSnapshot } from './snapshot.ts';
 
 export interface ReferenceMirrorOptions {
   config: Config;
@@ -59,6 +59,7 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
     root: join(config.dataDir, 'mirror'),
     logger,
     fetchSnapshot: (scope, target) => fetchSnapshot(source, scope, target),
+    fetchChanges: (scope, since) => fetchChanges(source, scope, since),
     // Under the primary's statement limit: the primary ran the same expressions within it when it wrote the rows.
     files: executorFiles(pool, config.db.queryTimeoutMs),
     holdMs: HOLD_MS,
