@@ -75,6 +75,29 @@ test('a mirror down while writes go on: stalled in status and metrics, then ever
   assert.equal(changes.json.events.length, 21);
 });
 
+test('a mirror URL with user information is sent its path and query exactly, the user and password as Basic credentials', async (t) => {
+  const receiver = await new Receiver().start();
+  const secret = newSecret();
+  // Percent-encoded as a URL must carry them; a stray "%" is taken as typed.
+  const url = `http://hook%40user:p%3Ass%word@127.0.0.1:${receiver.port}/hook/?token=abc`;
+  const p = await startProduct({ DB_MIRRORS: mirrorsEnv([{ name: 'basic', url, secret }]) });
+  t.after(async () => {
+    await p.close();
+    await receiver.stop();
+  });
+  await p.db('web', 'execute', { sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY)' });
+  await waitFor(() => receiver.acked.length === 1, 5000, 'the event');
+  const got = receiver.acked[0]!;
+  assert.equal(got.url, '/hook/?token=abc');
+  assert.equal(got.headers.authorization, `Basic ${Buffer.from('hook@user:p:ss%word').toString('base64')}`);
+  new Webhook(secret).verify(got.body, got.headers as Record<string, string>);
+  // Errors never show the URL, whose credentials they would leak.
+  receiver.behaviour = (_req, res) => void res.writeHead(401).end('who are you');
+  await p.db('web', 'execute', { sql: 'INSERT INTO t DEFAULT VALUES' });
+  await waitFor(async () => (await p.db('web', 'status', {})).json.mirrors[0].lastError !== null, 5000, 'a failure');
+  assert.doesNotMatch(JSON.stringify((await p.db('web', 'status', {})).json), /p%3Ass|hook%40user|hook@user/);
+});
+
 test('restart with pending events and kill -9 mid-delivery: nothing lost, order kept', async (t) => {
   const receiver = await new Receiver().start();
   const dataDir = tempDir();
@@ -257,13 +280,15 @@ test('reference mirror /hook: bad or stale signatures are refused; duplicates an
 });
 
 test('serve mirror runs alone; without MIRROR_SECRET it refuses to start', async () => {
-  const p = await startProduct({ MIRROR_PORT: '0', MIRROR_SECRET: newSecret() }, 'mirror');
+  const source = await startProduct();
+  const p = await startProduct({ MIRROR_PORT: '0', MIRROR_SECRET: newSecret(), MIRROR_SOURCE_URL: source.url }, 'mirror');
   try {
     const res = await p.call('/web/_db/query', { body: { sql: 'select 1' }, headers: { authorization: `Bearer ${p.secret('acme', 'web')}` } });
     assert.equal(res.json.error.code, 'database_not_found');
     assert.equal((await p.call('/hook', { body: {} })).status, 401);
   } finally {
     await p.close();
+    await source.close();
   }
   await assert.rejects(startProduct({ MIRROR_PORT: '0' }, 'mirror'), /MIRROR_SECRET/);
 });

@@ -1,6 +1,7 @@
 // How start.ts plugs mirrors in: delivery next to a db service, and the reference mirror as a part.
 import type { ChangeFeed, MirrorReport } from '../db/contract.ts';
 import type { Config } from '../shared/config.ts';
+import { ConfigError, MIRROR_SOURCE_REQUIRED } from '../shared/config-values.ts';
 import type { ConnectionCap } from '../shared/connection-cap.ts';
 import type { Logger } from '../shared/log.ts';
 import { startDeliveryThread, type MirrorDelivery } from './delivery/threaded.ts';
@@ -21,6 +22,7 @@ export function startMirrorDelivery(config: Config, logger: Logger, db: MirrorAt
 
 /** The reference mirror listening on MIRROR_PORT; snapshots from MIRROR_SOURCE_URL, else from `fallbackSource` (the proxy in `npm start`). */
 export async function listenReferenceMirror(config: Config, logger: Logger, host: string, fallbackSource: string | null, connections: ConnectionCap): Promise<{ mirror: ReferenceMirror; url: string }> {
+  if (config.mirror.sourceUrl === null && fallbackSource === null) throw new ConfigError(MIRROR_SOURCE_REQUIRED);
   const mirror = createReferenceMirror({ config, logger, sourceUrl: () => config.mirror.sourceUrl ?? fallbackSource, connections });
   const url = await mirror.app.listen({ port: config.mirror.port ?? config.port, host });
   return { mirror, url };

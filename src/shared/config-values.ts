@@ -66,6 +66,15 @@ export function whsecProblem(secret: string): string | null {
   return null;
 }
 
+/** Why `serve mirror` needs MIRROR_SOURCE_URL (`start` takes snapshots from its own proxy); also checked at wiring. */
+export const MIRROR_SOURCE_REQUIRED = 'MIRROR_SOURCE_URL: required to run the reference mirror alone (without it every event is answered 503): the address of the proxy it takes snapshots from (SPEC 6), e.g. http://127.0.0.1:8080';
+
+export function mirrorSource(env: Env, required: boolean): string | null {
+  const source = serviceUrl(env, 'MIRROR_SOURCE_URL') ?? null;
+  if (source === null && required) throw new ConfigError(MIRROR_SOURCE_REQUIRED);
+  return source;
+}
+
 export function parseMirrors(raw: string | undefined): MirrorConfig[] {
   if (raw === undefined) return [];
   let list: unknown;

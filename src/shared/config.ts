@@ -120,7 +120,7 @@ export interface ClusterConfig {
 
 import { recordingReads, unknownVariables } from './config-names.ts';
 
-import { ConfigError, fail, int, parseApps, parseMirrors, parseTrustedProxies, serviceUrl, str, url, whsecProblem, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
+import { ConfigError, fail, int, mirrorSource, parseApps, parseMirrors, parseTrustedProxies, serviceUrl, str, url, whsecProblem, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
 export type { AppRoute, MirrorConfig } from './config-values.ts';
 
 export { ConfigError };
@@ -339,7 +339,7 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
     mirror: {
       port: mirrorPort,
       secret: mirrorSecret(env, part === 'mirror' || (part === 'all' && mirrorPort !== null)),
-      sourceUrl: serviceUrl(env, 'MIRROR_SOURCE_URL') ?? null,
+      sourceUrl: mirrorSource(env, part === 'mirror'),
     },
     apps: parseApps(str(env, 'APPS')),
     // nginx closes at 60 s (proxy_read_timeout), Cloudflare at 100 s: apps that ping more often than that pass both.

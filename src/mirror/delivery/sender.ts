@@ -47,6 +47,8 @@ class Stopped extends Error {
 export class MirrorSender {
   readonly name: string;
   private readonly path: string;
+  /** `Authorization: Basic` from user information in the URL (`https://user:pass@host/hook`), else null. */
+  private readonly authorization: string | null;
   private readonly key: KeyObject;
   private readonly pool: Pool;
   private readonly timeoutMs: number;
@@ -54,7 +56,9 @@ export class MirrorSender {
   constructor(mirror: MirrorConfig, opts: { timeoutMs: number; connections: number }) {
     this.name = mirror.name;
     const url = new URL(mirror.url);
-    this.path = url.pathname + url.search; // as undici's request() does: user info in the URL is not sent
+    this.path = url.pathname + url.search;
+    // undici sends nothing of a URL's user information: it is turned into Basic credentials, as curl does with it.
+    this.authorization = url.username || url.password ? `Basic ${Buffer.from(`${userPart(url.username)}:${userPart(url.password)}`).toString('base64')}` : null;
     this.key = createSecretKey(Buffer.from(mirror.secret.slice('whsec_'.length), 'base64'));
     this.timeoutMs = opts.timeoutMs;
     this.pool = new Pool(url.origin, {
@@ -73,6 +77,7 @@ export class MirrorSender {
       'webhook-id': event.id,
       'webhook-timestamp': timestamp,
       'webhook-signature': `v1,${signature}`,
+      ...(this.authorization === null ? {} : { authorization: this.authorization }),
     };
     const timeoutMs = this.timeoutMs;
     return new Promise((resolve) => {
@@ -117,6 +122,15 @@ export class MirrorSender {
   /** Ends every connection, failing the attempts in flight (shutdown). */
   async close(): Promise<void> {
     await this.pool.destroy();
+  }
+}
+
+/** A URL's percent-encoded user or password, decoded; a stray `%` stays as it is. */
+function userPart(part: string): string {
+  try {
+    return decodeURIComponent(part.replace(/%(?![0-9A-Fa-f]{2})/g, '%25'));
+  } catch {
+    return part;
   }
 }
 

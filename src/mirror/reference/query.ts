@@ -7,6 +7,7 @@ import { checkRepo } from '../../shared/names.ts';
 import { repoSecretRefusal } from '../../shared/secrets.ts';
 import { refuseBeforeBody } from '../../shared/body-budget.ts';
 import { orgFromHost, type HostExample } from '../../shared/host.ts';
+import type { Scope } from '../../db/contract.ts';
 import type { ReplicaSet } from './replicas.ts';
 
 /** How long a read with minVersion waits for the replica to catch up before 503. */
@@ -16,12 +17,28 @@ export interface QueryDeps {
   baseDomain: string;
   rootKeys: Buffer[];
   maxStatements: number;
+  /** DB_MAX_BODY_BYTES: a read's body is held to the primary's limit (413), not to the hook's larger one. */
+  maxBodyBytes: number;
   pool: ExecutorPool;
   replicas: ReplicaSet;
 }
 
 /** The mirror serves no account page: its unknown_host message names what it does serve. */
-const REPLICA_QUERY: HostExample = { served: 'the mirror answers POST /{repo}/_db/query on each organization\'s host', path: '/web/_db/query', what: 'the replica of repo web in org acme' };
+export const REPLICA_QUERY: HostExample = { served: 'the mirror answers POST /{repo}/_db/query on each organization\'s host', path: '/web/_db/query', what: 'the replica of repo web in org acme' };
+
+/** How long a read with minVersion waits for a hook before the replica pulls the source's change log itself. */
+export const PULL_AFTER_MS = 1000;
+
+/** Waits for the replica to reach `version`; past PULL_AFTER_MS without a hook bringing it, pulls it from the source. */
+async function waitOrPull(replicas: ReplicaSet, scope: Scope, version: number): Promise<boolean> {
+  if ((replicas.version(scope) ?? -1) >= version) return true;
+  const pull = setTimeout(() => replicas.catchUp(scope, version), PULL_AFTER_MS);
+  try {
+    return await replicas.waitFor(scope, version, MIN_VERSION_WAIT_MS);
+  } finally {
+    clearTimeout(pull);
+  }
+}
 
 export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
   // The host, the repo and the secret are checked on the headers: a stranger's large body is not read (docs/security.md).
@@ -30,7 +47,7 @@ export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
     const org = orgFromHost(req.headers.host, deps.baseDomain, REPLICA_QUERY);
     if (refuseBeforeBody(req.raw, repoSecretRefusal(deps.rootKeys, org, checkRepo(req.params.repo), req.headers.authorization))) secretChecked.add(req);
   };
-  app.post<{ Params: { repo: string } }>('/:repo/_db/query', { onRequest }, async (req, reply) => {
+  app.post<{ Params: { repo: string } }>('/:repo/_db/query', { onRequest, bodyLimit: deps.maxBodyBytes }, async (req, reply) => {
     const org = orgFromHost(req.headers.host, deps.baseDomain, REPLICA_QUERY);
     const repo = checkRepo(req.params.repo);
     const body = parseBody('query', Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
@@ -45,8 +62,9 @@ export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
     }
     validate('query', body, deps.maxStatements);
     const scope = { org, repo, database };
-    await deps.replicas.load(scope); // its version, read in an executor on first use
-    if (typeof minVersion === 'number' && !(await deps.replicas.waitFor(scope, minVersion, MIN_VERSION_WAIT_MS))) {
+    // Its version, read in an executor on first use; a database this mirror never heard of is taken from the source.
+    if ((await deps.replicas.follow(scope)) === null) throw new ApiError('database_not_found', `database ${database} does not exist (the source of this mirror has none)`);
+    if (typeof minVersion === 'number' && !(await waitOrPull(deps.replicas, scope, minVersion))) {
       const at = deps.replicas.version(scope);
       throw new ApiError('unavailable', `the replica has not reached version ${minVersion} yet (it is at ${at ?? 'nothing'})`, { minVersion, version: at }, { 'retry-after': '1' });
     }

@@ -16,6 +16,8 @@ export interface ReplicaSetOptions {
   logger: Logger;
   /** Downloads the scope's snapshot into `target`. */
   fetchSnapshot(scope: Scope, target: string): Promise<number>;
+  /** A page of the source's change log after `since` (a pull: catchUp); without it a replica only hears hooks. */
+  fetchChanges?(scope: Scope, since: number): Promise<{ events: ChangeEvent[] } | { gone: number }>;
   /** The ops on replica files, run off this event loop (executorFiles: the mirror's executor pool). */
   files: ReplicaFiles;
   /** How long an event that arrived early waits for the ones before it before the replica heals from a snapshot. */
@@ -39,6 +41,8 @@ export const STOP_BACKOFF_MS = 10_000;
 export const STOP_BACKOFF_MAX_MS = 5 * 60_000;
 
 const keyOf = (s: Scope) => `${s.org}/${s.repo}/${s.database}`;
+/** The HTTP status the snapshot source answered, when a download failed on it (snapshot.ts). */
+const sourceStatus = (e: ApiError) => (e.details as { sourceStatus?: number } | undefined)?.sourceStatus;
 const seconds = (ms: number) => String(Math.max(1, Math.ceil(ms / 1000)));
 
 export class ReplicaSet {
@@ -48,6 +52,8 @@ export class ReplicaSet {
   private readonly loading = new Map<string, Promise<Replica | null>>();
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly waiters = new Map<string, Set<Waiter>>();
+  /** Pulls under way, one per database at most (catchUp). */
+  private readonly pulls = new Map<string, Promise<void>>();
   /** Databases whose apply was stopped: snapshots only for a while. */
   private readonly applyStops: StopBackoff;
   /** Databases whose snapshot preparation was stopped: no bootstrap for a while. */
@@ -94,6 +100,28 @@ export class ReplicaSet {
     const replica = new Replica(path, generation, read.version);
     this.known.set(key, replica);
     return replica;
+  }
+
+  /**
+   * The replica of a scope a read names, taken from the source when this mirror holds none yet (a database at version
+   * 0, one written before this mirror's DATA_DIR was made, one whose events all went to an earlier mirror of this
+   * name): a replica follows every database it hears about, and a read is hearing about it. Null when the source has
+   * no such database.
+   */
+  async follow(scope: Scope): Promise<Replica | null> {
+    const known = await this.load(scope);
+    if (known !== null) return known;
+    return this.exclusive(scope, async () => {
+      const now = await this.load(scope); // a hook's bootstrap may have run meanwhile
+      if (now !== null) return now;
+      try {
+        await this.bootstrap(scope, 0, 'first read of this database');
+      } catch (e) {
+        if (e instanceof ApiError && sourceStatus(e) === 404) return null;
+        throw e;
+      }
+      return this.get(scope);
+    });
   }
 
   version(scope: Scope): number | null {
@@ -190,7 +218,8 @@ export class ReplicaSet {
       // An executor may still hold the download (a preparation that failed after opening it).
       await this.opts.files.release(download).catch(() => undefined);
       removeReplicaFiles(download);
-      this.opts.logger.warn({ ...scope, why, err: e instanceof ApiError ? e.message : String(e) }, 'replica bootstrap failed');
+      // A database the source does not have is the reader's answer (404), not this mirror's problem.
+      if (!(e instanceof ApiError && sourceStatus(e) === 404)) this.opts.logger.warn({ ...scope, why, err: e instanceof ApiError ? e.message : String(e) }, 'replica bootstrap failed');
       if (e instanceof ApiError) throw e;
       throw new ApiError('unavailable', 'the snapshot could not be used', undefined, { 'retry-after': '2' });
     }
@@ -203,6 +232,38 @@ export class ReplicaSet {
       await this.opts.files.release(previous).catch(() => undefined);
       removeReplicaFiles(previous);
     }
+  }
+
+  /**
+   * Pulls the source's change log into the replica until it holds `version` (a read waiting on it with minVersion):
+   * the sender retries a mirror that was down at its backoff, up to DB_MIRROR_MAX_BACKOFF_MS apart, while a replica
+   * asked for a version knows the source has it. The events go through `receive`, so order, duplicates (a hook
+   * bringing the same one) and gaps are handled as for hooks. In the background, one pull per database at a time.
+   */
+  catchUp(scope: Scope, version: number): void {
+    const key = keyOf(scope);
+    const fetch = this.opts.fetchChanges;
+    if (fetch === undefined || this.pulls.has(key) || this.closed) return;
+    const pull = async () => {
+      let since = this.version(scope);
+      let jumped = false;
+      while (since !== null && since < version && !this.closed) {
+        const page = await fetch(scope, since);
+        if ('gone' in page) {
+          if (jumped) return;
+          jumped = true; // the replica is older than the kept log: its first kept event heals it from a snapshot
+          since = page.gone - 1;
+          continue;
+        }
+        if (page.events.length === 0) return;
+        for (const event of page.events) await this.receive(event);
+        since = Math.max(this.version(scope) ?? since, page.events.at(-1)!.version);
+      }
+    };
+    const run = pull()
+      .catch((e: unknown) => this.opts.logger.debug({ ...scope, err: e instanceof Error ? e.message : String(e) }, 'replica pull failed'))
+      .finally(() => this.pulls.delete(key));
+    this.pulls.set(key, run);
   }
 
   /** Resolves true once the replica reached `version`, false after `ms`. */
@@ -235,7 +296,7 @@ export class ReplicaSet {
 
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.allSettled([...this.locks.values()]);
+    await Promise.allSettled([...this.pulls.values(), ...this.locks.values()]);
     for (const set of this.waiters.values()) for (const w of [...set]) w.resolve(false);
     this.known.clear();
   }

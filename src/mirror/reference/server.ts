@@ -8,10 +8,11 @@ import type { ConnectionCap } from '../../shared/connection-cap.ts';
 import { createHttpApp } from '../../shared/http.ts';
 import type { Logger } from '../../shared/log.ts';
 import { registerHook } from './hook.ts';
+import { registerOtherOps } from './other-ops.ts';
 import { registerQuery } from './query.ts';
 import { ReplicaSet } from './replicas.ts';
 import { executorFiles } from './replica.ts';
-import { fetchSnapshot } from './snapshot.ts';
+import { fetchChanges, fetchSnapshot } from './snapshot.ts';
 
 export interface ReferenceMirrorOptions {
   config: Config;
@@ -58,6 +59,7 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
     root: join(config.dataDir, 'mirror'),
     logger,
     fetchSnapshot: (scope, target) => fetchSnapshot(source, scope, target),
+    fetchChanges: (scope, since) => fetchChanges(source, scope, since),
     // Under the primary's statement limit: the primary ran the same expressions within it when it wrote the rows.
     files: executorFiles(pool, config.db.queryTimeoutMs),
     holdMs: HOLD_MS,
@@ -65,7 +67,8 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
   // Changesets can be larger than the request that caused them (one UPDATE of many rows).
   const app = createHttpApp({ logger, bodyLimit: Math.max(config.db.maxBodyBytes * 4, 64 * 1024 * 1024), connections: opts.connections });
   registerHook(app, secret, replicas);
-  registerQuery(app, { baseDomain: config.baseDomain, rootKeys: config.rootKeys, maxStatements: config.db.maxStatements, pool, replicas });
+  registerQuery(app, { baseDomain: config.baseDomain, rootKeys: config.rootKeys, maxStatements: config.db.maxStatements, maxBodyBytes: config.db.maxBodyBytes, pool, replicas });
+  registerOtherOps(app, { baseDomain: config.baseDomain, rootKeys: config.rootKeys });
   return {
     app,
     replicas,
