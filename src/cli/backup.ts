@@ -6,6 +6,8 @@ import { dirname, join, relative, resolve, sep } from 'node:path';
 import { backup as sqliteBackup, DatabaseSync } from 'node:sqlite';
 import type { Command } from 'commander';
 import { Layout } from '../db/layout.ts';
+import { commitBackupRestore } from '../db/backup-restored.ts';
+import { rewindDelivery } from '../mirror/delivery/store.ts';
 import { dataDirOf } from '../shared/config.ts';
 import { realPath } from '../shared/paths.ts';
 import { DATA_PARTS, DataDirInUse, lockData, lockFolder, type DataLock } from '../shared/data-lock.ts';
@@ -288,6 +290,8 @@ function fill(dataDir: string, from: string, manifest: Manifest, exists: boolean
       if (sha256File(dest) !== f.sha256) throw new CliError(EXIT.refused, `${f.path} changed in the backup while it was being restored; nothing was written`);
       size += f.size;
     }
+    current = `recording the restore in the databases restored into ${staging}`;
+    restartMirrors(staging, manifest);
     let movedAside: string | undefined;
     current = dataDir;
     if (exists && isEmptyDir(dataDir)) rmdirSync(dataDir);
@@ -310,6 +314,27 @@ function fill(dataDir: string, from: string, manifest: Manifest, exists: boolean
   }
 }
 
+/**
+ * Each restored database goes on one version past its backup's, as a `database.restored` event, and no mirror counts
+ * as having acknowledged past the backup's version: every mirror receives that event first and, holding the versions
+ * lost with the disk, takes a snapshot instead of keeping them (docs/backups.md, "Mirrors after a restore").
+ */
+function restartMirrors(staging: string, manifest: Manifest): void {
+  const held = new Map<string, number>();
+  const key = (s: { org: string; repo: string; database: string }) => `${s.org}/${s.repo}/${s.database}`;
+  const at = Date.now();
+  for (const f of manifest.files) {
+    if (f.kind !== 'database' || f.scope === undefined) continue;
+    const path = join(staging, f.path);
+    held.set(key(f.scope), commitBackupRestore(path, f.scope, at).restoredVersion);
+    syncFile(path);
+  }
+  for (const f of manifest.files.filter((m) => m.kind === 'mirror')) {
+    rewindDelivery(join(staging, f.path), (s) => held.get(key(s)));
+    syncFile(join(staging, f.path));
+  }
+}
+
 const BACKUP_HELP = `
 Copies every database (DATA_DIR/db), the account, credential and mirror-delivery stores and the development key
 files with SQLite's online backup while the service keeps serving; each copy is one consistent snapshot. The
@@ -328,7 +353,8 @@ const RESTORE_HELP = `
 Checks every file of the backup against its manifest first (a missing or altered file: nothing is written), then
 fills DATA_DIR through a folder beside it that is renamed into place. Files get mode 0600, folders 0700. Refused
 while a server runs on DATA_DIR: stop it first. --force replaces a non-empty DATA_DIR; its old contents are moved
-to DATA_DIR.before-restore-*.
+to DATA_DIR.before-restore-*. Each database goes on one version past its backup's, a database.restored event every
+mirror receives first: a mirror that holds versions lost with the disk takes a snapshot (docs/backups.md).
 
 Example:
   DATA_DIR=/srv/scopebase/data scopebase restore /backups/2026-11-25`;
