@@ -1,22 +1,19 @@
-// `scopebase backup|restore|verify` (SPEC 9.2): whole-instance copies taken with SQLite's online backup while the
-// service serves, a manifest with every file's SHA-256, and a restore that checks everything before writing anything.
-import { chmodSync, copyFileSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, closeSync, readdirSync, renameSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+// `scopebase backup|verify` (SPEC 9.2): whole-instance copies taken with SQLite's online backup while the service
+// serves, with a manifest of every file's SHA-256; `restore` (restore.ts) checks everything before writing anything.
+import { chmodSync, copyFileSync, existsSync, linkSync, mkdirSync, renameSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { dirname, join, relative, resolve, sep } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { backup as sqliteBackup, DatabaseSync } from 'node:sqlite';
 import type { Command } from 'commander';
 import { Layout } from '../db/layout.ts';
-import { commitBackupRestore } from '../db/backup-restored.ts';
-import { rewindDelivery } from '../mirror/delivery/store.ts';
-import { dataDirOf } from '../shared/config.ts';
 import { realPath } from '../shared/paths.ts';
-import { DATA_PARTS, DataDirInUse, lockData, lockFolder, type DataLock } from '../shared/data-lock.ts';
 import { CliError, EXIT, printJson } from './output.ts';
-import { describeIoError, isUnsoundSqlite } from './files.ts';
+import { describeIoError, inside, isEmptyDir, isUnsoundSqlite, makeDirs, makeParent, realDataDir, syncFile } from './files.ts';
 import {
   FORMAT, FORMAT_VERSION, MANIFEST, bytes, checkBackup, checkFile, readManifest, sha256File,
   type FileKind, type Manifest, type ManifestFile,
 } from './backup-manifest.ts';
+import { addRestoreCommand } from './restore.ts';
 
 type Env = Record<string, string | undefined>;
 type Out = NodeJS.WritableStream & { isTTY?: boolean };
@@ -34,14 +31,6 @@ const STORES: { file: string; kind: FileKind }[] = [
 const WHOLE_FILE = 2 ** 31 - 1;
 
 interface Source { abs: string; rel: string; kind: FileKind; scope?: ManifestFile['scope'] }
-
-/** DATA_DIR as the server reads it (without generating keys into it as loadConfig would), symlinks resolved. */
-function realDataDir(env: Env): string {
-  return realPath(dataDirOf(env));
-}
-
-/** a is b or lies inside it; both real paths, so a symlink cannot hide DATA_DIR. */
-const inside = (a: string, b: string) => a === b || a.startsWith(b + sep);
 
 async function sources(dataDir: string): Promise<Source[]> {
   const out: Source[] = [];
@@ -73,19 +62,6 @@ class Progress {
   }
 }
 
-function isEmptyDir(path: string): boolean {
-  return statSync(path).isDirectory() && readdirSync(path).length === 0;
-}
-
-function syncFile(path: string): void {
-  const fd = openSync(path, 'r');
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
-
 function versionOf(db: DatabaseSync): number | undefined {
   try {
     const row = db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number | bigint } | undefined;
@@ -110,17 +86,6 @@ async function copySqlite(src: DatabaseSync, dest: string): Promise<number | und
   } finally {
     copy.close();
   }
-}
-
-/** mkdir -p by hand: Node's recursive mkdir never returns for some paths (e.g. under /proc). */
-function makeDirs(path: string): void {
-  const missing: string[] = [];
-  for (let d = path; !existsSync(d) && dirname(d) !== d; d = dirname(d)) missing.push(d);
-  for (const d of missing.reverse()) mkdirSync(d, { mode: 0o700 });
-}
-
-function place(path: string): void {
-  makeDirs(dirname(path));
 }
 
 /** copied and reused count databases; the stores and keys are always copied. */
@@ -162,7 +127,7 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
       if (stopBy) throw new CliError(EXIT.refused, `backup interrupted by ${stopBy}, nothing was kept`);
       current = `copying ${s.abs} to ${join(target, s.rel)}`;
       const dest = join(partial, s.rel);
-      place(dest);
+      makeParent(dest);
       let entry: ManifestFile;
       if (s.kind === 'key') {
         copyFileSync(s.abs, dest);
@@ -235,106 +200,6 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
   }
 }
 
-export interface RestoreResult { dataDir: string; files: number; bytes: number; movedAside?: string }
-
-export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {}): RestoreResult {
-  const dataDir = realDataDir(opts.env ?? process.env); // a DATA_DIR that can be no folder is named before any work
-  const from = realPath(dir);
-  const manifest = readManifest(from);
-  const problems = checkBackup(from, manifest, { integrity: false });
-  if (problems.length > 0) {
-    const named = problems.slice(0, 3).map((p) => `${p.path} is ${p.problem}`).join('; ');
-    const more = problems.length > 3 ? ` (and ${problems.length - 3} more: run scopebase verify ${dir})` : '';
-    throw new CliError(EXIT.refused, `refusing to restore, nothing was written: ${named}${more}`);
-  }
-  if (inside(from, dataDir) || inside(dataDir, from)) throw new CliError(EXIT.usage, `the backup ${from} and DATA_DIR ${dataDir} overlap: restore from a backup kept outside DATA_DIR`);
-  const exists = existsSync(dataDir);
-  // Held until the restored folder is in place: a server must not start on DATA_DIR while it is being replaced.
-  const lock = exists ? lockAgainstServers(dataDir) : null;
-  try {
-    return fill(dataDir, from, manifest, exists, opts.force === true);
-  } finally {
-    lock?.release();
-  }
-}
-
-/** The locks of every part whose lock file DATA_DIR holds; a server holding one is still running there. */
-function lockAgainstServers(dataDir: string): DataLock {
-  try {
-    // Named in the owner files, so a server started meanwhile says what holds DATA_DIR.
-    return lockData(dataDir, DATA_PARTS, { existingOnly: true, holder: 'scopebase restore' });
-  } catch (e) {
-    if (e instanceof DataDirInUse) throw new CliError(EXIT.refused, `DATA_DIR ${e.message}: stop it first, then restore; nothing was written`);
-    throw new CliError(EXIT.refused, `restore failed, DATA_DIR was not changed: cannot take its lock: ${describeIoError(e, lockFolder(dataDir))}`);
-  }
-}
-
-function fill(dataDir: string, from: string, manifest: Manifest, exists: boolean, force: boolean): RestoreResult {
-  if (exists && !isEmptyDir(dataDir) && !force) {
-    throw new CliError(EXIT.refused, `DATA_DIR ${dataDir} is not empty: restore fills an empty one; stop the service and pass --force to replace it (the old contents are moved aside, not deleted)`);
-  }
-  // Filled beside DATA_DIR and renamed into place: a failed restore leaves nothing half-made.
-  const staging = `${dataDir}.restore-${randomBytes(4).toString('hex')}`;
-  let current = staging;
-  let size = 0;
-  try {
-    makeDirs(dirname(staging));
-    mkdirSync(staging, { mode: 0o700 });
-    for (const f of manifest.files) {
-      const dest = join(staging, f.path);
-      current = `copying ${join(from, f.path)} to ${dest}`;
-      place(dest);
-      copyFileSync(join(from, f.path), dest);
-      chmodSync(dest, 0o600);
-      syncFile(dest);
-      if (sha256File(dest) !== f.sha256) throw new CliError(EXIT.refused, `${f.path} changed in the backup while it was being restored; nothing was written`);
-      size += f.size;
-    }
-    current = `recording the restore in the databases restored into ${staging}`;
-    restartMirrors(staging, manifest);
-    let movedAside: string | undefined;
-    current = dataDir;
-    if (exists && isEmptyDir(dataDir)) rmdirSync(dataDir);
-    else if (exists) {
-      movedAside = `${dataDir}.before-restore-${new Date().toISOString().replace(/[:.]/g, '-')}`;
-      renameSync(dataDir, movedAside);
-    }
-    try {
-      renameSync(staging, dataDir);
-    } catch (e) {
-      if (movedAside) renameSync(movedAside, dataDir); // put the old contents back: DATA_DIR as it was
-      throw e;
-    }
-    chmodSync(dataDir, 0o700);
-    return { dataDir, files: manifest.files.length, bytes: size, ...(movedAside ? { movedAside } : {}) };
-  } catch (e) {
-    rmSync(staging, { recursive: true, force: true });
-    if (e instanceof CliError) throw e;
-    throw new CliError(EXIT.refused, `restore failed, DATA_DIR was not changed: ${describeIoError(e, current)}`);
-  }
-}
-
-/**
- * Each restored database goes on one version past its backup's, as a `database.restored` event, and no mirror counts
- * as having acknowledged past the backup's version: every mirror receives that event first and, holding the versions
- * lost with the disk, takes a snapshot instead of keeping them (docs/backups.md, "Mirrors after a restore").
- */
-function restartMirrors(staging: string, manifest: Manifest): void {
-  const held = new Map<string, number>();
-  const key = (s: { org: string; repo: string; database: string }) => `${s.org}/${s.repo}/${s.database}`;
-  const at = Date.now();
-  for (const f of manifest.files) {
-    if (f.kind !== 'database' || f.scope === undefined) continue;
-    const path = join(staging, f.path);
-    held.set(key(f.scope), commitBackupRestore(path, f.scope, at).restoredVersion);
-    syncFile(path);
-  }
-  for (const f of manifest.files.filter((m) => m.kind === 'mirror')) {
-    rewindDelivery(join(staging, f.path), (s) => held.get(key(s)));
-    syncFile(join(staging, f.path));
-  }
-}
-
 const BACKUP_HELP = `
 Copies every database (DATA_DIR/db), the account, credential and mirror-delivery stores and the development key
 files with SQLite's online backup while the service keeps serving; each copy is one consistent snapshot. The
@@ -348,16 +213,6 @@ hard-linked from it after their checksum is checked, so every backup folder is c
 Examples:
   scopebase backup /backups/2026-11-25
   scopebase backup /backups/2026-11-26 --incremental /backups/2026-11-25`;
-
-const RESTORE_HELP = `
-Checks every file of the backup against its manifest first (a missing or altered file: nothing is written), then
-fills DATA_DIR through a folder beside it that is renamed into place. Files get mode 0600, folders 0700. Refused
-while a server runs on DATA_DIR: stop it first. --force replaces a non-empty DATA_DIR; its old contents are moved
-to DATA_DIR.before-restore-*. Each database goes on one version past its backup's, a database.restored event every
-mirror receives first: a mirror that holds versions lost with the disk takes a snapshot (docs/backups.md).
-
-Example:
-  DATA_DIR=/srv/scopebase/data scopebase restore /backups/2026-11-25`;
 
 const VERIFY_HELP = `
 Checks that every file the manifest lists is there with its size and SHA-256, and runs PRAGMA integrity_check on
@@ -384,18 +239,7 @@ export function addBackupCommands(program: Command): void {
       const left = r.manifest.skipped ?? [];
       if (left.length) throw new CliError(EXIT.refused, `the backup in ${r.dir} is kept without ${left.length} damaged database(s) SQLite could not read: ${left.map((x) => x.path).join(', ')} (docs/backups.md, "A damaged database")`);
     });
-  program.command('restore')
-    .description('fill an empty DATA_DIR from a backup after checking every checksum in its manifest')
-    .argument('<dir>', 'the backup folder (the one holding manifest.json)')
-    .option('--force', 'replace a non-empty DATA_DIR (its old contents are moved aside)')
-    .option('--json', 'print the result as JSON')
-    .addHelpText('after', RESTORE_HELP)
-    .action((dir: string, opts: { force?: boolean; json?: boolean }) => {
-      const r = runRestore(dir, { force: opts.force });
-      if (opts.json) return printJson({ dataDir: r.dataDir, files: r.files, bytes: r.bytes, movedAside: r.movedAside ?? null });
-      const aside = r.movedAside ? `; the previous contents are in ${r.movedAside}` : '';
-      process.stdout.write(`restored ${r.files} files (${bytes(r.bytes)}) into ${r.dataDir}${aside}\n`);
-    });
+  addRestoreCommand(program);
   program.command('verify')
     .description('check a backup against its manifest (every file, size and SHA-256) and run integrity_check on each SQLite copy')
     .argument('<dir>', 'the backup folder')
