@@ -139,7 +139,7 @@ test('restore-db brings a version back (--dry-run changes nothing); import loads
   writeFileSync(dump, "CREATE TABLE t(x);\nINSERT INTO t VALUES ('from a dump');\n");
   const imported = await cli(['import', 'acme/history', dump, '--database', 'copy']);
   assert.equal(imported.code, 0, imported.stderr);
-  assert.match(imported.stdout, /imported .*dump\.sql \(sql\) into acme\/history\/copy: 1 tables, 1 rows, version 1/);
+  assert.match(imported.stdout, /imported .*dump\.sql \(sql\) into acme\/history\/copy: 1 table, 1 row, version 1/);
   const again = await cli(['import', 'acme/history', dump, '--database', 'copy']);
   assert.equal(again.code, 1);
   oneLine(again, /exists: import with mode=replace/);

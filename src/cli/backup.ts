@@ -7,7 +7,7 @@ import { backup as sqliteBackup, DatabaseSync } from 'node:sqlite';
 import type { Command } from 'commander';
 import { Layout } from '../db/layout.ts';
 import { realPath } from '../shared/paths.ts';
-import { CliError, EXIT, printJson } from './output.ts';
+import { CliError, EXIT, count, printJson } from './output.ts';
 import { describeIoError, inside, isEmptyDir, isUnsoundSqlite, makeDirs, makeParent, realDataDir, syncFile } from './files.ts';
 import {
   FORMAT, FORMAT_VERSION, MANIFEST, bytes, checkBackup, checkFile, readManifest, sha256File,
@@ -234,7 +234,7 @@ export function addBackupCommands(program: Command): void {
       }
       const others = r.manifest.files.length - dbs;
       const how = opts.incremental ? `copied ${r.copied}, reused ${r.reused} unchanged from ${r.manifest.incrementalFrom}` : `copied ${r.copied}`;
-      process.stderr.write(`backup complete: ${dbs} databases (${how}), ${others} stores and keys, ${bytes(r.bytes)}\n`);
+      process.stderr.write(`backup complete: ${count(dbs, 'database')} (${how}), ${count(others, 'store or key', 'stores and keys')}, ${bytes(r.bytes)}\n`);
       process.stdout.write(`${r.dir}\n`);
       const left = r.manifest.skipped ?? [];
       if (left.length) throw new CliError(EXIT.refused, `the backup in ${r.dir} is kept without ${left.length} damaged database(s) SQLite could not read: ${left.map((x) => x.path).join(', ')} (docs/backups.md, "A damaged database")`);
@@ -251,8 +251,11 @@ export function addBackupCommands(program: Command): void {
       const progress = new Progress(process.stderr, 'checked');
       const problems = checkBackup(from, m, { integrity: true, onFile: (n) => progress.tick(n, m.files.length, 0) });
       if (opts.json) printJson({ ok: problems.length === 0, files: m.files.length, createdAt: m.createdAt, problems });
-      else if (problems.length === 0) process.stdout.write(`OK: ${m.files.length} files match the manifest of ${m.createdAt} and pass integrity_check\n`);
-      else for (const p of problems) process.stdout.write(`BAD ${p.path}: ${p.problem}\n`);
+      else if (problems.length > 0) for (const p of problems) process.stdout.write(`BAD ${p.path}: ${p.problem}\n`);
+      else {
+        const one = m.files.length === 1;
+        process.stdout.write(`OK: ${count(m.files.length, 'file')} ${one ? 'matches' : 'match'} the manifest of ${m.createdAt} and ${one ? 'passes' : 'pass'} integrity_check\n`);
+      }
       if (problems.length > 0) throw new CliError(EXIT.refused, `backup ${relative(process.cwd(), from) || '.'} has ${problems.length} bad file(s): ${problems.map((p) => p.path).join(', ')}`, { jsonPrinted: opts.json === true });
     });
 }

@@ -30,6 +30,9 @@ export class CliError extends Error {
   }
 }
 
+/** "1 table", "2 tables": a count with its noun, singular for one. */
+export const count = (n: number, noun: string, plural = `${noun}s`): string => `${n} ${n === 1 ? noun : plural}`;
+
 export function usageError(message: string): CliError {
   return new CliError(EXIT.usage, message);
 }

@@ -9,7 +9,7 @@ import { commitBackupRestore } from '../db/backup-restored.ts';
 import { rewindDelivery } from '../mirror/delivery/store.ts';
 import { realPath } from '../shared/paths.ts';
 import { DATA_PARTS, DataDirInUse, lockData, lockFolder, type DataLock } from '../shared/data-lock.ts';
-import { CliError, EXIT, printJson } from './output.ts';
+import { CliError, EXIT, count, printJson } from './output.ts';
 import { describeIoError, inside, isEmptyDir, makeDirs, makeParent, realDataDir, syncFile } from './files.ts';
 import { bytes, checkBackup, readManifest, sha256File, type Manifest } from './backup-manifest.ts';
 
@@ -134,6 +134,6 @@ export function addRestoreCommand(program: Command): void {
       const r = runRestore(dir, { force: opts.force });
       if (opts.json) return printJson({ dataDir: r.dataDir, files: r.files, bytes: r.bytes, movedAside: r.movedAside ?? null });
       const aside = r.movedAside ? `; the previous contents are in ${r.movedAside}` : '';
-      process.stdout.write(`restored ${r.files} files (${bytes(r.bytes)}) into ${r.dataDir}${aside}\n`);
+      process.stdout.write(`restored ${count(r.files, 'file')} (${bytes(r.bytes)}) into ${r.dataDir}${aside}\n`);
     });
 }
