@@ -10,22 +10,13 @@ import { realPath } from '../shared/paths.ts';
 import { CliError, EXIT, count, printJson } from './output.ts';
 import { describeIoError, inside, isEmptyDir, isUnsoundSqlite, makeDirs, makeParent, realDataDir, syncFile } from './files.ts';
 import {
-  FORMAT, FORMAT_VERSION, MANIFEST, bytes, checkBackup, checkFile, readManifest, sha256File,
+  FORMAT, FORMAT_VERSION, MANIFEST, STORES, bytes, checkBackup, checkFile, manifestText, readManifest, sha256File,
   type FileKind, type Manifest, type ManifestFile,
 } from './backup-manifest.ts';
 import { addRestoreCommand } from './restore.ts';
 
 type Env = Record<string, string | undefined>;
 type Out = NodeJS.WritableStream & { isTTY?: boolean };
-
-/** The stores beside the databases, and the development keys generated into DATA_DIR (config.ts). */
-const STORES: { file: string; kind: FileKind }[] = [
-  { file: 'accounts.sqlite', kind: 'account' },
-  { file: 'credentials.sqlite', kind: 'credentials' },
-  { file: 'mirrors.sqlite', kind: 'mirror' },
-  { file: 'runtime-root.key', kind: 'key' },
-  { file: 'account-encryption.key', kind: 'key' },
-];
 
 /** One step copies the whole file, so the copy is one read transaction's snapshot (a multi-step copy restarts on every write). */
 const WHOLE_FILE = 2 ** 31 - 1;
@@ -185,7 +176,7 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
     current = join(target, MANIFEST);
     const manifest: Manifest = { format: FORMAT, formatVersion: FORMAT_VERSION, createdAt: new Date().toISOString(), ...(previous ? { incrementalFrom: previous } : {}), files, ...(skipped.length ? { skipped } : {}) };
     const mpath = join(partial, MANIFEST);
-    writeFileSync(mpath, JSON.stringify(manifest, null, 2) + '\n', { mode: 0o600 });
+    writeFileSync(mpath, manifestText(manifest), { mode: 0o600 });
     syncFile(mpath);
     current = target;
     if (existsSync(target)) rmdirSync(target); // an empty folder made for the backup
@@ -215,8 +206,9 @@ Examples:
   scopebase backup /backups/2026-11-26 --incremental /backups/2026-11-25`;
 
 const VERIFY_HELP = `
-Checks that every file the manifest lists is there with its size and SHA-256, and runs PRAGMA integrity_check on
-every SQLite copy. Prints OK, or each bad file with what is wrong (exit 1).`;
+Checks the manifest's own checksum, that every file it lists is there with its size and SHA-256 and that the backup
+holds no file it does not list, and runs PRAGMA integrity_check on every SQLite copy. Prints OK, or each bad file
+with what is wrong (exit 1).`;
 
 export function addBackupCommands(program: Command): void {
   program.command('backup')
@@ -250,12 +242,15 @@ export function addBackupCommands(program: Command): void {
       const m = readManifest(from);
       const progress = new Progress(process.stderr, 'checked');
       const problems = checkBackup(from, m, { integrity: true, onFile: (n) => progress.tick(n, m.files.length, 0) });
-      if (opts.json) printJson({ ok: problems.length === 0, files: m.files.length, createdAt: m.createdAt, problems });
+      const skipped = (m.skipped ?? []).map((x) => x.path);
+      if (opts.json) printJson({ ok: problems.length === 0, files: m.files.length, createdAt: m.createdAt, problems, skipped });
       else if (problems.length > 0) for (const p of problems) process.stdout.write(`BAD ${p.path}: ${p.problem}\n`);
       else {
         const one = m.files.length === 1;
-        process.stdout.write(`OK: ${count(m.files.length, 'file')} ${one ? 'matches' : 'match'} the manifest of ${m.createdAt} and ${one ? 'passes' : 'pass'} integrity_check\n`);
+        // A backup that left a damaged database out holds all it lists, and is still not the whole instance: say so.
+        const without = skipped.length ? `; left out when it was taken (damaged): ${skipped.join(', ')}` : '';
+        process.stdout.write(`OK: ${count(m.files.length, 'file')} ${one ? 'matches' : 'match'} the manifest of ${m.createdAt} and ${one ? 'passes' : 'pass'} integrity_check; the backup holds no file it does not list${without}\n`);
       }
-      if (problems.length > 0) throw new CliError(EXIT.refused, `backup ${relative(process.cwd(), from) || '.'} has ${problems.length} bad file(s): ${problems.map((p) => p.path).join(', ')}`, { jsonPrinted: opts.json === true });
+      if (problems.length > 0) throw new CliError(EXIT.refused, `backup ${relative(process.cwd(), from) || '.'} has ${count(problems.length, 'bad file')}: ${problems.map((p) => p.path).join(', ')}`, { jsonPrinted: opts.json === true });
     });
 }
