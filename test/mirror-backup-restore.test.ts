@@ -101,26 +101,37 @@ async function converges(s: Setup, primary: SpawnedProduct, version: number): Pr
 /** Rows a, b; then, after the backup, the rows lost with the disk; the writes after the restore take other ids. */
 const NEW_ROWS = ['new-c', 'new-d', 'new-e', 'new-f'].map((v, i) => [10 + i, v]);
 
-test('after a restore, a mirror in its own process that received the versions lost with the disk converges to the primary', async (t) => {
-  const s = await setup();
-  t.after(() => s.close());
-  let primary = await s.start();
+/** Rows a and b at version 3 (the table is version 1), on the primary and the mirror. */
+async function seed(s: Setup, primary: SpawnedProduct): Promise<void> {
   await s.execute(primary, 'CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)');
   await s.execute(primary, "INSERT INTO t (v) VALUES ('a')");
   assert.equal(await s.execute(primary, "INSERT INTO t (v) VALUES ('b')"), 3);
   await mirrorAt(s, 3);
+}
+
+/** After the restore: the primary again, and the four new rows written (their last version returned). */
+async function restartAndWrite(s: Setup): Promise<{ primary: SpawnedProduct; version: number }> {
+  const primary = await s.start();
+  let version = 0;
+  for (const [id, v] of NEW_ROWS) version = await s.execute(primary, 'INSERT INTO t (id, v) VALUES (?, ?)', [id, v]);
+  return { primary, version };
+}
+
+test('after a restore, a mirror in its own process that received the versions lost with the disk converges to the primary', async (t) => {
+  const s = await setup();
+  t.after(() => s.close());
+  const before = await s.start();
+  await seed(s, before);
   const backup = join(s.work, 'backup');
   const b = await s.cli(['backup', backup]);
   assert.equal(b.code, 0, b.stderr);
-  for (const v of ['old-c', 'old-d', 'old-e']) await s.execute(primary, 'INSERT INTO t (v) VALUES (?)', [v]);
+  for (const v of ['old-c', 'old-d', 'old-e']) await s.execute(before, 'INSERT INTO t (v) VALUES (?)', [v]);
   assert.deepEqual((await mirrorAt(s, 6)).json.results[0].rows.map((r: unknown[]) => r[1]), ['a', 'b', 'old-c', 'old-d', 'old-e']);
 
-  await stop(primary); // the disk is lost; the backup is put back
+  await stop(before); // the disk is lost; the backup is put back
   const r = await s.cli(['restore', backup, '--force']);
   assert.equal(r.code, 0, r.stderr);
-  primary = await s.start();
-  let version = 0;
-  for (const [id, v] of NEW_ROWS) version = await s.execute(primary, 'INSERT INTO t (id, v) VALUES (?, ?)', [id, v]);
+  const { primary, version } = await restartAndWrite(s);
   await converges(s, primary, version);
   // The restore is a version of its own (3 + 1), as a time-travel restore is: the four writes are 5 to 8.
   assert.equal(version, 8);
@@ -131,18 +142,15 @@ test('after a restore, a mirror in its own process that received the versions lo
 test('a backup whose delivery state is newer than its database copy (taken one after the other) converges too', async (t) => {
   const s = await setup();
   t.after(() => s.close());
-  let primary = await s.start();
-  await s.execute(primary, 'CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)');
-  await s.execute(primary, "INSERT INTO t (v) VALUES ('a')");
-  await s.execute(primary, "INSERT INTO t (v) VALUES ('b')");
-  await mirrorAt(s, 3);
+  const before = await s.start();
+  await seed(s, before);
   const early = join(s.work, 'early');
   assert.equal((await s.cli(['backup', early])).code, 0);
-  for (const v of ['old-c', 'old-d', 'old-e']) await s.execute(primary, 'INSERT INTO t (v) VALUES (?)', [v]);
+  for (const v of ['old-c', 'old-d', 'old-e']) await s.execute(before, 'INSERT INTO t (v) VALUES (?)', [v]);
   await mirrorAt(s, 6);
-  const saved = async () => (await call(primary.url, 'localhost', '/web/_db/status', { body: {}, headers: auth })).json.mirrors[0].deliveredVersion === 6;
+  const saved = async () => (await call(before.url, 'localhost', '/web/_db/status', { body: {}, headers: auth })).json.mirrors[0].deliveredVersion === 6;
   await waitFor(saved, 5000, 'the acknowledgement of version 6 saved');
-  await stop(primary);
+  await stop(before);
   // The race of a backup taken while the mirror acknowledges: the database copied at version 3, mirrors.sqlite after
   // the mirror acknowledged 6. Made here by backing up a DATA_DIR holding exactly that.
   const db = join(s.dataDir, 'db/acme/web/main.sqlite');
@@ -154,8 +162,6 @@ test('a backup whose delivery state is newer than its database copy (taken one a
   assert.equal(JSON.parse(b.stdout).manifest.find((f: { kind: string }) => f.kind === 'database').version, 3);
 
   assert.equal((await s.cli(['restore', torn, '--force'])).code, 0);
-  primary = await s.start();
-  let version = 0;
-  for (const [id, v] of NEW_ROWS) version = await s.execute(primary, 'INSERT INTO t (id, v) VALUES (?, ?)', [id, v]);
+  const { primary, version } = await restartAndWrite(s);
   await converges(s, primary, version);
 });
