@@ -105,11 +105,16 @@ test('a backup taken while writes go on restores into an empty DATA_DIR to exact
 
   const q = await startProduct({ DATA_DIR: restored });
   try {
-    for (const { repo, database } of QUIET) assert.deepEqual(await readBack(q, repo, database), committed.get(key(repo, database)), `${repo}/${database}`);
+    // Each database goes on one version past its backup's: the restore's own, sent to mirrors as database.restored.
+    for (const { repo, database } of QUIET) {
+      const { rows, version } = committed.get(key(repo, database))!;
+      assert.deepEqual(await readBack(q, repo, database), { rows, version: version + 1 }, `${repo}/${database}`);
+    }
     // The busy database is one consistent snapshot: every insert is one version, and it lies between before and after.
     const busy = await readBack(q, 'busy', 'main');
-    assert.ok(busy.version >= busyBefore.version && busy.version <= busyAfter.version, JSON.stringify({ busy, busyBefore, busyAfter }));
-    assert.equal(busy.rows - busyBefore.rows, busy.version - busyBefore.version);
+    const busyCopied = busy.version - 1;
+    assert.ok(busyCopied >= busyBefore.version && busyCopied <= busyAfter.version, JSON.stringify({ busy, busyBefore, busyAfter }));
+    assert.equal(busy.rows - busyBefore.rows, busyCopied - busyBefore.version);
     // The first write after the restore can be undone: the restored version is the first restorable one (history
     // is not in the backup; it used to begin one version late, so that write was beyond undoing).
     const first = QUIET[0]!;
@@ -146,7 +151,9 @@ test('one repo\'s damaged database does not stop the backup of every other: it i
   const manifest = JSON.parse(readFileSync(join(out, 'manifest.json'), 'utf8'));
   assert.deepEqual(manifest.skipped.map((x: { path: string }) => x.path), ['db/acme/bad/main.sqlite']);
   assert.ok(manifest.files.some((f: { path: string }) => f.path === 'db/acme/good/main.sqlite'), 'every other database is in it');
-  assert.equal((await cli(['verify', out], { DATA_DIR: dataDir })).code, 0, 'what it holds verifies');
+  const verified = await cli(['verify', out], { DATA_DIR: dataDir });
+  assert.equal(verified.code, 0, 'what it holds verifies');
+  assert.match(verified.stdout, /; left out when it was taken \(damaged\): db\/acme\/bad\/main\.sqlite\n$/, 'and it says it is not the whole instance');
 });
 
 test('a backup folder holding a symlink, a FIFO or a folder where a file is listed is refused by name, never followed or read (attack round 3)', async () => {
@@ -186,7 +193,7 @@ test('verify says OK for a good backup, and verify and restore name a file that 
   closeSync(fd);
   const v = await cli(['verify', altered]);
   assert.match(v.stdout, /^BAD db\/acme\/api\/main\.sqlite: altered/m);
-  oneLine(v, /1 bad file\(s\): db\/acme\/api\/main\.sqlite/);
+  oneLine(v, /1 bad file: db\/acme\/api\/main\.sqlite/);
   const target = join(work, 'never');
   const r = await cli(['restore', altered], { DATA_DIR: target });
   oneLine(r, /refusing to restore, nothing was written: db\/acme\/api\/main\.sqlite is altered/);
@@ -203,6 +210,67 @@ test('verify says OK for a good backup, and verify and restore name a file that 
   assert.deepEqual(readdirSync(work).filter((n) => n.includes('.restore-')), []);
 
   oneLine(await cli(['verify', join(work, 'data')]), /has no manifest\.json/);
+});
+
+/** A copy of backup b1 whose manifest `edit` changed (as a hand, a script or a bad copy might). */
+function editedCopy(name: string, edit: (m: Record<string, any>) => void): string { // eslint-disable-line @typescript-eslint/no-explicit-any
+  const dir = join(work, name);
+  cpSync(join(work, 'b1'), dir, { recursive: true });
+  const m = JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8'));
+  edit(m);
+  writeFileSync(join(dir, 'manifest.json'), JSON.stringify(m, null, 2));
+  return dir;
+}
+
+/** The manifest a version 1 backup (before its own checksum) wrote. */
+const asVersion1 = (m: Record<string, unknown>) => {
+  m.formatVersion = 1;
+  delete m.manifestSha256;
+};
+
+test('a backup verifies only as complete: a file its manifest does not list, an edited manifest or a gutted one is refused by verify and restore', async () => {
+  const target = join(work, 'never-restored');
+  const refused = async (dir: string, verifyLine: RegExp, restoreLine: RegExp) => {
+    const v = await cli(['verify', dir]);
+    assert.equal(v.code, 1, `${dir}: ${v.stdout}${v.stderr}`);
+    oneLine(v, verifyLine);
+    oneLine(await cli(['restore', dir], { DATA_DIR: target }), restoreLine);
+    assert.equal(existsSync(target), false, 'nothing restored');
+  };
+
+  // "files": [] verified "OK: 0 files", and restore then restored nothing. The manifest's own checksum shows the edit.
+  const gutted = editedCopy('gutted', (m) => void (m.files = []));
+  await refused(gutted, /manifest\.json was changed after the backup wrote it/, /manifest\.json was changed after the backup wrote it/);
+  // A version 1 manifest has no checksum: the files it does not list show it.
+  const gutted1 = editedCopy('gutted-v1', (m) => {
+    asVersion1(m);
+    m.files = m.files.filter((f: { kind: string }) => f.kind !== 'database');
+  });
+  const v = await cli(['verify', gutted1]);
+  assert.match(v.stdout, /^BAD db\/acme\/web\/main\.sqlite: not listed in the manifest$/m);
+  await refused(gutted1, /4 bad files: .*db\/acme\/web\/main\.sqlite/, /refusing to restore, nothing was written: db\/acme\/\w+\/\w+\.sqlite is not listed in the manifest/);
+
+  // A file put into a backup (another database, anything) is not part of it.
+  const extra = join(work, 'extra');
+  cpSync(join(work, 'b1'), extra, { recursive: true });
+  mkdirSync(join(extra, 'db/acme/extra'));
+  cpSync(join(extra, 'db/acme/web/main.sqlite'), join(extra, 'db/acme/extra/main.sqlite'));
+  await refused(extra, /1 bad file: db\/acme\/extra\/main\.sqlite/, /db\/acme\/extra\/main\.sqlite is not listed in the manifest/);
+
+  // An entry that is not what a backup writes: a database relabelled a key would skip integrity_check and the restore's
+  // own version.
+  const relabelled = editedCopy('relabelled', (m) => {
+    asVersion1(m);
+    m.files.find((f: { path: string }) => f.path === 'db/acme/web/main.sqlite').kind = 'key';
+  });
+  await refused(relabelled, /lists a malformed entry \("db\/acme\/web\/main\.sqlite"\): not a store or key/, /lists a malformed entry/);
+
+  // A complete version 1 backup (taken before the checksum) still verifies and restores.
+  const old = editedCopy('version1', asVersion1);
+  const ok = await cli(['verify', old]);
+  assert.equal(ok.code, 0, ok.stdout + ok.stderr);
+  assert.match(ok.stdout, /^OK: 6 files match the manifest of .* and pass integrity_check; the backup holds no file it does not list\n$/);
+  assert.equal((await cli(['restore', old], { DATA_DIR: target })).code, 0);
 });
 
 test('restore refuses a non-empty DATA_DIR unless --force, which moves the old contents aside', async () => {
@@ -240,7 +308,7 @@ test('--incremental copies only the databases that changed, and its backup resto
   for (const [name, want] of [['api/main', committed.get('api/main')!.rows + 1], ['web/main', 5], ['web/logs', 3]] as const) {
     const db = new DatabaseSync(join(restored, 'db/acme', `${name}.sqlite`), { readOnly: true });
     assert.equal((db.prepare('SELECT count(*) AS n FROM t').get() as { n: number }).n, want, name);
-    if (name === 'api/main') assert.equal((db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number }).value, version);
+    if (name === 'api/main') assert.equal((db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number }).value, version + 1);
     db.close();
   }
   assert.ok(existsSync(join(restored, 'accounts.sqlite')));
@@ -360,6 +428,6 @@ test('restore --json prints what it did; verify --json of a bad backup prints on
   cpSync(join(work, 'b1'), bad, { recursive: true });
   unlinkSync(join(bad, 'accounts.sqlite'));
   const v = await cli(['verify', bad, '--json']);
-  oneLine(v, /1 bad file\(s\): accounts\.sqlite/);
+  oneLine(v, /1 bad file: accounts\.sqlite/);
   assert.deepEqual(JSON.parse(v.stdout).problems, [{ path: 'accounts.sqlite', problem: 'missing' }]);
 });

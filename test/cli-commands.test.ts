@@ -139,7 +139,7 @@ test('restore-db brings a version back (--dry-run changes nothing); import loads
   writeFileSync(dump, "CREATE TABLE t(x);\nINSERT INTO t VALUES ('from a dump');\n");
   const imported = await cli(['import', 'acme/history', dump, '--database', 'copy']);
   assert.equal(imported.code, 0, imported.stderr);
-  assert.match(imported.stdout, /imported .*dump\.sql \(sql\) into acme\/history\/copy: 1 tables, 1 rows, version 1/);
+  assert.match(imported.stdout, /imported .*dump\.sql \(sql\) into acme\/history\/copy: 1 table, 1 row, version 1/);
   const again = await cli(['import', 'acme/history', dump, '--database', 'copy']);
   assert.equal(again.code, 1);
   oneLine(again, /exists: import with mode=replace/);
@@ -274,6 +274,34 @@ test('secret prints the repo secret; usage mistakes exit 2 with one line', async
   }
 });
 
+test('a bad or stale value from SCOPEBASE_URL, _REPO, _DATABASE or _SECRET is named as that variable, not as an option never typed', async () => {
+  const usage = (r: Run, pattern: RegExp) => {
+    assert.equal(r.code, 2, r.stderr);
+    oneLine(r, pattern);
+  };
+  usage(await cli(['status', 'acme/web'], { SCOPEBASE_URL: 'ftp://x' }), /^scopebase: SCOPEBASE_URL "ftp:\/\/x" is not an http\(s\) URL/);
+  usage(await cli(['status', 'acme/web'], { SCOPEBASE_DATABASE: 'Bad' }), /^scopebase: SCOPEBASE_DATABASE "Bad" must match /);
+  usage(await cli(['status'], { SCOPEBASE_REPO: 'acme/web/x' }), /^scopebase: SCOPEBASE_REPO "acme\/web\/x" is not org\/repo/);
+  usage(await cli(['status', '--org', 'acme'], { SCOPEBASE_REPO: 'w@b' }), /^scopebase: SCOPEBASE_REPO "w@b" is not a repo name/);
+  // Given on the command line, the option is named (it wins over the variable).
+  usage(await cli(['status', 'acme/web', '--database', 'Bad'], { SCOPEBASE_DATABASE: 'good' }), /^scopebase: --database "Bad" must match /);
+
+  const stale = await cli(['status', 'acme/web'], { SCOPEBASE_SECRET: 'sb_stale_value' });
+  assert.equal(stale.code, 1, stale.stderr);
+  oneLine(stale, new RegExp(`^scopebase: the server at http://127\\.0\\.0\\.1:${port} refused the secret in SCOPEBASE_SECRET for acme/web: set SCOPEBASE_SECRET to "\\$\\(npx scopebase secret acme/web\\)" run where the server runs, or unset it to derive the secret here`));
+  assert.doesNotMatch(stale.stderr, /sb_stale_value/);
+  const viaUrl = await cli(['status', 'acme/web'], { SCOPEBASE_URL: p.url, SCOPEBASE_SECRET: 'sb_stale_value' });
+  oneLine(viaUrl, /refused the secret in SCOPEBASE_SECRET .*another server: set SCOPEBASE_URL to its URL, or pass --url$/);
+
+  const closed = createServer();
+  await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+  const dead = `http://127.0.0.1:${(closed.address() as { port: number }).port}`;
+  await new Promise((r) => closed.close(r));
+  const down = await cli(['status', 'acme/web'], { SCOPEBASE_URL: dead });
+  assert.equal(down.code, 3);
+  oneLine(down, /^scopebase: cannot reach SCOPEBASE_URL http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\): .*; a server on another port: set SCOPEBASE_URL to its URL, or pass --url$/);
+});
+
 test('exit 1 when the server says no, 3 when it cannot be reached, 78 for configuration; each one line saying what to do', async () => {
   const sql = await cli(['query', 'acme/web', 'SELECT * FROM nowhere']);
   assert.equal(sql.code, 1);
@@ -286,7 +314,7 @@ test('exit 1 when the server says no, 3 when it cannot be reached, 78 for config
   oneLine(await cli(['query', 'acme/web', '--database', 'nosuch', 'SELECT 1']), /database_not_found: .*; `scopebase execute` or `scopebase migrate` with this --database creates it\n?$/);
   const wrongSecret = await cli(['status', 'acme/web', '--secret', 'wrong']);
   assert.equal(wrongSecret.code, 1);
-  oneLine(wrongSecret, new RegExp(`^scopebase: the server at http://127\\.0\\.0\\.1:${port} refused the secret for acme/web: pass --secret .*another server: export its PORT here, or pass --url$`));
+  oneLine(wrongSecret, new RegExp(`^scopebase: the server at http://127\\.0\\.0\\.1:${port} refused the --secret given for acme/web: pass --secret .*another server: export its PORT here, or pass --url$`));
   assert.doesNotMatch(wrongSecret.stderr, /wrong/);
 
   const closed = createServer();

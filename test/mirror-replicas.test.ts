@@ -142,3 +142,25 @@ test('a stopped snapshot preparation: 503 with Retry-After, and no new download 
     await h.close();
   }
 });
+
+test('a restore or an import at or below the replica\'s version re-bootstraps it (the primary\'s versions restarted); any other is a duplicate', async () => {
+  const h = harness();
+  try {
+    h.primaryAt(6);
+    assert.equal(await h.set.receive(event(6)), 'bootstrapped');
+    assert.equal(await h.set.receive(event(4)), 'duplicate');
+    assert.equal(h.calls.fetch, 1);
+    // A backup at version 3 was restored into the primary: its restore event is version 4, below the replica's 6.
+    h.primaryAt(4);
+    const restored = { ...event(4), type: 'database.restored', operation: 'restore', restoredVersion: 3, changeset: null } as ChangeEvent;
+    assert.equal(await h.set.receive(restored), 'bootstrapped');
+    assert.equal(h.calls.fetch, 2);
+    assert.equal(h.set.version(scope), 4);
+    h.primaryAt(5);
+    assert.equal(await h.set.receive({ ...event(5), type: 'database.imported', operation: 'import', changeset: null } as ChangeEvent), 'bootstrapped');
+    assert.equal(await h.set.receive({ ...event(5), type: 'database.imported', operation: 'import', changeset: null } as ChangeEvent), 'bootstrapped', 'a replay costs a snapshot, never a divergence');
+    assert.equal(h.set.version(scope), 5);
+  } finally {
+    await h.close();
+  }
+});

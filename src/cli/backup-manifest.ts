@@ -1,6 +1,6 @@
 // A backup's manifest.json (SPEC 9.2): what each file is, its size and SHA-256; and the checks that `verify`
 // and `restore` run against it before trusting a single byte.
-import { closeSync, existsSync, lstatSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
+import { closeSync, existsSync, lstatSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { join, normalize, isAbsolute, sep } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
@@ -9,9 +9,20 @@ import { describeIoError } from './files.ts';
 
 export const MANIFEST = 'manifest.json';
 export const FORMAT = 'scopebase-backup';
-export const FORMAT_VERSION = 1;
+/** 2: the manifest carries its own checksum (since 2026-11-26); version 1 manifests still verify and restore. */
+export const FORMAT_VERSION = 2;
+const READS = [1, FORMAT_VERSION];
 
 export type FileKind = 'database' | 'account' | 'credentials' | 'mirror' | 'key';
+
+/** The stores beside the databases, and the development keys generated into DATA_DIR (config.ts). */
+export const STORES: { file: string; kind: FileKind }[] = [
+  { file: 'accounts.sqlite', kind: 'account' },
+  { file: 'credentials.sqlite', kind: 'credentials' },
+  { file: 'mirrors.sqlite', kind: 'mirror' },
+  { file: 'runtime-root.key', kind: 'key' },
+  { file: 'account-encryption.key', kind: 'key' },
+];
 
 export interface ManifestFile {
   /** Relative to the backup dir and to DATA_DIR alike, with `/` separators. */
@@ -35,6 +46,15 @@ export interface Manifest {
   files: ManifestFile[];
   /** Repos' databases that were damaged (SQLite could not read them) and are not in this backup, with why. */
   skipped?: { path: string; problem: string }[];
+  /** SHA-256 of the manifest's compact JSON without this field, written last (format 2). */
+  manifestSha256?: string;
+}
+
+const digest = (text: string) => createHash('sha256').update(text).digest('hex');
+
+/** The manifest as written: with its own checksum, so an edit (a file's entry taken out, a kind changed) shows. */
+export function manifestText(m: Omit<Manifest, 'manifestSha256'>): string {
+  return JSON.stringify({ ...m, manifestSha256: digest(JSON.stringify(m)) }, null, 2) + '\n';
 }
 
 export const isSqlite = (f: ManifestFile) => f.kind !== 'key';
@@ -75,13 +95,31 @@ export function readManifest(dir: string): Manifest {
     throw new CliError(EXIT.refused, code === undefined ? `${path} cannot be read: ${(e as Error).message}` : `cannot read the manifest: ${describeIoError(e, path)}`);
   }
   if (m?.format !== FORMAT || !Array.isArray(m.files)) throw new CliError(EXIT.refused, `${path} is not a scopebase backup manifest`);
-  if (m.formatVersion !== FORMAT_VERSION) throw new CliError(EXIT.refused, `${path} has format version ${m.formatVersion}; this scopebase reads version ${FORMAT_VERSION}`);
+  if (!READS.includes(m.formatVersion)) throw new CliError(EXIT.refused, `${path} has format version ${m.formatVersion}; this scopebase reads versions ${READS.join(' and ')}`);
+  if (m.formatVersion >= 2) {
+    const { manifestSha256: written, ...rest } = m;
+    if (written !== digest(JSON.stringify(rest))) throw new CliError(EXIT.refused, `${path} was changed after the backup wrote it (its manifestSha256 does not match): a manifest is never edited; use a backup as it was made`);
+  }
+  const seen = new Set<string>();
   for (const f of m.files) {
-    if (!safeRelative(f?.path) || typeof f.size !== 'number' || typeof f.sha256 !== 'string') {
-      throw new CliError(EXIT.refused, `${path} lists a malformed entry (${JSON.stringify(f?.path ?? f).slice(0, 80)})`);
-    }
+    const wrong = entryProblem(f);
+    if (wrong) throw new CliError(EXIT.refused, `${path} lists a malformed entry (${JSON.stringify(f?.path ?? f).slice(0, 80)}): ${wrong}`);
+    if (seen.has(f.path)) throw new CliError(EXIT.refused, `${path} lists ${f.path} twice`);
+    seen.add(f.path);
   }
   return m;
+}
+
+/** Why an entry is not one a backup writes: each database at its scope's path, each store and key by its name. */
+function entryProblem(f: ManifestFile): string | null {
+  if (!safeRelative(f?.path) || typeof f.size !== 'number' || typeof f.sha256 !== 'string') return 'no path, size or SHA-256';
+  if (f.kind === 'database') {
+    const s = f.scope;
+    const parts = typeof s === 'object' && s !== null ? [s.org, s.repo, s.database] : [];
+    const named = parts.length === 3 && parts.every((x) => typeof x === 'string' && x !== '' && !x.includes('/'));
+    return named && f.path === `db/${parts.join('/')}.sqlite` ? null : 'a database is db/{org}/{repo}/{database}.sqlite, with that scope';
+  }
+  return STORES.some((x) => x.file === f.path && x.kind === f.kind) ? null : `not a store or key a backup holds as "${String(f.kind)}"`;
 }
 
 export interface Problem { path: string; problem: string }
@@ -133,7 +171,11 @@ export function integrity(path: string): string | null {
   }
 }
 
-/** Every problem with a backup: listed files missing, resized or altered, and (optionally) SQLite copies damaged. */
+/**
+ * Every problem with a backup: listed files missing, resized or altered, files the manifest does not list (a
+ * manifest with entries taken out would restore less than the backup holds, saying nothing), and (optionally)
+ * SQLite copies damaged.
+ */
 export function checkBackup(dir: string, m: Manifest, opts: { integrity: boolean; onFile?: (done: number) => void }): Problem[] {
   const problems: Problem[] = [];
   m.files.forEach((f, i) => {
@@ -141,7 +183,29 @@ export function checkBackup(dir: string, m: Manifest, opts: { integrity: boolean
     if (bad) problems.push({ path: f.path, problem: bad });
     opts.onFile?.(i + 1);
   });
-  return problems;
+  return [...problems, ...unlisted(dir, m)];
+}
+
+/** Files (and links, FIFOs, …) in the backup folder that its manifest does not list; folders are walked, not followed. */
+function unlisted(dir: string, m: Manifest): Problem[] {
+  const listed = new Set(m.files.map((f) => f.path));
+  const out: Problem[] = [];
+  const walk = (rel: string) => {
+    let entries;
+    try {
+      entries = readdirSync(rel === '' ? dir : join(dir, rel), { withFileTypes: true });
+    } catch (e) {
+      out.push({ path: rel || '.', problem: `a folder that cannot be read (${(e as NodeJS.ErrnoException).code})` });
+      return;
+    }
+    for (const e of entries) {
+      const path = rel === '' ? e.name : `${rel}/${e.name}`;
+      if (e.isDirectory()) walk(path);
+      else if (path !== MANIFEST && !listed.has(path)) out.push({ path, problem: 'not listed in the manifest' });
+    }
+  };
+  walk('');
+  return out;
 }
 
 export function bytes(n: number): string {

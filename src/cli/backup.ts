@@ -1,45 +1,27 @@
-// `scopebase backup|restore|verify` (SPEC 9.2): whole-instance copies taken with SQLite's online backup while the
-// service serves, a manifest with every file's SHA-256, and a restore that checks everything before writing anything.
-import { chmodSync, copyFileSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, closeSync, readdirSync, renameSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+// `scopebase backup|verify` (SPEC 9.2): whole-instance copies taken with SQLite's online backup while the service
+// serves, with a manifest of every file's SHA-256; `restore` (restore.ts) checks everything before writing anything.
+import { chmodSync, copyFileSync, existsSync, linkSync, mkdirSync, renameSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { dirname, join, relative, resolve, sep } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { backup as sqliteBackup, DatabaseSync } from 'node:sqlite';
 import type { Command } from 'commander';
 import { Layout } from '../db/layout.ts';
-import { dataDirOf } from '../shared/config.ts';
 import { realPath } from '../shared/paths.ts';
-import { DATA_PARTS, DataDirInUse, lockData, lockFolder, type DataLock } from '../shared/data-lock.ts';
-import { CliError, EXIT, printJson } from './output.ts';
-import { describeIoError, isUnsoundSqlite } from './files.ts';
+import { CliError, EXIT, count, printJson } from './output.ts';
+import { describeIoError, inside, isEmptyDir, isUnsoundSqlite, makeDirs, makeParent, realDataDir, syncFile } from './files.ts';
 import {
-  FORMAT, FORMAT_VERSION, MANIFEST, bytes, checkBackup, checkFile, readManifest, sha256File,
+  FORMAT, FORMAT_VERSION, MANIFEST, STORES, bytes, checkBackup, checkFile, manifestText, readManifest, sha256File,
   type FileKind, type Manifest, type ManifestFile,
 } from './backup-manifest.ts';
+import { addRestoreCommand } from './restore.ts';
 
 type Env = Record<string, string | undefined>;
 type Out = NodeJS.WritableStream & { isTTY?: boolean };
-
-/** The stores beside the databases, and the development keys generated into DATA_DIR (config.ts). */
-const STORES: { file: string; kind: FileKind }[] = [
-  { file: 'accounts.sqlite', kind: 'account' },
-  { file: 'credentials.sqlite', kind: 'credentials' },
-  { file: 'mirrors.sqlite', kind: 'mirror' },
-  { file: 'runtime-root.key', kind: 'key' },
-  { file: 'account-encryption.key', kind: 'key' },
-];
 
 /** One step copies the whole file, so the copy is one read transaction's snapshot (a multi-step copy restarts on every write). */
 const WHOLE_FILE = 2 ** 31 - 1;
 
 interface Source { abs: string; rel: string; kind: FileKind; scope?: ManifestFile['scope'] }
-
-/** DATA_DIR as the server reads it (without generating keys into it as loadConfig would), symlinks resolved. */
-function realDataDir(env: Env): string {
-  return realPath(dataDirOf(env));
-}
-
-/** a is b or lies inside it; both real paths, so a symlink cannot hide DATA_DIR. */
-const inside = (a: string, b: string) => a === b || a.startsWith(b + sep);
 
 async function sources(dataDir: string): Promise<Source[]> {
   const out: Source[] = [];
@@ -71,19 +53,6 @@ class Progress {
   }
 }
 
-function isEmptyDir(path: string): boolean {
-  return statSync(path).isDirectory() && readdirSync(path).length === 0;
-}
-
-function syncFile(path: string): void {
-  const fd = openSync(path, 'r');
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
-
 function versionOf(db: DatabaseSync): number | undefined {
   try {
     const row = db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number | bigint } | undefined;
@@ -108,17 +77,6 @@ async function copySqlite(src: DatabaseSync, dest: string): Promise<number | und
   } finally {
     copy.close();
   }
-}
-
-/** mkdir -p by hand: Node's recursive mkdir never returns for some paths (e.g. under /proc). */
-function makeDirs(path: string): void {
-  const missing: string[] = [];
-  for (let d = path; !existsSync(d) && dirname(d) !== d; d = dirname(d)) missing.push(d);
-  for (const d of missing.reverse()) mkdirSync(d, { mode: 0o700 });
-}
-
-function place(path: string): void {
-  makeDirs(dirname(path));
 }
 
 /** copied and reused count databases; the stores and keys are always copied. */
@@ -160,7 +118,7 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
       if (stopBy) throw new CliError(EXIT.refused, `backup interrupted by ${stopBy}, nothing was kept`);
       current = `copying ${s.abs} to ${join(target, s.rel)}`;
       const dest = join(partial, s.rel);
-      place(dest);
+      makeParent(dest);
       let entry: ManifestFile;
       if (s.kind === 'key') {
         copyFileSync(s.abs, dest);
@@ -218,7 +176,7 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
     current = join(target, MANIFEST);
     const manifest: Manifest = { format: FORMAT, formatVersion: FORMAT_VERSION, createdAt: new Date().toISOString(), ...(previous ? { incrementalFrom: previous } : {}), files, ...(skipped.length ? { skipped } : {}) };
     const mpath = join(partial, MANIFEST);
-    writeFileSync(mpath, JSON.stringify(manifest, null, 2) + '\n', { mode: 0o600 });
+    writeFileSync(mpath, manifestText(manifest), { mode: 0o600 });
     syncFile(mpath);
     current = target;
     if (existsSync(target)) rmdirSync(target); // an empty folder made for the backup
@@ -230,83 +188,6 @@ export async function runBackup(dir: string, opts: { incremental?: string; env?:
     throw new CliError(EXIT.refused, `backup failed, nothing was kept: ${describeIoError(e, current)}`);
   } finally {
     process.off('SIGINT', interrupted).off('SIGTERM', interrupted);
-  }
-}
-
-export interface RestoreResult { dataDir: string; files: number; bytes: number; movedAside?: string }
-
-export function runRestore(dir: string, opts: { force?: boolean; env?: Env } = {}): RestoreResult {
-  const dataDir = realDataDir(opts.env ?? process.env); // a DATA_DIR that can be no folder is named before any work
-  const from = realPath(dir);
-  const manifest = readManifest(from);
-  const problems = checkBackup(from, manifest, { integrity: false });
-  if (problems.length > 0) {
-    const named = problems.slice(0, 3).map((p) => `${p.path} is ${p.problem}`).join('; ');
-    const more = problems.length > 3 ? ` (and ${problems.length - 3} more: run scopebase verify ${dir})` : '';
-    throw new CliError(EXIT.refused, `refusing to restore, nothing was written: ${named}${more}`);
-  }
-  if (inside(from, dataDir) || inside(dataDir, from)) throw new CliError(EXIT.usage, `the backup ${from} and DATA_DIR ${dataDir} overlap: restore from a backup kept outside DATA_DIR`);
-  const exists = existsSync(dataDir);
-  // Held until the restored folder is in place: a server must not start on DATA_DIR while it is being replaced.
-  const lock = exists ? lockAgainstServers(dataDir) : null;
-  try {
-    return fill(dataDir, from, manifest, exists, opts.force === true);
-  } finally {
-    lock?.release();
-  }
-}
-
-/** The locks of every part whose lock file DATA_DIR holds; a server holding one is still running there. */
-function lockAgainstServers(dataDir: string): DataLock {
-  try {
-    // Named in the owner files, so a server started meanwhile says what holds DATA_DIR.
-    return lockData(dataDir, DATA_PARTS, { existingOnly: true, holder: 'scopebase restore' });
-  } catch (e) {
-    if (e instanceof DataDirInUse) throw new CliError(EXIT.refused, `DATA_DIR ${e.message}: stop it first, then restore; nothing was written`);
-    throw new CliError(EXIT.refused, `restore failed, DATA_DIR was not changed: cannot take its lock: ${describeIoError(e, lockFolder(dataDir))}`);
-  }
-}
-
-function fill(dataDir: string, from: string, manifest: Manifest, exists: boolean, force: boolean): RestoreResult {
-  if (exists && !isEmptyDir(dataDir) && !force) {
-    throw new CliError(EXIT.refused, `DATA_DIR ${dataDir} is not empty: restore fills an empty one; stop the service and pass --force to replace it (the old contents are moved aside, not deleted)`);
-  }
-  // Filled beside DATA_DIR and renamed into place: a failed restore leaves nothing half-made.
-  const staging = `${dataDir}.restore-${randomBytes(4).toString('hex')}`;
-  let current = staging;
-  let size = 0;
-  try {
-    makeDirs(dirname(staging));
-    mkdirSync(staging, { mode: 0o700 });
-    for (const f of manifest.files) {
-      const dest = join(staging, f.path);
-      current = `copying ${join(from, f.path)} to ${dest}`;
-      place(dest);
-      copyFileSync(join(from, f.path), dest);
-      chmodSync(dest, 0o600);
-      syncFile(dest);
-      if (sha256File(dest) !== f.sha256) throw new CliError(EXIT.refused, `${f.path} changed in the backup while it was being restored; nothing was written`);
-      size += f.size;
-    }
-    let movedAside: string | undefined;
-    current = dataDir;
-    if (exists && isEmptyDir(dataDir)) rmdirSync(dataDir);
-    else if (exists) {
-      movedAside = `${dataDir}.before-restore-${new Date().toISOString().replace(/[:.]/g, '-')}`;
-      renameSync(dataDir, movedAside);
-    }
-    try {
-      renameSync(staging, dataDir);
-    } catch (e) {
-      if (movedAside) renameSync(movedAside, dataDir); // put the old contents back: DATA_DIR as it was
-      throw e;
-    }
-    chmodSync(dataDir, 0o700);
-    return { dataDir, files: manifest.files.length, bytes: size, ...(movedAside ? { movedAside } : {}) };
-  } catch (e) {
-    rmSync(staging, { recursive: true, force: true });
-    if (e instanceof CliError) throw e;
-    throw new CliError(EXIT.refused, `restore failed, DATA_DIR was not changed: ${describeIoError(e, current)}`);
   }
 }
 
@@ -324,18 +205,10 @@ Examples:
   scopebase backup /backups/2026-11-25
   scopebase backup /backups/2026-11-26 --incremental /backups/2026-11-25`;
 
-const RESTORE_HELP = `
-Checks every file of the backup against its manifest first (a missing or altered file: nothing is written), then
-fills DATA_DIR through a folder beside it that is renamed into place. Files get mode 0600, folders 0700. Refused
-while a server runs on DATA_DIR: stop it first. --force replaces a non-empty DATA_DIR; its old contents are moved
-to DATA_DIR.before-restore-*.
-
-Example:
-  DATA_DIR=/srv/scopebase/data scopebase restore /backups/2026-11-25`;
-
 const VERIFY_HELP = `
-Checks that every file the manifest lists is there with its size and SHA-256, and runs PRAGMA integrity_check on
-every SQLite copy. Prints OK, or each bad file with what is wrong (exit 1).`;
+Checks the manifest's own checksum, that every file it lists is there with its size and SHA-256 and that the backup
+holds no file it does not list, and runs PRAGMA integrity_check on every SQLite copy. Prints OK, or each bad file
+with what is wrong (exit 1).`;
 
 export function addBackupCommands(program: Command): void {
   program.command('backup')
@@ -353,23 +226,12 @@ export function addBackupCommands(program: Command): void {
       }
       const others = r.manifest.files.length - dbs;
       const how = opts.incremental ? `copied ${r.copied}, reused ${r.reused} unchanged from ${r.manifest.incrementalFrom}` : `copied ${r.copied}`;
-      process.stderr.write(`backup complete: ${dbs} databases (${how}), ${others} stores and keys, ${bytes(r.bytes)}\n`);
+      process.stderr.write(`backup complete: ${count(dbs, 'database')} (${how}), ${count(others, 'store or key', 'stores and keys')}, ${bytes(r.bytes)}\n`);
       process.stdout.write(`${r.dir}\n`);
       const left = r.manifest.skipped ?? [];
       if (left.length) throw new CliError(EXIT.refused, `the backup in ${r.dir} is kept without ${left.length} damaged database(s) SQLite could not read: ${left.map((x) => x.path).join(', ')} (docs/backups.md, "A damaged database")`);
     });
-  program.command('restore')
-    .description('fill an empty DATA_DIR from a backup after checking every checksum in its manifest')
-    .argument('<dir>', 'the backup folder (the one holding manifest.json)')
-    .option('--force', 'replace a non-empty DATA_DIR (its old contents are moved aside)')
-    .option('--json', 'print the result as JSON')
-    .addHelpText('after', RESTORE_HELP)
-    .action((dir: string, opts: { force?: boolean; json?: boolean }) => {
-      const r = runRestore(dir, { force: opts.force });
-      if (opts.json) return printJson({ dataDir: r.dataDir, files: r.files, bytes: r.bytes, movedAside: r.movedAside ?? null });
-      const aside = r.movedAside ? `; the previous contents are in ${r.movedAside}` : '';
-      process.stdout.write(`restored ${r.files} files (${bytes(r.bytes)}) into ${r.dataDir}${aside}\n`);
-    });
+  addRestoreCommand(program);
   program.command('verify')
     .description('check a backup against its manifest (every file, size and SHA-256) and run integrity_check on each SQLite copy')
     .argument('<dir>', 'the backup folder')
@@ -380,9 +242,15 @@ export function addBackupCommands(program: Command): void {
       const m = readManifest(from);
       const progress = new Progress(process.stderr, 'checked');
       const problems = checkBackup(from, m, { integrity: true, onFile: (n) => progress.tick(n, m.files.length, 0) });
-      if (opts.json) printJson({ ok: problems.length === 0, files: m.files.length, createdAt: m.createdAt, problems });
-      else if (problems.length === 0) process.stdout.write(`OK: ${m.files.length} files match the manifest of ${m.createdAt} and pass integrity_check\n`);
-      else for (const p of problems) process.stdout.write(`BAD ${p.path}: ${p.problem}\n`);
-      if (problems.length > 0) throw new CliError(EXIT.refused, `backup ${relative(process.cwd(), from) || '.'} has ${problems.length} bad file(s): ${problems.map((p) => p.path).join(', ')}`, { jsonPrinted: opts.json === true });
+      const skipped = (m.skipped ?? []).map((x) => x.path);
+      if (opts.json) printJson({ ok: problems.length === 0, files: m.files.length, createdAt: m.createdAt, problems, skipped });
+      else if (problems.length > 0) for (const p of problems) process.stdout.write(`BAD ${p.path}: ${p.problem}\n`);
+      else {
+        const one = m.files.length === 1;
+        // A backup that left a damaged database out holds all it lists, and is still not the whole instance: say so.
+        const without = skipped.length ? `; left out when it was taken (damaged): ${skipped.join(', ')}` : '';
+        process.stdout.write(`OK: ${count(m.files.length, 'file')} ${one ? 'matches' : 'match'} the manifest of ${m.createdAt} and ${one ? 'passes' : 'pass'} integrity_check; the backup holds no file it does not list${without}\n`);
+      }
+      if (problems.length > 0) throw new CliError(EXIT.refused, `backup ${relative(process.cwd(), from) || '.'} has ${count(problems.length, 'bad file')}: ${problems.map((p) => p.path).join(', ')}`, { jsonPrinted: opts.json === true });
     });
 }

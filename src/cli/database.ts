@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import type { Params, ResultSet, Status, WriteResult } from '../client/index.ts';
 import { splitStatements } from '../db/statement-end.ts';
 import { addTargetOptions, attempt, connect, type Target, type TargetOptions } from './target.ts';
-import { printJson, table, usageError, wireValue } from './output.ts';
+import { count, printJson, table, usageError, wireValue } from './output.ts';
 import { unreadable } from './files.ts';
 
 type SqlOptions = TargetOptions & { params?: string; file?: string };
@@ -39,13 +39,13 @@ export function resultJson(r: Partial<WriteResult>): Record<string, unknown> {
 
 export function printRows(r: ResultSet): void {
   process.stdout.write(table(r.columns, r.values));
-  process.stderr.write(`(${r.values.length} row${r.values.length === 1 ? '' : 's'})\n`);
+  process.stderr.write(`(${count(r.values.length, 'row')})\n`);
 }
 
 export function printWrite(r: WriteResult): void {
   if (r.columns.length > 0) printRows(r);
   const rowid = r.lastInsertRowid === null ? '' : `, last insert rowid ${r.lastInsertRowid}`;
-  process.stdout.write(`${r.rowsAffected} row${r.rowsAffected === 1 ? '' : 's'} affected${rowid}\n`);
+  process.stdout.write(`${count(r.rowsAffected, 'row')} affected${rowid}\n`);
 }
 
 async function runQuery(t: Target, sql: string, params: Params | undefined): Promise<void> {

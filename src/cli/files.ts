@@ -1,7 +1,9 @@
 // Paths a user names (a file to import, --output, --file) and what a file-system failure on one says: the one place
 // errno codes become words, so every command reports them alike, in one line (SPEC 10).
-import { accessSync, constants, statSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { accessSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, statSync } from 'node:fs';
+import { dirname, resolve, sep } from 'node:path';
+import { dataDirOf } from '../shared/config.ts';
+import { realPath } from '../shared/paths.ts';
 import { CliError, EXIT } from './output.ts';
 
 /** SQLite's "not a database" (26) or "damaged" (11, with its extended codes): a file SQLite cannot read soundly. */
@@ -64,4 +66,39 @@ export function checkOutputFile(path: string, label: string): void {
 /** A failure while writing or reading a user's file mid-way (the disk filled): the operation failed (exit 1). */
 export function ioFailure(e: unknown, doing: string, path: string): CliError {
   return new CliError(EXIT.refused, `${doing} failed: ${describeIoError(e, path)}`);
+}
+
+// The folders and files `backup` and `restore` write (backup.ts, restore.ts).
+
+/** DATA_DIR as the server reads it (without generating keys into it as loadConfig would), symlinks resolved. */
+export function realDataDir(env: Record<string, string | undefined>): string {
+  return realPath(dataDirOf(env));
+}
+
+/** a is b or lies inside it; both real paths, so a symlink cannot hide DATA_DIR. */
+export const inside = (a: string, b: string) => a === b || a.startsWith(b + sep);
+
+export function isEmptyDir(path: string): boolean {
+  return statSync(path).isDirectory() && readdirSync(path).length === 0;
+}
+
+export function syncFile(path: string): void {
+  const fd = openSync(path, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** mkdir -p by hand: Node's recursive mkdir never returns for some paths (e.g. under /proc). */
+export function makeDirs(path: string): void {
+  const missing: string[] = [];
+  for (let d = path; !existsSync(d) && dirname(d) !== d; d = dirname(d)) missing.push(d);
+  for (const d of missing.reverse()) mkdirSync(d, { mode: 0o700 });
+}
+
+/** Makes the folders a file is to be written in. */
+export function makeParent(path: string): void {
+  makeDirs(dirname(path));
 }

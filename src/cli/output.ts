@@ -30,6 +30,9 @@ export class CliError extends Error {
   }
 }
 
+/** "1 table", "2 tables": a count with its noun, singular for one. */
+export const count = (n: number, noun: string, plural = `${noun}s`): string => `${n} ${n === 1 ? noun : plural}`;
+
 export function usageError(message: string): CliError {
   return new CliError(EXIT.usage, message);
 }
@@ -76,8 +79,11 @@ function cliHint(e: ScopebaseError): string {
   return '';
 }
 
+/** What a failure names: the target, and where its URL and secret came from (an option, a SCOPEBASE_* variable; null: the default). */
+interface Context { url: string; org: string; repo: string; urlFrom?: string | null; secretFrom?: string | null }
+
 /** A client error as one line with what to do, and its exit code; --json gets the server's own error. */
-export function explain(e: ScopebaseError, ctx: { url: string; org: string; repo: string }): CliError {
+export function explain(e: ScopebaseError, ctx: Context): CliError {
   const exitCode = e.code === 'network' || e.code === 'timeout' ? EXIT.unreachable : EXIT.refused;
   const line = explainLine(e, ctx);
   // With no reply (network, timeout) the line is the best message there is.
@@ -85,17 +91,25 @@ export function explain(e: ScopebaseError, ctx: { url: string; org: string; repo
   return new CliError(exitCode, line, { error, ...(e.requestId ? { requestId: e.requestId } : {}) });
 }
 
-function explainLine(e: ScopebaseError, ctx: { url: string; org: string; repo: string }): string {
+function explainLine(e: ScopebaseError, ctx: Context): string {
+  // A URL a variable gave is not the one a PORT exported here would change: name the variable.
+  const urlVariable = ctx.urlFrom?.startsWith('SCOPEBASE_') ? ctx.urlFrom : null;
+  const url = urlVariable ? `${urlVariable} ${ctx.url}` : ctx.url;
+  const otherServer = urlVariable ? `set ${urlVariable} to its URL, or pass --url` : 'export its PORT here, or pass --url';
+  const secretFor = `${ctx.org}/${ctx.repo}`;
+  const printed = `"$(npx scopebase secret ${secretFor})" run where the server runs`;
   switch (e.code) {
     case 'network':
-      return `cannot reach ${ctx.url} (${(e.details?.cause as string | undefined) ?? e.message}): is scopebase running? Start it with \`npx scopebase start\`; a server on another port: export its PORT here, or pass --url`;
+      return `cannot reach ${url} (${(e.details?.cause as string | undefined) ?? e.message}): is scopebase running? Start it with \`npx scopebase start\`; a server on another port: ${otherServer}`;
     case 'timeout':
-      return `${ctx.url} did not answer in time: check the server, or pass --timeout with more milliseconds`;
+      return `${url} did not answer in time: check the server, or pass --timeout with more milliseconds`;
     case 'unauthorized':
       // The URL said: a PORT not exported here sends the command to whatever server holds the default port.
-      return `the server at ${ctx.url} refused the secret for ${ctx.org}/${ctx.repo}: pass --secret "$(npx scopebase secret ${ctx.org}/${ctx.repo})" run where the server runs (same RUNTIME_ROOT_KEY or DATA_DIR); another server: export its PORT here, or pass --url`;
+      if (ctx.secretFrom?.startsWith('SCOPEBASE_')) return `the server at ${url} refused the secret in ${ctx.secretFrom} for ${secretFor}: set ${ctx.secretFrom} to ${printed}, or unset it to derive the secret here (same RUNTIME_ROOT_KEY or DATA_DIR); another server: ${otherServer}`;
+      if (ctx.secretFrom) return `the server at ${url} refused the ${ctx.secretFrom} given for ${secretFor}: pass ${ctx.secretFrom} ${printed}; another server: ${otherServer}`;
+      return `the server at ${url} refused the secret for ${secretFor}: pass --secret ${printed} (same RUNTIME_ROOT_KEY or DATA_DIR); another server: ${otherServer}`;
     case 'unknown_host':
-      return `${ctx.url} does not serve the org "${ctx.org}": check --org and the server's BASE_DOMAIN (${e.message})`;
+      return `${url} does not serve the org "${ctx.org}": check --org and the server's BASE_DOMAIN (${e.message})`;
     default: {
       const id = e.requestId ? ` (request ${e.requestId})` : '';
       return `${ctx.org}/${ctx.repo} at ${ctx.url}: ${e.status ? `${e.status} ` : ''}${e.code}: ${e.message}${id}${cliHint(e)}`;

@@ -5,7 +5,7 @@ import { ConfigError, loadConfig } from '../shared/config.ts';
 import { CredentialStore } from '../account/credentials/store.ts';
 import { SealError } from '../account/credentials/seal.ts';
 import type { Command } from 'commander';
-import { CliError, EXIT } from './output.ts';
+import { CliError, EXIT, count } from './output.ts';
 import { ioFailure } from './files.ts';
 
 const DETAILS = `Re-seals every plugin credential in DATA_DIR/credentials.sqlite under the first key of
@@ -44,7 +44,7 @@ export async function rotateKeys(opts: RotateOptions = {}): Promise<RotateResult
   try {
     const { total } = store.count();
     result.total = total;
-    progress.write(`re-sealing ${total} credential${total === 1 ? '' : 's'} under key id ${store.sealer.currentKeyId}\n`);
+    progress.write(`re-sealing ${count(total, 'credential')} under key id ${store.sealer.currentKeyId}\n`);
     let done = 0;
     let lastLine = 0;
     const report = (final: boolean) => {

@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
-import { CliError, printJson, usageError } from './output.ts';
+import { CliError, count, printJson, usageError } from './output.ts';
 import { checkInputFile, checkOutputFile, ioFailure } from './files.ts';
 import { REPO_PATH } from './database.ts';
 import { byteProgress } from './progress.ts';
@@ -90,6 +90,6 @@ Examples:
       }
       if (t.json) return printJson({ database: r.database, version: r.version, tables: r.tables });
       const rows = r.tables.reduce((n, x) => n + x.rows, 0);
-      process.stdout.write(`imported ${file} (${r.format}) into ${t.org}/${t.repo}/${r.database}: ${r.tables.length} tables, ${rows} rows, version ${r.version}\n`);
+      process.stdout.write(`imported ${file} (${r.format}) into ${t.org}/${t.repo}/${r.database}: ${count(r.tables.length, 'table')}, ${count(rows, 'row')}, version ${r.version}\n`);
     });
 }

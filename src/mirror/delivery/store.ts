@@ -81,3 +81,28 @@ export class DeliveryStore {
     if (this.db.isOpen) this.db.close();
   }
 }
+
+/**
+ * A whole-instance restore's part (`scopebase restore`, on the restored copy before a server opens it): no mirror has
+ * acknowledged past the version a restored database held, so its restore event (src/db/backup-restored.ts) is sent
+ * to every mirror; rows of a database the backup does not hold go. The copy of this file may be newer than a
+ * database's copy (a backup takes them one after another), and its versions above are another history's.
+ */
+export function rewindDelivery(path: string, held: (scope: Scope) => number | undefined): void {
+  const db = new DatabaseSync(path);
+  try {
+    db.exec('PRAGMA synchronous = OFF; BEGIN IMMEDIATE'); // the restore syncs the file itself
+    const rows = db.prepare('SELECT mirror, org, repo, database, delivered_version AS v FROM delivery').all() as { mirror: string; org: string; repo: string; database: string; v: number }[];
+    const lower = db.prepare('UPDATE delivery SET delivered_version = ? WHERE mirror = ? AND org = ? AND repo = ? AND database = ?');
+    const drop = db.prepare('DELETE FROM delivery WHERE mirror = ? AND org = ? AND repo = ? AND database = ?');
+    for (const r of rows) {
+      const version = held({ org: r.org, repo: r.repo, database: r.database });
+      if (version === undefined) drop.run(r.mirror, r.org, r.repo, r.database);
+      else if (Number(r.v) > version) lower.run(version, r.mirror, r.org, r.repo, r.database);
+    }
+    db.exec('COMMIT');
+  } finally {
+    if (db.isTransaction) db.exec('ROLLBACK');
+    db.close();
+  }
+}

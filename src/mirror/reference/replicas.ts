@@ -43,6 +43,8 @@ export const STOP_BACKOFF_MAX_MS = 5 * 60_000;
 const keyOf = (s: Scope) => `${s.org}/${s.repo}/${s.database}`;
 /** The HTTP status the snapshot source answered, when a download failed on it (snapshot.ts). */
 const sourceStatus = (e: ApiError) => (e.details as { sourceStatus?: number } | undefined)?.sourceStatus;
+/** A restore or an import: the event says the whole content is new (SPEC 4.11, 4.12). */
+const replacesContent = (e: ChangeEvent) => e.type === 'database.restored' || e.type === 'database.imported';
 const seconds = (ms: number) => String(Math.max(1, Math.ceil(ms / 1000)));
 
 export class ReplicaSet {
@@ -144,10 +146,14 @@ export class ReplicaSet {
         replica = null;
         unreadable = (e as Error).message;
       }
-      if (replica !== null && event.version <= replica.version) return 'duplicate';
+      // A restore or import at or below our version: the primary's versions restarted (a backup was restored into
+      // it, docs/backups.md), so the ones we hold past it are another history's. Once again, it is a snapshot's cost.
+      const restarted = replica !== null && event.version <= replica.version && replacesContent(event);
+      if (replica !== null && event.version <= replica.version && !restarted) return 'duplicate';
       const stop = this.applyStops.remaining(key);
       let why: string | null;
       if (unreadable !== null) why = unreadable;
+      else if (restarted) why = `${event.type} at version ${event.version}, replica at ${replica!.version}: the primary's versions restarted`;
       else if (replica === null) why = 'first event of this database';
       else if (event.version > replica.version + 1) why = `gap: replica at ${replica.version}, event ${event.version}`;
       // Migrations are replayed from a snapshot: exact schema and data, no reliance on the DDL being deterministic.
