@@ -111,7 +111,7 @@ export function appsProxyForSuite(use: (started: { upstream: Upstream; p: Accoun
   });
 }
 
-/** A proxy behind a trusted TLS-terminating one (127.0.0.1) in front of `acme/private`, and a session of `login` there. */
+/** A proxy behind a trusted TLS-terminating one (127.0.0.1), in front of `acme/private`; a session of `login` there. */
 export async function startBehindTls(upstream: Upstream, login: string): Promise<{ q: AccountsProduct; token: string }> {
   const q = await startAccounts({ APPS: JSON.stringify({ 'acme/private': { url: upstream.url, requireSession: true } }), TRUSTED_PROXIES: '127.0.0.1' });
   try {

@@ -19,7 +19,7 @@ export async function write(p: Product, repo: string, database: string, sql: str
   return r.json.version as number;
 }
 
-/** The product on `dataDir` with the QUIET databases and a bigger `busy/main`; what each QUIET one committed, by key. */
+/** The product on `dataDir` with the QUIET databases and a bigger `busy/main`; what each QUIET one committed. */
 export async function startWithData(dataDir: string): Promise<{ p: Product; committed: Map<string, { rows: number; version: number }> }> {
   const p = await startProduct({ DATA_DIR: dataDir });
   const committed = new Map<string, { rows: number; version: number }>();

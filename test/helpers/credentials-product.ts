@@ -40,7 +40,7 @@ export async function startCredentialsProduct(env: Record<string, string> = {}):
   };
 }
 
-/** Calls below `/{repo}/_account` on `product()`: as a signed-in user (its cookie), and as a repo's runtime (Bearer, `?user=`). */
+/** Calls below `/{repo}/_account` on `product()`: as a signed-in user (cookie), as a repo's runtime (Bearer, ?user=). */
 export function credentialCalls(product: () => CredProduct) {
   const base = '/web/_account';
   return {
