@@ -1,55 +1,23 @@
-// SPEC 9.2: `scopebase backup|restore|verify` as a subprocess against the real product and real files: a backup
-// taken while writes go on restores to exactly what was committed, and a damaged backup is refused by name.
+// SPEC 9.2: `scopebase backup|restore` as a subprocess against the real product and real files: a backup taken while
+// writes go on restores to exactly what was committed (verify and damaged backups: cli-backup-verify.test.ts).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { cpSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { describeIoError } from '../src/cli/files.ts';
-import { oneLine as oneLineOf, runCli, type Run } from './helpers/cli.ts';
+import { failedInOneLine, oneLine } from './helpers/cli.ts';
+import { QUIET, backupCli, key, startWithData, write } from './helpers/backup.ts';
 
 let p: Product;
+let committed: Map<string, { rows: number; version: number }>;
 const work = tempDir('scopebase-backup-');
-
-/** The CLI on the product's DATA_DIR unless told another. */
-function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  return runCli(args, { ...process.env, DATA_DIR: p.dataDir, ...env });
-}
-
-/** A failure the operation met (exit 1), in one line. */
-function oneLine(r: Run, pattern: RegExp): void {
-  assert.equal(r.code, 1, r.stderr);
-  oneLineOf(r, pattern);
-}
-
-/** The quiet databases: name → (repo, database, rows to write). */
-const QUIET = [
-  { repo: 'web', database: 'main', rows: 5 },
-  { repo: 'web', database: 'logs', rows: 3 },
-  { repo: 'api', database: 'main', rows: 7 },
-];
-const committed = new Map<string, { rows: number; version: number }>();
-const key = (repo: string, database: string) => `${repo}/${database}`;
-
-async function write(repo: string, database: string, sql: string, params: unknown[] = []): Promise<number> {
-  const r = await p.db(repo, 'execute', { database, sql, params });
-  assert.equal(r.status, 200, r.text);
-  return r.json.version as number;
-}
+const cli = backupCli(() => p.dataDir);
 
 before(async () => {
-  p = await startProduct({ DATA_DIR: join(work, 'data') });
-  for (const q of QUIET) {
-    await write(q.repo, q.database, 'CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)');
-    let version = 0;
-    for (let i = 0; i < q.rows; i++) version = await write(q.repo, q.database, 'INSERT INTO t(v) VALUES (?)', [`${q.repo}-${i}`]);
-    committed.set(key(q.repo, q.database), { rows: q.rows, version });
-  }
-  // A bigger database that keeps being written to while the backup runs.
-  await write('busy', 'main', 'CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)');
-  await write('busy', 'main', 'WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000) INSERT INTO t(v) SELECT randomblob(1000) FROM n');
+  ({ p, committed } = await startWithData(join(work, 'data')));
 });
 after(async () => {
   await p.close();
@@ -68,8 +36,8 @@ test('a backup taken while writes go on restores into an empty DATA_DIR to exact
   let writes = 0;
   const loop = (async () => {
     while (!stop) {
-      await write('busy', 'main', 'INSERT INTO t(v) VALUES (randomblob(100))');
-      await write('web', 'main', 'UPDATE t SET v = v WHERE 0'); // changes nothing: the version stays
+      await write(p, 'busy', 'main', 'INSERT INTO t(v) VALUES (randomblob(100))');
+      await write(p, 'web', 'main', 'UPDATE t SET v = v WHERE 0'); // changes nothing: the version stays
       writes++;
     }
   })();
@@ -128,156 +96,11 @@ test('a backup taken while writes go on restores into an empty DATA_DIR to exact
     await q.close();
   }
 });
-
-test('one repo\'s damaged database does not stop the backup of every other: it is left out, named, and the exit says so', async () => {
-  const dataDir = tempDir('scopebase-backup-damaged-');
-  const q = await startProduct({ DATA_DIR: dataDir });
-  try {
-    assert.equal((await q.db('good', 'execute', { sql: 'CREATE TABLE t(x)' })).status, 200);
-    assert.equal((await q.db('bad', 'execute', { sql: 'CREATE TABLE t(x)' })).status, 200);
-  } finally {
-    await q.close();
-  }
-  const bad = join(dataDir, 'db', 'acme', 'bad', 'main.sqlite');
-  const db = new DatabaseSync(bad);
-  db.enableDefensive(false);
-  db.exec("PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql = 'CREATE TABLE t(x' WHERE name = 't'; PRAGMA writable_schema=OFF");
-  db.close();
-  const out = join(work, 'with-damaged');
-  const r = await cli(['backup', out], { DATA_DIR: dataDir });
-  assert.equal(r.code, 1, r.stderr);
-  assert.match(r.stderr, /db\/acme\/bad\/main\.sqlite is damaged .*: left out of this backup/);
-  assert.match(r.stderr, /the backup in .* is kept without 1 damaged database\(s\) SQLite could not read: db\/acme\/bad\/main\.sqlite/);
-  const manifest = JSON.parse(readFileSync(join(out, 'manifest.json'), 'utf8'));
-  assert.deepEqual(manifest.skipped.map((x: { path: string }) => x.path), ['db/acme/bad/main.sqlite']);
-  assert.ok(manifest.files.some((f: { path: string }) => f.path === 'db/acme/good/main.sqlite'), 'every other database is in it');
-  const verified = await cli(['verify', out], { DATA_DIR: dataDir });
-  assert.equal(verified.code, 0, 'what it holds verifies');
-  assert.match(verified.stdout, /; left out when it was taken \(damaged\): db\/acme\/bad\/main\.sqlite\n$/, 'and it says it is not the whole instance');
-});
-
-test('a backup folder holding a symlink, a FIFO or a folder where a file is listed is refused by name, never followed or read (attack round 3)', async () => {
-  const from = join(work, 'with-damaged'); // the backup the test above kept
-  const listed = 'db/acme/good/main.sqlite';
-  const cases: [string, (path: string) => void, RegExp][] = [
-    // The same bytes outside the backup: size and SHA-256 match, so only the link itself gives it away.
-    ['symlink', (path) => { const outside = join(work, 'outside.sqlite'); cpSync(path, outside); rmSync(path); symlinkSync(outside, path); }, /a symbolic link/],
-    ['fifo', (path) => { rmSync(path); execFileSync('mkfifo', [path]); }, /not a regular file/],
-    ['folder', (path) => { rmSync(path); mkdirSync(path); }, /not a regular file/],
-    ['linked folder', (path) => { const dir = join(path, '..'); const outside = join(work, 'outside-dir'); cpSync(dir, outside, { recursive: true }); rmSync(dir, { recursive: true }); symlinkSync(outside, dir); }, /a symbolic link/],
-  ];
-  for (const [what, make, problem] of cases) {
-    const hostile = join(work, `hostile-${what.replace(' ', '-')}`);
-    cpSync(from, hostile, { recursive: true });
-    make(join(hostile, listed));
-    const verify = await cli(['verify', hostile]);
-    assert.equal(verify.code, 1, `${what}: ${verify.stdout}${verify.stderr}`);
-    assert.match(verify.stdout, new RegExp(`BAD ${listed.replaceAll('/', '\\/')}: ${problem.source}`), what);
-    const target = join(work, `restored-${what.replace(' ', '-')}`);
-    const restore = await cli(['restore', hostile], { DATA_DIR: target });
-    assert.equal(restore.code, 1, `${what}: ${restore.stderr}`);
-    assert.match(restore.stderr, /refusing to restore, nothing was written/, what);
-    assert.equal(existsSync(join(target, listed)), false, `${what}: nothing restored`);
-  }
-});
-
-test('verify says OK for a good backup, and verify and restore name a file that was altered or is missing', async () => {
-  const ok = await cli(['verify', join(work, 'b1')]);
-  assert.equal(ok.code, 0, ok.stderr);
-  assert.match(ok.stdout, /^OK: 6 files match the manifest/);
-
-  const altered = join(work, 'altered');
-  cpSync(join(work, 'b1'), altered, { recursive: true });
-  const fd = openSync(join(altered, 'db/acme/api/main.sqlite'), 'r+');
-  writeSync(fd, Buffer.from('x'), 0, 1, 5000); // same size, other bytes
-  closeSync(fd);
-  const v = await cli(['verify', altered]);
-  assert.match(v.stdout, /^BAD db\/acme\/api\/main\.sqlite: altered/m);
-  oneLine(v, /1 bad file: db\/acme\/api\/main\.sqlite/);
-  const target = join(work, 'never');
-  const r = await cli(['restore', altered], { DATA_DIR: target });
-  oneLine(r, /refusing to restore, nothing was written: db\/acme\/api\/main\.sqlite is altered/);
-  assert.equal(existsSync(target), false);
-
-  const missing = join(work, 'missing');
-  cpSync(join(work, 'b1'), missing, { recursive: true });
-  unlinkSync(join(missing, 'accounts.sqlite'));
-  const vm = await cli(['verify', missing]);
-  assert.match(vm.stdout, /^BAD accounts\.sqlite: missing/m);
-  oneLine(vm, /accounts\.sqlite/);
-  oneLine(await cli(['restore', missing], { DATA_DIR: target }), /accounts\.sqlite is missing/);
-  assert.equal(existsSync(target), false);
-  assert.deepEqual(readdirSync(work).filter((n) => n.includes('.restore-')), []);
-
-  oneLine(await cli(['verify', join(work, 'data')]), /has no manifest\.json/);
-});
-
-/** A copy of backup b1 whose manifest `edit` changed (as a hand, a script or a bad copy might). */
-function editedCopy(name: string, edit: (m: Record<string, any>) => void): string { // eslint-disable-line @typescript-eslint/no-explicit-any
-  const dir = join(work, name);
-  cpSync(join(work, 'b1'), dir, { recursive: true });
-  const m = JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8'));
-  edit(m);
-  writeFileSync(join(dir, 'manifest.json'), JSON.stringify(m, null, 2));
-  return dir;
-}
-
-/** The manifest a version 1 backup (before its own checksum) wrote. */
-const asVersion1 = (m: Record<string, unknown>) => {
-  m.formatVersion = 1;
-  delete m.manifestSha256;
-};
-
-test('a backup verifies only as complete: a file its manifest does not list, an edited manifest or a gutted one is refused by verify and restore', async () => {
-  const target = join(work, 'never-restored');
-  const refused = async (dir: string, verifyLine: RegExp, restoreLine: RegExp) => {
-    const v = await cli(['verify', dir]);
-    assert.equal(v.code, 1, `${dir}: ${v.stdout}${v.stderr}`);
-    oneLine(v, verifyLine);
-    oneLine(await cli(['restore', dir], { DATA_DIR: target }), restoreLine);
-    assert.equal(existsSync(target), false, 'nothing restored');
-  };
-
-  // "files": [] verified "OK: 0 files", and restore then restored nothing. The manifest's own checksum shows the edit.
-  const gutted = editedCopy('gutted', (m) => void (m.files = []));
-  await refused(gutted, /manifest\.json was changed after the backup wrote it/, /manifest\.json was changed after the backup wrote it/);
-  // A version 1 manifest has no checksum: the files it does not list show it.
-  const gutted1 = editedCopy('gutted-v1', (m) => {
-    asVersion1(m);
-    m.files = m.files.filter((f: { kind: string }) => f.kind !== 'database');
-  });
-  const v = await cli(['verify', gutted1]);
-  assert.match(v.stdout, /^BAD db\/acme\/web\/main\.sqlite: not listed in the manifest$/m);
-  await refused(gutted1, /4 bad files: .*db\/acme\/web\/main\.sqlite/, /refusing to restore, nothing was written: db\/acme\/\w+\/\w+\.sqlite is not listed in the manifest/);
-
-  // A file put into a backup (another database, anything) is not part of it.
-  const extra = join(work, 'extra');
-  cpSync(join(work, 'b1'), extra, { recursive: true });
-  mkdirSync(join(extra, 'db/acme/extra'));
-  cpSync(join(extra, 'db/acme/web/main.sqlite'), join(extra, 'db/acme/extra/main.sqlite'));
-  await refused(extra, /1 bad file: db\/acme\/extra\/main\.sqlite/, /db\/acme\/extra\/main\.sqlite is not listed in the manifest/);
-
-  // An entry that is not what a backup writes: a database relabelled a key would skip integrity_check and the restore's
-  // own version.
-  const relabelled = editedCopy('relabelled', (m) => {
-    asVersion1(m);
-    m.files.find((f: { path: string }) => f.path === 'db/acme/web/main.sqlite').kind = 'key';
-  });
-  await refused(relabelled, /lists a malformed entry \("db\/acme\/web\/main\.sqlite"\): not a store or key/, /lists a malformed entry/);
-
-  // A complete version 1 backup (taken before the checksum) still verifies and restores.
-  const old = editedCopy('version1', asVersion1);
-  const ok = await cli(['verify', old]);
-  assert.equal(ok.code, 0, ok.stdout + ok.stderr);
-  assert.match(ok.stdout, /^OK: 6 files match the manifest of .* and pass integrity_check; the backup holds no file it does not list\n$/);
-  assert.equal((await cli(['restore', old], { DATA_DIR: target })).code, 0);
-});
-
 test('restore refuses a non-empty DATA_DIR unless --force, which moves the old contents aside', async () => {
   const dir = join(work, 'occupied');
   mkdirSync(dir);
   writeFileSync(join(dir, 'something'), 'x');
-  oneLine(await cli(['restore', join(work, 'b1')], { DATA_DIR: dir }), /DATA_DIR .*occupied is not empty: .*--force/);
+  failedInOneLine(await cli(['restore', join(work, 'b1')], { DATA_DIR: dir }), /DATA_DIR .*occupied is not empty: .*--force/);
   assert.deepEqual(readdirSync(dir), ['something']);
   const f = await cli(['restore', join(work, 'b1'), '--force'], { DATA_DIR: dir });
   assert.equal(f.code, 0, f.stderr);
@@ -292,7 +115,7 @@ test('--incremental copies only the databases that changed, and its backup resto
   const base = await cli(['backup', join(work, 'base'), '--json']);
   assert.equal(base.code, 0, base.stderr);
   assert.equal(JSON.parse(base.stdout).copied, 4);
-  const version = await write('api', 'main', 'INSERT INTO t(v) VALUES (?)', ['after the base']);
+  const version = await write(p, 'api', 'main', 'INSERT INTO t(v) VALUES (?)', ['after the base']);
   const inc = await cli(['backup', join(work, 'inc'), '--incremental', join(work, 'base'), '--json']);
   assert.equal(inc.code, 0, inc.stderr);
   const summary = JSON.parse(inc.stdout);
@@ -334,12 +157,12 @@ test('a backup that fails midway exits 1 with what happened and leaves no manife
   // A store that is not a database fails the whole backup (a repo's damaged database is left out instead: above).
   writeFileSync(join(data, 'accounts.sqlite'), Buffer.alloc(8192, 7));
   const target = join(work, 'half');
-  oneLine(await cli(['backup', target], { DATA_DIR: data }), /backup failed, nothing was kept: not a sound SQLite database: .*accounts\.sqlite/);
+  failedInOneLine(await cli(['backup', target], { DATA_DIR: data }), /backup failed, nothing was kept: not a sound SQLite database: .*accounts\.sqlite/);
   assert.equal(existsSync(join(target, 'manifest.json')), false);
   assert.deepEqual(readdirSync(work).filter((n) => n.startsWith('half')), [], 'no partial folder left');
 
-  oneLine(await cli(['backup', '/proc/self/nope/backup']), /backup failed, nothing was kept: /);
-  oneLine(await cli(['backup', join(work, 'b1')]), /already exists and is not an empty folder/);
+  failedInOneLine(await cli(['backup', '/proc/self/nope/backup']), /backup failed, nothing was kept: /);
+  failedInOneLine(await cli(['backup', join(work, 'b1')]), /already exists and is not an empty folder/);
   assert.equal(describeIoError(Object.assign(new Error('write'), { code: 'ENOSPC' }), '/backups/x'), 'the disk is full: /backups/x');
   assert.match(describeIoError(Object.assign(new Error('database or disk is full'), { errcode: 13 }), 'f'), /^the disk is full/);
 });
@@ -388,7 +211,7 @@ test('a symlink does not get a backup into DATA_DIR, nor a restore from inside i
   symlinkSync(join(p.dataDir, 'db/acme'), intoData);
   const r = await cli(['backup', join(intoData, 'zz')]);
   assert.equal(r.code, 2, r.stderr);
-  oneLineOf(r, /^scopebase: .*\/data\/db\/acme\/zz is inside DATA_DIR \(.*\/data\): write the backup somewhere else$/);
+  oneLine(r, /^scopebase: .*\/data\/db\/acme\/zz is inside DATA_DIR \(.*\/data\): write the backup somewhere else$/);
   assert.equal(existsSync(join(p.dataDir, 'db/acme/zz')), false);
   const dataLink = join(work, 'data-link');
   symlinkSync(p.dataDir, dataLink);
@@ -396,14 +219,14 @@ test('a symlink does not get a backup into DATA_DIR, nor a restore from inside i
   symlinkSync(join(work, 'b1'), join(work, 'b1-link'));
   const nested = await cli(['backup', join(work, 'b1', 'inner'), '--incremental', join(work, 'b1-link')]);
   assert.equal(nested.code, 2, nested.stderr);
-  oneLineOf(nested, /inside the previous backup .*\/b1: write each backup into a folder of its own$/);
+  oneLine(nested, /inside the previous backup .*\/b1: write each backup into a folder of its own$/);
 
   // A backup copied into DATA_DIR, named through a link: restoring from it would move it aside with the old contents.
   cpSync(join(work, 'b1'), join(p.dataDir, 'old-backup'), { recursive: true });
   symlinkSync(join(p.dataDir, 'old-backup'), join(work, 'link-b1'));
   const overlap = await cli(['restore', join(work, 'link-b1'), '--force']);
   assert.equal(overlap.code, 2, overlap.stderr);
-  oneLineOf(overlap, /the backup .* and DATA_DIR .* overlap/);
+  oneLine(overlap, /the backup .* and DATA_DIR .* overlap/);
   rmSync(join(p.dataDir, 'old-backup'), { recursive: true });
 
   // DATA_DIR a link to an empty folder: the folder is filled and the link stays.
@@ -428,6 +251,6 @@ test('restore --json prints what it did; verify --json of a bad backup prints on
   cpSync(join(work, 'b1'), bad, { recursive: true });
   unlinkSync(join(bad, 'accounts.sqlite'));
   const v = await cli(['verify', bad, '--json']);
-  oneLine(v, /1 bad file: accounts\.sqlite/);
+  failedInOneLine(v, /1 bad file: accounts\.sqlite/);
   assert.deepEqual(JSON.parse(v.stdout).problems, [{ path: 'accounts.sqlite', problem: 'missing' }]);
 });

@@ -1,6 +1,7 @@
 // Test harness for accounts and apps: the real proxy with the real account service on loopback, plus a tiny browser
 // (cookie jar + manual redirects) that signs in through the development identity provider.
 import { rmSync } from 'node:fs';
+import { after, before } from 'node:test';
 import { request } from 'undici';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig, type Config } from '../../src/shared/config.ts';
@@ -117,3 +118,19 @@ export async function signIn(p: AccountsProduct, opts: { org?: string; repo?: st
   const callback = await browser.fetch(callbackUrl, { connectTo: p.url });
   return { browser, location: callback.location, callback };
 }
+
+/**
+ * The proxy and account service for the enclosing file or describe: started before its tests (handed to `use`), closed
+ * after them.
+ */
+export function accountsForSuite(env: Record<string, string>, use: (p: AccountsProduct) => void): void {
+  let p: AccountsProduct | undefined;
+  before(async () => {
+    p = await startAccounts(env);
+    use(p);
+  });
+  after(() => p?.close());
+}
+
+/** The `name=…` line among a response's Set-Cookie headers. */
+export const cookieLine = (h: string | string[] | undefined, name: string) => (Array.isArray(h) ? h : h ? [h] : []).find((c) => c.startsWith(`${name}=`));

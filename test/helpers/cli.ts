@@ -21,3 +21,9 @@ export function oneLine(r: Run, pattern: RegExp): void {
   assert.match(r.stderr.trimEnd(), pattern);
   assert.doesNotMatch(r.stderr, /\n\s+at |\.ts:\d+/);
 }
+
+/** A failure the operation met (exit 1), in one line. */
+export function failedInOneLine(r: Run, pattern: RegExp): void {
+  assert.equal(r.code, 1, r.stderr);
+  oneLine(r, pattern);
+}

@@ -7,6 +7,7 @@ import { createLogger } from '../../src/shared/log.ts';
 import { startParts } from '../../src/cli/start.ts';
 import { repoSecret } from '../../src/shared/secrets.ts';
 import { call, tempDir, testEnv, type CallOptions, type HttpResult } from './product.ts';
+import type { SignedIn } from './session.ts';
 
 export { tempDir, testEnv };
 
@@ -35,6 +36,26 @@ export async function startCredentialsProduct(env: Record<string, string> = {}):
     async close() {
       await running.close();
       if (env.DATA_DIR === undefined) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Calls below `/{repo}/_account` on `product()`: as a signed-in user (cookie), as a repo's runtime (Bearer, ?user=). */
+export function credentialCalls(product: () => CredProduct) {
+  const base = '/web/_account';
+  return {
+    asUser(u: SignedIn, method: string, path: string, body?: unknown, extra: CallOptions = {}) {
+      const headers: Record<string, string> = { cookie: u.cookie, ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...extra.headers };
+      return product().call(`${base}${path}`, { method, ...(body !== undefined ? { rawBody: JSON.stringify(body) } : {}), ...extra, headers });
+    },
+    asRuntime(method: string, path: string, user: string, body?: unknown, opts: { secret?: string; repo?: string; org?: string } = {}) {
+      const p = product();
+      const repo = opts.repo ?? 'web';
+      const org = opts.org ?? 'acme';
+      const headers: Record<string, string> = { authorization: `Bearer ${opts.secret ?? p.secret(org, repo)}` };
+      if (body !== undefined) headers['content-type'] = 'application/json';
+      const sep = path.includes('?') ? '&' : '?';
+      return p.call(`/${repo}/_account${path}${sep}user=${encodeURIComponent(user)}`, { org, method, headers, ...(body !== undefined ? { rawBody: JSON.stringify(body) } : {}) });
     },
   };
 }
