@@ -197,8 +197,7 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
     } finally {
       release();
     }
-    // A hint that came while an executor read: the page may predate that commit; the drain comes back for it.
-    const hintedMeanwhile = lane.known > knownBefore;
+    const hintedMeanwhile = lane.known > knownBefore; // the page may predate that hint's commit: the drain comes back for it
     if (batch.version > lane.known) lane.known = batch.version;
     lane.buffer = batch.events.filter((e) => e.version > lane.delivered);
     if (lane.buffer.length === 0) {
