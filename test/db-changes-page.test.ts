@@ -20,7 +20,7 @@ test('a page of events stops near its byte bound, one event at least, and the ne
   for (let v = 1; v <= 10; v++) log.run(v, JSON.stringify({ id: `e${v}`, version: v, changeset: 'x'.repeat(1000) }));
   h.internal("UPDATE _scopebase_meta SET value = 10 WHERE key = 'version'").run();
   const page = (since: number, maxBytes?: number) => {
-    const r = changes(h, since, 256, maxBytes);
+    const r = changes(h, since, 256, { maxBytes });
     assert.equal(r.status, 200, String(r.body));
     return (JSON.parse(String(r.body)) as { events: { version: number }[] }).events.map((e) => e.version);
   };

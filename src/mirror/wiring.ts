@@ -1,5 +1,5 @@
 // How start.ts plugs mirrors in: delivery next to a db service, and the reference mirror as a part.
-import type { ChangeFeed, MirrorReport } from '../db/contract.ts';
+import type { ChangeFeed, MirrorReport, Scope } from '../db/contract.ts';
 import type { Config } from '../shared/config.ts';
 import { ConfigError, MIRROR_SOURCE_REQUIRED } from '../shared/config-values.ts';
 import type { ConnectionCap } from '../shared/connection-cap.ts';
@@ -9,13 +9,15 @@ import { createReferenceMirror, type ReferenceMirror } from './reference/server.
 
 export interface MirrorAttachable extends ChangeFeed {
   attachMirrors(report: MirrorReport): void;
+  /** A page of the change log as the executor wrote it (DbService.readChangePage): delivery's reads. */
+  readChangePage(scope: Scope, since: number, limit: number): Promise<Uint8Array>;
 }
 
 /** Starts delivery (on its own thread) when DB_MIRRORS names any mirror; start-up does not wait for the recovery scan. */
 export function startMirrorDelivery(config: Config, logger: Logger, db: MirrorAttachable): MirrorDelivery | null {
   if (config.db.mirrors.length === 0) return null;
   // On a cluster node nothing leaves until the node grants it (src/cluster/node.ts): only a primary delivers.
-  const delivery = startDeliveryThread({ feed: db, mirrors: config.db.mirrors, dataDir: config.dataDir, logger, ...config.db.mirrorDelivery, gated: config.cluster !== null });
+  const delivery = startDeliveryThread({ feed: db, pages: (scope, since, limit) => db.readChangePage(scope, since, limit), mirrors: config.db.mirrors, dataDir: config.dataDir, logger, ...config.db.mirrorDelivery, gated: config.cluster !== null });
   db.attachMirrors(delivery);
   return delivery;
 }

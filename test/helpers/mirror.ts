@@ -10,6 +10,7 @@ import { ApiError } from '../../src/shared/errors.ts';
 import type { Logger } from '../../src/shared/log.ts';
 import { createDeliveryEngine, type DeliveryEngine, type DeliveryOptions } from '../../src/mirror/delivery/engine.ts';
 import * as m from '../../src/mirror/delivery/metrics.ts';
+import type { Product } from './product.ts';
 
 export const scopeOf = (database = 'main', repo = 'web', org = 'acme'): Scope => ({ org, repo, database });
 const keyOf = (s: Scope) => `${s.org}/${s.repo}/${s.database}`;
@@ -154,6 +155,15 @@ export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+/** scopebase_mirror_change_log_reads_total by where the pages were read, and the budget's trips (a series not yet made is 0). */
+export async function changeLogReads(p: Product): Promise<{ thread: number; executor: number; trips: number }> {
+  const text = await (await fetch(`${p.running.adminUrl}/metrics`)).text();
+  const value = (series: string) => Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
+  const count = (by: string) => value(`scopebase_mirror_change_log_reads_total{by="${by}"}`);
+  return { thread: count('thread'), executor: count('executor'), trips: value('scopebase_mirror_read_budget_trips_total') };
+}
+
 
 export const range = (from: number, to: number): number[] => Array.from({ length: to - from + 1 }, (_, i) => from + i);
 

@@ -112,7 +112,7 @@ function handle(frame: Frame): Buffer {
       try {
         const reply = h.op === 'query' ? query(db, body, limits.maxResultBytes)
           : h.op === 'status' ? status(db, historyOf(db))
-          : h.op === 'changes' ? changes(db, h.since, h.limit, undefined, h.shipment === true)
+          : h.op === 'changes' ? changes(db, h.since, h.limit, { shipment: h.shipment === true, schema: h.schema === true })
           : snapshot(db, h.target);
         return encodeFrame(frame.seq, { s: reply.status }, reply.body);
       } finally {

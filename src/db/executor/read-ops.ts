@@ -98,12 +98,23 @@ export function status(h: DbHandle, history: { oldestVersion: number | null; old
  */
 export const CHANGES_PAGE_BYTES = 32 * 1024 * 1024;
 
-/**
- * SPEC 4.9: events after `since`, oldest first, at most `limit` of them and about `maxBytes`; 410 when `since` is older
- * than what is kept. `shipment` (a cluster primary's, src/cluster/shipper.ts): only the events up to the first without
- * a changeset, 204 when that is the first, so the node sends this text as it is rather than parse a page of it.
- */
-export function changes(h: DbHandle, since: number, limit: number, maxBytes = CHANGES_PAGE_BYTES, shipment = false): Reply {
+export interface ChangesOptions {
+  /** About this many bytes of events at most (CHANGES_PAGE_BYTES). */
+  maxBytes?: number;
+  /**
+   * A cluster primary's (src/cluster/shipper.ts): only the events up to the first without a changeset, 204 when that
+   * is the first, so the node sends this text as it is rather than parse a page of it.
+   */
+  shipment?: boolean;
+  /**
+   * Mirror delivery's (src/mirror/delivery/feed.ts): the page also says how large the schema it was read with is
+   * (`"schema": {"bytes", "cookie"}`), which tells the delivery thread whether parsing that schema itself is cheap.
+   */
+  schema?: boolean;
+}
+
+/** SPEC 4.9: events after `since`, oldest first, at most `limit` of them; 410 when `since` is older than what is kept. */
+export function changes(h: DbHandle, since: number, limit: number, { maxBytes = CHANGES_PAGE_BYTES, shipment = false, schema = false }: ChangesOptions = {}): Reply {
   h.internal('BEGIN').run();
   try {
     const version = h.version();
@@ -121,12 +132,19 @@ export function changes(h: DbHandle, since: number, limit: number, maxBytes = CH
       bytes += r.event.length;
     }
     if (shipment && events.length === 0) return { status: 204, body: '' };
-    return { status: 200, body: `{"events":[${events.join(',')}],"version":${version}}` };
+    return { status: 200, body: `{"events":[${events.join(',')}],"version":${version}${schema ? `,"schema":${schemaSize(h)}` : ''}}` };
   } catch (e) {
     return failure(e, null);
   } finally {
     h.internal('COMMIT').run();
   }
+}
+
+/** `{"bytes": B, "cookie": C}`: the SQL text of the schema as of this read (octet_length reads no text) and its schema cookie. */
+function schemaSize(h: DbHandle): string {
+  const { bytes } = h.internal('SELECT coalesce(sum(octet_length(sql)), 0) AS bytes FROM sqlite_schema').get() as { bytes: number };
+  const { schema_version: cookie } = h.internal('PRAGMA schema_version').get() as { schema_version: number };
+  return JSON.stringify({ bytes: Number(bytes), cookie: Number(cookie) });
 }
 
 /** A consistent, compact copy of the database in a new file; the version is read from the copy itself. */

@@ -1,9 +1,12 @@
-// The change feed of the delivery thread: reads each database's change log (_scopebase_changes, written by the
-// executor in the write's own transaction) straight from its file over a read-only connection. Only our own fixed
-// statements run here, never user SQL, so a read cannot run away; WAL readers never block the writers.
-import { statSync } from 'node:fs';
+// The delivery thread's own reads of each database's change log (_scopebase_changes, written by the executor in the
+// write's own transaction), straight from its file over a read-only connection. Only our own fixed statements run
+// here, never user SQL, so a read cannot run away; WAL readers never block the writers. What can take long is parsing
+// the schema, whose size the tenant picks: SQLite parses it on a connection's first statement and after any DDL, and
+// this thread serves every org. So before a read that would parse (the schema cookie, read without parsing, says so),
+// the schema must be known to be small; otherwise the read is left to an executor (feed.ts, change-pages.ts).
+import { statSync, type Stats } from 'node:fs';
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
-import type { ChangeEvent, ChangeFeed, Scope } from '../../db/contract.ts';
+import type { ChangeEvent, Scope } from '../../db/contract.ts';
 import { Layout } from '../../db/layout.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { openSqlite } from '../../shared/sqlite-open.ts';
@@ -13,8 +16,12 @@ import { keepBody } from './sender.ts';
 const MAX_OPEN = 32;
 /** A connection unused this long is closed. */
 const IDLE_CLOSE_MS = 30_000;
+/** A schema of at most this much SQL may be parsed here: ~8–20 ms (30–80 ms a MB measured), so other orgs wait at most that. */
+export const IN_THREAD_SCHEMA_BYTES = 256 * 1024;
+/** Schema sizes remembered (an entry is ~200 bytes; one per database read, least recently learnt dropped first). */
+const MAX_KNOWN = 10_000;
 
-interface FileId {
+export interface FileId {
   dev: number;
   ino: number;
   /** Inode numbers are reused after a delete; the birth time tells the files apart (0 where unsupported). */
@@ -22,21 +29,34 @@ interface FileId {
 }
 
 const sameFile = (a: FileId, b: FileId) => a.dev === b.dev && a.ino === b.ino && a.birthtimeMs === b.birthtimeMs;
+const fileId = (s: Stats): FileId => ({ dev: s.dev, ino: s.ino, birthtimeMs: s.birthtimeMs });
+
+export interface Page {
+  events: ChangeEvent[];
+  version: number;
+}
 
 interface Reader {
   db: DatabaseSync;
   /** The file the connection opened: a database deleted and made again under the same name is another file. */
   file: FileId;
-  version: StatementSync;
-  oldest: StatementSync;
-  events: StatementSync;
+  /** PRAGMA schema_version: reads the schema cookie from the file's header without parsing the schema. */
+  cookie: StatementSync;
+  /** The cookie of the schema this connection last parsed; null before its first read. */
+  parsedAt: number | null;
+  /** Prepared on the first read the schema may be parsed for (preparing parses it). */
+  statements: { version: StatementSync; oldest: StatementSync; events: StatementSync; schemaBytes: StatementSync } | null;
   usedAt: number;
 }
 
-export class ChangeLogFiles implements ChangeFeed {
+/** Reading here was refused: the schema would be parsed and is not known to be small. An executor reads instead. */
+export const NOT_HERE = Symbol('not here');
+
+export class ChangeLogFiles {
   private readonly layout: Layout;
   private readonly readers = new Map<string, Reader>();
-  private readonly listeners: ((scope: Scope, version: number) => void)[] = [];
+  /** Schema sizes an executor reported or a parse here measured, by path: valid for that file at that cookie only. */
+  private readonly known = new Map<string, { file: FileId; cookie: number; bytes: number }>();
   private readonly sweeper: NodeJS.Timeout;
 
   /** `dbRoot` is the db service's DATA_DIR/db. */
@@ -46,64 +66,49 @@ export class ChangeLogFiles implements ChangeFeed {
     this.sweeper.unref();
   }
 
-  /** Passes on a commit hint from the db service. */
-  hint(scope: Scope, version: number): void {
-    for (const l of this.listeners) l(scope, version);
-  }
-
-  onCommit(listener: (scope: Scope, version: number) => void): void {
-    this.listeners.push(listener);
-  }
-
-  async readChanges(scope: Scope, since: number, limit: number): Promise<{ events: ChangeEvent[]; version: number }> {
+  /** The same page as POST /_db/changes serves (one read transaction: committed writes only; `gone` past retention). */
+  read(scope: Scope, since: number, limit: number): Page | typeof NOT_HERE {
     const path = this.layout.path(scope);
     const r = this.reader(path, scope);
-    if (r === null) return { events: [], version: 0 };
-    try {
-      // One read transaction: the version and the events come from one snapshot, and only committed writes are seen.
-      r.db.exec('BEGIN');
-      try {
-        const version = Number((r.version.get() as { value: number | bigint } | undefined)?.value ?? 0);
-        const oldest = (r.oldest.get() as { v: number | bigint | null }).v;
-        const firstKept = oldest === null ? version + 1 : Number(oldest);
-        // The same rule as POST /_db/changes (src/db/executor/read-ops.ts).
-        if (since < version && since < firstKept - 1) {
-          throw new ApiError('gone', `events after version ${since} are no longer kept; the oldest kept is ${firstKept}`, { oldestVersion: firstKept, version });
-        }
-        const rows = r.events.all(since, limit) as { event: string }[];
-        return { events: rows.map((row) => keepBody(JSON.parse(row.event) as ChangeEvent, row.event)), version };
-      } finally {
-        r.db.exec('COMMIT');
+    return this.inSnapshot(path, r, (s) => {
+      const version = readVersion(s.version);
+      const oldest = (s.oldest.get() as { v: number | bigint | null }).v;
+      const firstKept = oldest === null ? version + 1 : Number(oldest);
+      // The same rule as POST /_db/changes (src/db/executor/read-ops.ts).
+      if (since < version && since < firstKept - 1) {
+        throw new ApiError('gone', `events after version ${since} are no longer kept; the oldest kept is ${firstKept}`, { oldestVersion: firstKept, version });
       }
-    } catch (e) {
-      if (!(e instanceof ApiError)) this.drop(path); // a fresh connection next time
-      throw e;
-    }
+      const rows = s.events.all(since, limit) as { event: string }[];
+      return { events: rows.map((row) => keepBody(JSON.parse(row.event) as ChangeEvent, row.event)), version };
+    }, { events: [], version: 0 });
   }
 
-  async currentVersion(scope: Scope): Promise<number | null> {
+  /** The current version; null when the database does not exist. The recovery scan visits every database once: no connection is kept. */
+  version(scope: Scope): number | null | typeof NOT_HERE {
     const path = this.layout.path(scope);
-    if (!this.readers.has(path)) {
-      // The recovery scan visits every database once: read it without keeping a connection.
-      if (!statSync(path, { throwIfNoEntry: false })) return null;
-      const once = tryOpen(path, (db) => db);
-      if (once === null) return 0;
-      try {
-        return readVersion(once);
-      } finally {
-        once.close();
-      }
+    if (this.readers.has(path)) {
+      const page = this.read(scope, Number.MAX_SAFE_INTEGER, 1);
+      return page === NOT_HERE ? page : page.version;
     }
+    const file = statSync(path, { throwIfNoEntry: false });
+    if (!file) return null;
+    const once = openReader(path, file);
     try {
-      return (await this.readChanges(scope, Number.MAX_SAFE_INTEGER, 1)).version;
-    } catch (e) {
-      if (e instanceof ApiError && e.code === 'database_not_found') return null;
-      throw e;
+      return this.inSnapshot(path, once, (s) => readVersion(s.version), 0);
+    } finally {
+      once.db.close();
     }
   }
 
-  listDatabases(): AsyncIterable<Scope> {
-    return this.layout.all();
+  /** The file now at `scope`'s path, to tie what an executor is about to report to it; null when there is none. */
+  identify(scope: Scope): FileId | null {
+    const file = statSync(this.layout.path(scope), { throwIfNoEntry: false });
+    return file ? fileId(file) : null;
+  }
+
+  /** An executor read `file` with a schema of `bytes` at `cookie`: parsing it here is cheap or not while the cookie holds. */
+  learn(scope: Scope, file: FileId, schema: { bytes: number; cookie: number }): void {
+    this.remember(this.layout.path(scope), file, schema);
   }
 
   close(): void {
@@ -111,8 +116,52 @@ export class ChangeLogFiles implements ChangeFeed {
     for (const path of [...this.readers.keys()]) this.drop(path);
   }
 
-  /** The open connection for `path`, reopened when the file was replaced; null while the database has no tables yet. */
-  private reader(path: string, scope: Scope): Reader | null {
+  /**
+   * Runs `then` in one read transaction (the version and the events from one snapshot, only committed writes), unless
+   * that would parse a schema not known to be small: NOT_HERE. `empty` while the database has no tables yet.
+   */
+  private inSnapshot<T>(path: string, r: Reader, then: (s: NonNullable<Reader['statements']>) => T, empty: T): T | typeof NOT_HERE {
+    try {
+      r.db.exec('BEGIN');
+      try {
+        const cookie = Number((r.cookie.get() as { schema_version: number | bigint }).schema_version);
+        // The executor creates the file, then its internal tables: a database caught in between has nothing to deliver yet.
+        if (cookie === 0) return empty;
+        const parsing = cookie !== r.parsedAt;
+        if (parsing && !this.cheapToParse(path, r.file, cookie)) return NOT_HERE;
+        if (r.statements === null) {
+          if (r.db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('_scopebase_meta', '_scopebase_changes')").get()!.n !== 2) return empty;
+          r.statements = prepare(r.db);
+        }
+        r.parsedAt = cookie;
+        // Parsed now, its size costs nothing more: a connection opened again (idle, or another's turn) reads here at once.
+        if (parsing) this.remember(path, r.file, { bytes: Number((r.statements.schemaBytes.get() as { bytes: number | bigint }).bytes), cookie });
+        return then(r.statements);
+      } finally {
+        if (r.db.isTransaction) r.db.exec('COMMIT'); // an I/O error has rolled it back already
+      }
+    } catch (e) {
+      if (!(e instanceof ApiError)) this.drop(path); // a fresh connection next time
+      throw e;
+    }
+  }
+
+  private remember(path: string, file: FileId, schema: { bytes: number; cookie: number }): void {
+    this.known.delete(path); // re-inserted last: the map's order is least recently learnt first
+    this.known.set(path, { file, cookie: schema.cookie, bytes: schema.bytes });
+    if (this.known.size > MAX_KNOWN) this.known.delete(this.known.keys().next().value!);
+  }
+
+  /** Whether parsing the schema at `cookie` costs little: its size as an executor saw it, else the file and its WAL bound it. */
+  private cheapToParse(path: string, file: FileId, cookie: number): boolean {
+    const known = this.known.get(path);
+    if (known && known.cookie === cookie && sameFile(known.file, file)) return known.bytes <= IN_THREAD_SCHEMA_BYTES;
+    const size = (suffix: string) => statSync(path + suffix, { throwIfNoEntry: false })?.size ?? 0;
+    return size('') + size('-wal') <= IN_THREAD_SCHEMA_BYTES;
+  }
+
+  /** The open connection for `path`, reopened when the file was replaced. */
+  private reader(path: string, scope: Scope): Reader {
     const file = statSync(path, { throwIfNoEntry: false });
     if (!file) {
       this.drop(path);
@@ -124,10 +173,8 @@ export class ChangeLogFiles implements ChangeFeed {
       r = undefined;
     }
     if (!r) {
-      const opened = openReader(path, file);
-      if (opened === null) return null;
+      r = openReader(path, file);
       if (this.readers.size >= MAX_OPEN) this.drop(this.readers.keys().next().value!);
-      r = opened;
     } else this.readers.delete(path); // re-inserted below: the map's order is least recently used first
     this.readers.set(path, r);
     r.usedAt = performance.now();
@@ -146,30 +193,25 @@ export class ChangeLogFiles implements ChangeFeed {
   }
 }
 
-/** A read-only connection set up by `then`; null while the database has no internal tables yet. */
-function tryOpen<T>(path: string, then: (db: DatabaseSync) => T): T | null {
-  return openSqlite(path, { readOnly: true, timeout: 5000 }, (db) => {
-    // The executor creates the file, then its internal tables: a database caught in between has nothing to deliver yet.
-    if (db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('_scopebase_meta', '_scopebase_changes')").get()!.n === 2) return then(db);
-    db.close();
-    return null;
-  });
+function readVersion(statement: StatementSync): number {
+  return Number((statement.get() as { value: number | bigint } | undefined)?.value ?? 0);
 }
 
-function readVersion(db: DatabaseSync): number {
-  const row = db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number | bigint } | undefined;
-  return Number(row?.value ?? 0);
+/** A read-only connection; nothing that parses the schema runs yet. */
+function openReader(path: string, file: Stats): Reader {
+  return openSqlite(path, { readOnly: true, timeout: 5000 }, (db) => ({
+    db, file: fileId(file), cookie: db.prepare('PRAGMA schema_version'), parsedAt: null, statements: null, usedAt: 0,
+  }));
 }
 
-function openReader(path: string, file: FileId): Reader | null {
-  return tryOpen(path, (db) => {
-    // Delivery reads each event once, in order: a small page cache is enough.
-    db.exec('PRAGMA cache_size = -256');
-    return {
-      db, file: { dev: file.dev, ino: file.ino, birthtimeMs: file.birthtimeMs }, usedAt: 0,
-      version: db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'"),
-      oldest: db.prepare('SELECT min(version) AS v FROM _scopebase_changes'),
-      events: db.prepare('SELECT event FROM _scopebase_changes WHERE version > ? ORDER BY version LIMIT ?'),
-    };
-  });
+function prepare(db: DatabaseSync): NonNullable<Reader['statements']> {
+  // Delivery reads each event once, in order: a small page cache is enough.
+  db.exec('PRAGMA cache_size = -256');
+  return {
+    version: db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'"),
+    oldest: db.prepare('SELECT min(version) AS v FROM _scopebase_changes'),
+    events: db.prepare('SELECT event FROM _scopebase_changes WHERE version > ? ORDER BY version LIMIT ?'),
+    // As the executor measures it (src/db/executor/read-ops.ts): octet_length reads no text.
+    schemaBytes: db.prepare('SELECT coalesce(sum(octet_length(sql)), 0) AS bytes FROM sqlite_schema'),
+  };
 }

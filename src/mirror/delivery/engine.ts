@@ -7,15 +7,16 @@ import type { MirrorConfig } from '../../shared/config.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { backoffDelay, type BackoffPolicy } from './backoff.ts';
 import { Lane, scopeKey } from './lane.ts';
-import { Limiter } from './limiter.ts';
+import { KeyedLimiter, Limiter } from './limiter.ts';
 import { MirrorSender, type FailureKind, type Outcome } from './sender.ts';
 import { DeliveryStore } from './store.ts';
 import { scanDatabases } from './recovery.ts';
 
-/** Events read from the change log per read. */
-const READ_BATCH = 32;
-/** Events one database may send before giving its delivery slot to the next waiting database (fairness). */
-const TURN_EVENTS = 64;
+/** Events read from the change log per read: a turn sends at most one read's worth, then gives its delivery slot to the next waiting database (fairness). */
+const READ_BATCH = 64;
+/** Change-log reads in flight at once (each waits for an executor), and per org: an org whose reads are slow (its schema) holds at most its own. */
+const READS = 16;
+const READS_PER_ORG = 2;
 /** Acknowledgements are saved once per turn, and at least this often during a slow turn (status shows saved ones). */
 const SAVE_EVERY_MS = 100;
 /** While the machine has no CPU to spare, delivery as a whole sends at most this many events a second (every lane still moves). */
@@ -86,6 +87,7 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
   }]));
   const lanes = new Map<string, Map<string, Lane>>();
   const drains = new Set<Promise<void>>();
+  const reads = new KeyedLimiter(READS, READS_PER_ORG);
   let closed = false;
   /** While yielding, when the next event may leave (performance.now()): one slot per 1/YIELD_EVENTS_PER_S, shared by all lanes. */
   let nextYieldSlot = 0;
@@ -128,48 +130,51 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
 
   async function drain(lane: Lane): Promise<void> {
     const mirror = mirrors.get(lane.mirror)!;
-    const release = await mirror.limiter.acquire();
+    let release: (() => void) | null = null;
     let failed = false;
     let held = false;
     try {
-      for (let sent = 0; !closed && sent < TURN_EVENTS; sent++) {
-        // Not this node's to send (yet): the cluster's next grant notices the lane again. Checked before reading too,
-        // so a follower's lanes read nothing and hold no events in memory.
-        if (opts.gate && !opts.gate(lane.scope, lane.buffer[0]?.version ?? lane.delivered + 1)) {
-          held = true;
-          break;
+      // Not this node's to send (yet): the cluster's next grant notices the lane again. Checked before reading too,
+      // so a follower's lanes read nothing and hold no events in memory.
+      if (!mayLeave(lane, lane.buffer[0]?.version ?? lane.delivered + 1)) held = true;
+      // Read before taking a delivery slot: a read waits for the tenant's executors, never holding a slot every org shares.
+      else if (await fill(lane) && !closed) {
+        release = await mirror.limiter.acquire();
+        while (!closed && lane.buffer.length > 0) {
+          const event = lane.buffer[0]!;
+          if (!mayLeave(lane, event.version)) {
+            held = true;
+            break;
+          }
+          if (opts.shouldYield?.()) {
+            await yieldSlot();
+            if (closed) break;
+          }
+          m.attempt(lane.mirror);
+          const outcome = await mirror.sender.send(event);
+          if (outcome.ok) onSuccess(lane, event);
+          else if (!closed) {
+            onFailure(lane, outcome);
+            failed = true;
+            break;
+          }
         }
-        const event = await nextEvent(lane);
-        if (event === null || closed) break;
-        if (opts.gate && !opts.gate(lane.scope, event.version)) {
-          held = true;
-          break;
-        }
-        if (opts.shouldYield?.()) {
-          await yieldSlot();
-          if (closed) break;
-        }
-        m.attempt(lane.mirror);
-        const outcome = await mirror.sender.send(event);
-        if (outcome.ok) onSuccess(lane, event);
-        else if (!closed) {
-          onFailure(lane, outcome);
-          failed = true;
-          break;
-        }
-        if (closed) break;
       }
     } catch (e) {
       failed = await onReadError(lane, e);
     } finally {
       saveAcknowledged(lane); // once per turn, not per event: a crash before it only means re-delivery (at least once)
-      release();
+      release?.();
       lane.active = false;
       if (lane.seedTo > lane.delivered) raise(lane, lane.seedTo);
     }
     if (closed) return;
     if (failed) scheduleRetry(lane);
     else if (!held && lane.known > lane.delivered) setImmediate(() => kick(lane)); // next turn, behind databases already waiting
+  }
+
+  function mayLeave(lane: Lane, version: number): boolean {
+    return !opts.gate || opts.gate(lane.scope, version);
   }
 
   async function yieldSlot(): Promise<void> {
@@ -179,20 +184,30 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
     if (at > now) await sleep(at - now);
   }
 
-  async function nextEvent(lane: Lane): Promise<ChangeEvent | null> {
-    if (lane.buffer.length === 0) {
-      if (lane.known <= lane.delivered) return null;
-      const batch = await opts.feed.readChanges(lane.scope, lane.delivered, READ_BATCH);
-      if (batch.version > lane.known) lane.known = batch.version;
-      lane.buffer = batch.events.filter((e) => e.version > lane.delivered);
-      if (lane.buffer.length === 0) {
-        // The log holds nothing above what was delivered: the hint overshot; stop rather than spin.
-        if (batch.version > lane.delivered) log.warn({ mirror: lane.mirror, ...lane.scope, delivered: lane.delivered, version: batch.version }, 'change log has no events above the delivered version');
-        lane.known = lane.delivered;
-        return null;
-      }
+  /** Reads the lane's next page when its buffer is empty; false when there is nothing to send. */
+  async function fill(lane: Lane): Promise<boolean> {
+    if (lane.buffer.length > 0) return true;
+    if (lane.known <= lane.delivered) return false;
+    const release = await reads.acquire(lane.scope.org);
+    const knownBefore = lane.known;
+    let batch: { events: ChangeEvent[]; version: number };
+    try {
+      if (closed) return false;
+      batch = await opts.feed.readChanges(lane.scope, lane.delivered, READ_BATCH);
+    } finally {
+      release();
     }
-    return lane.buffer[0]!;
+    const hintedMeanwhile = lane.known > knownBefore; // the page may predate that hint's commit: the drain comes back for it
+    if (batch.version > lane.known) lane.known = batch.version;
+    lane.buffer = batch.events.filter((e) => e.version > lane.delivered);
+    if (lane.buffer.length === 0) {
+      if (hintedMeanwhile) return false;
+      // The log holds nothing above what was delivered: the hint overshot; stop rather than spin.
+      if (batch.version > lane.delivered) log.warn({ mirror: lane.mirror, ...lane.scope, delivered: lane.delivered, version: batch.version }, 'change log has no events above the delivered version');
+      lane.known = lane.delivered;
+      return false;
+    }
+    return true;
   }
 
   function onSuccess(lane: Lane, event: ChangeEvent): void {
@@ -250,6 +265,7 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
   /** Returns true when the lane should retry later. */
   async function onReadError(lane: Lane, e: unknown): Promise<boolean> {
     lane.buffer = [];
+    if (closed) return false; // a read cut short by close(): nothing to record
     if (e instanceof ApiError && e.code === 'database_not_found') {
       lanes.get(scopeKey(lane.scope))?.delete(lane.mirror);
       store.forget(lane.mirror, lane.scope);
@@ -328,7 +344,14 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
 
   opts.feed.onCommit((scope, version) => notice(scope, version));
   const recovered = scanDatabases(opts.feed, opts.recoveryConcurrency ?? 4, () => closed, async (scope) => {
-    const version = await opts.feed.currentVersion(scope);
+    let version: number | null;
+    try {
+      version = await opts.feed.currentVersion(scope);
+    } catch (e) {
+      // One database that cannot be read now (its executors busy, a file being made) must not end the scan for all.
+      log.warn({ err: e, ...scope }, 'mirror recovery could not read a database\'s version; a write or status read finds its backlog');
+      return;
+    }
     if (version !== null && version > 0) notice(scope, version);
   }).catch((e) => log.error({ err: e }, 'mirror recovery scan failed'));
 
@@ -371,6 +394,7 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
         lane.timer = null;
       }
       for (const mirror of mirrors.values()) mirror.limiter.close();
+      reads.close();
       await Promise.all([...mirrors.values()].map((mirror) => mirror.sender.close())); // attempts in flight fail now
       await Promise.allSettled([...drains, recovered]);
       store.close();

@@ -35,3 +35,39 @@ export class Limiter {
     return this.waiting.length;
   }
 }
+
+/**
+ * A `Limiter` per key inside one overall: a key waits at its own limit first, so it never holds more than `perKey`
+ * of the overall slots however many of its callers wait (a tenant whose work is slow delays itself, not the others).
+ */
+export class KeyedLimiter {
+  private readonly overall: Limiter;
+  private readonly perKey: number;
+  private readonly keys = new Map<string, { limiter: Limiter; users: number }>();
+
+  constructor(overall: number, perKey: number) {
+    this.overall = new Limiter(overall);
+    this.perKey = perKey;
+  }
+
+  async acquire(key: string): Promise<() => void> {
+    let entry = this.keys.get(key);
+    if (!entry) this.keys.set(key, (entry = { limiter: new Limiter(this.perKey), users: 0 }));
+    entry.users++;
+    const own = await entry.limiter.acquire();
+    const slot = await this.overall.acquire();
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      slot();
+      own();
+      if (--entry.users === 0) this.keys.delete(key); // idle keys are forgotten
+    };
+  }
+
+  close(): void {
+    for (const { limiter } of this.keys.values()) limiter.close();
+    this.overall.close();
+  }
+}

@@ -31,6 +31,8 @@ export const failures = new Counter({ name: 'scopebase_mirror_delivery_failures_
 export const delivered = new Counter({ name: 'scopebase_mirror_delivered_events_total', help: 'Events acknowledged by mirrors (2xx)', labelNames: ['mirror'], registers: [metrics] });
 export const yielding = new Gauge({ name: 'scopebase_mirror_delivery_yielding', help: '1 while delivery trickles because the machine has no CPU to spare (it catches up when the load drops)', registers: [metrics] });
 export const skipped = new Counter({ name: 'scopebase_mirror_skipped_events_total', help: 'Events no longer kept by the change log when their turn came (the mirror must resync from a snapshot)', labelNames: ['mirror'], registers: [metrics] });
+export const changeLogReads = new Counter({ name: 'scopebase_mirror_change_log_reads_total', help: 'Change-log pages delivery read, by where: in its thread (the fast path) or by an executor (a large schema, or the repo past its read budget)', labelNames: ['by'], registers: [metrics] });
+export const readBudgetTrips = new Counter({ name: 'scopebase_mirror_read_budget_trips_total', help: 'Times a repo\'s change-log reads took more of the delivery thread than their budget (executors then read them for a while)', registers: [metrics] });
 /**
  * A Prometheus histogram added to in bucket counts: the delivery thread sends thousands of observations a second
  * as a few numbers, and observing each one here would cost the busy main thread (prom-client has no bulk observe).

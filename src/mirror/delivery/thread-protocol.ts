@@ -1,5 +1,6 @@
 // What the main thread and the delivery thread say to each other (structured-clone messages over the worker port).
 import type { MirrorConfig } from '../../shared/config.ts';
+import type { ErrorCode } from '../../shared/errors.ts';
 import type { FailureKind } from './sender.ts';
 
 export interface ThreadSettings {
@@ -31,7 +32,21 @@ export interface GateChange {
   leaseUntil: number | null;
 }
 
-export type ToThread = { type: 'hints'; hints: Hint[] } | { type: 'gate'; change: GateChange } | { type: 'seed'; cursors: Cursor[] } | { type: 'close' };
+/** The thread asks for a page of a database's change log (change-pages.ts); the main thread has an executor read it. */
+export interface PageRequest {
+  type: 'read';
+  id: number;
+  scope: [org: string, repo: string, database: string];
+  since: number;
+  limit: number;
+}
+
+/** The page's text (`{"events": [...], "version": N, "schema": {...}}`, unparsed on the main thread), or why not (`code` null: not an ApiError). */
+export type PageAnswer =
+  | { type: 'page'; id: number; body: Uint8Array }
+  | { type: 'page'; id: number; error: { code: ErrorCode | null; message: string; details?: Record<string, unknown> } };
+
+export type ToThread = { type: 'hints'; hints: Hint[] } | { type: 'gate'; change: GateChange } | { type: 'seed'; cursors: Cursor[] } | PageAnswer | { type: 'close' };
 
 /** A lane's state as saved in mirrors.sqlite (so a floor built from these never passes what a restart resumes from). */
 export interface LaneReport {
@@ -71,9 +86,12 @@ export interface Tally {
   skipped: Record<string, number>;
   failures: Record<string, Partial<Record<FailureKind, number>>>;
   lag: Record<string, LagCounts>;
+  /** Change-log pages read in the thread and by executors (feed.ts); times a repo's reads passed their budget. */
+  reads: { thread: number; executor: number };
+  budgetTrips: number;
 }
 
-export const emptyTally = (): Tally => ({ attempts: {}, delivered: {}, skipped: {}, failures: {}, lag: {} });
+export const emptyTally = (): Tally => ({ attempts: {}, delivered: {}, skipped: {}, failures: {}, lag: {}, reads: { thread: 0, executor: 0 }, budgetTrips: 0 });
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
@@ -81,4 +99,5 @@ export type FromThread =
   | { type: 'report'; lanes: LaneReport[]; tally: Tally; yielding: boolean }
   | { type: 'log'; level: LogLevel; obj: Record<string, unknown>; msg: string }
   | { type: 'recovered' }
+  | PageRequest
   | { type: 'closed' };

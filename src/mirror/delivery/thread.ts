@@ -1,11 +1,13 @@
 // The delivery thread (a worker_threads entry, started by threaded.ts): runs the delivery engine off the main
-// thread, which serves HTTP and talks to the executors. It reads change logs from the database files itself, so the
-// only traffic with the main thread is commit hints in, and saved lane states, counters and log lines out.
+// thread, which serves HTTP and talks to the executors. It reads change logs from the database files itself (feed.ts),
+// but for the pages it leaves to executors. Traffic with the main thread: commit hints and those pages in (asked for
+// over the port), saved lane states, counters and log lines out.
 import { join } from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
-import { ChangeLogFiles } from './change-log.ts';
+import { ChangeLogPages } from './change-pages.ts';
 import { CpuPressure, lowerThreadPriority, SAMPLE_EVERY_MS } from './cpu-pressure.ts';
 import { createDeliveryEngine, type DeliveryLog, type DeliveryMetrics } from './engine.ts';
+import { DeliveryFeed } from './feed.ts';
 import { DeliveryGate } from './gate.ts';
 import type { Lane } from './lane.ts';
 import { addLag, emptyTally, type FromThread, type LaneReport, type LogLevel, type Tally, type ThreadSettings, type ToThread } from './thread-protocol.ts';
@@ -79,7 +81,17 @@ const sampler = setInterval(() => {
 }, SAMPLE_EVERY_MS);
 sampler.unref();
 
-const feed = new ChangeLogFiles(join(settings.dataDir, 'db'));
+const pages = new ChangeLogPages(send);
+const feed = new DeliveryFeed(join(settings.dataDir, 'db'), pages, {
+  read(by) {
+    tally.reads[by]++;
+    scheduleReport();
+  },
+  tripped(org, repo, periodMs) {
+    tally.budgetTrips++;
+    log.warn({ org, repo, periodMs }, 'change-log reads of this repo took more of the mirror delivery thread than their budget; executors read them for a while');
+  },
+});
 const gate = settings.gated ? new DeliveryGate() : null;
 const engine = createDeliveryEngine({
   feed, log, metrics,
@@ -98,13 +110,16 @@ port.on('message', (message: ToThread) => {
   if (message.type === 'hints') {
     for (const [org, repo, database, version] of message.hints) feed.hint({ org, repo, database }, version);
   } else if (message.type === 'gate') {
-    for (const { scope, upTo } of gate?.apply(message.change) ?? []) engine.notice(scope, upTo);
+    for (const { scope, upTo } of gate?.apply(message.change) ?? []) feed.hint(scope, upTo); // what the engine hears of a commit
   } else if (message.type === 'seed') {
     for (const [mirror, org, repo, database, version] of message.cursors) engine.seed({ org, repo, database }, mirror, version);
+  } else if (message.type === 'page') {
+    pages.answer(message);
   } else if (message.type === 'close') {
     clearInterval(sampler);
-    void engine.close().then(() => {
-      feed.close();
+    const closed = engine.close();
+    feed.close(); // after close() began: a read cut short now is not recorded as the lane's failure
+    void closed.then(() => {
       report();
       send({ type: 'closed' });
       port.close(); // nothing else keeps the thread alive: it ends

@@ -1,17 +1,20 @@
 // Mirror delivery on its own thread (thread.ts), seen from the main thread: commit hints go over, saved lane states
 // come back into a DeliveryView that answers status, the retention floor and the metrics without waiting.
 // The main thread serves HTTP and the executors' frames; delivery's one-event-at-a-time round trips no longer queue
-// behind that work, and its CPU (HTTP client, signing, change-log reads, acknowledgements) can use another core.
+// behind that work, and its CPU (HTTP client, signing, change-log reads, acknowledgements) can use another core. The
+// change-log pages the thread leaves to executors (feed.ts) are read at its request and passed on here as text, never
+// parsed on this thread.
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import type { ChangeFeed, MirrorGate, MirrorReport, MirrorState, Scope } from '../../db/contract.ts';
 import type { MirrorConfig } from '../../shared/config.ts';
+import { ApiError } from '../../shared/errors.ts';
 import type { Logger } from '../../shared/log.ts';
 import { backoffDelay } from './backoff.ts';
 import { scopeKey } from './lane.ts';
 import * as m from './metrics.ts';
 import { DeliveryStore } from './store.ts';
-import type { FromThread, GateChange, Hint, Tally, ThreadSettings, ToThread } from './thread-protocol.ts';
+import type { FromThread, GateChange, Hint, PageAnswer, PageRequest, Tally, ThreadSettings, ToThread } from './thread-protocol.ts';
 import { DeliveryView } from './view.ts';
 
 /** How long close() waits for the thread to finish in-flight attempts and save them before stopping it. */
@@ -32,8 +35,10 @@ export interface MirrorDelivery extends MirrorReport {
 }
 
 export interface DeliveryThreadOptions {
-  /** Only the commit hints are taken from the db service: the thread reads change logs from the files itself. */
+  /** Commit hints from the db service (the thread reads change logs from the files itself, but for what `pages` reads). */
   feed: Pick<ChangeFeed, 'onCommit'>;
+  /** A page of a change log as text (DbService.readChangePage), read by an executor: the thread asks for the ones it leaves. */
+  pages(scope: Scope, since: number, limit: number): Promise<Uint8Array>;
   mirrors: MirrorConfig[];
   dataDir: string;
   logger: Logger;
@@ -81,7 +86,8 @@ export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery
     if (settings.gated) w.postMessage({ type: 'gate', change: { grants: [...grants.values()], revoked: [], revokeAll: true, leaseUntil } } satisfies ToThread);
     w.on('message', (message: FromThread) => {
       try {
-        onMessage(message);
+        if (message.type === 'read') read(w, message);
+        else onMessage(message);
       } catch (e) {
         log.error({ err: e }, 'mirror delivery report not applied'); // never thrown into the loop: it serves every org
       }
@@ -126,6 +132,17 @@ export function startDeliveryThread(opts: DeliveryThreadOptions): MirrorDelivery
       case 'closed':
         return;
     }
+  }
+
+  /** Has an executor read the page the thread asked for, and answers the thread that asked (not a restarted one). */
+  function read(w: Worker, request: PageRequest): void {
+    void readPage(opts.pages, request).then(([message, transfer]) => {
+      try {
+        w.postMessage(message satisfies ToThread, transfer);
+      } catch (e) {
+        log.error({ err: e }, 'mirror delivery page not sent');
+      }
+    });
   }
 
   /**
@@ -221,4 +238,18 @@ function count(t: Tally): void {
     for (const [kind, n] of Object.entries(kinds)) m.failures.inc({ mirror, kind }, n);
   }
   for (const [mirror, lag] of Object.entries(t.lag)) m.lag.add(mirror, lag);
+  for (const by of ['thread', 'executor'] as const) if (t.reads[by] > 0) m.changeLogReads.inc({ by }, t.reads[by]);
+  if (t.budgetTrips > 0) m.readBudgetTrips.inc(t.budgetTrips);
+}
+
+/** The answer to a thread's page request, with what to transfer; never rejects. */
+export async function readPage(pages: DeliveryThreadOptions['pages'], { id, scope: [org, repo, database], since, limit }: PageRequest): Promise<[PageAnswer, ArrayBuffer[]]> {
+  try {
+    // Exactly the page's bytes, moved: the executor's frame may be a view of a larger buffer, which a clone would copy whole.
+    const body = new Uint8Array(await pages({ org, repo, database }, since, limit));
+    return [{ type: 'page', id, body }, [body.buffer]];
+  } catch (e) {
+    const error = e instanceof ApiError ? { code: e.code, message: e.message, details: e.details } : { code: null, message: e instanceof Error ? e.message : String(e) };
+    return [{ type: 'page', id, error }, []];
+  }
 }
