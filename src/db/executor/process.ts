@@ -248,6 +248,11 @@ export class ExecutorProcess {
     return this.ready ? this.queue[this.head] : undefined;
   }
 
+  /** The caller's tag of the running message (undefined when nothing runs, or it was sent untagged). */
+  runningTag(): unknown {
+    return this.ready ? this.queue[this.head]?.tag : undefined;
+  }
+
   /** True when SQLite's temporary files in this process hold more than DB_TEMP_MAX_BYTES (never without a limit). */
   overTempSpace(): boolean {
     return this.alive && this.tempSpace !== null && this.tempSpace.over();

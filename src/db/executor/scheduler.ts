@@ -138,7 +138,7 @@ export class Scheduler {
         // this turn's I/O, and only if the message measured still runs (its reply may be in the pipe).
         const running = p.running();
         setImmediate(() => this.procs.guard(() => p.killForTempSpace(running)));
-      } else if (slow) {
+      } else if (slow && !this.closing) {
         for (const tag of p.waiting()) {
           const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs
           // A read that writes a file (a snapshot, an export) is never hedged: two copies would write one target.
@@ -150,6 +150,7 @@ export class Scheduler {
         }
       }
     }
+    if (this.closing) return; // only statements past their limits are still stopped (see close)
     this.expire(now);
     this.procs.maintain(now);
     if (hedged) this.pump();
@@ -161,7 +162,11 @@ export class Scheduler {
       const limit = maxWait(t.lastEmptyAt, now, this.opts.queueTimeoutMs, this.opts.queueTargetMs);
       for (const job of t.expire(now - limit)) {
         this.queued--;
-        if (job.settled || job.started) continue; // a hedged copy: the job still runs where it was sent first
+        if (job.settled) continue;
+        // A hedged read whose first copy runs goes on there; one whose copy still waits behind a slow statement is
+        // refused like one that never started (a read changes nothing; its late answer is dropped): it waited up to
+        // DB_QUERY_TIMEOUT_MS when the repo's share stayed full.
+        if (job.started && (job.write || job.sentTo?.runningTag() === job)) continue;
         job.settled = true;
         job.reject(waitedTooLong(now - job.enqueuedAt));
       }
@@ -303,7 +308,9 @@ export class Scheduler {
     }, (e: unknown) => {
       job.copies!--;
       done();
-      if (job.settled) return;
+      // Another copy (a hedged read's) still runs and will answer it: running this one again made a third, which could
+      // outlive every limit (a runaway's copy started as the server closed).
+      if (job.settled || job.copies! > 0) return;
       const rerun = e instanceof LostError && !this.closing && (e.reason === 'unstarted' || (e.reason === 'crash' && !job.write && !job.retried));
       if (rerun) {
         if ((e as LostError).reason === 'crash') job.retried = true;
@@ -361,7 +368,6 @@ export class Scheduler {
 
   async close(): Promise<void> {
     this.closing = true;
-    clearInterval(this.watchdog);
     for (const t of this.ring) {
       for (const job of t.drain()) {
         if (job.settled) continue;
@@ -371,6 +377,9 @@ export class Scheduler {
     }
     this.ring.length = 0;
     this.queued = 0;
+    // The watchdog runs until every process has closed: a statement still running (a hedged copy of a runaway, sent
+    // again when its first copy was lost) was no longer stopped at its limit, and held the close for ever.
     await this.procs.close();
+    clearInterval(this.watchdog);
   }
 }
