@@ -141,6 +141,11 @@ export class ExecutorProcess {
     return this.child.pid;
   }
 
+  /** The child has loaded: what it was sent runs (until then none of it has begun). */
+  get started(): boolean {
+    return this.ready;
+  }
+
   /** Messages sent and not yet answered. */
   get inflight(): number {
     return this.queue.length - this.head;
