@@ -91,29 +91,38 @@ describe('a repo\'s runaways on some of its databases', () => {
   });
 });
 
-describe('a read sent behind its repo\'s runaway while the repo\'s share is full', () => {
-  test('is refused at DB_QUEUE_TIMEOUT_MS, not held until the runaway is stopped', async () => {
-    const p = await startProduct({ DB_EXECUTORS: '2', DB_EXECUTORS_PER_REPO: '1', DB_QUERY_TIMEOUT_MS: '3000', DB_QUEUE_TIMEOUT_MS: '300' });
-    try {
-      await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
-      const first = p.db('web', 'query', { sql: RUNAWAY });
-      await pause(200); // it holds the repo's one runaway pass; the next one holds its one process
-      // Sent together: the read goes down the same pipe as the runaway, before either is known to be slow.
-      const second = p.db('web', 'query', { sql: RUNAWAY });
-      const t0 = performance.now();
-      const read = await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' });
-      const waited = performance.now() - t0;
-      if (read.status !== 200) {
-        assert.equal(read.status, 503, read.text);
-        assert.equal(read.json.error.details.committed, false);
-      }
-      assert.ok(waited < 1500, `answered after ${waited.toFixed(0)} ms (${read.status}), not at the runaway's 3000 ms limit`);
-      assert.equal((await first).json?.error?.code, 'query_timeout');
-      const stopped = await second; // stopped at its limit, or refused as the read was (it waited behind the first)
-      assert.ok(stopped.json?.error?.code === 'query_timeout' || stopped.json?.error?.details?.committed === false, stopped.text);
-    } finally {
-      await p.close();
-    }
+describe('a read sent down a pipe behind its repo\'s runaway, the repo\'s share full', () => {
+  // One process per repo. Quick reads first, so a process takes reads about 1 ms deep (its pipeline depth): the read
+  // goes down the pipe behind the runaway sent with it, before that is known to be slow, and is hedged from there.
+  let p: Product;
+  before(async () => {
+    p = await startProduct({ DB_EXECUTORS: '2', DB_EXECUTORS_PER_REPO: '1', DB_QUERY_TIMEOUT_MS: '3000', DB_QUEUE_TIMEOUT_MS: '300' });
+    await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+  });
+  after(() => p.close());
+
+  async function behindRunaway(): Promise<number> {
+    for (let i = 0; i < 50; i++) await Promise.all([p.db('web', 'query', { sql: 'SELECT 1' }), p.db('warm', 'query', { sql: 'SELECT 1' })]);
+    const runaway = p.db('web', 'query', { sql: RUNAWAY });
+    const t0 = performance.now();
+    const read = await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' });
+    const waited = performance.now() - t0;
+    if (read.status !== 200) assert.equal(read.json?.error?.details?.committed, false, read.text);
+    await runaway;
+    return waited;
+  }
+
+  test('is answered in time (run on the repo\'s runaway pass, or refused at DB_QUEUE_TIMEOUT_MS), not held until the runaway is stopped at its 3000 ms', async () => {
+    const waited = await behindRunaway();
+    assert.ok(waited < 1500, `answered after ${waited.toFixed(0)} ms`);
+  });
+
+  test('with the repo\'s one runaway pass held by an older runaway, too', async () => {
+    const older = p.db('web', 'query', { sql: RUNAWAY });
+    await pause(200); // it holds the repo's runaway pass
+    const waited = await behindRunaway();
+    assert.ok(waited < 1500, `answered after ${waited.toFixed(0)} ms`);
+    assert.equal((await older).json?.error?.code, 'query_timeout');
   });
 });
 
