@@ -9,6 +9,7 @@ import { type ExecutorProcess, LostError } from './process.ts';
 import { ProcessSet, SLOW_MS, type ProcessSetOptions } from './process-set.ts';
 import { Tenant, type Job } from './tenant.ts';
 import { RunawayPasses } from './runaways.ts';
+import { maxWait, QueueError, waitedTooLong } from './queue-limits.ts';
 
 export type { Job } from './tenant.ts';
 
@@ -18,8 +19,6 @@ export type { Job } from './tenant.ts';
  */
 const READ_DEPTH = 16;
 const PIPELINE_MS = 1;
-/** A queue not empty for this long is standing, not a burst (see maxWait). */
-export const STANDING_AFTER_MS = 500;
 /** The watchdog's period. */
 const TICK_MS = 10;
 
@@ -37,32 +36,8 @@ export interface SchedulerOptions extends Omit<ProcessSetOptions, 'onChange' | '
   maxQueued: number;
 }
 
-/** A job refused before it started: nothing of it ran. */
-export class QueueError extends Error {
-  readonly reason: 'timeout' | 'full' | 'standing';
-
-  constructor(reason: QueueError['reason'], message: string) {
-    super(message);
-    this.reason = reason;
-  }
-}
-
 function depth(p: ExecutorProcess): number {
   return Math.max(1, Math.min(READ_DEPTH, Math.floor(PIPELINE_MS / Math.max(p.serviceMs, 0.001))));
-}
-
-/**
- * How long a request may have waited by `now`, given when its queue was last empty. CoDel for request queues (as in
- * "Fail at Scale", Facebook 2015): a burst gets the whole queue timeout, but a queue that has not emptied for
- * STANDING_AFTER_MS is overloaded, and serving its requests late would not serve more of them: past the target
- * they are refused, so those that are served are served promptly.
- */
-export function maxWait(lastEmptyAt: number, now: number, timeoutMs: number, targetMs: number): number {
-  return now - lastEmptyAt > STANDING_AFTER_MS ? Math.min(targetMs, timeoutMs) : timeoutMs;
-}
-
-export function waitedTooLong(waitedMs: number): QueueError {
-  return new QueueError('timeout', `the database service is overloaded: this request waited ${Math.round(waitedMs)} ms for an executor and did not start (the limit is DB_QUEUE_TIMEOUT_MS, or DB_QUEUE_TARGET_MS while requests pile up); nothing of it ran, retry after a second`);
 }
 
 export class Scheduler {
