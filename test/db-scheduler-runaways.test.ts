@@ -1,8 +1,8 @@
 // Runaway statements and the requests around them (SPEC 4.8: a statement past DB_QUERY_TIMEOUT_MS is stopped and gets
 // 422 query_timeout, "while requests to other databases go on unhindered"). A repo's runaways on some databases leave
-// its others served, up to 2 × DB_EXECUTORS_PER_REPO − 1 of them (runaway passes, src/db/executor/runaways.ts); past
-// that it waits for its share as before, and no number of them takes processes from other repos. A request sent down
-// a pipe behind a runaway is answered in time.
+// its others served, up to DB_EXECUTORS_PER_REPO of them (its oldest holds a runaway pass, src/db/executor/runaways.ts);
+// past that it waits for its share as before, and no number of them takes processes from other repos. A request sent
+// down a pipe behind a runaway is answered in time.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startProduct, type Product } from './helpers/product.ts';
@@ -54,13 +54,19 @@ describe('a repo\'s runaways on some of its databases', () => {
     for (const r of await Promise.all(runaways)) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
   });
 
-  test('up to 2 × DB_EXECUTORS_PER_REPO − 1 runaways (3) leave its other databases served; past that its next request waits for its share and is refused (503, nothing ran), and another org is served all along', async () => {
+  test('two repos with as many runaways each: each one\'s other databases are served (a pass each, not both to one)', async () => {
+    for (const database of ['d0', 'd1', 'd2']) assert.equal((await p.db('api', 'execute', { database, sql: 'CREATE TABLE t(x)' })).status, 200);
+    const runaways = ['web', 'api'].flatMap((repo) => ['d0', 'd1'].map((database) => p.db(repo, 'query', { database, sql: RUNAWAY })));
+    await pause(200);
+    await Promise.all([serve('web', 'd2', 800), serve('api', 'd2', 800)]);
+    for (const r of await Promise.all(runaways)) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
+  });
+
+  test('past DB_EXECUTORS_PER_REPO runaways (a third), its next request waits for its share and is refused (503, nothing ran), and another org is served all along', async () => {
     const runaways = ['d0', 'd1'].map((database) => p.db('web', 'query', { database, sql: RUNAWAY }));
-    await pause(200); // both hold the repo's runaway passes
-    runaways.push(p.db('web', 'query', { database: 'd2', sql: RUNAWAY }));
-    await pause(150);
+    await pause(200); // the oldest holds the repo's runaway pass
     await serve('web', 'd3', 300);
-    runaways.push(p.db('web', 'query', { database: 'd4', sql: RUNAWAY }));
+    runaways.push(p.db('web', 'query', { database: 'd2', sql: RUNAWAY }));
     await pause(150);
     const refused = await p.db('web', 'execute', { database: 'd5', sql: 'INSERT INTO t VALUES (1)' });
     assert.equal(refused.status, 503, refused.text);

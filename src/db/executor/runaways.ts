@@ -1,27 +1,21 @@
-// Runaway passes: a repo's statements that have run long stop holding its share of processes, a bounded number of
-// them, so its other databases are served while they run (SPEC 4.8: "requests to other databases go on unhindered").
-// Bounded per repo and in the server, and their processes are room beyond the process limit: no repo takes capacity
-// from another with them (src/db/DESIGN.md, "Scheduling").
+// Runaway passes: a repo's oldest statement that has run long stops holding its share of processes, so its other
+// databases are served while its runaways run (SPEC 4.8: "requests to other databases go on unhindered"). One per
+// repo, a bounded number in the server, and their processes are room beyond the process limit: no repo takes
+// capacity from another with them (src/db/DESIGN.md, "Scheduling").
 import type { ExecutorProcess } from './process.ts';
 import type { Job, Tenant } from './tenant.ts';
 
-/** A statement running this long may be a runaway: its process may get a pass (well under DB_QUEUE_TARGET_MS's 500-ms standing). */
+/** A statement running this long may be a runaway (well under DB_QUEUE_TIMEOUT_MS, and the 500 ms a queue stands after). */
 export const RUNAWAY_MS = 100;
 
-export interface PassLimits {
-  /** Passes one repo may hold at once (DB_EXECUTORS_PER_REPO). */
-  perTenant: number;
-  /** Passes in the server at once (DB_EXECUTORS). */
-  total: number;
-}
-
-/** Which processes run a statement with a pass now: oldest statements first, within the limits. */
+/** Which processes run a statement with a pass now: each repo's oldest one, the oldest first, at most `total`. */
 export class RunawayPasses {
-  private readonly limits: PassLimits;
+  private readonly total: number;
   private passes = new Map<ExecutorProcess, Tenant>();
 
-  constructor(limits: PassLimits) {
-    this.limits = limits;
+  /** `total`: passes in the server at once (DB_EXECUTORS). */
+  constructor(total: number) {
+    this.total = total;
   }
 
   /**
@@ -29,7 +23,7 @@ export class RunawayPasses {
    * gets it. Only scheduled jobs get one (an interactive transaction's statement runs on its own pinned process).
    */
   judge(all: readonly ExecutorProcess[], now: number): void {
-    if (this.limits.total <= 0) return;
+    if (this.total <= 0) return;
     const long: { p: ExecutorProcess; job: Job; ms: number }[] = [];
     for (const p of all) {
       const ms = p.alive ? p.runningFor(now) : 0;
@@ -38,13 +32,12 @@ export class RunawayPasses {
     }
     if (long.length === 0 && this.passes.size === 0) return;
     long.sort((a, b) => b.ms - a.ms);
-    const held = new Map<Tenant, number>();
+    const held = new Set<Tenant>();
     this.passes = new Map();
     for (const { p, job } of long) {
-      if (this.passes.size >= this.limits.total) break;
-      const n = held.get(job.tenant) ?? 0;
-      if (n >= this.limits.perTenant) continue;
-      held.set(job.tenant, n + 1);
+      if (this.passes.size >= this.total) break;
+      if (held.has(job.tenant)) continue;
+      held.add(job.tenant);
       this.passes.set(p, job.tenant);
     }
   }

@@ -1,6 +1,6 @@
 // Decides which executor process runs what, fairly across tenants (repos). Work waits here, in a queue per
 // tenant, not in a process's pipe: tenants are served in turn (round robin, one job each per turn), no tenant
-// occupies more than `perTenant` processes at once besides its runaway passes (runaways.ts); writes start only on an
+// occupies more than `perTenant` processes at once besides its runaway pass (runaways.ts); writes start only on an
 // idle process; reads pipeline about 1 ms deep, and a read caught behind a slow statement is hedged to another
 // process; waits are bounded (maxWait).
 // Nothing here throws out of a timer or a callback: a throw there would stop every org's server.
@@ -23,9 +23,9 @@ const PIPELINE_MS = 1;
 const TICK_MS = 10;
 
 export interface SchedulerOptions extends Omit<ProcessSetOptions, 'onChange' | 'passes'> {
-  /** Processes one tenant may occupy at once (the others stay free for other tenants), besides its runaway passes. */
+  /** Processes one tenant may occupy at once (the others stay free for other tenants), besides its runaway pass. */
   perTenant: number;
-  /** Runaway passes in the server at once (runaways.ts); a tenant holds at most `perTenant` of them. */
+  /** Runaway passes in the server at once (runaways.ts); a tenant holds one at most. */
   runawayPasses: number;
   /** A job that could not start within this long is refused (QueueError 'timeout'). */
   queueTimeoutMs: number;
@@ -55,7 +55,7 @@ export class Scheduler {
 
   constructor(opts: SchedulerOptions) {
     this.opts = opts;
-    this.passes = new RunawayPasses({ perTenant: opts.perTenant, total: opts.runawayPasses });
+    this.passes = new RunawayPasses(opts.runawayPasses);
     this.procs = new ProcessSet({ ...opts, onChange: () => this.schedulePump(), passes: this.passes });
     this.watchdog = setInterval(() => this.procs.guard(() => this.tick()), TICK_MS).unref();
   }
@@ -213,7 +213,7 @@ export class Scheduler {
     if (t.onProcs.has(p)) return true;
     if (!this.belowShare(t)) return false;
     if (t.onProcs.size < this.opts.perTenant) return true;
-    // Beyond its share, on its runaway passes: only a process that has started, and never the last idle one: other
+    // Beyond its share, on its runaway pass: only a process that has started, and never the last idle one: other
     // repos would wait for the next to start (0.1-1 s on a loaded machine, at each round of a repo's runaways).
     return p.started && this.procs.all.some((q) => q !== p && q.started && q.alive && !q.closing && q.inflight === 0 && (q.pinnedBy.size === 0 || q.shared));
   }
