@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Tenant, type Job } from '../src/db/executor/tenant.ts';
-import { maxWait } from '../src/db/executor/scheduler.ts';
+import { maxWait } from '../src/db/executor/queue-limits.ts';
 
 function job(t: Tenant, enqueuedAt: number, write = false): Job {
   return { tenant: t, write, header: { at: enqueuedAt }, body: undefined, budgetMs: 1000, enqueuedAt, resolve: () => {}, reject: () => {}, settled: false, hedged: false, started: false };

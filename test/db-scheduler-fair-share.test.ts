@@ -9,7 +9,7 @@ import { tempDir } from './helpers/product.ts';
 
 const errors: unknown[] = [];
 const scheduler = new Scheduler({
-  processes: 2, maxProcesses: 6, perTenant: 2, queueTimeoutMs: 60_000, queueTargetMs: 60_000, maxQueuedPerTenant: 100, maxQueued: 1000,
+  processes: 2, maxProcesses: 6, perTenant: 2, runawayPasses: 2, queueTimeoutMs: 60_000, queueTargetMs: 60_000, maxQueuedPerTenant: 100, maxQueued: 1000,
   limits: { sync: 'full', maxValueBytes: 1 << 20, maxSizeBytes: 1 << 30, maxResultBytes: 1 << 24, maxOpen: 16, idleCloseMs: 0 },
   onRestart: () => {}, onError: (e) => void errors.push(e),
 });

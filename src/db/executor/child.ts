@@ -219,12 +219,10 @@ function handle(frame: Frame): Buffer {
 }
 
 channel.on('data', (chunk: Buffer) => {
-  // Read replies of one chunk leave together; a write's reply leaves the moment it exists, so a kill later in the
-  // chunk never holds back the reply of a committed write.
-  channel.cork();
+  // Each reply leaves before the next message runs. Replies of one chunk used to leave together, at its end: a quick
+  // read's reply then waited behind a runaway sent after it, and the parent, seeing it unanswered, stopped the process
+  // at the read's limit as if the read were the runaway (422 query_timeout for `SELECT 1`, and the runaway ran again).
   for (const frame of decoder.push(chunk)) {
-    const write = frame.header.op === 'execute' || frame.header.op === 'migrate' || frame.header.op === 'tx.commit' || frame.header.op === 'restore' || frame.header.op === 'import' || frame.header.op === 'apply' || frame.header.op === 'copy.check' || frame.header.op === 'replica.apply' || frame.header.op === 'replica.prepare';
-    if (write) channel.uncork();
     let out: Buffer;
     try {
       out = handle(frame);
@@ -233,12 +231,7 @@ channel.on('data', (chunk: Buffer) => {
       out = encodeFrame(frame.seq, { s: reply.status }, reply.body);
     }
     channel.write(out);
-    if (write) {
-      channel.uncork();
-      channel.cork();
-    }
   }
-  channel.uncork();
 });
 channel.on('end', () => {
   handles.closeAll();

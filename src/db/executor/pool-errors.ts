@@ -1,7 +1,7 @@
 // What the pool answers when a request could not run, or lost its executor: SPEC 3's errors, saying what of it ran.
 import { ApiError } from '../../shared/errors.ts';
 import { LostError } from './process.ts';
-import { QueueError } from './scheduler.ts';
+import { QueueError } from './queue-limits.ts';
 import { sizeText } from './temp-space.ts';
 
 /** A database file's folder is its repo's (`…/db/{org}/{repo}/{database}.sqlite`): the repo is the tenant. */

@@ -65,6 +65,7 @@ export class ExecutorPool {
       maxProcesses: Math.max(opts.processes, opts.maxProcesses ?? opts.processes * 2 + 2),
       limits: opts.limits,
       perTenant: Math.min(opts.processes, opts.perTenant ?? opts.processes),
+      runawayPasses: opts.processes,
       queueTimeoutMs: timeoutMs,
       queueTargetMs: opts.queueTargetMs ?? 50,
       maxQueuedPerTenant,

@@ -2,6 +2,7 @@
 // or retired one replaced. Every callback here runs guarded: an error is reported, never thrown into the event loop.
 import type { ExecutorLimits } from './handles.ts';
 import { ExecutorProcess } from './process.ts';
+import type { RunawayPasses } from './runaways.ts';
 
 /** A statement running longer than this may be a long one: its process does not count as free. */
 export const SLOW_MS = 20;
@@ -13,7 +14,7 @@ const RETIRE_IDLE_MS = 5000;
 export interface ProcessSetOptions {
   /** Processes free of slow statements to keep. */
   processes: number;
-  /** Processes in all, slow ones included. */
+  /** Processes in all, slow ones included; those running a statement with a runaway pass come on top (runaways.ts). */
   maxProcesses: number;
   limits: ExecutorLimits;
   /** A process died and is replaced; `stoppedFor` says why it was stopped, when it was on purpose. */
@@ -21,6 +22,8 @@ export interface ProcessSetOptions {
   onError: (e: unknown) => void;
   /** A process came or answered: work may go now. */
   onChange: () => void;
+  /** The statements running with a runaway pass (judged by the scheduler). */
+  passes: RunawayPasses;
 }
 
 export class ProcessSet {
@@ -64,10 +67,21 @@ export class ProcessSet {
     if (i === -1 || this.closing) return; // retired on purpose, or closing
     this.opts.onRestart(dead.pid, dead.stoppedFor);
     this.all.splice(i, 1);
+    this.opts.passes.drop(dead);
     const now = performance.now();
     // One that died young may not be able to start at all: replace it after a pause, not in a tight loop.
     if (now - dead.spawnedAt < 1000) this.spawnAfter = now + RESPAWN_PAUSE_MS;
     this.grow(now);
+  }
+
+  /** Processes to keep free: one more while runaways hold passes, for work beyond a repo's share (Scheduler.allowed). */
+  private keepFree(): number {
+    return this.opts.processes + (this.opts.passes.size > 0 ? 1 : 0);
+  }
+
+  /** Below the process limit: a process running a statement with a runaway pass is room beyond it (runaways.ts). */
+  private belowLimit(): boolean {
+    return this.all.length - this.opts.passes.size < this.opts.maxProcesses;
   }
 
   /** Keeps `processes` processes free, spawning extra ones (up to `maxProcesses`); closes extras no longer needed. */
@@ -80,7 +94,7 @@ export class ProcessSet {
     if (this.closing || now < this.spawnAfter) return;
     let free = this.general(now).length;
     let spawned = false;
-    while (free < this.opts.processes && this.all.length < this.opts.maxProcesses) {
+    while (free < this.keepFree() && this.belowLimit()) {
       try {
         this.all.push(this.spawn());
       } catch (e) {
@@ -97,7 +111,7 @@ export class ProcessSet {
   private shrink(now: number): void {
     const idle = (p: ExecutorProcess) => p.alive && !p.closing && p.inflight === 0 && p.pins === 0;
     let gone = this.all.find((p) => p.retire && idle(p));
-    if (!gone && this.all.length > this.opts.processes && this.general(now).length > this.opts.processes) {
+    if (!gone && this.all.length > this.opts.processes && this.general(now).length > this.keepFree()) {
       gone = this.all.find((p) => idle(p) && now - p.idleSince > RETIRE_IDLE_MS);
     }
     if (!gone) return;
@@ -122,7 +136,7 @@ export class ProcessSet {
     let best = least(free.filter((p) => p.pinnedBy.has(tenant) && p.pinnedBy.size === 1 && !p.shared));
     const open = free.filter((p) => p.pinnedBy.size === 0);
     // One of its own only while `processes` stay open to every repo after it (or one more may be spawned for them).
-    const spare = this.general(now).length > this.opts.processes || this.all.length < this.opts.maxProcesses;
+    const spare = this.general(now).length > this.opts.processes || this.belowLimit();
     if (!best && open.length > 0 && spare) best = least(open);
     if (!best) {
       // No spare: it shares the least held process, which is (or stays) open to all. Taken exclusively here, six

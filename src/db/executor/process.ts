@@ -141,6 +141,11 @@ export class ExecutorProcess {
     return this.child.pid;
   }
 
+  /** The child has loaded: what it was sent runs (until then none of it has begun). */
+  get started(): boolean {
+    return this.ready;
+  }
+
   /** Messages sent and not yet answered. */
   get inflight(): number {
     return this.queue.length - this.head;
@@ -246,6 +251,11 @@ export class ExecutorProcess {
    */
   running(): unknown {
     return this.ready ? this.queue[this.head] : undefined;
+  }
+
+  /** The caller's tag of the running message (undefined when nothing runs, or it was sent untagged). */
+  runningTag(): unknown {
+    return this.ready ? this.queue[this.head]?.tag : undefined;
   }
 
   /** True when SQLite's temporary files in this process hold more than DB_TEMP_MAX_BYTES (never without a limit). */

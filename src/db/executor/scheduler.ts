@@ -1,12 +1,15 @@
 // Decides which executor process runs what, fairly across tenants (repos). Work waits here, in a queue per
 // tenant, not in a process's pipe: tenants are served in turn (round robin, one job each per turn), no tenant
-// occupies more than `perTenant` processes at once; writes start only on an idle process; reads pipeline about
-// 1 ms deep, and a read caught behind a slow statement is hedged to another process; waits are bounded (maxWait).
+// occupies more than `perTenant` processes at once besides its runaway pass (runaways.ts); writes start only on an
+// idle process; reads pipeline about 1 ms deep, and a read caught behind a slow statement is hedged to another
+// process; waits are bounded (maxWait).
 // Nothing here throws out of a timer or a callback: a throw there would stop every org's server.
 import type { Frame } from './protocol.ts';
 import { type ExecutorProcess, LostError } from './process.ts';
 import { ProcessSet, SLOW_MS, type ProcessSetOptions } from './process-set.ts';
 import { Tenant, type Job } from './tenant.ts';
+import { RunawayPasses } from './runaways.ts';
+import { maxWait, QueueError, waitedTooLong } from './queue-limits.ts';
 
 export type { Job } from './tenant.ts';
 
@@ -16,14 +19,14 @@ export type { Job } from './tenant.ts';
  */
 const READ_DEPTH = 16;
 const PIPELINE_MS = 1;
-/** A queue not empty for this long is standing, not a burst (see maxWait). */
-export const STANDING_AFTER_MS = 500;
 /** The watchdog's period. */
 const TICK_MS = 10;
 
-export interface SchedulerOptions extends Omit<ProcessSetOptions, 'onChange'> {
-  /** Processes one tenant may occupy at once (the others stay free for other tenants). */
+export interface SchedulerOptions extends Omit<ProcessSetOptions, 'onChange' | 'passes'> {
+  /** Processes one tenant may occupy at once (the others stay free for other tenants), besides its runaway pass. */
   perTenant: number;
+  /** Runaway passes in the server at once (runaways.ts); a tenant holds one at most. */
+  runawayPasses: number;
   /** A job that could not start within this long is refused (QueueError 'timeout'). */
   queueTimeoutMs: number;
   /** While a tenant's queue stands (see maxWait), a job may wait only this long. */
@@ -33,36 +36,13 @@ export interface SchedulerOptions extends Omit<ProcessSetOptions, 'onChange'> {
   maxQueued: number;
 }
 
-/** A job refused before it started: nothing of it ran. */
-export class QueueError extends Error {
-  readonly reason: 'timeout' | 'full' | 'standing';
-
-  constructor(reason: QueueError['reason'], message: string) {
-    super(message);
-    this.reason = reason;
-  }
-}
-
 function depth(p: ExecutorProcess): number {
   return Math.max(1, Math.min(READ_DEPTH, Math.floor(PIPELINE_MS / Math.max(p.serviceMs, 0.001))));
 }
 
-/**
- * How long a request may have waited by `now`, given when its queue was last empty. CoDel for request queues (as in
- * "Fail at Scale", Facebook 2015): a burst gets the whole queue timeout, but a queue that has not emptied for
- * STANDING_AFTER_MS is overloaded, and serving its requests late would not serve more of them: past the target
- * they are refused, so those that are served are served promptly.
- */
-export function maxWait(lastEmptyAt: number, now: number, timeoutMs: number, targetMs: number): number {
-  return now - lastEmptyAt > STANDING_AFTER_MS ? Math.min(targetMs, timeoutMs) : timeoutMs;
-}
-
-export function waitedTooLong(waitedMs: number): QueueError {
-  return new QueueError('timeout', `the database service is overloaded: this request waited ${Math.round(waitedMs)} ms for an executor and did not start (the limit is DB_QUEUE_TIMEOUT_MS, or DB_QUEUE_TARGET_MS while requests pile up); nothing of it ran, retry after a second`);
-}
-
 export class Scheduler {
   private readonly procs: ProcessSet;
+  private readonly passes: RunawayPasses;
   private readonly tenants = new Map<string, Tenant>();
   /** Tenants with queued jobs, served in turn from `cursor`. */
   private readonly ring: Tenant[] = [];
@@ -75,7 +55,8 @@ export class Scheduler {
 
   constructor(opts: SchedulerOptions) {
     this.opts = opts;
-    this.procs = new ProcessSet({ ...opts, onChange: () => this.schedulePump() });
+    this.passes = new RunawayPasses(opts.runawayPasses);
+    this.procs = new ProcessSet({ ...opts, onChange: () => this.schedulePump(), passes: this.passes });
     this.watchdog = setInterval(() => this.procs.guard(() => this.tick()), TICK_MS).unref();
   }
 
@@ -138,7 +119,7 @@ export class Scheduler {
         // this turn's I/O, and only if the message measured still runs (its reply may be in the pipe).
         const running = p.running();
         setImmediate(() => this.procs.guard(() => p.killForTempSpace(running)));
-      } else if (slow) {
+      } else if (slow && !this.closing) {
         for (const tag of p.waiting()) {
           const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs
           // A read that writes a file (a snapshot, an export) is never hedged: two copies would write one target.
@@ -150,9 +131,12 @@ export class Scheduler {
         }
       }
     }
+    if (this.closing) return; // only statements past their limits are still stopped (see close)
     this.expire(now);
+    this.passes.judge(this.procs.all, now);
     this.procs.maintain(now);
-    if (hedged) this.pump();
+    // Also while jobs wait: one may wait for a started process that has since turned slow (see startedFor).
+    if (hedged || this.queued > 0) this.pump();
   }
 
   /** Jobs that could not start in time (maxWait) are refused; a refused job never runs. */
@@ -161,7 +145,11 @@ export class Scheduler {
       const limit = maxWait(t.lastEmptyAt, now, this.opts.queueTimeoutMs, this.opts.queueTargetMs);
       for (const job of t.expire(now - limit)) {
         this.queued--;
-        if (job.settled || job.started) continue; // a hedged copy: the job still runs where it was sent first
+        if (job.settled) continue;
+        // A hedged read whose first copy runs goes on there; one whose copy still waits behind a slow statement is
+        // refused like one that never started (a read changes nothing; its late answer is dropped): it waited up to
+        // DB_QUERY_TIMEOUT_MS when the repo's share stayed full.
+        if (job.started && (job.write || job.sentTo?.runningTag() === job)) continue;
         job.settled = true;
         job.reject(waitedTooLong(now - job.enqueuedAt));
       }
@@ -173,6 +161,7 @@ export class Scheduler {
     const now = performance.now();
     const ready = this.procs.free(now);
     if (ready.length === 0) return;
+    this.passes.judge(this.procs.all, now);
     // Whichever has waited longer goes first, a read or a write (writes always first starved reads under a steady
     // mix: reads' p99 220-234 ms, writes' 19-21 ms; now 42-46 and 49-59). While a write goes first, the least busy
     // process takes no new reads, so it drains and the write can start; while a read does, writes wait a pump.
@@ -221,7 +210,17 @@ export class Scheduler {
    */
   private allowed(t: Tenant, p: ExecutorProcess): boolean {
     if (p.pinnedBy.size > 0 && !p.shared && !p.pinnedBy.has(t.key)) return false;
-    return t.onProcs.has(p) || t.onProcs.size < this.opts.perTenant;
+    if (t.onProcs.has(p)) return true;
+    if (!this.belowShare(t)) return false;
+    if (t.onProcs.size < this.opts.perTenant) return true;
+    // Beyond its share, on its runaway pass: only a process that has started, and never the last idle one: other
+    // repos would wait for the next to start (0.1-1 s on a loaded machine, at each round of a repo's runaways).
+    return p.started && this.procs.all.some((q) => q !== p && q.started && q.alive && !q.closing && q.inflight === 0 && (q.pinnedBy.size === 0 || q.shared));
+  }
+
+  /** May `t` start work on one more process? Those running a statement with a runaway pass do not count (runaways.ts). */
+  private belowShare(t: Tenant): boolean {
+    return this.passes.share(t) < this.opts.perTenant;
   }
 
   /**
@@ -233,7 +232,7 @@ export class Scheduler {
     let oldestWrite = Infinity;
     let oldestRead = Infinity;
     for (const t of this.ring) {
-      if (t.onProcs.size < this.opts.perTenant) oldestWrite = Math.min(oldestWrite, t.oldestWriteAt());
+      if (this.belowShare(t)) oldestWrite = Math.min(oldestWrite, t.oldestWriteAt());
       const read = t.oldestRead();
       if (read && read.enqueuedAt < oldestRead && ready.some((p) => p.inflight < depth(p) && this.allowed(t, p) && p !== read.sentTo)) oldestRead = read.enqueuedAt;
     }
@@ -244,10 +243,11 @@ export class Scheduler {
   private dispatchOne(t: Tenant, ready: ExecutorProcess[], reserved: ExecutorProcess | undefined, writesFirst: boolean): boolean {
     const write = writesFirst ? t.peekWrite() : undefined;
     if (write) {
-      const idle = ready.find((p) => p.inflight === 0 && this.allowed(t, p));
-      if (idle) return this.dispatch(idle, t.take(write));
+      let idle: ExecutorProcess | undefined;
+      for (const p of ready) if (p.inflight === 0 && (!idle || (p.started && !idle.started)) && this.allowed(t, p)) idle = p;
+      if (idle && (idle.started || !this.startedFor(t, ready, undefined))) return this.dispatch(idle, t.take(write));
       // The tenant's own reads hold its share: hold its reads back so they drain and the write can start.
-      if (t.onProcs.size >= this.opts.perTenant) return false;
+      if (!this.belowShare(t)) return false;
     }
     const read = t.peekRead(this.lifoBefore(t));
     if (!read) return false;
@@ -257,9 +257,18 @@ export class Scheduler {
     let best: ExecutorProcess | undefined;
     for (const p of ready) {
       if ((p === reserved && !(light && p.inflight === 0)) || p.inflight >= depth(p) || !this.allowed(t, p) || read.sentTo === p) continue;
-      if (!best || p.inflight < best.inflight) best = p;
+      // One that has started first (within its pipeline depth, it answers sooner than one still starting), then the least busy.
+      if (!best || (p.started && !best.started) || (p.started === best.started && p.inflight < best.inflight)) best = p;
     }
-    return best ? this.dispatch(best, t.take(read)) : false;
+    return best && (best.started || !this.startedFor(t, ready, read)) ? this.dispatch(best, t.take(read)) : false;
+  }
+
+  /**
+   * Could a started process take `t`'s job soon (it is busy, not slow)? Then the job waits a pump for it rather than go
+   * to one still starting: a start takes 0.1-1 s on a loaded machine, and a runaway's round spawns several.
+   */
+  private startedFor(t: Tenant, ready: ExecutorProcess[], read: Job | undefined): boolean {
+    return ready.some((p) => p.started && p !== read?.sentTo && this.allowed(t, p));
   }
 
   /**
@@ -303,7 +312,9 @@ export class Scheduler {
     }, (e: unknown) => {
       job.copies!--;
       done();
-      if (job.settled) return;
+      // Another copy (a hedged read's) still runs and will answer it: running this one again made a third, which could
+      // outlive every limit (a runaway's copy started as the server closed).
+      if (job.settled || job.copies! > 0) return;
       const rerun = e instanceof LostError && !this.closing && (e.reason === 'unstarted' || (e.reason === 'crash' && !job.write && !job.retried));
       if (rerun) {
         if ((e as LostError).reason === 'crash') job.retried = true;
@@ -361,7 +372,6 @@ export class Scheduler {
 
   async close(): Promise<void> {
     this.closing = true;
-    clearInterval(this.watchdog);
     for (const t of this.ring) {
       for (const job of t.drain()) {
         if (job.settled) continue;
@@ -371,6 +381,9 @@ export class Scheduler {
     }
     this.ring.length = 0;
     this.queued = 0;
+    // The watchdog runs until every process has closed: a statement still running (a hedged copy of a runaway, sent
+    // again when its first copy was lost) was no longer stopped at its limit, and held the close for ever.
     await this.procs.close();
+    clearInterval(this.watchdog);
   }
 }

@@ -84,7 +84,7 @@ export class Tenant {
   /** Started, unanswered jobs per process. */
   readonly onProcs = new Map<ExecutorProcess, number>();
   inRing = false;
-  /** When its queue was last empty: a queue not empty for a while is standing (see Scheduler.maxWait). */
+  /** When its queue was last empty: a queue not empty for a while is standing (see maxWait, queue-limits.ts). */
   lastEmptyAt = performance.now();
   /** How long its reads take once sent to a process (ms, a moving average): with the queue's length, the wait ahead. */
   readServiceMs = 0;

@@ -31,6 +31,8 @@ interface Lane {
   queue: WriteItem[];
   /** Since when an interactive transaction holds it, or null. */
   heldSince: number | null;
+  /** Interactive transactions it has held: a wait armed behind one is not judged behind the next. */
+  holds: number;
 }
 
 const MAX_GROUP = 256;
@@ -70,7 +72,7 @@ export class WriteLanes {
     if (this.closing) return item.reject(new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' }));
     let lane = this.lanes.get(path);
     if (!lane) {
-      lane = { scope, busy: false, queue: [], heldSince: null };
+      lane = { scope, busy: false, queue: [], heldSince: null, holds: 0 };
       this.lanes.set(path, lane);
     }
     if (lane.queue.length >= this.maxLane) return item.reject(overloaded(`${this.maxLane} writes to this database already wait`));
@@ -79,15 +81,21 @@ export class WriteLanes {
     if (!lane.busy) void this.flush(path, lane);
   }
 
-  /** A write behind an open interactive transaction waits DB_QUEUE_TIMEOUT_MS at most, and is told why it waited. */
+  /**
+   * A write behind an open interactive transaction waits DB_QUEUE_TIMEOUT_MS at most, and is told why it waited. So
+   * does another transaction's BEGIN: it waited until the first ended (up to DB_TRANSACTION_MAX_MS, 30 s). Never
+   * SQLITE_BUSY (SPEC 4.8): the 503 of every other wait, `UNAVAILABLE` on Hrana.
+   */
   private waitBehindHold(lane: Lane, item: WriteItem): void {
-    if (item.op === 'hold') return; // a BEGIN waits its turn: TxQuota and the transaction limits bound it
+    const hold = lane.holds;
     setTimeout(() => {
       const at = lane.queue.indexOf(item);
-      if (at === -1 || lane.heldSince === null) return;
+      // Ended meanwhile; or a later transaction holds the lane, behind which the wait was armed again (credited, below).
+      if (at === -1 || lane.heldSince === null || lane.holds !== hold) return;
       lane.queue.splice(at, 1);
       const open = Math.round(performance.now() - lane.heldSince);
-      item.reject(new ApiError('unavailable', `this database's writes wait behind an interactive transaction (a libSQL stream) open for ${open} ms; this write waited ${this.timeoutMs} ms (DB_QUEUE_TIMEOUT_MS) and did not start: retry after a second (an idle transaction is rolled back after DB_STREAM_IDLE_MS, any after DB_TRANSACTION_MAX_MS)`, { committed: false }, { 'retry-after': '1' }));
+      const what = item.op === 'hold' ? 'this BEGIN' : 'this write';
+      item.reject(new ApiError('unavailable', `this database's writes wait behind an interactive transaction (a libSQL stream) open for ${open} ms; ${what} waited ${this.timeoutMs} ms (DB_QUEUE_TIMEOUT_MS) and did not start: retry after a second (an idle transaction is rolled back after DB_STREAM_IDLE_MS, any after DB_TRANSACTION_MAX_MS)`, { committed: false }, { 'retry-after': '1' }));
     }, Math.max(0, item.at + this.timeoutMs - performance.now())).unref();
   }
 
@@ -134,6 +142,7 @@ export class WriteLanes {
       const startedAt = performance.now();
       if (items[0]!.op === 'hold') {
         lane.heldSince = startedAt;
+        lane.holds++;
         for (const waiting of lane.queue) this.waitBehindHold(lane, waiting);
         await this.hold(path, lane, items[0]!);
         lane.heldSince = null;

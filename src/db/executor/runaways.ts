@@ -1,0 +1,62 @@
+// Runaway passes: a repo's oldest statement that has run long stops holding its share of processes, so its other
+// databases are served while its runaways run (SPEC 4.8: "requests to other databases go on unhindered"). One per
+// repo, a bounded number in the server, and their processes are room beyond the process limit: no repo takes
+// capacity from another with them (src/db/DESIGN.md, "Scheduling").
+import type { ExecutorProcess } from './process.ts';
+import type { Job, Tenant } from './tenant.ts';
+
+/** A statement running this long may be a runaway (well under DB_QUEUE_TIMEOUT_MS, and the 500 ms a queue stands after). */
+export const RUNAWAY_MS = 100;
+
+/** Which processes run a statement with a pass now: each repo's oldest one, the oldest first, at most `total`. */
+export class RunawayPasses {
+  private readonly total: number;
+  private passes = new Map<ExecutorProcess, Tenant>();
+
+  /** `total`: passes in the server at once (DB_EXECUTORS). */
+  constructor(total: number) {
+    this.total = total;
+  }
+
+  /**
+   * Judged again at every tick and pump, from scratch: a pass ends with its statement, and the next oldest runaway
+   * gets it. Only scheduled jobs get one (an interactive transaction's statement runs on its own pinned process).
+   */
+  judge(all: readonly ExecutorProcess[], now: number): void {
+    if (this.total <= 0) return;
+    const long: { p: ExecutorProcess; job: Job; ms: number }[] = [];
+    for (const p of all) {
+      const ms = p.alive ? p.runningFor(now) : 0;
+      const job = ms > RUNAWAY_MS ? p.runningTag() as Job | undefined : undefined;
+      if (job?.tenant) long.push({ p, job, ms });
+    }
+    if (long.length === 0 && this.passes.size === 0) return;
+    long.sort((a, b) => b.ms - a.ms);
+    const held = new Set<Tenant>();
+    this.passes = new Map();
+    for (const { p, job } of long) {
+      if (this.passes.size >= this.total) break;
+      if (held.has(job.tenant)) continue;
+      held.add(job.tenant);
+      this.passes.set(p, job.tenant);
+    }
+  }
+
+  /** A dead process holds no pass (it is replaced before the next judgement). */
+  drop(p: ExecutorProcess): void {
+    this.passes.delete(p);
+  }
+
+  /** Processes running a statement with a pass: room beyond the process limit. */
+  get size(): number {
+    return this.passes.size;
+  }
+
+  /** Processes `t` occupies that count toward its share: not those running a pass (its own or another repo's). */
+  share(t: Tenant): number {
+    if (this.passes.size === 0) return t.onProcs.size;
+    let n = 0;
+    for (const p of t.onProcs.keys()) if (!this.passes.has(p)) n++;
+    return n;
+  }
+}

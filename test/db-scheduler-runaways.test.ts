@@ -1,0 +1,157 @@
+// Runaway statements and the requests around them (SPEC 4.8: a statement past DB_QUERY_TIMEOUT_MS is stopped and gets
+// 422 query_timeout, "while requests to other databases go on unhindered"). A repo's runaways on some databases leave
+// its others served, up to DB_EXECUTORS_PER_REPO of them (its oldest holds a runaway pass, src/db/executor/runaways.ts);
+// past that it waits for its share as before, and no number of them takes processes from other repos. A request sent
+// down a pipe behind a runaway is answered in time.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startProduct, type Product } from './helpers/product.ts';
+import { executorPids } from './helpers/processes.ts';
+
+const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function p99(samples: number[]): number {
+  const s = [...samples].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(s.length * 0.99))]!;
+}
+
+describe('a repo\'s runaways on some of its databases', () => {
+  let p: Product;
+  const databases = Array.from({ length: 10 }, (_, i) => `d${i}`); // more than the processes there may be (8)
+  before(async () => {
+    p = await startProduct({ DB_QUERY_TIMEOUT_MS: '2500' }); // DB_EXECUTORS 2, DB_EXECUTORS_PER_REPO 2
+    for (const database of databases) assert.equal((await p.db('web', 'execute', { database, sql: 'CREATE TABLE t(x)' })).status, 200);
+    assert.equal((await p.db('site', 'execute', { sql: 'CREATE TABLE t(x)' }, { org: 'other' })).status, 200);
+  });
+  after(() => p.close());
+
+  /** Writes and reads one database of `repo` for `ms`: every status, and each round's time. */
+  async function serve(repo: string, database: string, ms: number, org = 'acme') {
+    const statuses: number[] = [];
+    const latencies: number[] = [];
+    const until = performance.now() + ms;
+    while (performance.now() < until) {
+      const t0 = performance.now();
+      const [w, r] = await Promise.all([
+        p.db(repo, 'execute', { database, sql: 'INSERT INTO t VALUES (1)' }, { org }),
+        p.db(repo, 'query', { database, sql: 'SELECT count(*) FROM t' }, { org }),
+      ]);
+      latencies.push(performance.now() - t0);
+      statuses.push(w.status, r.status);
+      if (w.status !== 200 || r.status !== 200) assert.fail(`${repo}/${database}: ${w.status} ${w.text} | ${r.status} ${r.text}`);
+      await pause(10);
+    }
+    return { statuses, latencies };
+  }
+
+  test('as many runaways as executors, on two of its databases, leave writes and reads to its third served (they got 503 for as long as the runaways ran)', async () => {
+    const runaways = ['d0', 'd1'].map((database) => p.db('web', 'query', { database, sql: RUNAWAY }));
+    await pause(50);
+    const { latencies } = await serve('web', 'd2', 1500);
+    // Unloaded a round takes a few ms; the first waits out RUNAWAY_MS (100 ms) and maybe a process's start.
+    assert.ok(p99(latencies) < 1000, `p99 ${p99(latencies).toFixed(0)} ms over ${latencies.length} rounds`);
+    for (const r of await Promise.all(runaways)) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
+  });
+
+  test('two repos with as many runaways each: each one\'s other databases are served (a pass each, not both to one)', async () => {
+    for (const database of ['d0', 'd1', 'd2']) assert.equal((await p.db('api', 'execute', { database, sql: 'CREATE TABLE t(x)' })).status, 200);
+    const runaways = ['web', 'api'].flatMap((repo) => ['d0', 'd1'].map((database) => p.db(repo, 'query', { database, sql: RUNAWAY })));
+    await pause(200);
+    await Promise.all([serve('web', 'd2', 800), serve('api', 'd2', 800)]);
+    for (const r of await Promise.all(runaways)) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
+  });
+
+  test('past DB_EXECUTORS_PER_REPO runaways (a third), its next request waits for its share and is refused (503, nothing ran), and another org is served all along', async () => {
+    const runaways = ['d0', 'd1'].map((database) => p.db('web', 'query', { database, sql: RUNAWAY }));
+    await pause(200); // the oldest holds the repo's runaway pass
+    await serve('web', 'd3', 300);
+    runaways.push(p.db('web', 'query', { database: 'd2', sql: RUNAWAY }));
+    await pause(150);
+    const refused = await p.db('web', 'execute', { database: 'd5', sql: 'INSERT INTO t VALUES (1)' });
+    assert.equal(refused.status, 503, refused.text);
+    assert.equal(refused.json.error.details.committed, false);
+    await serve('site', 'main', 300, 'other');
+    for (const r of await Promise.all(runaways)) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
+    const rows = await p.db('web', 'query', { database: 'd5', sql: 'SELECT count(*) FROM t' });
+    assert.deepEqual(rows.json.results[0].rows, [[0]], 'the refused write never ran');
+  });
+
+  test('runaways on all 10 of its databases take no process from other repos: another org is served throughout, and the processes stay bounded', async () => {
+    const executors = p.config.db.executors;
+    const runaways = databases.map((database) => p.db('web', 'query', { database, sql: RUNAWAY }));
+    await pause(50);
+    let most = 0;
+    const counting = setInterval(() => (most = Math.max(most, executorPids().length)), 50);
+    try {
+      // Every round is answered 200 (serve fails on any other status): held behind the runaways, it would be refused.
+      const { latencies } = await serve('site', 'main', 2000, 'other');
+      // Unloaded a round takes a few ms; a process's start (0.1-1 s on a loaded machine) is the most it may wait.
+      assert.ok(p99(latencies) < 1000, `p99 ${p99(latencies).toFixed(0)} ms over ${latencies.length} rounds`);
+    } finally {
+      clearInterval(counting);
+    }
+    for (const r of await Promise.all(runaways)) assert.ok(r.status === 422 || r.status === 503, `a runaway ends in query_timeout or is refused (${r.status} ${r.text})`);
+    // 2 × DB_EXECUTORS + 2, and one more for each runaway pass (DB_EXECUTORS of them in the server).
+    assert.ok(most <= 3 * executors + 2, `at most ${3 * executors + 2} executor processes (saw ${most})`);
+  });
+});
+
+describe('a read sent down a pipe behind its repo\'s runaway, the repo\'s share full', () => {
+  // One process per repo. Quick reads first, so a process takes reads about 1 ms deep (its pipeline depth): the read
+  // goes down the pipe behind the runaway sent with it, before that is known to be slow, and is hedged from there.
+  let p: Product;
+  before(async () => {
+    p = await startProduct({ DB_EXECUTORS: '2', DB_EXECUTORS_PER_REPO: '1', DB_QUERY_TIMEOUT_MS: '3000', DB_QUEUE_TIMEOUT_MS: '300' });
+    await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+  });
+  after(() => p.close());
+
+  async function behindRunaway(): Promise<number> {
+    for (let i = 0; i < 50; i++) await Promise.all([p.db('web', 'query', { sql: 'SELECT 1' }), p.db('warm', 'query', { sql: 'SELECT 1' })]);
+    const runaway = p.db('web', 'query', { sql: RUNAWAY });
+    const t0 = performance.now();
+    const read = await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' });
+    const waited = performance.now() - t0;
+    if (read.status !== 200) assert.equal(read.json?.error?.details?.committed, false, read.text);
+    await runaway;
+    return waited;
+  }
+
+  test('is answered in time (run on the repo\'s runaway pass, or refused at DB_QUEUE_TIMEOUT_MS), not held until the runaway is stopped at its 3000 ms', async () => {
+    const waited = await behindRunaway();
+    assert.ok(waited < 1500, `answered after ${waited.toFixed(0)} ms`);
+  });
+
+  test('with the repo\'s one runaway pass held by an older runaway, too', async () => {
+    const older = p.db('web', 'query', { sql: RUNAWAY });
+    await pause(200); // it holds the repo's runaway pass
+    const waited = await behindRunaway();
+    assert.ok(waited < 1500, `answered after ${waited.toFixed(0)} ms`);
+    assert.equal((await older).json?.error?.code, 'query_timeout');
+  });
+});
+
+describe('a quick read sent together with a runaway, down the same pipe', () => {
+  test('is answered when it is done, not held until the runaway is stopped (it got 422 query_timeout, as if it were the runaway)', async () => {
+    // One process: both go down its pipe in one write, the read first. The executor ran both from one chunk and sent
+    // their replies at its end; the read's waited behind the runaway, and the parent stopped the process at the read's
+    // limit, the read's reply still unsent.
+    const p = await startProduct({ DB_EXECUTORS: '1', DB_QUERY_TIMEOUT_MS: '1000', DB_QUEUE_TIMEOUT_MS: '5000' });
+    try {
+      await p.db('web', 'execute', { sql: 'CREATE TABLE t(x)' });
+      for (let round = 0; round < 3; round++) {
+        const t0 = performance.now();
+        const [quick, runaway] = await Promise.all([
+          p.db('web', 'query', { sql: 'SELECT count(*) FROM t' }).then((r) => ({ r, ms: performance.now() - t0 })),
+          p.db('web', 'query', { sql: RUNAWAY }),
+        ]);
+        assert.equal(quick.r.status, 200, quick.r.text);
+        assert.ok(quick.ms < 900, `answered after ${quick.ms.toFixed(0)} ms, not at the runaway's 1000 ms limit`);
+        assert.equal(runaway.json?.error?.code, 'query_timeout', runaway.text);
+      }
+    } finally {
+      await p.close();
+    }
+  });
+});
