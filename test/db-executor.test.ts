@@ -9,7 +9,7 @@ import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { executorPids, openFiles } from './helpers/processes.ts';
 import { ExecutorPool } from '../src/db/executor/pool.ts';
 
-const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
+import { RUNAWAY } from './helpers/runaway.ts';
 
 
 /** Paths of the database files (.sqlite, -wal, -shm) a process holds open. */

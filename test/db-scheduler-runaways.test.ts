@@ -8,13 +8,7 @@ import assert from 'node:assert/strict';
 import { startProduct, type Product } from './helpers/product.ts';
 import { executorPids } from './helpers/processes.ts';
 
-const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
-const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function p99(samples: number[]): number {
-  const s = [...samples].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(s.length * 0.99))]!;
-}
+import { p99, pause, RUNAWAY } from './helpers/runaway.ts';
 
 describe('a repo\'s runaways on some of its databases', () => {
   let p: Product;

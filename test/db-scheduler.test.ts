@@ -8,15 +8,7 @@ import { repoSecret } from '../src/shared/secrets.ts';
 import { ROOT_KEY } from './helpers/product.ts';
 import { freePort } from './helpers/ports.ts';
 import { newSecret } from './helpers/mirror.ts';
-
-const RUNAWAY = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c';
-
-const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function p99(samples: number[]): number {
-  const s = [...samples].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(s.length * 0.99))]!;
-}
+import { p99, pause, RUNAWAY } from './helpers/runaway.ts';
 
 describe('no request stops the server (the process runs on its own)', () => {
   let product: SpawnedProduct;
