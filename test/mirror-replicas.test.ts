@@ -143,7 +143,7 @@ test('a stopped snapshot preparation: 503 with Retry-After, and no new download 
   }
 });
 
-test('a restore or an import at or below the replica\'s version re-bootstraps it (the primary\'s versions restarted); any other is a duplicate', async () => {
+test('a restore or an import at or below the replica\'s version re-bootstraps it (the primary\'s versions restarted), once per event; any other is a duplicate', async () => {
   const h = harness();
   try {
     h.primaryAt(6);
@@ -158,7 +158,12 @@ test('a restore or an import at or below the replica\'s version re-bootstraps it
     assert.equal(h.set.version(scope), 4);
     h.primaryAt(5);
     assert.equal(await h.set.receive({ ...event(5), type: 'database.imported', operation: 'import', changeset: null } as ChangeEvent), 'bootstrapped');
-    assert.equal(await h.set.receive({ ...event(5), type: 'database.imported', operation: 'import', changeset: null } as ChangeEvent), 'bootstrapped', 'a replay costs a snapshot, never a divergence');
+    const imported = { ...event(5), type: 'database.imported', operation: 'import', changeset: null } as ChangeEvent;
+    assert.equal(await h.set.receive(imported), 'duplicate', 'the same event delivered again costs no snapshot');
+    assert.equal(h.calls.fetch, 3);
+    // Another restore numbered the same (a backup restored again): its own id, so versions restarted once more.
+    assert.equal(await h.set.receive({ ...restored, id: 'evt_other_restore' }), 'bootstrapped');
+    assert.equal(h.calls.fetch, 4);
     assert.equal(h.set.version(scope), 5);
   } finally {
     await h.close();

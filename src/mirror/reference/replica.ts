@@ -36,6 +36,8 @@ export class Replica {
   readonly generation: number;
   /** Its committed version: set from what the executor answered. */
   version: number;
+  /** The id of the restore or import it was taken for: that event delivered again is a duplicate, not another snapshot. */
+  replacedBy: string | null = null;
 
   constructor(path: string, generation: number, version: number) {
     this.path = path;

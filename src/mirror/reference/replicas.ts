@@ -147,8 +147,9 @@ export class ReplicaSet {
         unreadable = (e as Error).message;
       }
       // A restore or import at or below our version: the primary's versions restarted (a backup was restored into
-      // it, docs/backups.md), so the ones we hold past it are another history's. Once again, it is a snapshot's cost.
-      const restarted = replica !== null && event.version <= replica.version && replacesContent(event);
+      // it, docs/backups.md), so the ones we hold past it are another history's. Unless it is the very event this replica
+      // was taken for, delivered again (at least once): a snapshot each time looped whenever one took the sender's timeout.
+      const restarted = replica !== null && event.version <= replica.version && replacesContent(event) && replica.replacedBy !== event.id;
       if (replica !== null && event.version <= replica.version && !restarted) return 'duplicate';
       const stop = this.applyStops.remaining(key);
       let why: string | null;
@@ -176,6 +177,7 @@ export class ReplicaSet {
         }
       }
       await this.bootstrap(scope, event.version, why);
+      if (replacesContent(event)) this.get(scope)!.replacedBy = event.id;
       return 'bootstrapped';
     });
   }
