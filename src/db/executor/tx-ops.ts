@@ -130,11 +130,23 @@ export function commitTx(id: string, committed?: () => void): Reply {
     end(id, tx);
     return { status: 200, body: `{"version":${version}}` };
   } catch (e) {
-    if (keptOpen(h, recording, deferring)) return failure(stillOpen(e), null, undefined, { transactionOpen: true });
-    if (h.db.isTransaction) h.internal('ROLLBACK').run();
-    end(id, tx);
+    if (brokenForeignKey(e) && keptOpen(h, recording, deferring)) return failure(stillOpen(e), null, undefined, { transactionOpen: true });
+    try {
+      if (h.db.isTransaction) h.internal('ROLLBACK').run();
+    } finally {
+      end(id, tx); // a ROLLBACK that throws must not leave the connection, and its write lock, behind
+    }
     return failure(e, null);
   }
+}
+
+/**
+ * Whether a COMMIT failed on a foreign key still broken (our check of deferred keys, or SQLite's own): the one failure
+ * the client can mend and COMMIT again. Any other (a full disk while recording) rolls the transaction back.
+ */
+function brokenForeignKey(e: unknown): boolean {
+  if (e instanceof ApiError) return (e.details as { sqliteCode?: string } | undefined)?.sqliteCode === 'SQLITE_CONSTRAINT_FOREIGNKEY';
+  return (e as { errcode?: number }).errcode === 787; // SQLITE_CONSTRAINT_FOREIGNKEY
 }
 
 /** The transaction is over: its connection and session go. */
