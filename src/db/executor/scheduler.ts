@@ -383,7 +383,10 @@ export class Scheduler {
     this.queued = 0;
     // The watchdog runs until every process has closed: a statement still running (a hedged copy of a runaway, sent
     // again when its first copy was lost) was no longer stopped at its limit, and held the close for ever.
-    await this.procs.close();
-    clearInterval(this.watchdog);
+    try {
+      await this.procs.close();
+    } finally {
+      clearInterval(this.watchdog);
+    }
   }
 }
