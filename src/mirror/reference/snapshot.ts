@@ -68,7 +68,12 @@ export async function fetchChanges(source: SnapshotSource, scope: Scope, since: 
   }
   if (res.statusCode !== 200) throw await refusal('changes', res);
   const page = await res.body.json() as { events: unknown[] };
-  return { events: page.events.map(parseEvent) };
+  const events = page.events.map(parseEvent);
+  // Only the scope asked for: a gateway at MIRROR_SOURCE_URL routing to the wrong place must not write another replica.
+  if (events.some((e) => e.org !== scope.org || e.repo !== scope.repo || e.database !== scope.database)) {
+    throw new ApiError('unavailable', 'the changes source answered events of another database than the one asked for', undefined, { 'retry-after': '2' });
+  }
+  return { events };
 }
 
 /** Writes the snapshot to `target`; resolves with the version the source announced. Failures are `unavailable` (retry later). */
