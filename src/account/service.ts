@@ -8,10 +8,9 @@ import { checkRepo } from '../shared/names.ts';
 import type { SessionResolver } from './contract.ts';
 import { credentialsPlugin } from './credentials/index.ts';
 import { createProviders, type ProviderOptions, type SignInProvider } from './providers/index.ts';
-import { RateLimiter } from '../shared/rate-limit.ts';
 import { pageRoutes } from './routes/page.ts';
 import { sessionRoutes } from './routes/session.ts';
-import { signInRoutes } from './routes/sign-in.ts';
+import { SignInLimits, signInRoutes } from './routes/sign-in.ts';
 import { Sessions } from './sessions.ts';
 import { AccountStore } from './store.ts';
 
@@ -46,7 +45,7 @@ export async function createAccountService(opts: AccountServiceOptions): Promise
     throw err;
   }
   const sessions = new Sessions(store, config.account.sessionTtlMs);
-  const limiter = new RateLimiter({ ...config.account.loginRateLimit, refusal: 'too many sign-in attempts from this address' });
+  const limiter = new SignInLimits(config.account.loginRateLimit);
   const cleanup = () => {
     try {
       const removed = store.cleanup();

@@ -341,8 +341,11 @@ export class ConnectionCap {
   }
 }
 
-/** What the per-client cap counts by: an IPv4 address, or an IPv6 /64 (one client usually holds a whole /64). */
-export function clientKey(address: string | undefined): string {
+/**
+ * What the per-client cap counts by: an IPv4 address, or an IPv6 /64 (one client usually holds a whole /64); with
+ * `bits` 48, the IPv6 network a site or a tunnel broker's customer holds (an IPv4 address stays itself).
+ */
+export function clientKey(address: string | undefined, bits: 64 | 48 = 64): string {
   if (address === undefined) return '';
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
   if (mapped) return mapped[1]!;
@@ -351,5 +354,5 @@ export function clientKey(address: string | undefined): string {
   const left = head === '' ? [] : head.split(':');
   const right = tail === undefined || tail === '' ? [] : tail.split(':');
   const groups = [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right];
-  return `${groups.slice(0, 4).map((g) => parseInt(g, 16).toString(16)).join(':')}::/64`;
+  return `${groups.slice(0, bits / 16).map((g) => parseInt(g, 16).toString(16)).join(':')}::/${bits}`;
 }

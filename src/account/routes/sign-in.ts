@@ -8,7 +8,7 @@ import { checkRepo } from '../../shared/names.ts';
 import { clearCookie, cookieName, LOGIN_COOKIE, readCookie, serializeCookie } from '../cookies.ts';
 import { escapeHtml, sendPage } from '../../shared/html-page.ts';
 import type { SignInProvider } from '../providers/index.ts';
-import type { RateLimiter } from '../../shared/rate-limit.ts';
+import { RateLimiter } from '../../shared/rate-limit.ts';
 import { requestInfo } from '../request-info.ts';
 import { clientKey } from '../../shared/connection-cap.ts';
 import { wantsHtml } from '../../shared/html-page.ts';
@@ -25,12 +25,35 @@ export interface SignInDeps {
   providers: SignInProvider[];
   store: AccountStore;
   sessions: Sessions;
-  limiter: RateLimiter;
+  limiter: SignInLimits;
   /** ACCOUNT_MAX_PENDING_LOGINS: pending sign-ins held at once, across all addresses (a distributed flood of /login). */
   maxPendingLogins: number;
 }
 
 const PENDING_TTL_MS = 10 * 60_000;
+
+/** A /48 may start this many times the sign-ins of one client: a site's many users, not one holder's 65,536 /64s. */
+const NETWORK_FACTOR = 10;
+
+/**
+ * Sign-in attempts counted per client (an IPv6 /64) and per IPv6 /48: one holder of a /48 (tunnel brokers hand them
+ * out) rotating through its /64s filled ACCOUNT_MAX_PENDING_LOGINS, and every org's /login was 503.
+ */
+export class SignInLimits {
+  private readonly client: RateLimiter;
+  private readonly network: RateLimiter;
+
+  constructor(rate: { burst: number; perMinute: number }) {
+    this.client = new RateLimiter({ ...rate, refusal: 'too many sign-in attempts from this address' });
+    this.network = new RateLimiter({ burst: rate.burst * NETWORK_FACTOR, perMinute: rate.perMinute * NETWORK_FACTOR, refusal: 'too many sign-in attempts from this network' });
+  }
+
+  /** Takes one attempt for `ip` or throws 429 rate_limited with Retry-After. */
+  take(ip: string): void {
+    this.client.take(clientKey(ip));
+    if (ip.includes(':') && !ip.toLowerCase().startsWith('::ffff:')) this.network.take(clientKey(ip, 48));
+  }
+}
 
 type Req = FastifyRequest<{ Params: { repo: string }; Querystring: Record<string, string | string[] | undefined> }>;
 
@@ -90,7 +113,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
   app.get('/login', async (req: Req, reply) => {
     const repo = checkRepo(req.params.repo);
     const info = requestInfo(req);
-    deps.limiter.take(clientKey(info.ip)); // an IPv6 client by its /64: it holds all of it
+    deps.limiter.take(info.ip);
     // SPEC 7: no (or a bad) return_to is /{repo}/ — the app, or with none the landing page (proxy/landing.ts).
     const returnTo = safeReturnTo(one(req.query.return_to), repo);
     returnTos.set(req.raw, returnTo);
@@ -132,7 +155,7 @@ export async function signInRoutes(app: FastifyInstance, deps: SignInDeps): Prom
   app.get('/callback', async (req: Req, reply) => {
     const repo = checkRepo(req.params.repo);
     const info = requestInfo(req);
-    deps.limiter.take(clientKey(info.ip)); // an IPv6 client by its /64: it holds all of it
+    deps.limiter.take(info.ip);
     const state = one(req.query.state);
     const pending = state ? deps.store.takePending(state) : null;
     const bindingName = cookieName(LOGIN_COOKIE, info.https);
