@@ -361,13 +361,8 @@ export class DbService implements DbHandler, ChangeFeed {
    * a changeset (null when that is the next one), made by the executor and sent on as it is: this event loop never
    * parses a page of the tenant's changes. Throws as readChanges.
    */
-  async readShipment(scope: Scope, since: number, limit: number): Promise<Buffer | null> {
-    if (!this.exists(scope)) throw notFound(scope);
-    const res = await this.pool.read({ op: 'changes', path: this.layout.path(scope), since, limit: Math.min(limit, MAX_CHANGES_PAGE), shipment: true });
-    if (res.status === 204) return null;
-    if (res.status === 200) return res.body;
-    const { error } = JSON.parse(res.body.toString('utf8'));
-    throw new ApiError(error.code, error.message, error.details);
+  readShipment(scope: Scope, since: number, limit: number): Promise<Buffer | null> {
+    return this.changesText(scope, since, limit, { shipment: true });
   }
 
   /**
@@ -376,8 +371,14 @@ export class DbService implements DbHandler, ChangeFeed {
    * tenant's schema, whose size the tenant picks) and passed on unparsed. Throws as readChanges.
    */
   async readChangePage(scope: Scope, since: number, limit: number): Promise<Buffer> {
+    return (await this.changesText(scope, since, limit, { schema: true }))!; // only a shipment is ever empty (204)
+  }
+
+  /** A change-log page as the executor's text, passed on unparsed; 204 (a shipment's "nothing to ship") is null. */
+  private async changesText(scope: Scope, since: number, limit: number, option: { shipment: true } | { schema: true }): Promise<Buffer | null> {
     if (!this.exists(scope)) throw notFound(scope);
-    const res = await this.pool.read({ op: 'changes', path: this.layout.path(scope), since, limit: Math.min(limit, MAX_CHANGES_PAGE), schema: true });
+    const res = await this.pool.read({ op: 'changes', path: this.layout.path(scope), since, limit: Math.min(limit, MAX_CHANGES_PAGE), ...option });
+    if (res.status === 204) return null;
     if (res.status === 200) return res.body;
     const { error } = JSON.parse(res.body.toString('utf8'));
     throw new ApiError(error.code, error.message, error.details);

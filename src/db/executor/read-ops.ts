@@ -143,8 +143,7 @@ export function changes(h: DbHandle, since: number, limit: number, { maxBytes = 
 /** `{"bytes": B, "cookie": C}`: the SQL text of the schema as of this read (octet_length reads no text) and its schema cookie. */
 function schemaSize(h: DbHandle): string {
   const { bytes } = h.internal('SELECT coalesce(sum(octet_length(sql)), 0) AS bytes FROM sqlite_schema').get() as { bytes: number };
-  const { schema_version: cookie } = h.internal('PRAGMA schema_version').get() as { schema_version: number };
-  return JSON.stringify({ bytes: Number(bytes), cookie: Number(cookie) });
+  return JSON.stringify({ bytes: Number(bytes), cookie: h.schemaVersion() });
 }
 
 /** A consistent, compact copy of the database in a new file; the version is read from the copy itself. */
