@@ -71,8 +71,11 @@ test('a busy repo (hundreds of writes a second, two mirrors) stays read in the t
   await waitFor(() => receivers.every((r) => r.versions().at(-1) === last), 60_000, 'every event at both mirrors');
   const counted = await readsSince(p, before);
   process.stderr.write(`${last} writes in ${BUSY_MS} ms; pages read: ${JSON.stringify(counted)}\n`);
-  assert.deepEqual({ executor: counted.executor, trips: counted.trips }, { executor: 0, trips: 0 });
-  assert.ok(counted.thread > 0);
+  assert.equal(counted.trips, 0, 'quick reads never trip the budget');
+  // The schema gate's one read per mirror: the file (with its WAL) passes 256 KiB within a second here, and a mirror
+  // whose thread connection had not parsed the schema by then asks an executor its size once (it failed 1 run in 2).
+  assert.ok(counted.executor <= mirrors.length, `at most one executor read per mirror: ${JSON.stringify(counted)}`);
+  assert.ok(counted.thread > 10 * mirrors.length, `the pages are read in the thread: ${JSON.stringify(counted)}`);
   for (const r of receivers) assert.deepEqual(r.versions(), range(1, last));
 });
 
