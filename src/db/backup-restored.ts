@@ -3,11 +3,11 @@
 // version into each restored copy, logged as a SPEC 4.11 `database.restored` event: every mirror receives it first
 // (delivery is in version order), and a mirror at or past its version knows the versions restarted and takes a
 // snapshot (src/mirror/DESIGN.md, "Whole-instance restore"). Run on a copy no server has open.
-import { randomBytes } from 'node:crypto';
 import { DatabaseSync } from 'node:sqlite';
 import type { Scope } from './contract.ts';
 import { INTERNAL_SCHEMA } from './executor/schema.ts';
 import { userTables } from './executor/install.ts';
+import { eventId } from './executor/write-ops.ts';
 
 /** The version the backup held and the one the restore committed. */
 export interface RestoredMark { restoredVersion: number; version: number }
@@ -25,7 +25,7 @@ export function commitBackupRestore(path: string, scope: Scope, at = Date.now())
       const tables = userTables(db, 'main').sort(); // every table: the whole content is new to a mirror
       // The same event, field for field, as a time-travel restore's (executor/write-ops.ts recordChange).
       const event = {
-        id: `evt_${randomBytes(16).toString('base64url')}`, type: 'database.restored', org: scope.org, repo: scope.repo, database: scope.database,
+        id: eventId(), type: 'database.restored', org: scope.org, repo: scope.repo, database: scope.database,
         version, previousVersion: restoredVersion, operation: 'restore', committedAt: new Date(at).toISOString(),
         changes: { rowsAffected: 0, tables }, changeset: null, restoredVersion,
       };

@@ -50,7 +50,7 @@ const EVENT_ROOM_BYTES = 16 * 1024;
 // Event ids take 16 random bytes each from a pool: one getrandom call per 256 events instead of one per event.
 let idPool = Buffer.alloc(0);
 let idAt = 0;
-function eventId(): string {
+export function eventId(): string {
   if (idAt + 16 > idPool.length) {
     idPool = randomBytes(16 * 256);
     idAt = 0;
