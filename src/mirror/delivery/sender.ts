@@ -3,6 +3,7 @@ import { Pool, type Dispatcher } from 'undici';
 import { createHmac, createSecretKey, type KeyObject } from 'node:crypto';
 import type { ChangeEvent } from '../../db/contract.ts';
 import type { MirrorConfig } from '../../shared/config.ts';
+import { safeDecode } from '../../shared/names.ts';
 
 /** At most this much of a mirror's reply is read (for the error message); the rest is discarded with the connection. */
 const MAX_REPLY_BYTES = 4096;
@@ -127,11 +128,7 @@ export class MirrorSender {
 
 /** A URL's percent-encoded user or password, decoded; a stray `%` stays as it is. */
 function userPart(part: string): string {
-  try {
-    return decodeURIComponent(part.replace(/%(?![0-9A-Fa-f]{2})/g, '%25'));
-  } catch {
-    return part;
-  }
+  return safeDecode(part.replace(/%(?![0-9A-Fa-f]{2})/g, '%25'));
 }
 
 function statusKind(status: number): FailureKind {
