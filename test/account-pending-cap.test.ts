@@ -3,15 +3,16 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
+import type { DatabaseSync } from 'node:sqlite';
 import { startAccounts, type AccountsProduct } from './helpers/accounts.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 let p: AccountsProduct;
 let db: DatabaseSync; // another connection on the account store, as an operator's sqlite3 would be
 before(async () => {
   // Every request from its own address (TRUSTED_PROXIES names them): the per-address limit never applies here.
   p = await startAccounts({ TRUSTED_PROXIES: '127.0.0.1', ACCOUNT_MAX_PENDING_LOGINS: '3' });
-  db = new DatabaseSync(join(p.config.dataDir, 'accounts.sqlite'));
+  db = openSqlite(join(p.config.dataDir, 'accounts.sqlite'));
 });
 after(async () => {
   db.close();

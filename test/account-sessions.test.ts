@@ -2,9 +2,9 @@
 // expiry and renewal, logout (server-side, per org, cross-site refused), a sign-in ending the session it replaces.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DatabaseSync } from 'node:sqlite';
 import { join } from 'node:path';
 import { Browser, accountsForSuite, cookieLine, signIn, type AccountsProduct } from './helpers/accounts.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 let p: AccountsProduct;
 accountsForSuite({ TRUSTED_PROXIES: '10.9.9.9', ACCOUNT_LOGIN_RATE_BURST: '10000', ACCOUNT_LOGIN_RATE_PER_MINUTE: '10000' }, (started) => (p = started));
@@ -25,7 +25,7 @@ describe('sessions', () => {
   test('only the token hash is stored; expiry, renewal on use and bounded cleanup', async () => {
     const { browser } = await signIn(p);
     const token = browser.cookies(`acme.localhost:${p.port}`).get('session')!;
-    const db = new DatabaseSync(join(p.config.dataDir, 'accounts.sqlite'));
+    const db = openSqlite(join(p.config.dataDir, 'accounts.sqlite'));
     try {
       const dump = JSON.stringify(db.prepare('SELECT * FROM sessions').all(), (_k, v) => (v instanceof Uint8Array ? Buffer.from(v).toString('base64url') : v));
       assert.ok(!dump.includes(token), 'the raw token is not in the store');

@@ -7,10 +7,10 @@ import { rmSync } from 'node:fs';
 import { createServer, request as rawRequest, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import { signInOverHttp } from '../bench/scopebase/session.ts';
 import { proxyToken } from '../src/account/standalone.ts';
 import { call, ROOT_KEY, spawnProduct, tempDir, testEnv, type SpawnedProduct } from './helpers/product.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 describe('scopebase serve account behind scopebase serve proxy', () => {
   const dirs = [tempDir('scopebase-account-alone-'), tempDir('scopebase-db-alone-')];
@@ -169,7 +169,7 @@ describe('scopebase serve account behind scopebase serve proxy', () => {
     assert.ok(res.headers['set-cookie'] === undefined, 'a fresh session is not renewed on every request');
 
     // An hour later the session is renewed on use, server-side and in the browser (the cookie's Max-Age).
-    const db = new DatabaseSync(join(accountDir, 'accounts.sqlite'));
+    const db = openSqlite(join(accountDir, 'accounts.sqlite'));
     try {
       db.exec('PRAGMA busy_timeout = 5000');
       db.prepare('UPDATE sessions SET renewed_at = renewed_at - 7200000, expires_at = expires_at - 7200000 WHERE user_id = ?').run(user.id);

@@ -5,7 +5,6 @@ import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import { signIn, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
 import { appsProxyForSuite, startBehindTls, upgrade, type Upstream } from './helpers/app-upstream.ts';
 import { waitFor } from './helpers/mirror.ts';
@@ -14,6 +13,7 @@ import { accountAlone } from '../src/account/wiring.ts';
 import { publicConnections } from '../src/shared/connection-cap.ts';
 import { loadConfig } from '../src/shared/config.ts';
 import { createLogger } from '../src/shared/log.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 let upstream: Upstream;
 let p: AccountsProduct;
@@ -112,7 +112,7 @@ describe('WebSocket upgrades', () => {
         assert.equal(fresh.headers['set-cookie'], undefined, 'a fresh session is not renewed on every upgrade');
 
         // Two hours later the session is renewed on use: the 101 carries the cookie with a fresh Max-Age.
-        const db = new DatabaseSync(join(accountDataDir, 'accounts.sqlite'));
+        const db = openSqlite(join(accountDataDir, 'accounts.sqlite'));
         try {
           db.exec('PRAGMA busy_timeout = 5000');
           db.prepare('UPDATE sessions SET renewed_at = renewed_at - 7200000, expires_at = expires_at - 7200000 WHERE user_id = ?').run(user);

@@ -5,10 +5,10 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { failedInOneLine } from './helpers/cli.ts';
 import { backupCli, startWithData } from './helpers/backup.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 let p: Product;
 const work = tempDir('scopebase-backup-verify-');
@@ -35,7 +35,7 @@ test('one repo\'s damaged database does not stop the backup of every other: it i
     await q.close();
   }
   const bad = join(dataDir, 'db', 'acme', 'bad', 'main.sqlite');
-  const db = new DatabaseSync(bad);
+  const db = openSqlite(bad);
   db.enableDefensive(false);
   db.exec("PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql = 'CREATE TABLE t(x' WHERE name = 't'; PRAGMA writable_schema=OFF");
   db.close();

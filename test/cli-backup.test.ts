@@ -5,11 +5,11 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { cpSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { describeIoError } from '../src/cli/files.ts';
 import { failedInOneLine, oneLine } from './helpers/cli.ts';
 import { QUIET, backupCli, key, startWithData, write } from './helpers/backup.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 let p: Product;
 let committed: Map<string, { rows: number; version: number }>;
@@ -129,7 +129,7 @@ test('--incremental copies only the databases that changed, and its backup resto
   const r = await cli(['restore', join(work, 'inc')], { DATA_DIR: restored });
   assert.equal(r.code, 0, r.stderr);
   for (const [name, want] of [['api/main', committed.get('api/main')!.rows + 1], ['web/main', 5], ['web/logs', 3]] as const) {
-    const db = new DatabaseSync(join(restored, 'db/acme', `${name}.sqlite`), { readOnly: true });
+    const db = openSqlite(join(restored, 'db/acme', `${name}.sqlite`), { readOnly: true });
     assert.equal((db.prepare('SELECT count(*) AS n FROM t').get() as { n: number }).n, want, name);
     if (name === 'api/main') assert.equal((db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number }).value, version + 1);
     db.close();
@@ -151,7 +151,7 @@ test('a backup that fails midway exits 1 with what happened and leaves no manife
   const data = join(work, 'broken-data');
   mkdirSync(join(data, 'db/acme/aaa'), { recursive: true });
   mkdirSync(join(data, 'db/acme/zzz'), { recursive: true });
-  const good = new DatabaseSync(join(data, 'db/acme/aaa/main.sqlite'));
+  const good = openSqlite(join(data, 'db/acme/aaa/main.sqlite'));
   good.exec('CREATE TABLE t(x); INSERT INTO t VALUES (1)');
   good.close();
   // A store that is not a database fails the whole backup (a repo's damaged database is left out instead: above).
@@ -172,7 +172,7 @@ test('a backup stopped by SIGTERM removes its half-written folder', async () => 
   for (let r = 0; r < 8; r++) {
     mkdirSync(join(data, `db/acme/r${r}`), { recursive: true });
     for (let d = 0; d < 15; d++) {
-      const db = new DatabaseSync(join(data, `db/acme/r${r}/d${d}.sqlite`));
+      const db = openSqlite(join(data, `db/acme/r${r}/d${d}.sqlite`));
       db.exec('CREATE TABLE t(x); INSERT INTO t VALUES (randomblob(20000))');
       db.close();
     }
@@ -194,7 +194,7 @@ test('the development key files in DATA_DIR are backed up and restored byte for 
   mkdirSync(join(data, 'db/acme/web'), { recursive: true });
   writeFileSync(join(data, 'runtime-root.key'), `${'c'.repeat(64)}\n`, { mode: 0o600 });
   writeFileSync(join(data, 'account-encryption.key'), `${'d'.repeat(64)}\n`, { mode: 0o600 });
-  new DatabaseSync(join(data, 'db/acme/web/main.sqlite')).close();
+  openSqlite(join(data, 'db/acme/web/main.sqlite')).close();
   const b = await cli(['backup', join(work, 'keys'), '--json'], { DATA_DIR: data });
   assert.equal(b.code, 0, b.stderr);
   const files = JSON.parse(b.stdout).manifest as { path: string; kind: string }[];

@@ -6,10 +6,10 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import { NODES } from '../src/cluster/placement.ts';
 import { eventIds, clusterForSuite, type TestCluster } from './helpers/cluster.ts';
 import type { HttpResult } from './helpers/product.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 const ORG = 'acme';
 const REPO = 'web';
@@ -133,7 +133,7 @@ describe('cluster: a tenant\'s expressions do not stall its follower node', () =
     const onFollower = eventIds(cluster.node(heavy.follower!), ORG, REPO, 'heavy');
     assert.deepEqual([...onFollower], [...onPrimary], 'the follower holds every event the primary does');
     for (const v of acked) assert.ok(onFollower.has(v), `version ${v} got a 200 and is on the follower`);
-    const copy = new DatabaseSync(join(cluster.node(heavy.follower!).dataDir, 'db', ORG, REPO, 'heavy.sqlite'), { readOnly: true });
+    const copy = openSqlite(join(cluster.node(heavy.follower!).dataDir, 'db', ORG, REPO, 'heavy.sqlite'), { readOnly: true });
     try {
       const rows = Number((copy.prepare('SELECT count(*) AS n FROM t').get() as { n: number }).n);
       assert.ok(rows >= acked.length * ROWS, `the follower's copy has every acknowledged row (${rows} for ${acked.length} writes)`);

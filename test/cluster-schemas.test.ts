@@ -7,11 +7,12 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
+import type { DatabaseSync } from 'node:sqlite';
 import { eventIds, startCluster, type TestCluster } from './helpers/cluster.ts';
 import { upload } from './helpers/imports.ts';
 import { tempDir } from './helpers/product.ts';
 import { GIVE_BACK_IDLE_MS } from '../src/cluster/claims.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 const ORG = 'acme';
 
@@ -32,7 +33,7 @@ describe('cluster: crafted schemas', () => {
 
   function crafted(name: string, edit: (db: DatabaseSync) => void): Buffer {
     const path = join(dir, `${name}.sqlite`);
-    const db = new DatabaseSync(path);
+    const db = openSqlite(path);
     db.exec('PRAGMA journal_mode=DELETE');
     db.enableDefensive(false);
     edit(db);
@@ -73,7 +74,7 @@ describe('cluster: crafted schemas', () => {
     const rows = await cluster.proxy.db('app', 'query', { sql: 'SELECT k FROM secrets' }, { org: 'victim' });
     assert.deepEqual(rows.json.results[0].rows, [['victim-secret']]);
     for (const id of [victim.primary, victim.follower!]) {
-      const copy = new DatabaseSync(join(cluster.node(id).dataDir, 'db', 'victim', 'app', 'main.sqlite'), { readOnly: true });
+      const copy = openSqlite(join(cluster.node(id).dataDir, 'db', 'victim', 'app', 'main.sqlite'), { readOnly: true });
       try {
         assert.deepEqual(copy.prepare('SELECT k FROM secrets').all().map((r) => r.k), ['victim-secret'], `the victim's copy on ${id}`);
       } finally {
@@ -101,7 +102,7 @@ describe('cluster: crafted schemas', () => {
     const p = (await cluster.placement(ORG, 'web', 'rich'))!;
     const onPrimary = eventIds(cluster.node(p.primary), ORG, 'web', 'rich');
     assert.deepEqual([...eventIds(cluster.node(p.follower!), ORG, 'web', 'rich')], [...onPrimary], 'the follower holds every event the primary does');
-    const copy = new DatabaseSync(join(cluster.node(p.follower!).dataDir, 'db', ORG, 'web', 'rich.sqlite'), { readOnly: true });
+    const copy = openSqlite(join(cluster.node(p.follower!).dataDir, 'db', ORG, 'web', 'rich.sqlite'), { readOnly: true });
     try {
       assert.equal((copy.prepare('PRAGMA integrity_check').get() as { integrity_check: string }).integrity_check, 'ok');
       assert.deepEqual({ ...copy.prepare("SELECT count(*) AS c FROM f WHERE f MATCH 'hello'").get() }, { c: 16 });

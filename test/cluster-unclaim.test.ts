@@ -6,13 +6,13 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import { createRemoteDb } from '../src/db/remote.ts';
 import { LEADER, PLACEMENT } from '../src/cluster/placement.ts';
 import { GIVE_BACK_IDLE_MS } from '../src/cluster/claims.ts';
 import { clusterForSuite, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
 import { SQLITE, upload } from './helpers/imports.ts';
 import type { HttpResult } from './helpers/product.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 const ORG = 'acme';
 const REPO = 'web';
@@ -183,7 +183,7 @@ describe('cluster: a failed first write leaves no placement', () => {
         await remote.close();
       }
     }
-    const copy = new DatabaseSync(join(cluster.node(p.follower!).dataDir, 'db', ORG, REPO, `${name}.sqlite`), { readOnly: true });
+    const copy = openSqlite(join(cluster.node(p.follower!).dataDir, 'db', ORG, REPO, `${name}.sqlite`), { readOnly: true });
     try {
       assert.deepEqual(copy.prepare(sql).all().map((r) => [r.x]), rows, `${name} in the follower's copy`);
     } finally {

@@ -6,12 +6,12 @@ import { spawn, spawnSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { DatabaseSync } from 'node:sqlite';
 import { startCredentialsProduct, tempDir, testEnv, type CredProduct } from './helpers/credentials-product.ts';
 import { signInUser, type SignedIn } from './helpers/session.ts';
 import { rotateKeys } from '../src/cli/rotate-keys.ts';
 import { CredentialStore } from '../src/account/credentials/store.ts';
 import { ConfigError } from '../src/shared/config.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 const A = randomBytes(32).toString('hex');
 const B = randomBytes(32).toString('hex');
@@ -98,7 +98,7 @@ test('a tampered or moved record gives 500 internal with a non-secret message an
     for (const name of ['flip', 'moved', 'truncated', 'nonce', 'unknownkey']) {
       assert.equal((await runtime(p, 'PUT', `/credentials/t/${name}`, alice.userId, { value: marker })).status, 201);
     }
-    const db = new DatabaseSync(join(p.dataDir, 'credentials.sqlite'));
+    const db = openSqlite(join(p.dataDir, 'credentials.sqlite'));
     const row = (name: string) => db.prepare("SELECT rowid, ciphertext, nonce FROM credentials WHERE plugin = 't' AND name = ?").get(name) as { rowid: number; ciphertext: Uint8Array; nonce: Uint8Array };
     const flipped = Buffer.from(row('flip').ciphertext);
     flipped[3]! ^= 0x20;

@@ -5,13 +5,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readlinkSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import { CopyCache } from '../src/db/executor/copy-ops.ts';
 import { INTERNAL_SCHEMA } from '../src/db/executor/schema.ts';
 import { tempDir } from './helpers/product.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 function makeCopy(path: string, version: number): void {
-  const db = new DatabaseSync(path);
+  const db = openSqlite(path);
   db.exec(`PRAGMA journal_mode=WAL; ${INTERNAL_SCHEMA}`);
   db.prepare("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
   db.close();
@@ -39,13 +39,13 @@ test('a copy replaced under an open connection: the connection is closed, the ne
       makeCopy(`${path}.new`, version);
       for (const suffix of ['', '-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true });
       renameSync(`${path}.new`, path);
-      const writer = new DatabaseSync(path);
+      const writer = openSqlite(path);
       writer.exec("INSERT INTO _scopebase_meta (key, value) VALUES ('note', 'written')");
       assert.deepEqual(cache.state(path), { version, lastEventId: null }, 'read from the new file');
       assert.deepEqual(onDeleted(dir), [], 'no connection is left on a replaced file');
       assert.ok(existsSync(`${path}-wal`) && existsSync(`${path}-shm`), 'the new copy\'s -wal and -shm are where its writer left them');
       writer.close();
-      const reader = new DatabaseSync(path, { readOnly: true });
+      const reader = openSqlite(path, { readOnly: true });
       assert.equal((reader.prepare("SELECT value FROM _scopebase_meta WHERE key = 'note'").get() as { value: string }).value, 'written');
       reader.close();
     }

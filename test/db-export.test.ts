@@ -14,6 +14,7 @@ import { snapshot } from '../src/db/executor/read-ops.ts';
 import { exportDatabase } from '../src/db/executor/export-ops.ts';
 import { withSource } from '../src/db/executor/install.ts';
 import { splitStatements } from '../src/db/statement-end.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 const SETUP = [
   'CREATE TABLE todo(id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, big INTEGER, data BLOB, ratio REAL)',
@@ -93,11 +94,11 @@ describe('export', () => {
     assert.equal(r.headers['x-db-version'], String(version));
     assert.match(String(r.headers['content-disposition']), /attachment; filename="main.sqlite"/);
     writeFileSync(join(dir, 'export.sqlite'), r.bytes);
-    const copy = new DatabaseSync(join(dir, 'export.sqlite'), { readOnly: true });
+    const copy = openSqlite(join(dir, 'export.sqlite'), { readOnly: true });
     assert.deepEqual(copy.prepare("SELECT name FROM sqlite_schema WHERE name LIKE '%scopebase%'").all(), [], 'no internal object');
     assert.equal((copy.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode, 'delete', 'opens anywhere, no -wal needed');
     assert.equal(r.bytes.includes(Buffer.from('database.changed')), false, 'no trace of the change log in free pages');
-    const live = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'main.sqlite'), { readOnly: true });
+    const live = openSqlite(join(p.dataDir, 'db', 'acme', 'web', 'main.sqlite'), { readOnly: true });
     assert.deepEqual(content(copy), content(live));
     copy.close();
     live.close();
@@ -151,12 +152,12 @@ describe('export', () => {
     assert.match(text, /X'00ff0a'/);
     const local = new DatabaseSync(':memory:');
     local.exec(text);
-    const live = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'main.sqlite'), { readOnly: true });
+    const live = openSqlite(join(p.dataDir, 'db', 'acme', 'web', 'main.sqlite'), { readOnly: true });
     assert.deepEqual(content(local), content(live), 'the dump rebuilds the same content');
     assert.deepEqual(local.prepare("SELECT rowid FROM docs WHERE docs MATCH 'fox'").all().length, 1, 'full-text search works on the rebuilt table');
     const imported = await p.call('/web/_db/import?database=again', { method: 'POST', rawBody: r.bytes, headers: { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/sql' } });
     assert.equal(imported.status, 200, imported.text);
-    const again = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'again.sqlite'), { readOnly: true });
+    const again = openSqlite(join(p.dataDir, 'db', 'acme', 'web', 'again.sqlite'), { readOnly: true });
     assert.deepEqual(content(again), content(live), 'export → import is the identity');
     assert.deepEqual(text.match(/^INSERT INTO sqlite_sequence .*$/gm), ["INSERT INTO sqlite_sequence VALUES('todo',3);"], 'one counter per table, the live one');
     const next = await p.db('web', 'execute', { database: 'again', sql: "INSERT INTO todo(title) VALUES ('next') RETURNING id" });
@@ -166,7 +167,7 @@ describe('export', () => {
     if (sqlite3) {
       writeFileSync(join(dir, 'dump.sql'), text);
       execFileSync(sqlite3, [join(dir, 'shell.sqlite'), `.read ${join(dir, 'dump.sql')}`]);
-      const shell = new DatabaseSync(join(dir, 'shell.sqlite'), { readOnly: true });
+      const shell = openSqlite(join(dir, 'shell.sqlite'), { readOnly: true });
       assert.deepEqual(content(shell), content(live), 'the sqlite3 shell loads it too');
     }
     for (const db of [local, live, again]) db.close();
@@ -201,8 +202,8 @@ describe('export', () => {
     const imported = await p.call('/web/_db/import?database=ordered2', { method: 'POST', rawBody: r.bytes, headers: { authorization: `Bearer ${p.secret('acme', 'web')}`, 'content-type': 'application/sql' } });
     assert.equal(imported.status, 200, imported.text);
     assert.deepEqual(imported.json.tables, [{ name: 'child', rows: 3 }, { name: 'log', rows: 3 }, { name: 'parent', rows: 2 }], 'the trigger did not fire on the loaded rows');
-    const live = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'ordered.sqlite'), { readOnly: true });
-    const again = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'ordered2.sqlite'), { readOnly: true });
+    const live = openSqlite(join(p.dataDir, 'db', 'acme', 'web', 'ordered.sqlite'), { readOnly: true });
+    const again = openSqlite(join(p.dataDir, 'db', 'acme', 'web', 'ordered2.sqlite'), { readOnly: true });
     assert.deepEqual(content(again), content(live), 'export → import is the identity');
     for (const db of [live, again]) db.close();
     const fired = await p.db('web', 'execute', { database: 'ordered2', sql: 'INSERT INTO child VALUES (13, 1)' });
@@ -259,7 +260,7 @@ describe('export', () => {
         if (name === 'export sql') {
           assert.match(readFileSync(target, 'utf8'), /INSERT INTO "t".*'one'/);
         } else {
-          const copy = new DatabaseSync(target, { readOnly: true });
+          const copy = openSqlite(target, { readOnly: true });
           assert.deepEqual(copy.prepare('SELECT id, v FROM t').all().map((r) => [r.id, r.v]), [[1, 'one']]);
           copy.close();
         }

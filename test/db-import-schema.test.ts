@@ -9,6 +9,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { call, ROOT_KEY, spawnProduct, startProduct, tempDir, testEnv, type Product } from './helpers/product.ts';
 import { rowsOf, sampleFile, upload } from './helpers/imports.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 /**
  * A file whose objects have the texts `edits` gives (name → sql), written into its schema as a hostile file would
@@ -16,7 +17,7 @@ import { repoSecret } from '../src/shared/secrets.ts';
  */
 function schemaFile(dir: string, setup: string, edits: Record<string, string>): Buffer {
   const path = join(dir, `schema-${Math.random().toString(36).slice(2)}.sqlite`);
-  const db = new DatabaseSync(path);
+  const db = openSqlite(path);
   db.exec(setup);
   db.enableDefensive(false);
   db.exec('PRAGMA writable_schema=ON');
@@ -64,7 +65,7 @@ COMMIT;
 
 /** Every table of a database file, shadow tables included, with every row: what a dump must give back. */
 function allTables(path: string): unknown {
-  const db = new DatabaseSync(path, { readOnly: true });
+  const db = openSqlite(path, { readOnly: true });
   try {
     const tables = db.prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite%' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' ORDER BY name").all() as { name: string; sql: string }[];
     return tables.map((t) => ({ ...t, rows: t.sql.startsWith('CREATE VIRTUAL') ? null : JSON.stringify(db.prepare(`SELECT * FROM "${t.name}" ORDER BY 1`).all(), (_k, v) => (v instanceof Uint8Array ? Buffer.from(v).toString('hex') : v)) }));
@@ -96,7 +97,7 @@ describe('import: schemas', () => {
     assert.deepEqual(await rowsOf(p, 'imp', 'PRAGMA integrity_check', 'shell'), [['ok']]);
     // The same as the sqlite3 shell makes of it: every shadow table row for row.
     const local = join(dir, 'shell.sqlite');
-    const shell = new DatabaseSync(local);
+    const shell = openSqlite(local);
     shell.enableDefensive(false);
     shell.exec(SHELL_DUMP);
     shell.close();
@@ -177,7 +178,7 @@ describe('import: a crafted file runs nothing outside the sandbox (attack round,
   /** A sound file whose table t's schema text is `sql` (and its tbl_name `tbl`): SQLite loads it, integrity_check says ok. */
   function crafted(sql: string, tbl = 't', setup = 'CREATE TABLE t(a); INSERT INTO t VALUES (1)', name = 't'): Buffer {
     const path = join(dir, `crafted-${Math.random().toString(36).slice(2)}.sqlite`);
-    const db = new DatabaseSync(path);
+    const db = openSqlite(path);
     db.exec(`PRAGMA journal_mode=DELETE; ${setup}`);
     db.enableDefensive(false);
     db.exec('PRAGMA writable_schema=ON');
@@ -210,7 +211,7 @@ describe('import: a crafted file runs nothing outside the sandbox (attack round,
 
   test('a view naming main.t loads alone but not once attached: 400 saying so, not a 500 about the repo\'s database', async () => {
     const path = join(dir, 'main-view.sqlite');
-    const db = new DatabaseSync(path);
+    const db = openSqlite(path);
     db.exec('PRAGMA journal_mode=DELETE; CREATE TABLE t(a); INSERT INTO t VALUES (1); CREATE VIEW v AS SELECT 1');
     db.enableDefensive(false);
     db.exec('PRAGMA writable_schema=ON');
@@ -231,7 +232,7 @@ describe('import: a crafted file runs nothing outside the sandbox (attack round,
     assert.equal(r.status, 400, r.text); // SQLite itself finds such a schema malformed; the import checks tbl_name too
     // `.+? USING` once stopped at the USING inside the quoted name, and took this for an fts5 table.
     const vt = join(dir, 'vt.sqlite');
-    const v = new DatabaseSync(vt);
+    const v = openSqlite(vt);
     v.exec('PRAGMA journal_mode=DELETE; CREATE TABLE t(a); CREATE VIRTUAL TABLE "v USING fts5 x" USING dbstat');
     v.close();
     r = await upload(p, 'y', 'database=b', readFileSync(vt));
@@ -248,7 +249,7 @@ describe('import: a crafted file runs nothing outside the sandbox (attack round,
   // Attack round 2: no trigger on a virtual table's shadow table, by any order of a file's schema or any SQL text.
   test('a file listing a trigger on f_data before its fts5 table (so it loads) is refused; the database stays usable', async () => {
     const path = join(dir, 'shadow.sqlite');
-    const db = new DatabaseSync(path);
+    const db = openSqlite(path);
     db.enableDefensive(false);
     db.exec("PRAGMA journal_mode=DELETE; CREATE VIRTUAL TABLE f USING fts5(a); INSERT INTO f VALUES ('hello world'); CREATE TABLE log(x)");
     db.exec('PRAGMA writable_schema=ON');

@@ -5,12 +5,12 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import { PassThrough } from 'node:stream';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { rowsOf, sampleFile, SQLITE, upload } from './helpers/imports.ts';
 import { executorPids, openFiles } from './helpers/processes.ts';
 import { receiveBody } from '../src/db/import.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 describe('import', () => {
   let p: Product;
@@ -51,7 +51,7 @@ describe('import', () => {
     assert.equal(again.status, 400);
     assert.match(again.json.error.message, /exists: import with mode=replace/);
 
-    const other = new DatabaseSync(join(dir, 'other.sqlite'));
+    const other = openSqlite(join(dir, 'other.sqlite'));
     other.exec("CREATE TABLE only(x); INSERT INTO only VALUES ('replaced')");
     other.close();
     const replaced = await upload(p, 'imp', 'database=copy&mode=replace', readFileSync(join(dir, 'other.sqlite')));
@@ -69,14 +69,14 @@ describe('import', () => {
 
   test('the file\'s PRAGMA user_version comes with it (a repo cannot set it any other way); a UTF-16 file is refused saying what to do', async () => {
     const path = join(dir, 'versioned.sqlite');
-    const f = new DatabaseSync(path);
+    const f = openSqlite(path);
     f.exec("PRAGMA journal_mode=DELETE; PRAGMA user_version = 42; CREATE TABLE t(x); INSERT INTO t VALUES ('é')");
     f.close();
     const r = await upload(p, 'imp', 'database=versioned', readFileSync(path));
     assert.equal(r.status, 200, r.text);
     assert.deepEqual((await p.db('imp', 'query', { database: 'versioned', sql: 'PRAGMA user_version' })).json.results[0].rows, [[42]]);
     const utf16 = join(dir, 'utf16.sqlite');
-    const u = new DatabaseSync(utf16);
+    const u = openSqlite(utf16);
     u.exec("PRAGMA encoding = 'UTF-16le'; PRAGMA journal_mode=DELETE; CREATE TABLE t(x); INSERT INTO t VALUES ('é')");
     u.close();
     const refused = await upload(p, 'imp', 'database=utf16', readFileSync(utf16));
@@ -153,7 +153,7 @@ COMMIT;
 
   test('kill -9 of every executor during an import: the database is as before or fully imported, never in between', async () => {
     const path = join(dir, 'big.sqlite');
-    const big = new DatabaseSync(path);
+    const big = openSqlite(path);
     big.exec('CREATE TABLE big(id INTEGER PRIMARY KEY, pad); WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 60000) INSERT INTO big SELECT n, randomblob(8) FROM c');
     big.close();
     const bytes = readFileSync(path);

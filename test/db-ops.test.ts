@@ -5,12 +5,12 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import { connect } from 'node:net';
 import { request } from 'undici';
 import { call, spawnProduct, startProduct, tempDir, testEnv, ROOT_KEY } from './helpers/product.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 import { proxyToken } from '../src/db/remote.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 const secret = repoSecret(Buffer.from(ROOT_KEY, 'hex'), 'acme', 'web');
 const auth = { authorization: `Bearer ${secret}` };
@@ -277,7 +277,7 @@ describe('snapshot and changes (4.9)', () => {
       assert.equal(snap.headers['content-type'], 'application/vnd.sqlite3');
       const file = join(p.dataDir, 'copy.sqlite');
       writeFileSync(file, Buffer.from(await snap.body.arrayBuffer()));
-      const copy = new DatabaseSync(file, { readOnly: true });
+      const copy = openSqlite(file, { readOnly: true });
       assert.deepEqual({ ...copy.prepare('SELECT count(*) AS n FROM t').get() }, { n: 1199 });
       copy.close();
 
@@ -286,7 +286,7 @@ describe('snapshot and changes (4.9)', () => {
       const keyless = await request(new URL('/web/_db/snapshot', p.url), { method: 'POST', headers: { host: `acme.localhost:${new URL(p.url).port}`, ...auth }, body: '{"database":"keyless"}' });
       assert.equal(keyless.statusCode, 200);
       writeFileSync(file, Buffer.from(await keyless.body.arrayBuffer()));
-      const k = new DatabaseSync(file, { readOnly: true });
+      const k = openSqlite(file, { readOnly: true });
       assert.deepEqual(k.prepare('SELECT rowid, v FROM k ORDER BY rowid').all().map((r) => [r.rowid, r.v]), [[1, 'a'], [3, 'c']]);
       assert.equal(Number((k.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() as { value: number }).value), 1);
       k.close();
@@ -297,7 +297,7 @@ describe('snapshot and changes (4.9)', () => {
       assert.equal(page.json.events[0].type, 'database.migrated');
 
       // Age every event past 7 days, then cross a pruning point: only the last 1,000 are kept.
-      const direct = new DatabaseSync(join(p.dataDir, 'db', 'acme', 'web', 'main.sqlite'));
+      const direct = openSqlite(join(p.dataDir, 'db', 'acme', 'web', 'main.sqlite'));
       direct.exec(`UPDATE _scopebase_changes SET committed_at = ${Date.now() - 8 * 24 * 3600 * 1000}`);
       direct.close();
       const rs = await Promise.all(Array.from({ length: 100 }, () => p.db('web', 'execute', { sql: "INSERT INTO t(v) VALUES ('more')" })));

@@ -9,6 +9,7 @@ import { DatabaseSync } from 'node:sqlite';
 import fc from 'fast-check';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { executorPids } from './helpers/processes.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 type Value = null | number | string | bigint | Uint8Array;
 interface Stmt { sql: string; params?: Value[] }
@@ -245,7 +246,7 @@ describe('time travel', () => {
     const repo = 'clock';
     const database = 'main';
     const dir = tempDir('scopebase-clock-');
-    const seed = new DatabaseSync(join(dir, 'seed.sqlite'));
+    const seed = openSqlite(join(dir, 'seed.sqlite'));
     seed.exec('CREATE TABLE t(x)');
     seed.close();
     const bytes = readFileSync(join(dir, 'seed.sqlite'));

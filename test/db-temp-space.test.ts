@@ -6,11 +6,11 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import { ConfigError, loadConfig } from '../src/shared/config.ts';
 import { startProduct, tempDir, testEnv, type HttpResult, type Product } from './helpers/product.ts';
 import { executorPids, openFiles } from './helpers/processes.ts';
 import { upload } from './helpers/imports.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 const LIMIT = 32 * 1024 * 1024;
 const rows = (n: number) => `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c LIMIT ${n})`;
@@ -155,7 +155,7 @@ test('an import replacing a database near DB_MAX_SIZE_BYTES, a restore of it, an
   try {
     const file = (seed: number) => {
       const path = join(dir, `full-${seed}.sqlite`);
-      const db = new DatabaseSync(path);
+      const db = openSqlite(path);
       // ~26 MB: a table of 70,000 rows of 80 hex characters and 120 random bytes, and an index on both columns.
       db.exec(`CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b BLOB); ${rows(70_000)} INSERT INTO t SELECT x, hex(randomblob(40)), randomblob(120) FROM c; CREATE INDEX t_ba ON t(b, a);`);
       db.close();

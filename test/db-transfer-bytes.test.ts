@@ -7,10 +7,10 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
-import { DatabaseSync } from 'node:sqlite';
 import { request } from 'undici';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { rowsOf, upload } from './helpers/imports.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 const MAX_VALUE = 64 * 1024;
 
@@ -36,7 +36,7 @@ describe('bytes through export and import', () => {
 
   test('TEXT that is not valid UTF-8 (from an imported file) exports as SQL that loads back byte for byte', async () => {
     const path = join(dir, 'bytes.sqlite');
-    const local = new DatabaseSync(path);
+    const local = openSqlite(path);
     local.exec(`CREATE TABLE t(id INTEGER PRIMARY KEY, x);
       INSERT INTO t VALUES (1, CAST(x'ff80' AS TEXT)), (2, CAST(x'eda0bd' AS TEXT)), (3, 'ok ''quoted'' é'), (4, CAST(x'61006200ff' AS TEXT)), (5, x'ff80'), (6, 'real U+FFFD: ' || char(65533))`);
     local.close();
@@ -49,7 +49,7 @@ describe('bytes through export and import', () => {
     writeFileSync(join(dir, 'dump.sql'), dump);
     const loaded = join(dir, 'loaded.sqlite');
     execFileSync('sh', ['-c', `sqlite3 '${loaded}' < '${join(dir, 'dump.sql')}'`]);
-    const again = new DatabaseSync(loaded, { readOnly: true });
+    const again = openSqlite(loaded, { readOnly: true });
     assert.deepEqual(again.prepare('SELECT id, typeof(x), hex(x) FROM t ORDER BY id').all().map((r) => Object.values(r)), want);
     again.close();
     const back = await upload(p, 'web', 'database=bytesback', dump, 'application/sql');

@@ -8,7 +8,6 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { closeSync, mkdirSync, openSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import type { Scope } from '../src/db/contract.ts';
 import { createDbService } from '../src/db/service.ts';
 import { ChangeLogFiles, IN_THREAD_SCHEMA_BYTES, NOT_HERE, type Page } from '../src/mirror/delivery/change-log.ts';
@@ -20,6 +19,7 @@ import { ApiError } from '../src/shared/errors.ts';
 import { createLogger } from '../src/shared/log.ts';
 import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { scopeOf } from './helpers/mirror.ts';
+import { openSqlite } from './helpers/sqlite-file.ts';
 
 const code = (e: unknown) => (e instanceof ApiError ? e.code : String(e));
 type Row = { version: number };
@@ -50,7 +50,7 @@ test('in the thread and by executors: what /_db/changes serves, committed writes
   t.after(() => files.close());
   await p.db('web', 'migrate', { migrations: [{ id: '0001', sql: 'CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)' }] });
   for (let i = 0; i < 5; i++) assert.equal((await p.db('web', 'execute', { sql: 'INSERT INTO t (v) VALUES (?)', params: [`row ${i}`] })).status, 200);
-  const writer = new DatabaseSync(join(p.dataDir, 'db/acme/web/main.sqlite'), { timeout: 5000 });
+  const writer = openSqlite(join(p.dataDir, 'db/acme/web/main.sqlite'), { timeout: 5000 });
   t.after(() => writer.close());
   const served = (await p.db('web', 'changes', { since: 0 })).json;
 
@@ -213,7 +213,7 @@ test('a read the full disk refuses leaves no connection behind: the database is 
   assert.throws(() => files.read(scopeOf(), 0, 10), /disk I\/O error/);
   // A reader that needs the database to itself (as the executors' read on a full disk does) gets it: the refused
   // read kept no lock.
-  const alone = new DatabaseSync(file, { timeout: 0 });
+  const alone = openSqlite(file, { timeout: 0 });
   t.after(() => alone.close());
   alone.exec('PRAGMA locking_mode=EXCLUSIVE');
   assert.deepEqual({ ...alone.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'").get() }, { value: 1 });
@@ -230,7 +230,7 @@ test('a schema the thread parsed is remembered by its cookie: a connection opene
   const make = (database: string) => {
     const file = join(dataDir, `db/acme/web/${database}.sqlite`);
     mkdirSync(dirname(file), { recursive: true });
-    const db = new DatabaseSync(file);
+    const db = openSqlite(file);
     db.exec(`PRAGMA journal_mode=WAL; CREATE TABLE _scopebase_meta(key TEXT PRIMARY KEY, value); CREATE TABLE _scopebase_changes(version INTEGER PRIMARY KEY, committed_at, event TEXT);
       CREATE TABLE t(v); INSERT INTO _scopebase_meta VALUES ('version', 1); INSERT INTO _scopebase_changes VALUES (1, 0, '{"version":1}')`);
     return db;

@@ -1,13 +1,13 @@
 // A real cluster for tests: one etcd, N `serve db` nodes as child processes (own DATA_DIR each), an in-process proxy.
 import { existsSync, rmSync } from 'node:fs';
 import { after, before } from 'node:test';
-import { DatabaseSync } from 'node:sqlite';
 import { join } from 'node:path';
 import { Etcd } from '../../src/cluster/etcd.ts';
 import { PLACEMENT, type Placement } from '../../src/cluster/placement.ts';
 import { spawnProduct, startProduct, tempDir, testEnv, type Product, type SpawnedProduct } from './product.ts';
 import { startEtcd, type EtcdProcess } from './etcd.ts';
 import { freePort } from './ports.ts';
+import { openSqlite } from './sqlite-file.ts';
 
 export interface ClusterNodeProcess {
   id: string;
@@ -34,7 +34,7 @@ export interface TestCluster {
 export function eventIds(node: ClusterNodeProcess, org: string, repo: string, database: string): Map<number, string> {
   const path = join(node.dataDir, 'db', org, repo, `${database}.sqlite`);
   if (!existsSync(path)) return new Map();
-  const db = new DatabaseSync(path, { readOnly: true });
+  const db = openSqlite(path, { readOnly: true });
   try {
     const rows = db.prepare('SELECT version, event FROM _scopebase_changes ORDER BY version').all() as { version: number; event: string }[];
     return new Map(rows.map((r) => [Number(r.version), (JSON.parse(r.event) as { id: string }).id]));

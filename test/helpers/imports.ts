@@ -2,8 +2,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
 import type { Product } from './product.ts';
+import { openSqlite } from './sqlite-file.ts';
 
 export const SQLITE = 'application/vnd.sqlite3';
 
@@ -17,7 +17,7 @@ export function upload(p: Product, repo: string, query: string, body: Buffer | s
 /** A database file made locally: every table shape, an index, a view, a trigger, full-text search, exact values. */
 export function sampleFile(dir: string, extra = ''): { path: string; bytes: Buffer } {
   const path = join(dir, `sample-${Math.random().toString(36).slice(2)}.sqlite`);
-  const db = new DatabaseSync(path);
+  const db = openSqlite(path);
   db.exec(`
     CREATE TABLE todo(id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, big INTEGER, data BLOB, ratio REAL);
     CREATE TABLE nokey(a, b);
