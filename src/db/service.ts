@@ -1,17 +1,18 @@
 // The database control service (SPEC 4): authenticates, validates, and hands work to the executor pool.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { Counter, Gauge } from 'prom-client';
 import { ApiError } from '../shared/errors.ts';
 import type { Config } from '../shared/config.ts';
 import type { Logger } from '../shared/log.ts';
-import { metrics } from '../shared/metrics.ts';
 import { loopDelayMs, watchLoopDelay } from '../shared/loop-delay.ts';
 import { RateLimiter } from '../shared/rate-limit.ts';
 import { repoSecretRefusal } from '../shared/secrets.ts';
 import { dbRequests as requests, opLabel, unknownOperation } from './admit.ts';
 import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Replication, Scope } from './contract.ts';
 import { ExecutorPool, type ExecReply } from './executor/pool.ts';
+import { pools, restarts } from './executor-metrics.ts';
+import { KnownDatabases } from './known-databases.ts';
+import { ChangeLog } from './change-log.ts';
 import { Layout } from './layout.ts';
 import { importParams } from './import.ts';
 import { databaseOf, MAX_CHANGES_PAGE, parseBody, validate, type Op } from './request.ts';
@@ -31,27 +32,14 @@ export interface DbServiceOptions {
 const WRITES = new Set<string>(['execute', 'migrate', 'restore', 'import']);
 export { MAX_FILES_PER_REPO } from './file-endpoints.ts'; // where it was first, for its importers
 
-const pools = new Set<ExecutorPool>();
-new Gauge({
-  name: 'scopebase_db_queued_requests', help: 'Requests waiting for an executor process', registers: [metrics],
-  collect() {
-    let n = 0;
-    for (const p of pools) n += p.waiting;
-    this.set(n);
-  },
-});
-const restarts = new Counter({ name: 'scopebase_db_executor_restarts_total', help: 'Executor processes stopped (runaway statement) or died and replaced', registers: [metrics] });
-
 export class DbService implements DbHandler, ChangeFeed {
   private readonly pool: ExecutorPool;
   private readonly layout: Layout;
   private readonly listeners: ((scope: Scope, version: number) => void)[] = [];
-  /** Per repo directory: databases being created now, and by how many requests. */
-  private readonly creating = new Map<string, Map<string, number>>();
   private mirrors: MirrorReport | null = null;
   private replication: Replication | null = null;
-  /** Databases known to exist: nothing deletes a database but a failed first write, which forgets it here. */
-  private readonly known = new Set<string>();
+  private readonly databases: KnownDatabases;
+  private readonly changeLog: ChangeLog;
   private readonly tmpDir: string;
   private readonly files: FileEndpoints;
   /** SPEC 3's 429: requests per repo, after authentication (a stranger cannot spend a repo's allowance). */
@@ -85,7 +73,7 @@ export class DbService implements DbHandler, ChangeFeed {
       maxQueued: db.maxQueued,
       maxQueuedPerTenant: db.maxQueuedPerRepo,
       onError: (e) => this.logger.error({ err: e }, 'executor scheduler error (the request it concerned may have failed; serving goes on)'),
-      beforeCreate: (scope, path) => this.beforeCreate(scope, path),
+      beforeCreate: (scope, path) => this.databases.beforeCreate(scope, path),
       floor: (scope) => this.mirrors?.acknowledgedFloor(scope) ?? null,
       onCommit: (scope, version) => {
         for (const l of this.listeners) {
@@ -107,6 +95,8 @@ export class DbService implements DbHandler, ChangeFeed {
       ? new RateLimiter({ burst: db.rateLimitBurst, perMinute: db.rateLimitPerRepo * 60, refusal: `this repo sent more than ${db.rateLimitPerRepo} requests per second (DB_RATE_LIMIT_PER_REPO)`, maxClients: 100_000 })
       : null;
     pools.add(this.pool);
+    this.databases = new KnownDatabases(this.layout, this.pool, db.maxDatabasesPerRepo);
+    this.changeLog = new ChangeLog({ pool: this.pool, layout: this.layout, exists: (s) => this.exists(s) });
     this.hrana = new Hrana(db);
     this.files = new FileEndpoints({
       pool: this.pool, layout: this.layout, tmpDir: this.tmpDir, limits: db,
@@ -122,48 +112,14 @@ export class DbService implements DbHandler, ChangeFeed {
     this.replication = replication;
   }
 
+  private exists(scope: Scope): boolean {
+    return this.databases.exists(scope);
+  }
+
   /** A write's reply, once its version is on the follower too (cluster mode; nothing to wait for on one node). */
   private async replicated(scope: Scope, res: ExecReply): Promise<ExecReply> {
     if (this.replication !== null && res.version !== undefined) await this.replication.replicated(scope, res.version);
     return res;
-  }
-
-  private exists(scope: Scope): boolean {
-    const path = this.layout.path(scope);
-    if (this.known.has(path)) return true;
-    if (!this.layout.exists(scope)) return false;
-    if (this.known.size > 100_000) this.known.clear();
-    this.known.add(path);
-    return true;
-  }
-
-  /**
-   * SPEC 4.8: creating a database is refused past DB_MAX_DATABASES_PER_REPO, counting creations under way. A name is
-   * counted once, whether its file exists yet or not (an open transaction's new database has one) and however many
-   * requests create it at once.
-   */
-  private beforeCreate(scope: Scope, path: string): (() => void) | null {
-    if (this.exists(scope)) return null;
-    const dir = this.layout.repoDir(scope.org, scope.repo);
-    const underWay = this.creating.get(dir) ?? new Map<string, number>();
-    const names = new Set([...this.layout.databases(scope.org, scope.repo), ...underWay.keys()]);
-    const max = this.config.db.maxDatabasesPerRepo;
-    if (!names.has(scope.database) && names.size >= max) {
-      throw new ApiError('quota_exceeded', `the repo already has ${max} databases (DB_MAX_DATABASES_PER_REPO)`);
-    }
-    mkdirSync(dir, { recursive: true });
-    underWay.set(scope.database, (underWay.get(scope.database) ?? 0) + 1);
-    this.creating.set(dir, underWay);
-    return () => {
-      const n = (underWay.get(scope.database) ?? 1) - 1;
-      if (n > 0) underWay.set(scope.database, n);
-      else underWay.delete(scope.database);
-      if (underWay.size === 0 && this.creating.get(dir) === underWay) this.creating.delete(dir);
-      if (!this.layout.exists(scope)) {
-        this.known.delete(path);
-        void this.pool.broadcast({ op: 'forget', path });
-      }
-    };
   }
 
   async handle(req: DbRequest): Promise<DbResponse> {
@@ -315,10 +271,8 @@ export class DbService implements DbHandler, ChangeFeed {
   }
 
   /** The executors close the database's file: another writer (a cluster's follower path) is about to change it. */
-  async forget(scope: Scope): Promise<void> {
-    const path = this.layout.path(scope);
-    this.known.delete(path);
-    await this.pool.broadcast({ op: 'forget', path });
+  forget(scope: Scope): Promise<void> {
+    return this.databases.forget(scope);
   }
 
   /**
@@ -348,46 +302,22 @@ export class DbService implements DbHandler, ChangeFeed {
     this.listeners.push(listener);
   }
 
-  async readChanges(scope: Scope, since: number, limit: number): Promise<{ events: ChangeEvent[]; version: number }> {
-    if (!this.exists(scope)) throw notFound(scope);
-    const res = await this.pool.read({ op: 'changes', path: this.layout.path(scope), since, limit: Math.min(limit, MAX_CHANGES_PAGE) });
-    const parsed = JSON.parse(res.body.toString('utf8'));
-    if (res.status !== 200) throw new ApiError(parsed.error.code, parsed.error.message, parsed.error.details);
-    return parsed;
+  readChanges(scope: Scope, since: number, limit: number): Promise<{ events: ChangeEvent[]; version: number }> {
+    return this.changeLog.readChanges(scope, since, limit);
   }
 
-  /**
-   * A cluster primary's next shipment after `since`: the text `{"events": [...]}` of the events up to the first without
-   * a changeset (null when that is the next one), made by the executor and sent on as it is: this event loop never
-   * parses a page of the tenant's changes. Throws as readChanges.
-   */
+  /** A cluster primary's next shipment after `since`, as the executor's text (ChangeLog.readShipment). */
   readShipment(scope: Scope, since: number, limit: number): Promise<Buffer | null> {
-    return this.changesText(scope, since, limit, { shipment: true });
+    return this.changeLog.readShipment(scope, since, limit);
   }
 
-  /**
-   * Mirror delivery's page of the change log when its thread should not read it itself: the text
-   * `{"events": [...], "version": N, "schema": {"bytes": B, "cookie": C}}` made by the executor (the read parses the
-   * tenant's schema, whose size the tenant picks) and passed on unparsed. Throws as readChanges.
-   */
-  async readChangePage(scope: Scope, since: number, limit: number): Promise<Buffer> {
-    return (await this.changesText(scope, since, limit, { schema: true }))!; // only a shipment is ever empty (204)
+  /** Mirror delivery's page of the change log, as the executor's text (ChangeLog.readChangePage). */
+  readChangePage(scope: Scope, since: number, limit: number): Promise<Buffer> {
+    return this.changeLog.readChangePage(scope, since, limit);
   }
 
-  /** A change-log page as the executor's text, passed on unparsed; 204 (a shipment's "nothing to ship") is null. */
-  private async changesText(scope: Scope, since: number, limit: number, option: { shipment: true } | { schema: true }): Promise<Buffer | null> {
-    if (!this.exists(scope)) throw notFound(scope);
-    const res = await this.pool.read({ op: 'changes', path: this.layout.path(scope), since, limit: Math.min(limit, MAX_CHANGES_PAGE), ...option });
-    if (res.status === 204) return null;
-    if (res.status === 200) return res.body;
-    const { error } = JSON.parse(res.body.toString('utf8'));
-    throw new ApiError(error.code, error.message, error.details);
-  }
-
-  async currentVersion(scope: Scope): Promise<number | null> {
-    if (!this.exists(scope)) return null;
-    const res = await this.readChanges(scope, Number.MAX_SAFE_INTEGER, 1);
-    return res.version;
+  currentVersion(scope: Scope): Promise<number | null> {
+    return this.changeLog.currentVersion(scope);
   }
 
   listDatabases(): AsyncIterable<Scope> {
