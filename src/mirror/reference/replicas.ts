@@ -6,6 +6,7 @@ import type { ChangeEvent, Scope } from '../../db/contract.ts';
 import type { Logger } from '../../shared/log.ts';
 import { currentGeneration, ensureDir, removeReplicaFiles, replicaPath } from './files.ts';
 import { Replica, type ReplicaFiles } from './replica.ts';
+import { AbsentNames } from './absent.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { StopBackoff } from '../../shared/stop-backoff.ts';
 
@@ -54,6 +55,10 @@ export class ReplicaSet {
   private readonly loading = new Map<string, Promise<Replica | null>>();
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly waiters = new Map<string, Set<Waiter>>();
+  /** First reads under way (follow): concurrent reads of one database ask the source once. */
+  private readonly following = new Map<string, Promise<Replica | null>>();
+  /** Databases the source said it lacks, for a moment (follow); an event of one forgets it (receive). */
+  private readonly absent: AbsentNames;
   /** Pulls under way, one per database at most (catchUp). */
   private readonly pulls = new Map<string, Promise<void>>();
   /** Databases whose apply was stopped: snapshots only for a while. */
@@ -66,6 +71,7 @@ export class ReplicaSet {
     this.opts = opts;
     this.applyStops = new StopBackoff(STOP_BACKOFF_MS, STOP_BACKOFF_MAX_MS, opts.now);
     this.prepareStops = new StopBackoff(STOP_BACKOFF_MS, STOP_BACKOFF_MAX_MS, opts.now);
+    this.absent = new AbsentNames(opts.now);
   }
 
   /** The replica of a scope as known now, without waiting: null when not loaded (see load) or when there is none. */
@@ -108,22 +114,31 @@ export class ReplicaSet {
    * The replica of a scope a read names, taken from the source when this mirror holds none yet (a database at version
    * 0, one written before this mirror's DATA_DIR was made, one whose events all went to an earlier mirror of this
    * name): a replica follows every database it hears about, and a read is hearing about it. Null when the source has
-   * no such database.
+   * no such database. Concurrent reads of one database share one question to the source, and its "no such database"
+   * answers the reads of the next ABSENT_FOR_MS (absent.ts): a client cannot make the mirror ask once per read.
    */
   async follow(scope: Scope): Promise<Replica | null> {
     const known = await this.load(scope);
     if (known !== null) return known;
-    return this.exclusive(scope, async () => {
-      const now = await this.load(scope); // a hook's bootstrap may have run meanwhile
-      if (now !== null) return now;
-      try {
-        await this.bootstrap(scope, 0, 'first read of this database');
-      } catch (e) {
-        if (e instanceof ApiError && sourceStatus(e) === 404) return null;
-        throw e;
-      }
-      return this.get(scope);
-    });
+    const key = keyOf(scope);
+    if (this.absent.has(key)) return null;
+    let following = this.following.get(key);
+    if (following === undefined) {
+      following = this.exclusive(scope, async () => {
+        const now = await this.load(scope); // a hook's bootstrap may have run meanwhile
+        if (now !== null) return now;
+        try {
+          await this.bootstrap(scope, 0, 'first read of this database');
+        } catch (e) {
+          if (!(e instanceof ApiError && sourceStatus(e) === 404)) throw e;
+          this.absent.add(key);
+          return null;
+        }
+        return this.get(scope);
+      }).finally(() => this.following.delete(key));
+      this.following.set(key, following);
+    }
+    return following;
   }
 
   version(scope: Scope): number | null {
@@ -134,10 +149,12 @@ export class ReplicaSet {
   async receive(event: ChangeEvent): Promise<Outcome> {
     const scope: Scope = { org: event.org, repo: event.repo, database: event.database };
     const key = keyOf(scope);
+    this.absent.delete(key); // the database exists: reads ask the source again, even if this event cannot be applied now
     const current = (await this.load(scope).catch(() => null))?.version ?? null;
     // An early event waits (bounded) for its predecessors, which may be in flight on another connection.
     if (current !== null && event.version > current + 1) await this.waitFor(scope, event.version - 1, this.opts.holdMs);
     return this.exclusive(scope, async () => {
+      this.absent.delete(key); // a first read's 404 that was under way when the event came
       let replica: Replica | null;
       let unreadable: string | null = null;
       try {
