@@ -2,10 +2,13 @@
 // front of the source: reads of a database the source lacks, and a pull that finds the source's history pruned.
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { startProduct, type HttpResult, type Product } from './helpers/product.ts';
 import { freePort } from './helpers/ports.ts';
 import { CountingProxy, newSecret, waitFor } from './helpers/mirror.ts';
 import { ABSENT_FOR_MS } from '../src/mirror/reference/absent.ts';
+import { PULL_AFTER_MS } from '../src/mirror/reference/query.ts';
 
 const SNAPSHOT = '/web/_db/snapshot';
 
@@ -53,4 +56,25 @@ test('a database the source lacked, then written: its event clears the remembere
   assert.deepEqual(last!.json.results[0].rows, [['here']]);
   // Only meaningful within the moment the 404 is remembered (a loaded machine may take longer: then it proves nothing).
   t.diagnostic(`readable ${Math.round(performance.now() - at)} ms after the write (the 404 is remembered ${ABSENT_FOR_MS} ms)`);
+});
+
+test('a pull that finds the events after its replica pruned at the source takes a snapshot at once, without the 2 s hold for a gap', async (t) => {
+  const { source, proxy, read } = await setup(t, false); // not in DB_MIRRORS: only pulls bring events
+  assert.equal((await source.db('web', 'execute', { sql: 'CREATE TABLE t (v)' })).json.version, 1);
+  assert.equal((await read({ minVersion: 1 })).status, 200); // the replica, at 1
+  for (let i = 0; i < 5; i++) await source.db('web', 'execute', { sql: 'INSERT INTO t VALUES (?)', params: [i] });
+  // Retention dropped 1..3 (as pruning does after 1,000 events and 7 days).
+  const file = new DatabaseSync(join(source.dataDir, 'db', 'acme', 'web', 'main.sqlite'));
+  file.exec('DELETE FROM _scopebase_changes WHERE version <= 3');
+  file.close();
+  assert.equal((await source.db('web', 'changes', { since: 1 })).status, 410);
+  const changesBefore = proxy.count('/web/_db/changes');
+  const started = performance.now();
+  const r = await read({ sql: 'SELECT count(*) FROM t', minVersion: 6 });
+  const took = performance.now() - started;
+  t.diagnostic(`answered in ${Math.round(took)} ms (the pull starts after ${PULL_AFTER_MS} ms)`);
+  assert.equal(r.status, 200, r.text);
+  assert.deepEqual(r.json, { results: [{ columns: ['count(*)'], rows: [[5]] }], version: 6 });
+  assert.equal(proxy.count('/web/_db/changes') - changesBefore, 1, 'one page asked for (it said gone), then the snapshot');
+  assert.ok(took < PULL_AFTER_MS + 1500, `answered in ${Math.round(took)} ms`);
 });

@@ -276,8 +276,13 @@ export class ReplicaSet {
         const page = await fetch(scope, since);
         if ('gone' in page) {
           if (jumped) return;
-          jumped = true; // the replica is older than the kept log: its first kept event heals it from a snapshot
-          since = page.gone - 1;
+          jumped = true;
+          // The replica is older than the kept log: nothing can fill the gap, so a snapshot now (a hook's gap would wait holdMs).
+          const from = since;
+          await this.exclusive(scope, async () => {
+            if ((this.version(scope) ?? Infinity) < page.gone - 1) await this.bootstrap(scope, page.gone, `the source keeps events from ${page.gone} only, replica at ${from}`);
+          });
+          since = this.version(scope);
           continue;
         }
         if (page.events.length === 0) return;
