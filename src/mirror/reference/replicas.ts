@@ -105,7 +105,7 @@ export class ReplicaSet {
     const hit = this.known.get(key); // a bootstrap finished meanwhile
     if (hit) return hit;
     if ('problem' in read) throw new ApiError('unavailable', `the replica cannot be read now: ${read.problem}`, undefined, { 'retry-after': '1' });
-    const replica = new Replica(path, generation, read.version);
+    const replica = new Replica(path, generation, read);
     this.known.set(key, replica);
     return replica;
   }
@@ -183,6 +183,7 @@ export class ReplicaSet {
         const applied = await this.opts.files.apply(replica.path, event);
         if ('version' in applied) {
           replica.version = applied.version;
+          replica.lastEventId = event.id;
           this.applyStops.clear(key);
           this.notify(scope);
           return 'applied';
@@ -226,7 +227,7 @@ export class ReplicaSet {
     const generation = Math.max(old?.generation ?? 0, onDisk ?? 0) + 1;
     const path = replicaPath(this.opts.root, scope, generation);
     const download = `${path}.download`;
-    let version: number;
+    let state: { version: number; lastEventId?: string | null };
     try {
       await this.opts.fetchSnapshot(scope, download);
       // Opening it parses the tenant's schema (and drops its triggers): in an executor, under the time limit.
@@ -236,8 +237,8 @@ export class ReplicaSet {
         const ms = this.prepareStops.penalize(key);
         throw new ApiError('unavailable', `${prepared.problem}; this replica heals again in ${seconds(ms)} s`, undefined, { 'retry-after': seconds(ms) });
       }
-      version = prepared.version;
-      if (version < atLeast) throw new ApiError('unavailable', `the snapshot is at version ${version}, older than event ${atLeast}`, undefined, { 'retry-after': '1' });
+      state = prepared;
+      if (state.version < atLeast) throw new ApiError('unavailable', `the snapshot is at version ${state.version}, older than event ${atLeast}`, undefined, { 'retry-after': '1' });
       renameSync(download, path);
     } catch (e) {
       // An executor may still hold the download (a preparation that failed after opening it).
@@ -249,9 +250,9 @@ export class ReplicaSet {
       throw new ApiError('unavailable', 'the snapshot could not be used', undefined, { 'retry-after': '2' });
     }
     this.prepareStops.clear(key);
-    const replica = new Replica(path, generation, version);
+    const replica = new Replica(path, generation, state);
     this.known.set(key, replica);
-    this.opts.logger.info({ ...scope, why, version, generation }, 'replica bootstrapped from snapshot');
+    this.opts.logger.info({ ...scope, why, version: state.version, generation }, 'replica bootstrapped from snapshot');
     this.notify(scope);
     if (previous !== null) {
       await this.opts.files.release(previous).catch(() => undefined);
@@ -272,28 +273,46 @@ export class ReplicaSet {
     const pull = async () => {
       let since = this.version(scope);
       let jumped = false;
+      // The first page starts one event early: the source's event at the replica's version must be the one it holds.
+      // Another id means the source's versions restarted (a whole-instance restore whose event has not come yet): the
+      // events past it are another history's, and applied onto this one's rows they diverged silently.
+      let seen = this.get(scope);
       while (since !== null && since < version && !this.closed) {
-        const page = await fetch(scope, since);
+        const check = seen?.lastEventId != null && since > 0 ? { replica: seen, id: seen.lastEventId } : null;
+        seen = null;
+        const from = since;
+        const page = await fetch(scope, check ? since - 1 : since);
         if ('gone' in page) {
           if (jumped) return;
           jumped = true;
           // The replica is older than the kept log: nothing can fill the gap, so a snapshot now (a hook's gap would wait holdMs).
-          const from = since;
-          await this.exclusive(scope, async () => {
-            if ((this.version(scope) ?? Infinity) < page.gone - 1) await this.bootstrap(scope, page.gone, `the source keeps events from ${page.gone} only, replica at ${from}`);
-          });
+          await this.heal(scope, (r) => (r?.version ?? Infinity) < page.gone - 1, page.gone, `the source keeps events from ${page.gone} only, replica at ${from}`);
           since = this.version(scope);
           continue;
         }
-        if (page.events.length === 0) return;
-        for (const event of page.events) await this.receive(event);
-        since = Math.max(this.version(scope) ?? since, page.events.at(-1)!.version);
+        const first = page.events[0];
+        if (check && first?.version === from && first.id !== check.id) {
+          await this.heal(scope, (r) => r === check.replica && r.version === from, from, `the source's event ${from} is not the one this replica holds: its versions restarted (a restore)`);
+          since = this.version(scope);
+          continue;
+        }
+        const events = page.events.filter((e) => e.version > from);
+        if (events.length === 0) return;
+        for (const event of events) await this.receive(event);
+        since = Math.max(this.version(scope) ?? since, events.at(-1)!.version);
       }
     };
     const run = pull()
       .catch((e: unknown) => this.opts.logger.debug({ ...scope, err: e instanceof Error ? e.message : String(e) }, 'replica pull failed'))
       .finally(() => this.pulls.delete(key));
     this.pulls.set(key, run);
+  }
+
+  /** A pull's snapshot, in the database's turn, unless a hook changed the replica meanwhile (`still`: it is as the pull saw it). */
+  private heal(scope: Scope, still: (replica: Replica | null) => boolean, atLeast: number, why: string): Promise<void> {
+    return this.exclusive(scope, async () => {
+      if (still(this.get(scope))) await this.bootstrap(scope, atLeast, why);
+    });
   }
 
   /** Resolves true once the replica reached `version`, false after `ms`. */
