@@ -11,6 +11,7 @@ import { KeyedLimiter, Limiter } from './limiter.ts';
 import type { DeliveryEngine, DeliveryOptions } from './options.ts';
 import { scanDatabases } from './recovery.ts';
 import { MirrorSender } from './sender.ts';
+import { Outage } from './outage.ts';
 
 export type { DeliveryEngine, DeliveryLog, DeliveryMetrics, DeliveryOptions } from './options.ts';
 
@@ -25,13 +26,14 @@ const YIELD_EVENTS_PER_S = 200;
 interface MirrorRuntime {
   sender: MirrorSender;
   limiter: Limiter;
+  outage: Outage;
 }
 
 export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
   const { log, metrics: m } = opts;
   const policy: BackoffPolicy = { baseMs: Math.min(opts.baseBackoffMs ?? 500, opts.maxBackoffMs), maxMs: opts.maxBackoffMs };
   const mirrors = new Map<string, MirrorRuntime>(opts.mirrors.map((c) => [c.name, {
-    sender: new MirrorSender(c, { timeoutMs: opts.timeoutMs, connections: opts.concurrency }), limiter: new Limiter(opts.concurrency),
+    sender: new MirrorSender(c, { timeoutMs: opts.timeoutMs, connections: opts.concurrency }), limiter: new Limiter(opts.concurrency), outage: new Outage(),
   }]));
   const ledger = new Ledger(opts, [...mirrors.keys()]);
   const drains = new Set<Promise<void>>();
@@ -42,10 +44,29 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
 
   function notice(scope: Scope, version: number): void {
     if (closed) return;
-    for (const name of mirrors.keys()) {
+    for (const [name, mirror] of mirrors) {
       const lane = ledger.lane(scope, name);
-      if (version > lane.known) lane.known = version;
-      if (lane.known > lane.delivered) kick(lane);
+      const committed = version > lane.known;
+      if (committed) lane.known = version;
+      if (lane.known <= lane.delivered) continue;
+      // A new commit on a lane waiting out its backoff: at most one such lane a second tries now (outage.ts).
+      if (committed && lane.timer !== null && mirror.outage.probe(lane, performance.now())) endWait(lane);
+      kick(lane);
+    }
+  }
+
+  function endWait(lane: Lane): void {
+    clearTimeout(lane.timer!);
+    lane.timer = null;
+  }
+
+  /** The mirror is back from an outage: every lane waiting out a backoff tries now, once per failure run. */
+  function resume(name: string): void {
+    for (const lane of ledger.all()) {
+      if (lane.mirror !== name || lane.timer === null || lane.resumed) continue;
+      lane.resumed = true;
+      endWait(lane);
+      kick(lane);
     }
   }
 
@@ -81,8 +102,11 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
           }
           m.attempt(lane.mirror);
           const outcome = await mirror.sender.send(event);
-          if (outcome.ok) ledger.succeeded(lane, event);
-          else if (!closed) {
+          if (outcome.ok) {
+            ledger.succeeded(lane, event);
+            if (mirror.outage.succeeded(performance.now())) resume(lane.mirror);
+          } else if (!closed) {
+            mirror.outage.failed();
             m.failure(lane.mirror, outcome.kind);
             ledger.failed(lane, outcome.error);
             failed = true;
@@ -96,6 +120,7 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
       ledger.save(lane); // once per turn, not per event: a crash before it only means re-delivery (at least once)
       release?.();
       lane.active = false;
+      mirror.outage.ended(lane);
       if (lane.seedTo > lane.delivered) ledger.raise(lane, lane.seedTo);
     }
     if (closed) return;

@@ -58,6 +58,7 @@ export class Ledger {
     lane.lastError = null;
     lane.failingSince = null;
     lane.stallReported = false;
+    lane.resumed = false;
     lane.lastSuccessAt = now;
     metrics.delivered(lane.mirror);
     const committed = Date.parse(event.committedAt);
