@@ -21,7 +21,10 @@ interface Setup {
   dataDir: string;
   work: string;
   mirror: SpawnedProduct;
-  start(): Promise<SpawnedProduct>;
+  /** The mirror killed (-9) and started again on its DATA_DIR: it knows its replicas only from their files. */
+  restartMirror(): Promise<void>;
+  /** The primary; `env` over its usual environment. */
+  start(env?: Record<string, string>): Promise<SpawnedProduct>;
   execute(primary: SpawnedProduct, sql: string, params?: unknown[]): Promise<number>;
   rows(url: string, minVersion?: number): Promise<HttpResult>;
   cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }>;
@@ -38,14 +41,20 @@ async function setup(): Promise<Setup> {
     PORT: String(port), DB_MIRROR_MAX_BACKOFF_MS: '200',
     DB_MIRRORS: JSON.stringify([{ name: 'reference', url: `http://127.0.0.1:${mirrorPort}/hook`, secret }]),
   });
-  const mirror = await spawnProduct(testEnv(join(work, 'mirror-data'), {
+  const mirrorEnv = testEnv(join(work, 'mirror-data'), {
     MIRROR_PORT: String(mirrorPort), MIRROR_SECRET: secret, MIRROR_SOURCE_URL: `http://127.0.0.1:${port}`,
-  }), ['serve', 'mirror']);
+  });
+  const mirror = await spawnProduct(mirrorEnv, ['serve', 'mirror']);
   const running: SpawnedProduct[] = [mirror];
-  return {
+  const s: Setup = {
     primaryEnv, dataDir, work, mirror,
-    async start() {
-      const p = await spawnProduct(primaryEnv);
+    async restartMirror() {
+      await stop(s.mirror);
+      s.mirror = await spawnProduct(mirrorEnv, ['serve', 'mirror']);
+      running.push(s.mirror);
+    },
+    async start(env = {}) {
+      const p = await spawnProduct({ ...primaryEnv, ...env });
       running.push(p);
       return p;
     },
@@ -65,6 +74,7 @@ async function setup(): Promise<Setup> {
       rmSync(work, { recursive: true, force: true });
     },
   };
+  return s;
 }
 
 async function stop(p: SpawnedProduct): Promise<void> {
@@ -110,8 +120,8 @@ async function seed(s: Setup, primary: SpawnedProduct): Promise<void> {
 }
 
 /** After the restore: the primary again, and the four new rows written (their last version returned). */
-async function restartAndWrite(s: Setup): Promise<{ primary: SpawnedProduct; version: number }> {
-  const primary = await s.start();
+async function restartAndWrite(s: Setup, env?: Record<string, string>): Promise<{ primary: SpawnedProduct; version: number }> {
+  const primary = await s.start(env);
   let version = 0;
   for (const [id, v] of NEW_ROWS) version = await s.execute(primary, 'INSERT INTO t (id, v) VALUES (?, ?)', [id, v]);
   return { primary, version };
@@ -165,3 +175,29 @@ test('a backup whose delivery state is newer than its database copy (taken one a
   const { primary, version } = await restartAndWrite(s);
   await converges(s, primary, version);
 });
+
+for (const mirrorRestarted of [false, true]) {
+  const how = mirrorRestarted ? ', the mirror restarted meanwhile' : '';
+  test(`after a restore${how}, a minVersion read whose pull comes before the restore's event takes a snapshot, not the new events onto the lost rows`, async (t) => {
+    const s = await setup();
+    t.after(() => s.close());
+    const before = await s.start();
+    await seed(s, before);
+    const backup = join(s.work, 'backup');
+    assert.equal((await s.cli(['backup', backup])).code, 0);
+    for (const v of ['old-c', 'old-d', 'old-e']) await s.execute(before, 'INSERT INTO t (v) VALUES (?)', [v]);
+    await mirrorAt(s, 6);
+    await stop(before);
+    assert.equal((await s.cli(['restore', backup, '--force'])).code, 0);
+    if (mirrorRestarted) await s.restartMirror(); // what its replica's last event was, it reads from the file
+    // The primary cannot reach the mirror now (its events wait out the backoff): only the mirror's pulls bring events.
+    const unreachable = JSON.stringify([{ name: 'reference', url: `http://127.0.0.1:${await freePort()}/hook`, secret: newSecret() }]);
+    const { primary, version } = await restartAndWrite(s, { DB_MIRRORS: unreachable });
+    assert.equal(version, 8);
+    const want = await s.rows(primary.url);
+    // Past the replica's 6: the read pulls the source's change log (its events 7 and 8 are the new rows 12 and 13).
+    const got = await s.rows(s.mirror.url, version);
+    assert.equal(got.status, 200, got.text);
+    assert.deepEqual(got.json, want.json);
+  });
+}

@@ -267,3 +267,26 @@ test('no mirrors: the floor is null and status lists no mirror', async (t) => {
   assert.equal(none.acknowledgedFloor(scopeOf()), null);
   assert.deepEqual(none.states(scopeOf(), 3), []);
 });
+
+test('a database the mirror refuses alone keeps its backoff: new commits try it at most once a second, other databases\' recoveries once', async (t) => {
+  const { feed, receiver } = await setup(t, { baseBackoffMs: 10_000, maxBackoffMs: 10_000 });
+  receiver.behaviour = (_req, res, r) => void res.writeHead(r.event.database === 'stuck' ? 503 : 204).end();
+  const attempts = () => receiver.versions('stuck', receiver.all).length;
+  feed.commit(scopeOf('stuck'));
+  await waitFor(() => attempts() === 1, 3000, 'the first attempt'); // its next retry: 5–10 s later
+  // For 3.5 s: a commit to it every 100 ms, and another database acknowledged every 1.1 s (each after a quiet second).
+  const until = performance.now() + 3500;
+  let next = 0;
+  while (performance.now() < until) {
+    feed.commit(scopeOf('stuck'));
+    if (performance.now() >= next) {
+      feed.commit(scopeOf('fine'));
+      next = performance.now() + 1100;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  // 1 + at most 4 probes + 1 recovery kick, and one to spare (36 without the probes' limit, 9 without the one kick).
+  t.diagnostic(`${attempts()} attempts`);
+  assert.ok(attempts() >= 2 && attempts() <= 7, `${attempts()} attempts`);
+  assert.deepEqual(receiver.versions('fine'), range(1, receiver.versions('fine').length));
+});

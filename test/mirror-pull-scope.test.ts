@@ -19,7 +19,7 @@ test('a page of the source\'s change log naming another database is refused, not
     const wrong = createHttpServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(page.text));
     await new Promise<void>((resolve) => wrong.listen(0, '127.0.0.1', resolve));
     try {
-      const source = { url: () => `http://127.0.0.1:${(wrong.address() as AddressInfo).port}`, baseDomain: 'localhost', rootKey: p.config.rootKeys[0]!, timeoutMs: 5000, maxBytes: 1 << 20 };
+      const source = { url: `http://127.0.0.1:${(wrong.address() as AddressInfo).port}`, baseDomain: 'localhost', rootKey: p.config.rootKeys[0]!, timeoutMs: 5000, maxBytes: 1 << 20 };
       const own = await fetchChanges(source, { org: 'acme', repo: 'web', database: 'a' }, 0);
       assert.ok('events' in own && own.events.length === 1, 'the page of the database asked for is taken');
       await assert.rejects(fetchChanges(source, { org: 'acme', repo: 'web', database: 'b' }, 0), (e: unknown) => e instanceof ApiError && e.code === 'unavailable' && /another database/.test(e.message));

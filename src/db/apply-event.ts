@@ -39,10 +39,25 @@ export function openReplica(path: string): DatabaseSync {
 }
 
 /**
- * Makes a downloaded snapshot a replica: its triggers dropped (they would fire a second time), WAL on. Returns its
- * version. The connection is the caller's to close (before the file is renamed: closing checkpoints its WAL).
+ * The meta row where a replica keeps the id of the last event applied to it (written in the apply's transaction): its
+ * change log stops at its snapshot, and the mirror compares this id with the source's event of the same version.
  */
-export function prepareReplica(db: DatabaseSync): number {
+const REPLICA_EVENT_KEY = 'replica_event';
+
+/** A replica's version and the id of the event that made it: the last one applied, else its snapshot's (null at 0). */
+export function replicaState(db: DatabaseSync): { version: number; lastEventId: string | null } {
+  const version = readVersion(db);
+  const applied = db.prepare('SELECT value FROM _scopebase_meta WHERE key = ?').get(REPLICA_EVENT_KEY) as { value: string } | undefined;
+  if (applied !== undefined) return { version, lastEventId: applied.value };
+  const logged = db.prepare("SELECT json_extract(event, '$.id') AS id FROM _scopebase_changes WHERE version = ?").get(version) as { id: string | null } | undefined;
+  return { version, lastEventId: logged?.id ?? null };
+}
+
+/**
+ * Makes a downloaded snapshot a replica: its triggers dropped (they would fire a second time), WAL on. Returns its
+ * state. The connection is the caller's to close (before the file is renamed: closing checkpoints its WAL).
+ */
+export function prepareReplica(db: DatabaseSync): { version: number; lastEventId: string | null } {
   const triggers = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'trigger'").all() as { name: string }[];
   if (triggers.length > 0) {
     db.exec('BEGIN IMMEDIATE');
@@ -54,7 +69,7 @@ export function prepareReplica(db: DatabaseSync): number {
       throw e;
     }
   }
-  return readVersion(db);
+  return replicaState(db);
 }
 
 /**
@@ -65,6 +80,7 @@ export function applyToReplica(db: DatabaseSync, event: ChangeEvent): string | n
   db.exec('BEGIN IMMEDIATE');
   try {
     const problem = applyEvent(db, event);
+    if (problem === null) db.prepare('INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES (?, ?)').run(REPLICA_EVENT_KEY, event.id);
     db.exec(problem === null ? 'COMMIT' : 'ROLLBACK');
     return problem;
   } catch (e) {

@@ -24,8 +24,9 @@ export function startMirrorDelivery(config: Config, logger: Logger, db: MirrorAt
 
 /** The reference mirror listening on MIRROR_PORT; snapshots from MIRROR_SOURCE_URL, else from `fallbackSource` (the proxy in `npm start`). */
 export async function listenReferenceMirror(config: Config, logger: Logger, host: string, fallbackSource: string | null, connections: ConnectionCap): Promise<{ mirror: ReferenceMirror; url: string }> {
-  if (config.mirror.sourceUrl === null && fallbackSource === null) throw new ConfigError(MIRROR_SOURCE_REQUIRED);
-  const mirror = createReferenceMirror({ config, logger, sourceUrl: () => config.mirror.sourceUrl ?? fallbackSource, connections });
+  const sourceUrl = config.mirror.sourceUrl ?? fallbackSource;
+  if (sourceUrl === null) throw new ConfigError(MIRROR_SOURCE_REQUIRED);
+  const mirror = createReferenceMirror({ config, logger, sourceUrl, connections });
   const url = await mirror.app.listen({ port: config.mirror.port ?? config.port, host });
   return { mirror, url };
 }

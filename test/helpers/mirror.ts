@@ -1,5 +1,5 @@
 // Test doubles for mirror delivery: an in-memory change feed and a real HTTP receiver on loopback.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -145,6 +145,45 @@ export class Receiver {
 
   versions(database = 'main', list: Received[] = this.acked): number[] {
     return list.filter((r) => r.event.database === database).map((r) => r.event.version);
+  }
+}
+
+/** An HTTP proxy in front of `target` that counts the requests by path: what a reference mirror asks of its source. */
+export class CountingProxy {
+  readonly counts = new Map<string, number>();
+  private server: Server | null = null;
+  private readonly target: URL;
+  url = '';
+
+  constructor(target: string) {
+    this.target = new URL(target);
+  }
+
+  async start(): Promise<this> {
+    this.server = createServer((req, res) => {
+      this.counts.set(req.url ?? '', this.count(req.url ?? '') + 1);
+      const out = httpRequest({ host: this.target.hostname, port: this.target.port, path: req.url, method: req.method, headers: req.headers }, (reply) => {
+        res.writeHead(reply.statusCode ?? 502, reply.headers);
+        reply.pipe(res);
+      });
+      out.on('error', () => res.destroy());
+      req.pipe(out);
+    });
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this;
+  }
+
+  count(path: string): number {
+    return this.counts.get(path) ?? 0;
+  }
+
+  async stop(): Promise<void> {
+    const server = this.server;
+    this.server = null;
+    if (!server) return;
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 }
 

@@ -6,13 +6,13 @@
 // sandboxed handles of a primary's requests.
 import { statSync } from 'node:fs';
 import type { DatabaseSync } from 'node:sqlite';
-import { applyEvents, applyToReplica, openCopy, openReplica, prepareReplica, readVersion } from '../apply-event.ts';
+import { applyEvents, applyToReplica, openCopy, openReplica, prepareReplica, readVersion, replicaState } from '../apply-event.ts';
 import type { ChangeEvent } from '../contract.ts';
 
 /** What the op answers: the copy's new version, or why it was not applied (the primary then ships a snapshot). */
 export type ApplyOutcome = { version: number } | { problem: string };
 
-/** A follower's copy as the primary's handshake asks it: version 0 when there is none. */
+/** A follower's copy as the primary's handshake asks it (version 0 when there is none), or a mirror's replica. */
 export type StateOutcome = { version: number; lastEventId: string | null } | { problem: string };
 
 interface Open { db: DatabaseSync; ino: number; usedAt: number }
@@ -105,10 +105,10 @@ export class CopyCache {
     }
   }
 
-  /** A reference mirror's replica's version, read on the connection its applies use. */
-  version(path: string): ApplyOutcome {
+  /** A reference mirror's replica's version and last event's id, read on the connection its applies use. */
+  version(path: string): StateOutcome {
     try {
-      return { version: readVersion(this.get(path)) };
+      return replicaState(this.get(path));
     } catch (e) {
       this.forget(path);
       return { problem: (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no replica file' : `reading the replica failed: ${(e as Error).message.slice(0, 120)}` };
@@ -146,7 +146,7 @@ function close(db: DatabaseSync): void {
  * A snapshot the reference mirror downloaded, made a replica (prepareReplica: triggers dropped, WAL on) on a
  * connection of its own, closed before the mirror renames the file. Answers its version.
  */
-export function prepareReplicaFile(path: string): ApplyOutcome {
+export function prepareReplicaFile(path: string): StateOutcome {
   return onceOpen(path, openReplica, prepareReplica, 'the snapshot could not be made a replica');
 }
 
@@ -159,15 +159,15 @@ export function checkSnapshotFile(path: string): ApplyOutcome {
   return onceOpen(path, openCopy, (db) => {
     const version = readVersion(db);
     db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
-    return version;
+    return { version };
   }, 'reading it failed');
 }
 
-function onceOpen(path: string, opener: (path: string) => DatabaseSync, read: (db: DatabaseSync) => number, failed: string): ApplyOutcome {
+function onceOpen<T extends { version: number }>(path: string, opener: (path: string) => DatabaseSync, read: (db: DatabaseSync) => T, failed: string): T | { problem: string } {
   let db: DatabaseSync | undefined;
   try {
     db = opener(path);
-    return { version: read(db) };
+    return read(db);
   } catch (e) {
     return { problem: `${failed}: ${(e as Error).message.slice(0, 120)}` };
   } finally {

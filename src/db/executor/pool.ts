@@ -48,7 +48,7 @@ export interface PoolOptions {
 
 /** A follower's or a mirror's op on its copy (applyToCopy, checkSnapshot, applyToReplica, openReplica): a version, or why not. */
 export type CopyOutcome = { version: number } | { problem: string; stopped?: true };
-/** A follower's copy as the primary's handshake asks it (copyState): version 0 when there is none. */
+/** A follower's copy as the primary's handshake asks it (copyState): version 0 when there is none; a mirror's replica. */
 export type CopyState = { version: number; lastEventId: string | null } | { problem: string; stopped?: true };
 
 export class ExecutorPool {
@@ -154,11 +154,11 @@ export class ExecutorPool {
 
   /**
    * A snapshot the reference mirror downloaded to `path`, made a replica (its triggers dropped, WAL on) before it is
-   * renamed into place; or, `prepare` false, an existing replica's version. Either parses the tenant's schema, which
-   * the tenant sizes: on an executor, under `budgetMs`, like an apply.
+   * renamed into place; or, `prepare` false, an existing replica's version. Either answers the id of the event that
+   * made that version too, and parses the tenant's schema, which the tenant sizes: on an executor, under `budgetMs`.
    */
-  openReplica(path: string, prepare: boolean, budgetMs: number): Promise<CopyOutcome> {
-    return this.onCopy({ op: prepare ? 'replica.prepare' : 'replica.version', path }, undefined, budgetMs, prepare ? 'preparing the snapshot' : 'reading the replica');
+  openReplica(path: string, prepare: boolean, budgetMs: number): Promise<CopyState> {
+    return this.onCopy({ op: prepare ? 'replica.prepare' : 'replica.version', path }, undefined, budgetMs, prepare ? 'preparing the snapshot' : 'reading the replica') as Promise<CopyState>;
   }
 
   /** `owner`: the database whose repo the op is counted to, when `header.path` is not its file (a received snapshot). */

@@ -1,122 +1,72 @@
 // Delivers every change event to every mirror: per (mirror, database) in version order, retried until acknowledged.
 // Runs wherever it is given a feed, a logger and metrics: on the delivery thread in the product (thread.ts), in-process in tests.
-import { join } from 'node:path';
+// This file is the drain loop (read a page, send it, retry); what each lane acknowledged and why it fails is the ledger's.
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ChangeEvent, ChangeFeed, MirrorReport, MirrorState, Scope } from '../../db/contract.ts';
-import type { MirrorConfig } from '../../shared/config.ts';
+import type { ChangeEvent, ChangeFeed, MirrorState, Scope } from '../../db/contract.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { backoffDelay, type BackoffPolicy } from './backoff.ts';
-import { Lane, scopeKey } from './lane.ts';
+import type { Lane } from './lane.ts';
+import { Ledger } from './ledger.ts';
 import { KeyedLimiter, Limiter } from './limiter.ts';
-import { MirrorSender, type FailureKind, type Outcome } from './sender.ts';
-import { DeliveryStore } from './store.ts';
+import type { DeliveryEngine, DeliveryOptions } from './options.ts';
 import { scanDatabases } from './recovery.ts';
+import { MirrorSender } from './sender.ts';
+import { Outage } from './outage.ts';
+
+export type { DeliveryEngine, DeliveryLog, DeliveryMetrics, DeliveryOptions } from './options.ts';
 
 /** Events read from the change log per read: a turn sends at most one read's worth, then gives its delivery slot to the next waiting database (fairness). */
 const READ_BATCH = 64;
 /** Change-log reads in flight at once (each waits for an executor), and per org: an org whose reads are slow (its schema) holds at most its own. */
 const READS = 16;
 const READS_PER_ORG = 2;
-/** Acknowledgements are saved once per turn, and at least this often during a slow turn (status shows saved ones). */
-const SAVE_EVERY_MS = 100;
 /** While the machine has no CPU to spare, delivery as a whole sends at most this many events a second (every lane still moves). */
 const YIELD_EVENTS_PER_S = 200;
-
-/** The log calls delivery makes (a pino logger fits; the delivery thread relays them to the main thread's logger). */
-export interface DeliveryLog {
-  debug(obj: object, msg: string): void;
-  info(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
-  error(obj: object, msg: string): void;
-}
-
-/** What delivery counts (Prometheus in the main thread; counted and relayed from the delivery thread). */
-export interface DeliveryMetrics {
-  attempt(mirror: string): void;
-  failure(mirror: string, kind: FailureKind): void;
-  delivered(mirror: string): void;
-  skipped(mirror: string, events: number): void;
-  /** Seconds from commit to acknowledgement. */
-  lag(mirror: string, seconds: number): void;
-}
-
-export interface DeliveryOptions {
-  feed: ChangeFeed;
-  mirrors: MirrorConfig[];
-  dataDir: string;
-  log: DeliveryLog;
-  metrics: DeliveryMetrics;
-  timeoutMs: number;
-  maxBackoffMs: number;
-  stallAfterMs: number;
-  /** Concurrent deliveries per mirror: a slow mirror uses its own slots only. */
-  concurrency: number;
-  baseBackoffMs?: number;
-  recoveryConcurrency?: number;
-  /** Called after a lane's state was saved to mirrors.sqlite (or the lane was dropped: its database is gone). */
-  onSaved?(lane: Lane, dropped: boolean): void;
-  /** True while the machine has no CPU to spare (cpu-pressure.ts): delivery then trickles. */
-  shouldYield?(): boolean;
-  /** A cluster node (gate.ts): may this event leave now? A lane that may not waits for the next notice. */
-  gate?(scope: Scope, version: number): boolean;
-}
-
-export interface DeliveryEngine extends MirrorReport {
-  /** Resolves when the start-up scan of databases on disk has finished (it runs in the background). */
-  readonly recovered: Promise<void>;
-  /** Every lane, for tests and diagnostics. */
-  lanes(): Iterable<Lane>;
-  /** Something above `version` may exist in the database's change log: a commit hint, or a status read. */
-  notice(scope: Scope, version: number): void;
-  /** Another node reported the mirror to have acknowledged `version` of the database (a cluster's follower): resume from there at least. */
-  seed(scope: Scope, mirror: string, version: number): void;
-  close(): Promise<void>;
-}
 
 interface MirrorRuntime {
   sender: MirrorSender;
   limiter: Limiter;
+  outage: Outage;
 }
 
 export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
   const { log, metrics: m } = opts;
-  const store = new DeliveryStore(join(opts.dataDir, 'mirrors.sqlite'));
   const policy: BackoffPolicy = { baseMs: Math.min(opts.baseBackoffMs ?? 500, opts.maxBackoffMs), maxMs: opts.maxBackoffMs };
   const mirrors = new Map<string, MirrorRuntime>(opts.mirrors.map((c) => [c.name, {
-    sender: new MirrorSender(c, { timeoutMs: opts.timeoutMs, connections: opts.concurrency }), limiter: new Limiter(opts.concurrency),
+    sender: new MirrorSender(c, { timeoutMs: opts.timeoutMs, connections: opts.concurrency }), limiter: new Limiter(opts.concurrency), outage: new Outage(),
   }]));
-  const lanes = new Map<string, Map<string, Lane>>();
+  const ledger = new Ledger(opts, [...mirrors.keys()]);
   const drains = new Set<Promise<void>>();
   const reads = new KeyedLimiter(READS, READS_PER_ORG);
   let closed = false;
   /** While yielding, when the next event may leave (performance.now()): one slot per 1/YIELD_EVENTS_PER_S, shared by all lanes. */
   let nextYieldSlot = 0;
 
-  function laneOf(scope: Scope, mirror: string): Lane {
-    const key = scopeKey(scope);
-    let byMirror = lanes.get(key);
-    if (!byMirror) lanes.set(key, (byMirror = new Map()));
-    let lane = byMirror.get(mirror);
-    if (!lane) byMirror.set(mirror, (lane = new Lane(mirror, { org: scope.org, repo: scope.repo, database: scope.database })));
-    return lane;
-  }
-
-  // Durable state first: acknowledged versions survive restarts; lanes of mirrors no longer configured are ignored.
-  for (const row of store.all()) {
-    if (!mirrors.has(row.mirror)) continue;
-    const lane = laneOf(row, row.mirror);
-    lane.delivered = lane.saved = lane.known = row.deliveredVersion;
-    lane.lastError = row.lastError;
-    lane.lastSuccessAt = row.lastSuccessAt;
-    lane.failingSince = row.failingSince;
-  }
-
   function notice(scope: Scope, version: number): void {
     if (closed) return;
-    for (const name of mirrors.keys()) {
-      const lane = laneOf(scope, name);
-      if (version > lane.known) lane.known = version;
-      if (lane.known > lane.delivered) kick(lane);
+    for (const [name, mirror] of mirrors) {
+      const lane = ledger.lane(scope, name);
+      const committed = version > lane.known;
+      if (committed) lane.known = version;
+      if (lane.known <= lane.delivered) continue;
+      // A new commit on a lane waiting out its backoff: at most one such lane a second tries now (outage.ts).
+      if (committed && lane.timer !== null && mirror.outage.probe(lane, performance.now())) endWait(lane);
+      kick(lane);
+    }
+  }
+
+  function endWait(lane: Lane): void {
+    clearTimeout(lane.timer!);
+    lane.timer = null;
+  }
+
+  /** The mirror is back from an outage: every lane waiting out a backoff tries now, once per failure run. */
+  function resume(name: string): void {
+    for (const lane of ledger.all()) {
+      if (lane.mirror !== name || lane.timer === null || lane.resumed) continue;
+      lane.resumed = true;
+      endWait(lane);
+      kick(lane);
     }
   }
 
@@ -152,9 +102,13 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
           }
           m.attempt(lane.mirror);
           const outcome = await mirror.sender.send(event);
-          if (outcome.ok) onSuccess(lane, event);
-          else if (!closed) {
-            onFailure(lane, outcome);
+          if (outcome.ok) {
+            ledger.succeeded(lane, event);
+            if (mirror.outage.succeeded(performance.now())) resume(lane.mirror);
+          } else if (!closed) {
+            mirror.outage.failed();
+            m.failure(lane.mirror, outcome.kind);
+            ledger.failed(lane, outcome.error);
             failed = true;
             break;
           }
@@ -163,10 +117,11 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
     } catch (e) {
       failed = await onReadError(lane, e);
     } finally {
-      saveAcknowledged(lane); // once per turn, not per event: a crash before it only means re-delivery (at least once)
+      ledger.save(lane); // once per turn, not per event: a crash before it only means re-delivery (at least once)
       release?.();
       lane.active = false;
-      if (lane.seedTo > lane.delivered) raise(lane, lane.seedTo);
+      mirror.outage.ended(lane);
+      if (lane.seedTo > lane.delivered) ledger.raise(lane, lane.seedTo);
     }
     if (closed) return;
     if (failed) scheduleRetry(lane);
@@ -210,121 +165,26 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
     return true;
   }
 
-  function onSuccess(lane: Lane, event: ChangeEvent): void {
-    const now = Date.now();
-    lane.buffer.shift();
-    if (lane.failingSince !== null) log.info({ mirror: lane.mirror, ...lane.scope, version: event.version, failedAttempts: lane.attempts }, 'mirror delivery recovered');
-    lane.delivered = event.version;
-    lane.attempts = 0;
-    lane.lastError = null;
-    lane.failingSince = null;
-    lane.stallReported = false;
-    lane.lastSuccessAt = now;
-    m.delivered(lane.mirror);
-    const committed = Date.parse(event.committedAt);
-    if (Number.isFinite(committed)) m.lag(lane.mirror, Math.max(0, now - committed) / 1000);
-    if (now - lane.savedAt >= SAVE_EVERY_MS) saveAcknowledged(lane);
-  }
-
-  /** Saves what the mirror acknowledged during this turn in one write; if that fails, the next save point tries again. */
-  function saveAcknowledged(lane: Lane): void {
-    if (lane.delivered <= lane.saved) return;
-    lane.savedAt = Date.now(); // also after a failure: at most one try per SAVE_EVERY_MS or turn
-    try {
-      store.recordSuccess(lane.mirror, lane.scope, lane.delivered, lane.lastSuccessAt ?? lane.savedAt);
-    } catch (e) {
-      log.error({ err: e, mirror: lane.mirror, ...lane.scope }, 'saving acknowledgements failed (after a restart they are sent again)');
-      return;
-    }
-    lane.saved = lane.delivered;
-    opts.onSaved?.(lane, false);
-  }
-
-  function onFailure(lane: Lane, outcome: Extract<Outcome, { ok: false }>): void {
-    m.failure(lane.mirror, outcome.kind);
-    recordFailure(lane, outcome.error);
-  }
-
-  function recordFailure(lane: Lane, error: string): void {
-    saveAcknowledged(lane); // before the failure: saving a success clears the row's error
-    const now = Date.now();
-    lane.attempts++;
-    lane.lastError = error;
-    lane.failingSince ??= now;
-    lane.buffer = []; // re-read on retry: a long outage must not pin events in memory
-    store.recordFailure(lane.mirror, lane.scope, lane.delivered, error, lane.failingSince);
-    opts.onSaved?.(lane, false);
-    const ctx = { mirror: lane.mirror, ...lane.scope, version: lane.delivered + 1, attempts: lane.attempts, error };
-    if (lane.isStalled(now, opts.stallAfterMs) && !lane.stallReported) {
-      lane.stallReported = true;
-      log.warn({ ...ctx, failingSinceMs: now - lane.failingSince }, 'mirror delivery stalled (events are kept and still retried)');
-    } else if (lane.attempts === 1) log.warn(ctx, 'mirror delivery failed; retrying with backoff');
-    else log.debug(ctx, 'mirror delivery failed again');
-  }
-
   /** Returns true when the lane should retry later. */
   async function onReadError(lane: Lane, e: unknown): Promise<boolean> {
     lane.buffer = [];
     if (closed) return false; // a read cut short by close(): nothing to record
     if (e instanceof ApiError && e.code === 'database_not_found') {
-      lanes.get(scopeKey(lane.scope))?.delete(lane.mirror);
-      store.forget(lane.mirror, lane.scope);
-      lane.saved = lane.delivered; // nothing left to save: the row is gone
-      opts.onSaved?.(lane, true);
+      ledger.forget(lane);
       return false;
     }
     try {
       if (e instanceof ApiError && e.code === 'gone') {
-        await skipPastRetention(lane);
+        // Events this mirror never acknowledged were dropped from the log (e.g. a mirror added later): resume at the oldest kept.
+        ledger.skipTo(lane, await oldestKept(opts.feed, lane.scope, lane.delivered));
         return false;
       }
     } catch (again) {
       e = again;
     }
     log.error({ err: e, mirror: lane.mirror, ...lane.scope }, 'reading the change log failed');
-    recordFailure(lane, 'reading the change log failed');
+    ledger.failed(lane, 'reading the change log failed');
     return true;
-  }
-
-  /** Events this mirror never acknowledged were dropped from the log (e.g. a mirror added later): resume at the oldest kept. */
-  async function skipPastRetention(lane: Lane): Promise<void> {
-    const current = (await opts.feed.currentVersion(lane.scope)) ?? lane.delivered;
-    let gone = lane.delivered;
-    let kept = Math.max(current, lane.delivered);
-    while (kept - gone > 1) {
-      const mid = Math.floor((gone + kept) / 2);
-      try {
-        await opts.feed.readChanges(lane.scope, mid, 1);
-        kept = mid;
-      } catch (e) {
-        if (!(e instanceof ApiError && e.code === 'gone')) throw e;
-        gone = mid;
-      }
-    }
-    const error = `events ${lane.delivered + 1}..${kept} were no longer kept and were skipped; the mirror must resync from /_db/snapshot`;
-    log.warn({ mirror: lane.mirror, ...lane.scope, from: lane.delivered + 1, to: kept }, 'skipped events past retention');
-    m.skipped(lane.mirror, kept - lane.delivered);
-    saveAcknowledged(lane);
-    lane.delivered = lane.saved = kept;
-    lane.lastError = error;
-    store.skipTo(lane.mirror, lane.scope, kept, error);
-    opts.onSaved?.(lane, false);
-  }
-
-  /** Moves an idle lane's acknowledged version up to a cursor reported by another node (a lower bound of what the mirror holds). */
-  function raise(lane: Lane, version: number): void {
-    lane.seedTo = 0;
-    if (version <= lane.delivered) return;
-    lane.buffer = [];
-    saveAcknowledged(lane);
-    lane.delivered = lane.saved = version;
-    if (version > lane.known) lane.known = version;
-    try {
-      store.raise(lane.mirror, lane.scope, version);
-    } catch (e) {
-      log.error({ err: e, mirror: lane.mirror, ...lane.scope }, 'saving a replicated cursor failed');
-    }
-    opts.onSaved?.(lane, false);
   }
 
   function scheduleRetry(lane: Lane): void {
@@ -336,10 +196,6 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
       kick(lane);
     }, delay);
     lane.timer.unref();
-  }
-
-  function* allLanes(): Iterable<Lane> {
-    for (const byMirror of lanes.values()) yield* byMirror.values();
   }
 
   opts.feed.onCommit((scope, version) => notice(scope, version));
@@ -357,39 +213,24 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
 
   return {
     recovered,
-    lanes: allLanes,
+    lanes: () => ledger.all(),
     notice,
     seed(scope: Scope, mirror: string, version: number): void {
       if (closed || !mirrors.has(mirror)) return;
-      const lane = laneOf(scope, mirror);
+      const lane = ledger.lane(scope, mirror);
       // A drain in progress owns the lane's buffer and version: the cursor is taken when it ends.
       if (lane.active) lane.seedTo = Math.max(lane.seedTo, version);
-      else raise(lane, version);
+      else ledger.raise(lane, version);
     },
     states(scope: Scope, currentVersion: number): MirrorState[] {
       if (currentVersion > 0) notice(scope, currentVersion); // a missed hint heals here
-      const now = Date.now();
-      return [...mirrors.keys()].map((name) => {
-        const lane = lanes.get(scopeKey(scope))?.get(name);
-        const delivered = lane?.delivered ?? 0;
-        return {
-          name, deliveredVersion: delivered, pendingEvents: Math.max(0, currentVersion - delivered),
-          lastError: lane?.lastError ?? null, stalled: lane?.isStalled(now, opts.stallAfterMs) ?? false,
-        };
-      });
+      return ledger.states(scope, currentVersion);
     },
-    acknowledgedFloor(scope: Scope): number | null {
-      if (mirrors.size === 0) return null;
-      const byMirror = lanes.get(scopeKey(scope));
-      let floor = Infinity;
-      // Saved, not merely acknowledged: after a crash the lane resumes from what was saved, and that must still be kept.
-      for (const name of mirrors.keys()) floor = Math.min(floor, byMirror?.get(name)?.saved ?? 0);
-      return floor;
-    },
+    acknowledgedFloor: (scope: Scope) => ledger.floor(scope),
     async close() {
       if (closed) return;
       closed = true;
-      for (const lane of allLanes()) {
+      for (const lane of ledger.all()) {
         if (lane.timer) clearTimeout(lane.timer);
         lane.timer = null;
       }
@@ -397,7 +238,23 @@ export function createDeliveryEngine(opts: DeliveryOptions): DeliveryEngine {
       reads.close();
       await Promise.all([...mirrors.values()].map((mirror) => mirror.sender.close())); // attempts in flight fail now
       await Promise.allSettled([...drains, recovered]);
-      store.close();
+      ledger.close();
     },
   };
+}
+
+/** The oldest version the change log still keeps above `gone` (binary search: reads of one event each). */
+async function oldestKept(feed: ChangeFeed, scope: Scope, gone: number): Promise<number> {
+  let kept = Math.max((await feed.currentVersion(scope)) ?? gone, gone);
+  while (kept - gone > 1) {
+    const mid = Math.floor((gone + kept) / 2);
+    try {
+      await feed.readChanges(scope, mid, 1);
+      kept = mid;
+    } catch (e) {
+      if (!(e instanceof ApiError && e.code === 'gone')) throw e;
+      gone = mid;
+    }
+  }
+  return kept;
 }

@@ -24,6 +24,8 @@ export class Lane {
   /** Events read ahead from the change log, oldest first, all above `delivered`. */
   buffer: ChangeEvent[] = [];
   stallReported = false;
+  /** A mirror's recovery kick ended this failure run's backoff once already (outage.ts): a lane failing alone gets one. */
+  resumed = false;
   /** A cursor reported by another node while a drain was running: applied when it ends. */
   seedTo = 0;
 

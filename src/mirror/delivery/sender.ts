@@ -1,6 +1,7 @@
 // One signed delivery attempt (Standard Webhooks) over undici: bounded time, bounded response read, no redirects.
 import { Pool, type Dispatcher } from 'undici';
 import { createHmac, createSecretKey, type KeyObject } from 'node:crypto';
+import { stripVTControlCharacters } from 'node:util';
 import type { ChangeEvent } from '../../db/contract.ts';
 import type { MirrorConfig } from '../../shared/config.ts';
 import { safeDecode } from '../../shared/names.ts';
@@ -146,7 +147,8 @@ function describeStatus(status: number, reply: string): string {
 /** Printable single line only: the reply is the mirror's text, shown in status and logs. */
 function replyText(chunks: Buffer[]): string {
   const text = Buffer.concat(chunks).subarray(0, 200).toString('utf8');
-  return text.replace(/[^\x20-\x7e]+/g, ' ').trim();
+  // Whole escape sequences first: dropping only their ESC left "[31m" and the like in lastError.
+  return stripVTControlCharacters(text).replace(/[^\x20-\x7e]+/g, ' ').trim();
 }
 
 function describeNetworkError(e: unknown): string {

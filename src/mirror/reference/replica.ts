@@ -8,15 +8,17 @@ import type { ChangeEvent } from '../../db/contract.ts';
 
 /** What an op on a replica file answers: its version, or why not (`stopped`: its executor was stopped under it). */
 export type FileOutcome = { version: number } | { problem: string; stopped?: true };
+/** What opening one answers: also the id of the event that made its version (null when unknown: version 0). */
+export type StateOutcome = { version: number; lastEventId?: string | null } | { problem: string; stopped?: true };
 
 /** The replica files' ops, run elsewhere than this event loop. Rejects (an ApiError, 503) only when an op could not start. */
 export interface ReplicaFiles {
   /** Applies the event in one transaction; answers once it committed (the replica's new version) or why not. */
   apply(path: string, event: ChangeEvent): Promise<FileOutcome>;
   /** Makes a downloaded snapshot a replica (its triggers dropped, WAL on) and closes it; answers its version. */
-  prepare(path: string): Promise<FileOutcome>;
+  prepare(path: string): Promise<StateOutcome>;
   /** An existing replica's version (after a restart). */
-  version(path: string): Promise<FileOutcome>;
+  version(path: string): Promise<StateOutcome>;
   /** A replaced generation is about to be deleted: every process lets go of it. */
   release(path: string): Promise<void>;
 }
@@ -36,12 +38,15 @@ export class Replica {
   readonly generation: number;
   /** Its committed version: set from what the executor answered. */
   version: number;
+  /** The id of the event that made `version` (applied, or its snapshot's newest): a pull checks the source has the same. */
+  lastEventId: string | null;
   /** The id of the restore or import it was taken for: that event delivered again is a duplicate, not another snapshot. */
   replacedBy: string | null = null;
 
-  constructor(path: string, generation: number, version: number) {
+  constructor(path: string, generation: number, state: { version: number; lastEventId?: string | null }) {
     this.path = path;
     this.generation = generation;
-    this.version = version;
+    this.version = state.version;
+    this.lastEventId = state.lastEventId ?? null;
   }
 }

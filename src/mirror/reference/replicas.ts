@@ -6,6 +6,7 @@ import type { ChangeEvent, Scope } from '../../db/contract.ts';
 import type { Logger } from '../../shared/log.ts';
 import { currentGeneration, ensureDir, removeReplicaFiles, replicaPath } from './files.ts';
 import { Replica, type ReplicaFiles } from './replica.ts';
+import { AbsentNames } from './absent.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { StopBackoff } from '../../shared/stop-backoff.ts';
 
@@ -54,6 +55,10 @@ export class ReplicaSet {
   private readonly loading = new Map<string, Promise<Replica | null>>();
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly waiters = new Map<string, Set<Waiter>>();
+  /** First reads under way (follow): concurrent reads of one database ask the source once. */
+  private readonly following = new Map<string, Promise<Replica | null>>();
+  /** Databases the source said it lacks, for a moment (follow); an event of one forgets it (receive). */
+  private readonly absent: AbsentNames;
   /** Pulls under way, one per database at most (catchUp). */
   private readonly pulls = new Map<string, Promise<void>>();
   /** Databases whose apply was stopped: snapshots only for a while. */
@@ -66,6 +71,7 @@ export class ReplicaSet {
     this.opts = opts;
     this.applyStops = new StopBackoff(STOP_BACKOFF_MS, STOP_BACKOFF_MAX_MS, opts.now);
     this.prepareStops = new StopBackoff(STOP_BACKOFF_MS, STOP_BACKOFF_MAX_MS, opts.now);
+    this.absent = new AbsentNames(opts.now);
   }
 
   /** The replica of a scope as known now, without waiting: null when not loaded (see load) or when there is none. */
@@ -99,7 +105,7 @@ export class ReplicaSet {
     const hit = this.known.get(key); // a bootstrap finished meanwhile
     if (hit) return hit;
     if ('problem' in read) throw new ApiError('unavailable', `the replica cannot be read now: ${read.problem}`, undefined, { 'retry-after': '1' });
-    const replica = new Replica(path, generation, read.version);
+    const replica = new Replica(path, generation, read);
     this.known.set(key, replica);
     return replica;
   }
@@ -108,22 +114,31 @@ export class ReplicaSet {
    * The replica of a scope a read names, taken from the source when this mirror holds none yet (a database at version
    * 0, one written before this mirror's DATA_DIR was made, one whose events all went to an earlier mirror of this
    * name): a replica follows every database it hears about, and a read is hearing about it. Null when the source has
-   * no such database.
+   * no such database. Concurrent reads of one database share one question to the source, and its "no such database"
+   * answers the reads of the next ABSENT_FOR_MS (absent.ts): a client cannot make the mirror ask once per read.
    */
   async follow(scope: Scope): Promise<Replica | null> {
     const known = await this.load(scope);
     if (known !== null) return known;
-    return this.exclusive(scope, async () => {
-      const now = await this.load(scope); // a hook's bootstrap may have run meanwhile
-      if (now !== null) return now;
-      try {
-        await this.bootstrap(scope, 0, 'first read of this database');
-      } catch (e) {
-        if (e instanceof ApiError && sourceStatus(e) === 404) return null;
-        throw e;
-      }
-      return this.get(scope);
-    });
+    const key = keyOf(scope);
+    if (this.absent.has(key)) return null;
+    let following = this.following.get(key);
+    if (following === undefined) {
+      following = this.exclusive(scope, async () => {
+        const now = await this.load(scope); // a hook's bootstrap may have run meanwhile
+        if (now !== null) return now;
+        try {
+          await this.bootstrap(scope, 0, 'first read of this database');
+        } catch (e) {
+          if (!(e instanceof ApiError && sourceStatus(e) === 404)) throw e;
+          this.absent.add(key);
+          return null;
+        }
+        return this.get(scope);
+      }).finally(() => this.following.delete(key));
+      this.following.set(key, following);
+    }
+    return following;
   }
 
   version(scope: Scope): number | null {
@@ -134,10 +149,12 @@ export class ReplicaSet {
   async receive(event: ChangeEvent): Promise<Outcome> {
     const scope: Scope = { org: event.org, repo: event.repo, database: event.database };
     const key = keyOf(scope);
+    this.absent.delete(key); // the database exists: reads ask the source again, even if this event cannot be applied now
     const current = (await this.load(scope).catch(() => null))?.version ?? null;
     // An early event waits (bounded) for its predecessors, which may be in flight on another connection.
     if (current !== null && event.version > current + 1) await this.waitFor(scope, event.version - 1, this.opts.holdMs);
     return this.exclusive(scope, async () => {
+      this.absent.delete(key); // a first read's 404 that was under way when the event came
       let replica: Replica | null;
       let unreadable: string | null = null;
       try {
@@ -166,6 +183,7 @@ export class ReplicaSet {
         const applied = await this.opts.files.apply(replica.path, event);
         if ('version' in applied) {
           replica.version = applied.version;
+          replica.lastEventId = event.id;
           this.applyStops.clear(key);
           this.notify(scope);
           return 'applied';
@@ -209,7 +227,7 @@ export class ReplicaSet {
     const generation = Math.max(old?.generation ?? 0, onDisk ?? 0) + 1;
     const path = replicaPath(this.opts.root, scope, generation);
     const download = `${path}.download`;
-    let version: number;
+    let state: { version: number; lastEventId?: string | null };
     try {
       await this.opts.fetchSnapshot(scope, download);
       // Opening it parses the tenant's schema (and drops its triggers): in an executor, under the time limit.
@@ -219,8 +237,8 @@ export class ReplicaSet {
         const ms = this.prepareStops.penalize(key);
         throw new ApiError('unavailable', `${prepared.problem}; this replica heals again in ${seconds(ms)} s`, undefined, { 'retry-after': seconds(ms) });
       }
-      version = prepared.version;
-      if (version < atLeast) throw new ApiError('unavailable', `the snapshot is at version ${version}, older than event ${atLeast}`, undefined, { 'retry-after': '1' });
+      state = prepared;
+      if (state.version < atLeast) throw new ApiError('unavailable', `the snapshot is at version ${state.version}, older than event ${atLeast}`, undefined, { 'retry-after': '1' });
       renameSync(download, path);
     } catch (e) {
       // An executor may still hold the download (a preparation that failed after opening it).
@@ -232,9 +250,9 @@ export class ReplicaSet {
       throw new ApiError('unavailable', 'the snapshot could not be used', undefined, { 'retry-after': '2' });
     }
     this.prepareStops.clear(key);
-    const replica = new Replica(path, generation, version);
+    const replica = new Replica(path, generation, state);
     this.known.set(key, replica);
-    this.opts.logger.info({ ...scope, why, version, generation }, 'replica bootstrapped from snapshot');
+    this.opts.logger.info({ ...scope, why, version: state.version, generation }, 'replica bootstrapped from snapshot');
     this.notify(scope);
     if (previous !== null) {
       await this.opts.files.release(previous).catch(() => undefined);
@@ -255,23 +273,46 @@ export class ReplicaSet {
     const pull = async () => {
       let since = this.version(scope);
       let jumped = false;
+      // The first page starts one event early: the source's event at the replica's version must be the one it holds.
+      // Another id means the source's versions restarted (a whole-instance restore whose event has not come yet): the
+      // events past it are another history's, and applied onto this one's rows they diverged silently.
+      let seen = this.get(scope);
       while (since !== null && since < version && !this.closed) {
-        const page = await fetch(scope, since);
+        const check = seen?.lastEventId != null && since > 0 ? { replica: seen, id: seen.lastEventId } : null;
+        seen = null;
+        const from = since;
+        const page = await fetch(scope, check ? since - 1 : since);
         if ('gone' in page) {
           if (jumped) return;
-          jumped = true; // the replica is older than the kept log: its first kept event heals it from a snapshot
-          since = page.gone - 1;
+          jumped = true;
+          // The replica is older than the kept log: nothing can fill the gap, so a snapshot now (a hook's gap would wait holdMs).
+          await this.heal(scope, (r) => (r?.version ?? Infinity) < page.gone - 1, page.gone, `the source keeps events from ${page.gone} only, replica at ${from}`);
+          since = this.version(scope);
           continue;
         }
-        if (page.events.length === 0) return;
-        for (const event of page.events) await this.receive(event);
-        since = Math.max(this.version(scope) ?? since, page.events.at(-1)!.version);
+        const first = page.events[0];
+        if (check && first?.version === from && first.id !== check.id) {
+          await this.heal(scope, (r) => r === check.replica && r.version === from, from, `the source's event ${from} is not the one this replica holds: its versions restarted (a restore)`);
+          since = this.version(scope);
+          continue;
+        }
+        const events = page.events.filter((e) => e.version > from);
+        if (events.length === 0) return;
+        for (const event of events) await this.receive(event);
+        since = Math.max(this.version(scope) ?? since, events.at(-1)!.version);
       }
     };
     const run = pull()
       .catch((e: unknown) => this.opts.logger.debug({ ...scope, err: e instanceof Error ? e.message : String(e) }, 'replica pull failed'))
       .finally(() => this.pulls.delete(key));
     this.pulls.set(key, run);
+  }
+
+  /** A pull's snapshot, in the database's turn, unless a hook changed the replica meanwhile (`still`: it is as the pull saw it). */
+  private heal(scope: Scope, still: (replica: Replica | null) => boolean, atLeast: number, why: string): Promise<void> {
+    return this.exclusive(scope, async () => {
+      if (still(this.get(scope))) await this.bootstrap(scope, atLeast, why);
+    });
   }
 
   /** Resolves true once the replica reached `version`, false after `ms`. */

@@ -17,8 +17,8 @@ import { fetchChanges, fetchSnapshot } from './snapshot.ts';
 export interface ReferenceMirrorOptions {
   config: Config;
   logger: Logger;
-  /** Where snapshots come from: MIRROR_SOURCE_URL, or in `npm start` the proxy's own address once it listens. */
-  sourceUrl: () => string | null;
+  /** Where snapshots come from: MIRROR_SOURCE_URL, or in `npm start` the proxy's own address (it listens first). */
+  sourceUrl: string;
   /** The product's public cap: with `npm start` the mirror's port shares it with the proxy's. */
   connections: ConnectionCap;
 }

@@ -12,7 +12,7 @@ import { parseEvent } from './event.ts';
 
 export interface SnapshotSource {
   /** The proxy's address, e.g. http://127.0.0.1:8080 (Host is set to {org}.{baseDomain} here). */
-  url: () => string | null;
+  url: string;
   baseDomain: string;
   rootKey: Buffer;
   timeoutMs: number;
@@ -24,10 +24,8 @@ const BUSY_RETRIES = 3;
 
 /** POST {source}/{repo}/_db/{op} as the repo (Host and secret set here); an unreachable source is `unavailable`. */
 function askSource(source: SnapshotSource, scope: Scope, op: 'snapshot' | 'changes', body: Record<string, unknown>) {
-  const base = source.url();
-  if (base === null) throw new ApiError('unavailable', 'this mirror cannot start or heal a replica: MIRROR_SOURCE_URL is not set', undefined, { 'retry-after': '5' });
-  const port = new URL(base).port;
-  return request(`${base}/${scope.repo}/_db/${op}`, {
+  const port = new URL(source.url).port;
+  return request(`${source.url}/${scope.repo}/_db/${op}`, {
     method: 'POST',
     headers: {
       host: `${scope.org}.${source.baseDomain}${port ? `:${port}` : ''}`,
