@@ -4,7 +4,7 @@ import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError } from '../shared/errors.ts';
-import { isForwarding, isProxyOnly } from '../shared/headers.ts';
+import { INTERNAL_PREFIX, isForwarding, isProxyOnly } from '../shared/headers.ts';
 import { safeDecode } from '../shared/names.ts';
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
@@ -69,7 +69,8 @@ export function responseHeaders(headers: IncomingHttpHeaders | Record<string, st
   const out: Record<string, string | string[]> = {};
   const listed = new Set(String(headers.connection ?? '').toLowerCase().split(',').map((s) => s.trim()));
   for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name)) continue;
+    // x-scopebase-* are the product's own, between its parts: an upstream's never reach the caller.
+    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name) || name.startsWith(INTERNAL_PREFIX)) continue;
     if (name === 'set-cookie' && privateCookies.length) {
       const kept = [value].flat().filter((line) => !setsCookie(line, privateCookies));
       if (kept.length) out[name] = kept;
