@@ -5,7 +5,7 @@
 // routes by path (ACCOUNT_SERVICE_URL=http://gw/account) gets only paths under its prefix (attack round 6).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, request as httpRequest, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { rmSync } from 'node:fs';
 import { startAccounts, type AccountsProduct } from './helpers/accounts.ts';
@@ -24,19 +24,26 @@ const listen = async (server: Server) => {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 };
 
-const GATEWAYS: [number, string, Record<string, string>][] = [
-  [502, '<html><h1>502 Bad Gateway</h1><hr><center>nginx</center></html>', { 'content-type': 'text/html' }],
-  [503, '<html><h1>503 Service Temporarily Unavailable</h1></html>', { 'content-type': 'text/html' }],
-  [504, 'upstream request timeout', { 'content-type': 'text/plain' }],
-  [503, 'no healthy upstream', { 'content-type': 'text/plain', 'retry-after': '3600' }],
+/** Every request header, as a gateway that echoes them all (x-request-id and the proxy's x-scopebase-* too) sends them back. */
+const echoed = (req: IncomingMessage): Record<string, string> => Object.fromEntries(Object.entries(req.headers)
+  .filter(([name]) => !['host', 'connection', 'content-length', 'transfer-encoding', 'keep-alive'].includes(name)).map(([name, v]) => [name, String(v)]));
+
+const GATEWAYS: [number, string, Record<string, string>, boolean][] = [
+  [502, '<html><h1>502 Bad Gateway</h1><hr><center>nginx</center></html>', { 'content-type': 'text/html' }, false],
+  [503, '<html><h1>503 Service Temporarily Unavailable</h1></html>', { 'content-type': 'text/html' }, false],
+  [504, 'upstream request timeout', { 'content-type': 'text/plain' }, false],
+  [503, 'no healthy upstream', { 'content-type': 'text/plain', 'retry-after': '3600' }, false],
+  // It echoes every request header: its 503 and 500 carried the request's own x-request-id and were relayed as the service's.
+  [503, '<html><h1>down for maintenance</h1></html>', { 'content-type': 'text/html' }, true],
+  [500, '<html><h1>500 Internal Server Error</h1></html>', { 'content-type': 'text/html' }, true],
 ];
 
-for (const [status, page, headers] of GATEWAYS) {
-  describe(`a gateway at ACCOUNT_SERVICE_URL answering ${status} "${page.slice(0, 30)}"`, () => {
+for (const [status, page, headers, echo] of GATEWAYS) {
+  describe(`a gateway at ACCOUNT_SERVICE_URL answering ${status} "${page.slice(0, 30)}"${echo ? ', echoing every request header' : ''}`, () => {
     let gateway: Server;
     let p: AccountsProduct;
     before(async () => {
-      gateway = createServer((_req, res) => res.writeHead(status, headers).end(page));
+      gateway = createServer((req, res) => res.writeHead(status, { ...(echo ? echoed(req) : {}), ...headers }).end(page));
       p = await startAccounts({ ACCOUNT_SERVICE_URL: await listen(gateway) });
     });
     after(async () => {
@@ -68,12 +75,25 @@ for (const [status, page, headers] of GATEWAYS) {
   });
 }
 
-test('the account service\'s own answers through the proxy are relayed as they are: its 503, 401 and 404 keep their messages', async () => {
+/** A gateway that passes every request on to `upstream` and adds every request header to the answer (echoing them). */
+function echoingGateway(upstream: string): Server {
+  return createServer((req, res) => {
+    const out = httpRequest(new URL(req.url!, upstream), { method: req.method, headers: req.headers }, (answer) => {
+      res.writeHead(answer.statusCode!, { ...echoed(req), ...answer.headers });
+      answer.pipe(res);
+    });
+    req.pipe(out);
+  });
+}
+
+for (const via of ['straight', 'through a gateway that echoes every request header']) test(`the account service's own answers through the proxy are relayed as they are (${via}): its 503, 401 and 404 keep their messages`, async () => {
   const dataDir = tempDir('scopebase-account-gateway-');
   // A sign-in provider that cannot be reached: the account service itself answers /login with 503 unavailable.
   const config = loadConfig(testEnv(dataDir, { ACCOUNT_OIDC_ISSUER: `http://127.0.0.1:${await freePort()}`, ACCOUNT_OIDC_CLIENT_ID: 'x' }));
   const alone = await accountAlone(config, createLogger('silent'), publicConnections(config, createLogger('silent')));
-  const p = await startAccounts({ ACCOUNT_SERVICE_URL: await alone.server.listen({ port: 0, host: '127.0.0.1' }) });
+  const service = await alone.server.listen({ port: 0, host: '127.0.0.1' });
+  const gateway = via === 'straight' ? null : echoingGateway(service);
+  const p = await startAccounts({ ACCOUNT_SERVICE_URL: gateway ? await listen(gateway) : service });
   try {
     const login = await p.call('/web/_account/login');
     assert.equal(login.status, 503, login.text);
@@ -84,7 +104,10 @@ test('the account service\'s own answers through the proxy are relayed as they a
     const missing = await p.call('/web/_account/nothing-here');
     assert.equal(missing.status, 404);
     assert.equal(missing.json.error.code, 'not_found');
+    // The mark and, from the echoing gateway, the proxy token itself stay between the parts.
+    for (const r of [login, verify, missing]) assert.deepEqual(Object.keys(r.headers).filter((h) => h.startsWith('x-scopebase-')), []);
   } finally {
+    gateway?.close();
     await p.close();
     await alone.server.close();
     await alone.close();

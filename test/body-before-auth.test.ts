@@ -207,6 +207,33 @@ describe('the budget of bodies in flight (MAX_BODY_BYTES_IN_FLIGHT)', () => {
     assert.equal(ok.status, 200, ok.text);
   });
 
+  test("a stranger's sign-out or forward-auth check with a never-finished body takes nothing from the budget", async () => {
+    // Both answer anyone. Read against the budget, 9 such connections held 256 MiB and every tenant's writes were 503.
+    const verify = [0, 1, 2].map(() => partial(q.url, head('GET', '/web/_account/verify', 'acme.localhost', { 'content-length': String(MiB) }, qport), 10));
+    for (const v of verify) {
+      const a = await v.answer;
+      assert.equal(a?.status, 401, 'answered at once, the body unread');
+      assert.equal(a.headers.connection, 'close');
+      await v.closed;
+    }
+    const logout = partial(q.url, head('POST', '/web/_account/logout', 'acme.localhost', { 'content-type': 'application/x-www-form-urlencoded', 'content-length': String(MiB / 2) }, qport), 10);
+    const la = await logout.answer;
+    assert.equal(la?.status, 413, la?.body);
+    assert.equal(la.json.error.code, 'payload_too_large');
+    assert.equal(la.headers.connection, 'close');
+    // A small one (a sign-out form is a return_to) is waited for, but outside the budget.
+    const form = 'return_to=%2Fweb%2Fbye';
+    const slow = partial(q.url, head('POST', '/web/_account/logout', 'acme.localhost', { 'content-type': 'application/x-www-form-urlencoded', 'content-length': String(form.length) }, qport), Buffer.from(form.slice(0, 5)));
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(await inFlight(), 0);
+    assert.equal((await q.db('web', 'execute', { sql: 'SELECT 1' })).status, 200);
+    slow.socket.write(form.slice(5));
+    const sa = await slow.answer;
+    assert.equal(sa?.status, 303, 'the sign-out form still works');
+    assert.equal(sa.headers.location, '/web/bye');
+    slow.socket.destroy();
+  });
+
   test('MAX_BODY_BYTES_IN_FLIGHT below DB_MAX_BODY_BYTES stops the start, naming it', async () => {
     await assert.rejects(startProduct({ DB_MAX_BODY_BYTES: String(4 * MiB), MAX_BODY_BYTES_IN_FLIGHT: String(MiB) }), /MAX_BODY_BYTES_IN_FLIGHT/);
   });

@@ -134,6 +134,10 @@ test('restore-db brings a version back (--dry-run changes nothing); import loads
   const unix = await cli(['restore-db', 'acme/history', '--to-time', String(Date.parse(at) / 1000), '--dry-run', '--json']);
   assert.equal(unix.code, 0, unix.stderr);
   assert.equal(JSON.parse(unix.stdout).restoredTo.committedAt, at);
+  // RFC 3339 5.6 allows a space for the T, as `date --rfc-3339=seconds` prints it (it was a usage error).
+  const spaced = await cli(['restore-db', 'acme/history', '--to-time', at.replace('T', ' ').replace('Z', '+00:00'), '--dry-run', '--json']);
+  assert.equal(spaced.code, 0, spaced.stderr);
+  assert.equal(JSON.parse(spaced.stdout).restoredTo.committedAt, at);
 
   const dump = join(work, 'dump.sql');
   writeFileSync(dump, "CREATE TABLE t(x);\nINSERT INTO t VALUES ('from a dump');\n");

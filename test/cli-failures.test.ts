@@ -74,8 +74,12 @@ test('an unknown option or command, or a missing argument, is one line naming th
     [['help', 'expot'], /^scopebase: unknown command 'expot' \(Did you mean export\?\) \(scopebase --help for usage\)\n$/],
     [['help', 'cluster', 'mvoe'], /^scopebase: unknown command 'mvoe' \(Did you mean move\?\) \(scopebase cluster --help for usage\)\n$/],
     // A time the server could not read is the caller's usage error, as a bad --to-version is (it was the server's 400: exit 1).
-    [['restore-db', 'acme/web', '--to-time', 'yesterday'], /^scopebase: --to-time must be an ISO 8601 time with a zone .*; got yesterday\n$/],
-    [['restore-db', 'acme/web', '--to-time', '2026-02-30T10:00:00Z'], /^scopebase: --to-time must be an ISO 8601 time/],
+    [['restore-db', 'acme/web', '--to-time', 'yesterday'], /^scopebase: --to-time must be an RFC 3339 \(ISO 8601\) time with a UTC offset .*; got yesterday\n$/],
+    [['restore-db', 'acme/web', '--to-time', '2026-02-30T10:00:00Z'], /^scopebase: --to-time must be an RFC 3339/],
+    [['restore-db', 'acme/web', '--to-time', '2026-02-30 10:00:00Z'], /^scopebase: --to-time must be an RFC 3339/],
+    // No offset: a different instant in every zone, so refused rather than guessed (with a space or a T alike).
+    [['restore-db', 'acme/web', '--to-time', '2026-11-26 10:00:00'], /^scopebase: --to-time 2026-11-26 10:00:00 has no UTC offset, .*add Z for UTC or the offset, e\.g\. 2026-11-26T10:00:00Z/],
+    [['restore-db', 'acme/web', '--to-time', '2026-11-26T10:00:00'], /^scopebase: --to-time 2026-11-26T10:00:00 has no UTC offset/],
   ];
   for (const [args, pattern] of cases) {
     const r = await cli(args);

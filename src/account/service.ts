@@ -5,6 +5,7 @@ import { ApiError } from '../shared/errors.ts';
 import { answerError } from '../shared/http.ts';
 import type { Logger } from '../shared/log.ts';
 import { checkRepo } from '../shared/names.ts';
+import { CLEANUP_EVERY_MS, startSweeper } from '../shared/sweep.ts';
 import type { SessionResolver } from './contract.ts';
 import { credentialsPlugin } from './credentials/index.ts';
 import { createProviders, type ProviderOptions, type SignInProvider } from './providers/index.ts';
@@ -21,6 +22,8 @@ export interface AccountServiceOptions {
   config: Config;
   logger: Logger;
   github?: ProviderOptions['github'];
+  /** How often expired rows are deleted (tests shorten it); CLEANUP_EVERY_MS by default. */
+  cleanupEveryMs?: number;
 }
 
 export interface AccountService {
@@ -30,8 +33,6 @@ export interface AccountService {
   providers: SignInProvider[];
   close(): Promise<void>;
 }
-
-const CLEANUP_EVERY_MS = 10 * 60_000;
 
 export async function createAccountService(opts: AccountServiceOptions): Promise<AccountService> {
   const { config } = opts;
@@ -46,16 +47,13 @@ export async function createAccountService(opts: AccountServiceOptions): Promise
   }
   const sessions = new Sessions(store, config.account.sessionTtlMs);
   const limiter = new SignInLimits(config.account.loginRateLimit);
-  const cleanup = () => {
-    try {
-      const removed = store.cleanup();
-      if (removed > 0) logger.debug({ removed }, 'expired sessions removed');
-    } catch (err) {
-      logger.warn({ err }, 'session cleanup failed');
-    }
-  };
-  cleanup();
-  const timer = setInterval(cleanup, CLEANUP_EVERY_MS).unref();
+  const sweeper = startSweeper({
+    everyMs: opts.cleanupEveryMs ?? CLEANUP_EVERY_MS, logger,
+    steps: [
+      { what: 'sessions', run: (now, limit) => store.deleteExpiredSessions(now, limit) },
+      { what: 'pending sign-ins', run: (now, limit) => store.deleteExpiredPending(now, limit) },
+    ],
+  });
 
   const plugin: FastifyPluginAsync = async (app) => {
     // Its bodies are small (a credential is at most 64 KiB): behind the proxy too, not the database's DB_MAX_BODY_BYTES.
@@ -79,13 +77,13 @@ export async function createAccountService(opts: AccountServiceOptions): Promise
     await app.register(async (child) => signInRoutes(child, { providers, store, sessions, limiter, maxPendingLogins: config.account.maxPendingLogins }));
     await app.register(async (child) => sessionRoutes(child, { sessions }));
     await app.register(async (child) => pageRoutes(child, { sessions }));
-    await app.register(credentialsPlugin, { resolveSession: sessions.resolve, config, logger, knownUser: (id) => store.hasUser(id) });
+    await app.register(credentialsPlugin, { resolveSession: sessions.resolve, config, logger, cleanupEveryMs: opts.cleanupEveryMs ?? CLEANUP_EVERY_MS, knownUser: (id) => store.hasUser(id) });
   };
 
   return {
     plugin, resolveSession: sessions.resolve, sessions, providers,
     async close() {
-      clearInterval(timer);
+      await sweeper.stop();
       for (const p of providers) await p.close?.();
       store.close();
     },

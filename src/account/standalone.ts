@@ -16,12 +16,13 @@ import { orgFromHost } from '../shared/host.ts';
 import { setForwardedInfo } from './request-info.ts';
 import { ACCOUNT_BODY_LIMIT, type AccountService } from './service.ts';
 import { sendVerify } from './routes/session.ts';
+import { ANSWER_MARK_HEADER, answerMark } from './contract.ts';
 
 export function proxyToken(rootKey: Buffer): string {
   return deriveKey(rootKey, 'proxy-token').toString('base64url');
 }
 
-interface Routed { org: string; repo: string; host: string; https: boolean; ip: string }
+interface Routed { org: string; repo: string; host: string; https: boolean; ip: string; token: string }
 
 export function createAccountServer(opts: { config: Config; logger: Logger; service: AccountService; connections: ConnectionCap }): FastifyInstance {
   const expected = opts.config.rootKeys.map((k) => Buffer.from(proxyToken(k)));
@@ -35,7 +36,7 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
     for (const e of expected) if (g.length === e.length && timingSafeEqual(g, e)) ok = true;
     if (!ok) return null;
     const h = (name: string) => String(raw.headers[`x-scopebase-${name}`] ?? '');
-    return { org: h('org'), repo: h('repo'), host: h('host'), https: h('proto') === 'https', ip: h('client-ip') };
+    return { org: h('org'), repo: h('repo'), host: h('host'), https: h('proto') === 'https', ip: h('client-ip'), token: given };
   };
 
   const app = createHttpApp({
@@ -65,6 +66,13 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
     } else {
       req.org = orgFromHost(req.headers.host, opts.config.baseDomain);
     }
+  });
+  // Answers to the proxy are signed: its 5xx is then told apart from a gateway's in between (proxy/forward-account.ts).
+  app.addHook('onSend', async (req, reply, payload) => {
+    const r = routed.get(req.raw);
+    const id = req.raw.headers['x-request-id'];
+    if (r && typeof id === 'string') reply.header(ANSWER_MARK_HEADER, answerMark(r.token, id));
+    return payload;
   });
   // Every route of the plugin, so that its path without the repo can say where it is (below).
   const repoRoutes: { method: string; url: string }[] = [];

@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS sessions (
   expires_at INTEGER NOT NULL, renewed_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_expires ON sessions (expires_at);
+CREATE INDEX IF NOT EXISTS sessions_user ON sessions (user_id, created_at);
 CREATE TABLE IF NOT EXISTS pending_logins (
   state_hash BLOB PRIMARY KEY, data TEXT NOT NULL, expires_at INTEGER NOT NULL
 );
@@ -45,6 +46,12 @@ type Row = Record<string, string | number | null | Uint8Array>;
 
 /** Expired pending sign-ins deleted per /login at the cap (~10 ms): all 100,000 at once blocked the event loop 7 s. */
 const PENDING_PURGE_BATCH = 100;
+
+/**
+ * Live sessions one user may hold, in all orgs together; a new sign-in past it ends the user's oldest. Without it a
+ * script signing one account in again and again kept every session for its 14 days: nothing else bounds the table.
+ */
+export const MAX_SESSIONS_PER_USER = 100;
 
 /** Sessions kept in memory (by token hash): /verify runs on every request of a protected app. */
 const RECENT_SESSIONS = 10_000;
@@ -77,6 +84,8 @@ export class AccountStore {
       insertPending: this.db.prepare('INSERT INTO pending_logins (state_hash, data, expires_at) VALUES (?, ?, ?)'),
       takePending: this.db.prepare('DELETE FROM pending_logins WHERE state_hash = ? RETURNING data, expires_at'),
       pendingBinding: this.db.prepare("SELECT 1 FROM pending_logins WHERE json_extract(data, '$.binding') = ? AND expires_at > ? LIMIT 1"),
+      trimUserSessions: this.db.prepare(`DELETE FROM sessions WHERE token_hash IN (SELECT token_hash FROM sessions WHERE user_id = ?
+        ORDER BY created_at DESC, rowid DESC LIMIT -1 OFFSET ?) RETURNING token_hash`),
       cleanSessions: this.db.prepare('DELETE FROM sessions WHERE rowid IN (SELECT rowid FROM sessions WHERE expires_at <= ? LIMIT ?)'),
       cleanPending: this.db.prepare('DELETE FROM pending_logins WHERE rowid IN (SELECT rowid FROM pending_logins WHERE expires_at <= ? LIMIT ?)'),
       countPending: this.db.prepare('SELECT count(*) AS n FROM pending_logins'),
@@ -109,6 +118,9 @@ export class AccountStore {
     const token = newToken();
     const id = newId('ses');
     this.q.insertSession!.run(hashToken(token), id, org, userId, now, now + ttlMs, now);
+    for (const r of this.q.trimUserSessions!.all(userId, MAX_SESSIONS_PER_USER) as { token_hash: Uint8Array }[]) {
+      this.recent.delete(Buffer.from(r.token_hash).toString('hex'));
+    }
     return { token, id, expiresAt: now + ttlMs };
   }
 
@@ -184,12 +196,16 @@ export class AccountStore {
     return this.q.pendingBinding!.get(binding, now) !== undefined;
   }
 
-  /** Deletes at most `limit` expired rows of each kind, so one pass never stalls the event loop. */
-  cleanup(now = Date.now(), limit = 500): number {
-    const a = this.q.cleanSessions!.run(now, limit).changes;
-    const b = this.q.cleanPending!.run(now, limit).changes;
-    if (this.pendingRows !== null) this.pendingRows -= Number(b);
-    return Number(a) + Number(b);
+  /** Deletes at most `limit` expired sessions (the sweeper repeats it in slices until none is left). */
+  deleteExpiredSessions(now: number, limit: number): number {
+    return Number(this.q.cleanSessions!.run(now, limit).changes);
+  }
+
+  /** Deletes at most `limit` expired pending sign-ins. */
+  deleteExpiredPending(now: number, limit: number): number {
+    const n = Number(this.q.cleanPending!.run(now, limit).changes);
+    if (this.pendingRows !== null) this.pendingRows -= n;
+    return n;
   }
 
   close(): void {

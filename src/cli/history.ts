@@ -14,9 +14,19 @@ function restoreTarget(opts: RestoreOptions): { toVersion: number } | { toTime: 
   }
   // Unix seconds, as wrangler d1 time-travel takes them, are sent as the ISO time they name.
   if (/^\d{1,12}(\.\d{1,3})?$/.test(opts.toTime!)) return { toTime: new Date(Math.round(Number(opts.toTime) * 1000)).toISOString() };
-  // Checked here by the server's own rule: a time it cannot read is a usage error (2), as a bad --to-version is.
-  if (!isIsoTime(opts.toTime!)) throw usageError(`--to-time must be an ISO 8601 time with a zone naming a real date and time, such as 2026-11-22T10:00:00Z, or unix seconds; got ${opts.toTime}`);
-  return { toTime: opts.toTime! };
+  return { toTime: rfc3339Time('--to-time', opts.toTime!) };
+}
+
+/**
+ * A time argument as the server's rule reads it (a time it cannot read is a usage error, 2, as a bad --to-version
+ * is). RFC 3339 5.6 lets a space stand for the `T` (`date --rfc-3339=seconds` prints one): it is sent as `T`. A time
+ * without a UTC offset names a different instant in each zone, so it is refused, saying so.
+ */
+function rfc3339Time(flag: string, raw: string): string {
+  const t = raw.replace(/^(\d{4}-\d{2}-\d{2}) (?=\d)/, '$1T');
+  if (isIsoTime(t)) return t;
+  if (isIsoTime(`${t}Z`)) throw usageError(`${flag} ${raw} has no UTC offset, so it is a different instant in each time zone: add Z for UTC or the offset, e.g. ${t}Z or ${t}+01:00`);
+  throw usageError(`${flag} must be an RFC 3339 (ISO 8601) time with a UTC offset naming a real date and time, such as 2026-11-22T10:00:00Z or 2026-11-22 11:00:00+01:00, or unix seconds; got ${raw}`);
 }
 
 export function addHistoryCommands(program: Command): void {
@@ -24,7 +34,7 @@ export function addHistoryCommands(program: Command): void {
     .description("bring a repo's database back to what it held at a version or a time (a new version; mirrors follow)")
     .argument('[org/repo]', 'the repo (or --repo / --org)')
     .option('--to-version <n>', 'the version to restore')
-    .option('--to-time <time>', 'restore the version in force at this ISO 8601 time, e.g. 2026-11-22T10:00:00Z, or unix seconds (1795687200)')
+    .option('--to-time <time>', 'restore the version in force at this RFC 3339 time with a UTC offset, e.g. 2026-11-22T10:00:00Z or 2026-11-22 11:00:00+01:00 (as date --rfc-3339=seconds prints), or unix seconds (1795687200)')
     .option('--dry-run', 'say which version it would restore, change nothing')
     .addHelpText('after', `
 Examples:

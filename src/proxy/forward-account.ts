@@ -5,7 +5,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { request } from 'undici';
 import { ApiError } from '../shared/errors.ts';
 import { checkRepo } from '../shared/names.ts';
-import type { ResolvedSession, SessionResolver } from '../account/contract.ts';
+import { ANSWER_MARK_HEADER, answerMark, type ResolvedSession, type SessionResolver } from '../account/contract.ts';
 import { readCookie, SESSION_COOKIE } from '../account/cookies.ts';
 import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, urlUnder } from './forward.ts';
 import { trustedPeers } from '../shared/trusted-peers.ts';
@@ -15,11 +15,12 @@ export interface RemoteAccountOptions { accountUrl: string; proxyToken: string; 
 
 /**
  * A 5xx that is not the account service's own: a gateway at ACCOUNT_SERVICE_URL (nginx, a load balancer) answering for
- * a service it could not reach. The service never answers 502 or 504, and its own 5xx echo the request id it was sent;
- * what the gateway said (a page of its own, in no shape of SPEC 3) becomes 503 unavailable with Retry-After.
+ * a service it could not reach. The service signs every answer to the proxy (ANSWER_MARK_HEADER, keyed with the proxy
+ * token): a gateway cannot make that mark, even one that echoes every request header (it was told apart by the
+ * echoed x-request-id). What the gateway said (a page of its own) becomes 503 unavailable with Retry-After.
  */
-export function gatewayFailure(status: number, echoedId: unknown, requestId: string): ApiError | null {
-  if (status < 500 || ((status !== 502 && status !== 504) && echoedId === requestId)) return null;
+export function gatewayFailure(status: number, mark: unknown, requestId: string, proxyToken: string): ApiError | null {
+  if (status < 500 || mark === answerMark(proxyToken, requestId)) return null;
   return new ApiError('unavailable', `the account service is not reachable right now: the gateway in front of it answered HTTP ${status}`, undefined, { 'retry-after': '5' });
 }
 
@@ -60,7 +61,7 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
       ...routingHeaders(req, repo, opts.proxyToken),
     };
     return forwardHttp(req, reply, urlUnder(base, rest.startsWith('/') ? rest : `/${rest}`), headers, agent, 'account service', [],
-      (res, id) => gatewayFailure(res.statusCode, res.headers['x-request-id'], id));
+      (res, id) => gatewayFailure(res.statusCode, res.headers[ANSWER_MARK_HEADER], id, opts.proxyToken));
   };
 
   const plugin: FastifyPluginAsync = async (app) => {
@@ -83,7 +84,7 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
     } catch {
       throw new ApiError('unavailable', 'the account service is not reachable right now', undefined, { 'retry-after': '5' });
     }
-    const failed = gatewayFailure(res.statusCode, res.headers['x-request-id'], id);
+    const failed = gatewayFailure(res.statusCode, res.headers[ANSWER_MARK_HEADER], id, opts.proxyToken);
     if (failed !== null) {
       await res.body.dump().catch(() => {});
       throw failed;

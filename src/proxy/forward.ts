@@ -4,8 +4,9 @@ import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError } from '../shared/errors.ts';
-import { isForwarding, isProxyOnly } from '../shared/headers.ts';
+import { INTERNAL_PREFIX, isForwarding, isProxyOnly } from '../shared/headers.ts';
 import { safeDecode } from '../shared/names.ts';
+import { declaresBody } from '../shared/body-budget.ts';
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
 
@@ -69,7 +70,8 @@ export function responseHeaders(headers: IncomingHttpHeaders | Record<string, st
   const out: Record<string, string | string[]> = {};
   const listed = new Set(String(headers.connection ?? '').toLowerCase().split(',').map((s) => s.trim()));
   for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name)) continue;
+    // x-scopebase-* are the product's own, between its parts: an upstream's never reach the caller.
+    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name) || name.startsWith(INTERNAL_PREFIX)) continue;
     if (name === 'set-cookie' && privateCookies.length) {
       const kept = [value].flat().filter((line) => !setsCookie(line, privateCookies));
       if (kept.length) out[name] = kept;
@@ -96,9 +98,6 @@ export function streamBodies(app: FastifyInstance): void {
   app.addContentTypeParser('*', (_req, _payload, done) => done(null));
 }
 
-function hasBody(req: IncomingMessage): boolean {
-  return req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0');
-}
 
 export function createAgent(): Agent {
   return new Agent({ connect: { timeout: 5_000 }, headersTimeout: 60_000, bodyTimeout: 300_000, keepAliveTimeout: 10_000 });
@@ -138,7 +137,7 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
   // of the body unread and the socket stopped: the connection hung, and the client's next request on it was never
   // answered. So it gets a pipe, and on failure the rest of the body is read and dropped (as Node does with a body
   // nobody read) before the 503 goes out on a connection that still works.
-  const body = hasBody(req.raw) ? req.raw.pipe(new PassThrough()) : undefined;
+  const body = declaresBody(req.raw) ? req.raw.pipe(new PassThrough()) : undefined;
   let res: Dispatcher.ResponseData;
   try {
     res = await request(target, {

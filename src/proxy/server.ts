@@ -72,6 +72,7 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
   const isTrusted = trustedPeers(opts.trustedProxies);
   const verify = opts.verify;
   const rawVerifyRoute: RawRoute<{ org: string }> = {
+    bodyless: true,
     admit: (req) => {
       const [, repo] = VERIFY_PATH.exec(req.url!)!;
       const org = orgFromHost(req.headers.host, opts.baseDomain);

@@ -154,6 +154,11 @@ export const REFUSED_BODY_BYTES = 16 * 1024;
 /** Requests whose small body is read although their caller was refused (refuseBeforeBody), with the refusal. */
 const refusedSmall = new WeakMap<IncomingMessage, ApiError>();
 
+/** Whether the request comes with a body (a Content-Length other than 0, or chunked). */
+export function declaresBody(req: IncomingMessage): boolean {
+  return req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0');
+}
+
 /** A body declared over REFUSED_BODY_BYTES: never read for a refused caller. */
 function declaredLarge(req: IncomingMessage): boolean {
   const declared = req.headers['content-length'];

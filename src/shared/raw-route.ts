@@ -10,7 +10,7 @@ import { ApiError } from './errors.ts';
 import type { Logger } from './log.ts';
 import { LIBSQL_ERROR_TYPE, libsqlErrorBody } from './libsql-errors.ts';
 import { observeRequest } from './metrics.ts';
-import { answeredBeforeBody, collectBody } from './body-budget.ts';
+import { answeredBeforeBody, collectBody, declaresBody } from './body-budget.ts';
 
 /** Printable ASCII, spaces included (AWS's `Root=1-…;Parent=…`, W3C trace ids), up to 200 characters. */
 const REQUEST_ID = /^[\x20-\x7e]{1,200}$/;
@@ -36,6 +36,11 @@ export interface RawReply {
  * returns what it found (the org, names, whether the caller is authenticated) for `handle`, which gets the body.
  */
 export interface RawRoute<A = unknown> {
+  /**
+   * Takes no body (GET /verify): one sent is never read nor counted in the budget, and the answer closes the
+   * connection, so it is not waited for. Read, a body declared on it held the budget of every tenant's bodies.
+   */
+  bodyless?: boolean;
   admit(req: IncomingMessage): A;
   handle(req: IncomingMessage, body: Buffer, requestId: string, admitted: A): Promise<RawReply>;
 }
@@ -53,6 +58,7 @@ export interface RawServing {
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
+const NO_BODY = Buffer.alloc(0);
 
 /** SPEC 3's error shape as a reply (raw routes, the db channel, /verify). */
 export function errorReply(err: ApiError): RawReply {
@@ -130,7 +136,9 @@ export function serveRaw(router: RawRouter | undefined, serving: RawServing, req
   if (!route) return false;
   const started = performance.now();
   const requestId = requestIdOf(req);
+  const unread = route.bodyless === true && declaresBody(req); // its answer closes the connection: never waited for
   const done = (reply: RawReply) => {
+    if (unread) reply = { ...reply, headers: { ...reply.headers, connection: 'close' } };
     const libsql = libsqlErrorBody(reply.status, req.url, reply.body);
     if (libsql !== null) reply = { ...reply, headers: { ...reply.headers, 'content-type': LIBSQL_ERROR_TYPE }, body: libsql };
     sendRaw(res, requestId, reply);
@@ -142,6 +150,10 @@ export function serveRaw(router: RawRouter | undefined, serving: RawServing, req
     admitted = route.admit(req);
   } catch (e) {
     fail(e instanceof ApiError ? answeredBeforeBody(req, e) : e);
+    return true;
+  }
+  if (route.bodyless) {
+    route.handle(req, NO_BODY, requestId, admitted).then(done, fail);
     return true;
   }
   collectBody(req, res, serving.bodyLimit, (body) => {

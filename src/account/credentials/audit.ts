@@ -13,7 +13,7 @@ export interface AuditEntry {
   requestId: string | null;
 }
 
-/** Audit rows older than this are pruned when the store opens. */
+/** Audit rows older than this are deleted (at start and every 10 minutes, oldest first, in slices). */
 export const AUDIT_RETENTION_MS = 180 * 24 * 3600 * 1000;
 /**
  * Audit rows kept per (org, user), every repo of the org together: the oldest go as new ones come. Without it a
@@ -21,6 +21,11 @@ export const AUDIT_RETENTION_MS = 180 * 24 * 3600 * 1000;
  * row). Per org, so that another org's runtimes cannot push a user's entries here out.
  */
 export const AUDIT_MAX_PER_USER = 10_000;
+/**
+ * Audit rows kept per user in all orgs together (org labels are any name: ten orgs' worth, as for credentials). Past
+ * it the user's org with the most rows loses its oldest, so one org's runtime flooding cannot empty another org's.
+ */
+export const AUDIT_MAX_PER_USER_IN_ALL = 10 * AUDIT_MAX_PER_USER;
 /** The per-user trim runs on every this-many-th row (a walk of AUDIT_MAX_PER_USER index entries), so the bound is soft by this much. */
 const TRIM_EVERY = 32;
 
@@ -39,6 +44,7 @@ CREATE TABLE IF NOT EXISTS credential_audit (
 );
 CREATE INDEX IF NOT EXISTS credential_audit_scope ON credential_audit (org, repo, user_id, id);
 CREATE INDEX IF NOT EXISTS credential_audit_user ON credential_audit (org, user_id, id);
+CREATE INDEX IF NOT EXISTS credential_audit_by_user ON credential_audit (user_id, org);
 `;
 
 export interface AuditRecord {
@@ -55,7 +61,21 @@ export interface AuditRecord {
 export function writeAudit(db: DatabaseSync, r: AuditRecord, at = new Date().toISOString()): void {
   const { lastInsertRowid } = db.prepare('INSERT INTO credential_audit (at, org, repo, user_id, plugin, name, action, actor, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)')
     .run(at, r.org, r.repo, r.user, r.plugin, r.name, r.action, r.actor, r.requestId);
-  if (Number(lastInsertRowid) % TRIM_EVERY === 0) trimAudit(db, r.org, r.user);
+  if (Number(lastInsertRowid) % TRIM_EVERY === 0) {
+    trimAudit(db, r.org, r.user);
+    trimUserAudit(db, r.user);
+  }
+}
+
+/** Keeps the user's rows in all orgs to `max`, taking the excess from the orgs where the user has the most. */
+export function trimUserAudit(db: DatabaseSync, user: string, max = AUDIT_MAX_PER_USER_IN_ALL): void {
+  let { n } = db.prepare('SELECT count(*) AS n FROM credential_audit WHERE user_id = ?').get(user) as { n: number };
+  while (n > max) {
+    const top = db.prepare('SELECT org, count(*) AS n FROM credential_audit WHERE user_id = ? GROUP BY org ORDER BY n DESC LIMIT 1').get(user) as { org: string; n: number };
+    const keep = Math.max(0, top.n - (n - max));
+    trimAudit(db, top.org, user, keep);
+    n -= top.n - keep;
+  }
 }
 
 /** Keeps the user's AUDIT_MAX_PER_USER most recent rows in `org`. */
@@ -70,6 +90,11 @@ export function recentAudit(db: DatabaseSync, org: string, repo: string, user: s
   return rows.map((r) => ({ at: r.at, plugin: r.plugin, name: r.name, action: r.action, actor: r.actor, requestId: r.request_id }));
 }
 
-export function pruneAudit(db: DatabaseSync, now = Date.now()): void {
-  db.prepare('DELETE FROM credential_audit WHERE at < ?').run(new Date(now - AUDIT_RETENTION_MS).toISOString());
+/**
+ * Deletes rows past AUDIT_RETENTION_MS among the `limit` oldest (ids grow with time, so this reads `limit` rows, never
+ * the table) and says how many: fewer than `limit` means none older is left.
+ */
+export function pruneAudit(db: DatabaseSync, now: number, limit: number): number {
+  return Number(db.prepare(`DELETE FROM credential_audit WHERE id IN (SELECT id FROM (SELECT id, at FROM credential_audit ORDER BY id LIMIT ?) WHERE at < ?)`)
+    .run(limit, new Date(now - AUDIT_RETENTION_MS).toISOString()).changes);
 }

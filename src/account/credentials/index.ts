@@ -2,6 +2,7 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { Config } from '../../shared/config.ts';
 import type { Logger } from '../../shared/log.ts';
+import { startSweeper } from '../../shared/sweep.ts';
 import type { ResolvedSession, SessionResolver } from '../contract.ts';
 import { registerRoutes } from './routes.ts';
 import { renderSection } from './section.ts';
@@ -13,6 +14,8 @@ export interface CredentialsOptions {
   logger: Logger;
   /** Whether a user id is one of the account store's (the runtime may store credentials only for those). */
   knownUser(id: string): boolean;
+  /** How often audit rows past their retention are deleted. */
+  cleanupEveryMs: number;
 }
 
 // credentialsSection only gets the request, so it finds the store of the Fastify context it was registered in:
@@ -27,7 +30,9 @@ export const credentialsPlugin: FastifyPluginAsync<CredentialsOptions> = async (
   byContext.set(app, store);
   const parent = Object.getPrototypeOf(app) as object | null;
   if (parent) byContext.set(parent, store);
+  const sweeper = startSweeper({ everyMs: opts.cleanupEveryMs, logger: opts.logger, steps: [{ what: 'credential audit rows', run: (now, limit) => store.deleteExpiredAudit(now, limit) }] });
   app.addHook('onClose', async () => {
+    await sweeper.stop();
     openStores.delete(store);
     store.close();
   });

@@ -129,7 +129,6 @@ export class CredentialStore {
         const list = missing.map((r) => `${r.key_id} (${r.n} record${r.n === 1 ? '' : 's'})`).join(', ');
         throw new ConfigError(`ACCOUNT_ENCRYPTION_KEYS: stored credentials are sealed under key id(s) ${list} that are not configured (configured: ${sealer.keyIds.join(', ')}). Add the old key back after the current one, start, and run \`scopebase rotate-keys\` before removing it.`);
       }
-      pruneAudit(db);
       return new CredentialStore(path, db, sealer);
     } catch (e) {
       db.close();
@@ -208,6 +207,11 @@ export class CredentialStore {
       writeAudit(this.db, { ...id, action: 'delete', ...by });
       return true;
     });
+  }
+
+  /** Deletes at most `limit` audit rows past their retention, oldest first (the sweeper repeats it until none is left). */
+  deleteExpiredAudit(now: number, limit: number): number {
+    return pruneAudit(this.db, now, limit);
   }
 
   audit(org: string, repo: string, user: string, limit = 20): AuditEntry[] {

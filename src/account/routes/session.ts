@@ -1,6 +1,7 @@
 // GET /verify (forward-auth check) and POST /logout (server-side revocation), SPEC 7.
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../../shared/errors.ts';
+import { REFUSED_BODY_BYTES, refuseBeforeBody } from '../../shared/body-budget.ts';
 import { checkRepo } from '../../shared/names.ts';
 import { errorReply, type RawReply } from '../../shared/raw-route.ts';
 import { assertSameSite } from '../same-site.ts';
@@ -69,7 +70,13 @@ export async function sessionRoutes(app: FastifyInstance, deps: { sessions: Sess
     return sendVerify(deps.sessions, req, reply);
   });
 
-  app.post('/logout', async (req: Req, reply) => {
+  // Anyone may sign out, a stranger too: its body (a form's return_to) is read outside the budget of bodies in
+  // flight, as a refused caller's is, and one declared over 16 KiB is 413 unread. Counted, a never-finished body of
+  // 1 MiB per connection held the budget, and every tenant's database writes were 503.
+  const smallForm = async (req: Req) => {
+    refuseBeforeBody(req.raw, new ApiError('payload_too_large', `a sign-out takes no more than a form with return_to: at most ${REFUSED_BODY_BYTES} bytes`, { limitBytes: REFUSED_BODY_BYTES }));
+  };
+  app.post('/logout', { onRequest: smallForm }, async (req: Req, reply) => {
     const repo = checkRepo(req.params.repo);
     assertSameSite(req);
     deps.sessions.revoke(req, reply);
