@@ -21,21 +21,27 @@ export function sqliteCodeName(errcode: number): string {
   return EXTENDED[errcode] ?? EXTENDED[errcode & 0xff] ?? `SQLITE_${errcode}`;
 }
 
+/** An error SQLite raised (node:sqlite's), not one of ours nor a bad argument. */
+export function isSqliteError(e: unknown): e is Error & { code: 'ERR_SQLITE_ERROR'; errcode: number } {
+  const err = e as { code?: string; errcode?: number } | null;
+  return err?.code === 'ERR_SQLITE_ERROR' && typeof err.errcode === 'number';
+}
+
 /** `denied` is what the sandbox's authorizer recorded for this statement, if it refused something. */
 export function mapSqliteError(e: unknown, denied: ExecError | null): ExecError {
-  const err = e as { code?: string; errcode?: number; message?: string };
+  const err = e as { code?: string; message?: string };
   const message = String(err.message ?? 'unknown error').slice(0, 500);
-  if (err.code !== 'ERR_SQLITE_ERROR' || typeof err.errcode !== 'number') {
+  if (!isSqliteError(e)) {
     // node:sqlite argument errors (bad bind, unknown named parameter) are the caller's; anything else is a bug of
     // ours, never to be passed off as the caller's SQL (nor its message shown: it may quote anything).
     if (typeof err.code === 'string' && err.code.startsWith('ERR_')) return { code: 'sql_error', message };
     return { code: 'internal', message: `internal error in the executor (${(e as Error | null)?.constructor?.name ?? typeof e})` };
   }
-  const sqliteCode = sqliteCodeName(err.errcode);
+  const sqliteCode = sqliteCodeName(e.errcode);
   const details = { sqliteCode };
   // Opening a database on a full disk fails growing its shared-memory file: that is the disk, not damage.
-  if (err.errcode === SQLITE_IOERR_SHMSIZE) return { code: 'quota_exceeded', message: 'the server\'s disk is full', details };
-  switch (err.errcode & 0xff) {
+  if (e.errcode === SQLITE_IOERR_SHMSIZE) return { code: 'quota_exceeded', message: 'the server\'s disk is full', details };
+  switch (e.errcode & 0xff) {
     case 19: return { code: 'constraint_violation', message, details };
     case 23: return denied ?? { code: 'not_allowed', message: 'the sandbox refused this statement', details };
     case 13: return { code: 'quota_exceeded', message: 'the database is at its size limit (DB_MAX_SIZE_BYTES), or the server\'s disk is full, or an AUTOINCREMENT table\'s counter (sqlite_sequence) is at its largest value, 9223372036854775807', details };

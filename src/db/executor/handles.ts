@@ -40,7 +40,7 @@ export interface Prepared {
   defersForeignKeys: boolean;
   /** Writes rows no changeset shows (see Sandbox.untracked). */
   untracked: boolean;
-  /** May leave the rows it touched as they were: updates, deletes, REPLACE (see Sandbox.rewrites). */
+  /** May leave the rows it touched as they were: updates, deletes, REPLACE, a full-text command (see Sandbox.rewrites). */
   rewrites: boolean;
   /** Inserts into a WITHOUT ROWID table, which leaves last_insert_rowid() as it was (an internal insert's). */
   noRowid: boolean;
@@ -73,6 +73,17 @@ const WIDEST = "SELECT max(n) AS n FROM (SELECT ncol AS n FROM pragma_table_list
 /** An empty database in memory: what a database that does not exist yet is described as (HandleCache.empty). */
 /** An empty database with the internal tables, in memory: what reads of a database not yet made see. */
 export const EMPTY = ':memory:';
+
+/** `INSERT INTO t(a, …)`: the table as written and its column list. */
+const INSERT_COLUMNS = /\bINTO\s+(?:\S+?\s*\.\s*)?("[^"]+"|`[^`]+`|\[[^\]]+\]|[^\s(]+)\s*\(([^)]*)\)/i;
+
+/** A full-text command (`INSERT INTO ft(ft) VALUES('optimize')`) names its table as a column: it may change nothing. */
+function namesItsTable(sql: string): boolean {
+  const m = INSERT_COLUMNS.exec(sql);
+  if (!m) return false;
+  const bare = (name: string) => name.trim().replace(/^["`[]|["`\]]$/g, '').toLowerCase();
+  return m[2]!.split(',').some((c) => bare(c) === bare(m[1]!));
+}
 
 /** How a read reaches a database that a full disk keeps from opening as usual (HandleCache.readWhileDiskFull). */
 type DiskFullRead = 'immutable' | 'exclusive';
@@ -157,7 +168,7 @@ export class DbHandle {
     const stmt = this.db.prepare(sql);
     if (mode !== 'internal') stmt.setAllowBareNamedParameters(false); // bound by each slot's token (params.ts bindNamed)
     const written = [...sb.written];
-    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written, inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, untracked: sb.untracked, rewrites: sb.rewrites || /replace/i.test(sql), noRowid: sb.inserts && written.some((t) => this.withoutRowid(t)), params: paramSlots(sql), schema };
+    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written, inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, untracked: sb.untracked, rewrites: sb.rewrites || /replace/i.test(sql) || (sb.inserts && namesItsTable(sql)), noRowid: sb.inserts && written.some((t) => this.withoutRowid(t)), params: paramSlots(sql), schema };
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
     return prepared;

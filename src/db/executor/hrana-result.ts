@@ -34,4 +34,7 @@ export function hranaResult(cols: string, rows: string, affected: number, rowid:
   return `{${cols},"rows":${rows},"affected_row_count":${affected},"last_insert_rowid":${last},"rows_read":0,"rows_written":${affected},"query_duration_ms":${ms}}`;
 }
 
+/** A transaction's reply (`{"results":[…]}`) of a StmtResult without rows is shorter: three 20-digit numbers, a duration. */
+export const NO_ROWS_REPLY_MAX_BYTES = 512;
+
 export const hranaEmpty = (since: number) => hranaResult('"cols":[]', '[]', 0, null, since);

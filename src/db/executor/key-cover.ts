@@ -4,15 +4,20 @@
 // DESC`). Rows left out would silently be missing on mirrors and from history: such a change carries no changeset.
 import type { DbHandle } from './handles.ts';
 
-/** How a table's changes show in a changeset: every row, none for certain, or every row while its key holds no NULL. */
-export type Cover = { kind: 'all' } | { kind: 'none' } | { kind: 'unlessNull'; probe: string };
+/**
+ * How a table's changes show in a changeset: every row, none for certain, or every row while its key holds no NULL.
+ * A virtual table shows none of its own, but it keeps everything in its shadow tables, which a session records:
+ * `shadows` (every one of them showing every row) tell whether it changed, never what (a mirror cannot write them).
+ */
+export type Cover = { kind: 'all' } | { kind: 'none' } | { kind: 'unlessNull'; probe: string } | { kind: 'virtual'; shadows: string[] };
 
 const ALL: Cover = { kind: 'all' };
 const NONE: Cover = { kind: 'none' };
 
 /** The table's cover and its single key column (when the only doubt is a NULL in it). */
 const KEYED = `SELECT CASE
-    WHEN s.sql LIKE 'CREATE VIRTUAL%' OR k.pks = 0 THEN 'none'
+    WHEN s.sql LIKE 'CREATE VIRTUAL%' THEN 'virtual'
+    WHEN k.pks = 0 THEN 'none'
     WHEN l.wr = 1 OR k.nullable = 0 OR (k.pks = 1 AND i.n = 0) THEN 'all'
     WHEN k.pks = 1 THEN 'unlessNull' ELSE 'none' END AS cover, k.col AS col
   FROM main.sqlite_schema s,
@@ -31,7 +36,8 @@ function coverOf(h: DbHandle, table: string, schema: number): Cover {
   if (cover === undefined) {
     const r = h.internal(KEYED).get(table) as { cover: string; col: string | null };
     // A seek on the key's own index: as cheap as the write's own lookup.
-    cover = r.cover === 'all' ? ALL : r.cover === 'unlessNull' && r.col !== null ? { kind: 'unlessNull', probe: `SELECT 1 FROM main.${quote(table)} WHERE ${quote(r.col)} IS NULL LIMIT 1` } : NONE;
+    cover = r.cover === 'all' ? ALL : r.cover === 'unlessNull' && r.col !== null ? { kind: 'unlessNull', probe: `SELECT 1 FROM main.${quote(table)} WHERE ${quote(r.col)} IS NULL LIMIT 1` }
+      : r.cover === 'virtual' ? { kind: 'virtual', shadows: [...shadowTables(h)].filter((t) => t.toLowerCase().startsWith(`${table.toLowerCase()}_`)) } : NONE;
     h.keyedTables.known.set(table, cover);
   }
   return cover;
@@ -54,7 +60,7 @@ export class KeyWatch {
   private readonly seen = new Set<string>();
   private nullBefore = false;
   /** covers()'s last answer, for the same tables asked again in the same state (the no-change check, then the event). */
-  private verdict: { tables: string; covered: boolean } | null = null;
+  private verdict: { tables: string; rows: boolean; changes: boolean } | null = null;
   private readonly h: DbHandle;
 
   constructor(h: DbHandle) {
@@ -72,33 +78,52 @@ export class KeyWatch {
     }
   }
 
-  /** After the writes: whether a changeset shows every row they changed. */
-  covers(tables: Iterable<string>): boolean {
+  /**
+   * After the writes: whether a changeset shows every row they changed; `virtual`: whether it shows that they changed
+   * (a virtual table by its shadow tables).
+   */
+  covers(tables: Iterable<string>, virtual = false): boolean {
     const names = [...tables];
     const key = names.join('\0');
-    if (this.verdict?.tables === key) return this.verdict.covered;
-    const covered = this.judge(names);
-    this.verdict = { tables: key, covered };
-    return covered;
+    if (this.verdict?.tables !== key) this.verdict = { tables: key, ...this.judge(names) };
+    return virtual ? this.verdict.changes : this.verdict.rows;
   }
 
-  private judge(tables: string[]): boolean {
+  private judge(tables: string[]): { rows: boolean; changes: boolean } {
     const schema = this.h.schemaVersion();
+    const neither = { rows: false, changes: false };
+    let rows = true;
     for (const t of tables) {
       const cover = coverOf(this.h, t, schema);
-      if (cover.kind === 'none') return false;
-      if (cover.kind === 'unlessNull' && (this.nullBefore || !this.seen.has(t) || holdsNullKey(this.h, cover.probe))) return false;
+      if (cover.kind === 'none') return neither;
+      if (cover.kind === 'unlessNull' && (this.nullBefore || !this.seen.has(t) || holdsNullKey(this.h, cover.probe))) return neither;
+      if (cover.kind === 'virtual') {
+        rows = false;
+        if (cover.shadows.length === 0 || !cover.shadows.every((s) => coverOf(this.h, s, schema).kind === 'all')) return neither;
+      }
     }
-    return true;
+    return { rows, changes: true };
   }
+}
+
+/** The main schema's shadow tables (a virtual table's storage), known until the schema changes. */
+function shadowTables(h: DbHandle): Set<string> {
+  h.keyedTables.shadow ??= new Set((h.internal("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'").all() as { name: string }[]).map((r) => r.name));
+  return h.keyedTables.shadow;
+}
+
+/** Whether these tables include a virtual one: its module may hold writes in memory (FTS5's pending terms) until a savepoint. */
+export function anyVirtual(h: DbHandle, tables: Iterable<string>): boolean {
+  const schema = h.schemaVersion();
+  for (const t of tables) if (coverOf(h, t, schema).kind === 'virtual') return true;
+  return false;
 }
 
 /** The tables as the user made them: a full-text index's shadow tables (`f_data`, …) go by the index's name. */
 export function asMade(h: DbHandle, tables: string[]): string[] {
   if (tables.length < 2) return tables; // a shadow table is never written alone
   coverOf(h, tables[0]!, h.schemaVersion()); // the cache is the schema version's
-  h.keyedTables.shadow ??= new Set((h.internal("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'").all() as { name: string }[]).map((r) => r.name));
-  const shadow = h.keyedTables.shadow;
+  const shadow = shadowTables(h);
   return shadow.size === 0 ? tables : tables.filter((t) => !shadow.has(t));
 }
 

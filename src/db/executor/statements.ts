@@ -40,6 +40,11 @@ export class ResultBudget {
     if (this.used > this.limit) throw this.over(null);
   }
 
+  /** Whether `bytes` more fit. */
+  holds(bytes: number): boolean {
+    return this.used + bytes <= this.limit;
+  }
+
   /** The whole reply, measured: returned as it is if within the limit. */
   check(reply: string): string {
     const bytes = Buffer.byteLength(reply, 'utf8');
@@ -200,8 +205,11 @@ function lastInsertRowid(h: DbHandle): bigint {
   return stmt.get()!.id as bigint;
 }
 
-/** A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. */
-export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget, watch: KeyWatch): WriteOutcome {
+/**
+ * A statement of /_db/execute: rowsAffected, lastInsertRowid, and rows when it returns any. `beforeRun`: told what was
+ * prepared, just before SQLite runs it (an interactive transaction's savepoint around it, tx-ops.ts).
+ */
+export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget, watch: KeyWatch, beforeRun?: (p: Prepared) => void): WriteOutcome {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
   const params = decodeParams(spec.params, `statements[${index}]`, shape === 'hrana');
   if (MENTIONS.test(spec.sql)) {
@@ -214,6 +222,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   watch.enter(p.written, p.schema); // the schema version prepare just read
   if (p.defersForeignKeys) deferForeignKeys(h);
   if (p.inserts && (p.rewrites || p.noRowid)) markNoInsert(h);
+  beforeRun?.(p);
   const length = h.writeLength(p.schema); // DB_MAX_VALUE_BYTES with a record's room, not the connection's 18 KB
   h.sandbox.mode = 'write'; // the internal statements above switched it: a re-prepare while this runs is a write's
   if (p.returnsRows) {

@@ -2,18 +2,21 @@
 // ones, COMMIT or ROLLBACK last. The pool holds the database's write lane and sends every message of a transaction
 // to this one process; the transaction has a connection of its own, so this process's other requests for the same
 // database never see it, or run inside it. On COMMIT it is recorded like an execute: one version, one event.
-import type { DbHandle, ExecutorLimits } from './handles.ts';
+import type { DbHandle, ExecutorLimits, Prepared } from './handles.ts';
 import { DbHandle as Handle, EMPTY } from './handles.ts';
 import { existsSync } from 'node:fs';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { ResultBudget, runRead, runWrite, type StatementSpec } from './statements.ts';
 import { describe } from './read-ops.ts';
 import { changedNothing, type GroupContext, prune, recordChange, totals } from './write-ops.ts';
+import { MENTIONS } from './alter-column.ts';
+import { NO_ROWS_REPLY_MAX_BYTES } from './hrana-result.ts';
 import { keepHistory } from './history-ops.ts';
 import { KeyWatch } from './key-cover.ts';
 import { deferForeignKeys, endDeferral } from './foreign-keys.ts';
 import { ApiError } from '../../shared/errors.ts';
-import { mapSqliteError } from '../sqlite-errors.ts';
+import { isSqliteError, mapSqliteError } from '../sqlite-errors.ts';
+import { headOf } from '../hrana/batch.ts';
 
 interface Tx {
   h: DbHandle;
@@ -62,25 +65,95 @@ export function beginTx(id: string, path: string, create: boolean, ctx: GroupCon
   }
 }
 
-/** One statement in the transaction; a failing one is undone alone (SQLite's statement journal), the rest stays. */
+/**
+ * One statement in the transaction. One that SQLite fails is left as SQLite leaves it (undone by its statement journal;
+ * OR FAIL keeps the rows before the failing one); one we refuse after it ran (its result over the limit, a schema the
+ * sandbox refuses, ALTER COLUMN's rows check) is undone by a savepoint of its own, as a refused /_db/execute leaves
+ * nothing.
+ */
 /** `maxResultBytes` in the message: what is left of its pipeline's allowance (set by the service, never by a client). */
 /** `describe` (set by the service, never by a client): that statement prepared on the transaction's connection, not run. */
 export function execTx(id: string, statement: StatementSpec & { maxResultBytes?: number; describe?: string }, maxResultBytes: number): Reply & { ended?: true } {
   const tx = open.get(id);
   if (!tx) return gone();
-  if (typeof statement.describe === 'string') return describe(tx.h, statement.describe);
+  const { h } = tx;
+  if (typeof statement.describe === 'string') return describe(h, statement.describe);
+  let guard: Guard | null = null;
+  let ran: Prepared | null = null;
+  const savepoint = () => {
+    const changes = totalChanges(h);
+    h.internal(`SAVEPOINT ${STATEMENT}`).run();
+    guard = { changes };
+  };
   try {
     const budget = new ResultBudget(maxResultBytes, statement.maxResultBytes);
-    if (tx.readOnly) return { status: 200, body: `{"results":[${runRead(tx.h, statement, 0, 'hrana', budget)}]}` };
-    const out = runWrite(tx.h, statement, 0, 'hrana', budget, tx.watch); // only the libSQL protocol opens transactions
-    for (const t of out.tables) tx.tables.add(t);
-    tx.untracked ||= out.untracked === true;
-    return { status: 200, body: `{"results":[${out.text}]}` };
+    // The reply measured whole, as /_db/execute's is (ResultBudget.check): rows alone left ~200 bytes uncounted.
+    if (tx.readOnly) return { status: 200, body: budget.check(`{"results":[${runRead(h, statement, 0, 'hrana', budget)}]}`) };
+    if (MENTIONS.test(statement.sql)) savepoint(); // ALTER COLUMN runs (and checks the rows) before anything is prepared
+    const out = runWrite(h, statement, 0, 'hrana', budget, tx.watch, (p) => {
+      ran = p;
+      if (!guard && refusable(p, budget) && !NESTING.test(headOf(statement.sql))) savepoint();
+    });
+    const body = budget.check(`{"results":[${out.text}]}`);
+    if (guard) h.internal(`RELEASE ${STATEMENT}`).run();
+    wrote(tx, out.tables, out.untracked === true);
+    return { status: 200, body };
   } catch (e) {
-    const denied = tx.h.sandbox.denied;
-    if (!tx.h.db.isTransaction) return endedBySqlite(id, tx, failure(e, denied, 0, { transactionEnded: true }));
+    const denied = h.sandbox.denied; // read first: the internal statements below clear it
+    // SQLite rolled it all back (INSERT OR ROLLBACK, a full disk), or the statement's savepoint could not be ended.
+    if (!h.db.isTransaction || !settled(tx, e, guard, ran)) return endedBySqlite(id, tx, failure(e, denied, 0, { transactionEnded: true }));
     if (tx.readOnly && denied?.code === 'read_only') return failure(e, { code: 'read_only', message: 'attempt to write in a read-only transaction (BEGIN TRANSACTION READONLY): nothing was written' }, 0);
     return failure(e, denied, 0);
+  }
+}
+
+/** SAVEPOINT, RELEASE, ROLLBACK TO: the client's own nesting, which a savepoint of ours around it would release with it. */
+const NESTING = /^(SAVEPOINT|RELEASE|ROLLBACK)\b/i;
+const STATEMENT = '_scopebase_statement';
+
+/** A statement run in a savepoint of its own, and the transaction's count of changed rows before it. */
+interface Guard { changes: number }
+
+const totalChanges = (h: DbHandle): number => Number(h.internal('SELECT total_changes() AS n').get()!.n);
+
+/**
+ * Whether we may refuse the statement after SQLite ran it and it wrote, so that it runs in a savepoint of its own: a
+ * write returning rows, a schema to check, or an allowance too small for a reply without rows. Others run without one
+ * (a SELECT writes nothing): a savepoint costs a few µs, and makes an FTS5 table write out its pending terms.
+ */
+const refusable = (p: Prepared, budget: ResultBudget): boolean =>
+  (p.returnsRows && (p.written.length > 0 || p.untracked)) || p.checksSchema || !budget.holds(NO_ROWS_REPLY_MAX_BYTES);
+
+/** What a statement that changed rows wrote: judged at COMMIT (changedNothing) and named in the event. */
+function wrote(tx: Tx, tables: Iterable<string>, untracked: boolean): void {
+  for (const t of tables) tx.tables.add(t);
+  tx.untracked ||= untracked;
+}
+
+/**
+ * After a failed statement: our refusal of one that ran is rolled back (its rows leave the transaction's count too);
+ * SQLite's own failure is left as SQLite left it (it undid what it had to; rows OR FAIL kept, which changes() counts,
+ * are the transaction's, and their tables are judged at COMMIT). False when that failed (an I/O error): the
+ * transaction is ended.
+ */
+function settled(tx: Tx, e: unknown, guard: Guard | null, ran: Prepared | null): boolean {
+  const { h } = tx;
+  try {
+    if (guard && !isSqliteError(e)) {
+      h.internal(`ROLLBACK TO ${STATEMENT}`).run();
+      tx.before.changes += totalChanges(h) - guard.changes;
+    } else if (ran?.dml && Number(h.internal('SELECT changes() AS n').get()!.n) > 0) {
+      wrote(tx, ran.written, ran.untracked);
+    }
+    if (guard) h.internal(`RELEASE ${STATEMENT}`).run();
+    return true;
+  } catch {
+    try {
+      if (h.db.isTransaction) h.internal('ROLLBACK').run();
+    } catch {
+      // the connection is closed with the transaction (end)
+    }
+    return false;
   }
 }
 

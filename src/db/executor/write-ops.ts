@@ -12,7 +12,7 @@ import { SCHEMA_FINGERPRINT_KEY, schemaFingerprint } from '../schema-fingerprint
 import { deferForeignKeys, endDeferral, turnsForeignKeysOff, withForeignKeysOff } from './foreign-keys.ts';
 import { keepHistory } from './history-ops.ts';
 import { execMigration } from './alter-column.ts';
-import { asMade, capturable, KeyWatch } from './key-cover.ts';
+import { anyVirtual, asMade, capturable, KeyWatch } from './key-cover.ts';
 
 export interface Scope { org: string; repo: string; database: string }
 
@@ -110,7 +110,11 @@ export function recordChange(h: DbHandle, ctx: GroupContext, session: ReturnType
  * without a key, no sqlite_stat1). Schema changes always count, even one undone in the same request.
  */
 export function changedNothing(h: DbHandle, session: ReturnType<DbHandle['db']['createSession']>, tables: Iterable<string>, untracked: boolean, watch: KeyWatch): boolean {
-  if (untracked || !capturable(h, tables, watch)) return false;
+  if (untracked || !watch.covers(tables, true)) return false;
+  if (anyVirtual(h, tables)) { // its module may hold writes in memory until a savepoint (FTS5's pending terms)
+    h.internal('SAVEPOINT _scopebase_flush').run();
+    h.internal('RELEASE _scopebase_flush').run();
+  }
   const changeset = changesetOf(session);
   return changeset !== null && changeset.length === 0;
 }

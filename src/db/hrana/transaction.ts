@@ -80,13 +80,16 @@ export class StreamTx {
     return tx;
   }
 
-  /** Runs one statement in the transaction; resolves the SPEC 4.4 result of it. */
+  /**
+   * Runs one statement in the transaction; resolves its StmtResult and the bytes of the executor's reply holding it
+   * (what the pipeline's allowance is charged, as for its other requests).
+   */
   /** `maxResultBytes`: what is left of the pipeline's results allowance. */
   /** A statement after which SQLite had rolled the whole transaction back ends it: `sqliteEnded` then says so. */
-  async exec(statement: Statement, maxResultBytes?: number): Promise<StmtResult> {
+  async exec(statement: Statement, maxResultBytes?: number): Promise<{ result: StmtResult; bytes: number }> {
     try {
-      const body = await this.send('tx.exec', Buffer.from(JSON.stringify(maxResultBytes === undefined ? statement : { ...statement, maxResultBytes })));
-      return (body.results as StmtResult[])[0]!; // rendered by the executor (hrana-result.ts)
+      const { reply, bytes } = await this.send('tx.exec', Buffer.from(JSON.stringify(maxResultBytes === undefined ? statement : { ...statement, maxResultBytes })));
+      return { result: (reply.results as StmtResult[])[0]!, bytes }; // rendered by the executor (hrana-result.ts)
     } catch (e) {
       if ((e as ApiError).details?.transactionEnded === true) {
         this.sqliteEnded = true;
@@ -98,7 +101,7 @@ export class StreamTx {
 
   /** HRANA_3_SPEC's DescribeResult of one statement, prepared on the transaction's connection (it sees its schema). */
   async describe(sql: string): Promise<Record<string, unknown>> {
-    return this.send('tx.exec', Buffer.from(JSON.stringify({ sql: '', describe: sql })));
+    return (await this.send('tx.exec', Buffer.from(JSON.stringify({ sql: '', describe: sql })))).reply;
   }
 
   /** A COMMIT that failed with the transaction kept open (a deferred foreign key, as in SQLite) leaves it open here too. */
@@ -144,7 +147,8 @@ export class StreamTx {
     }
   }
 
-  private async send(op: string, body?: Buffer): Promise<Record<string, unknown>> {
+  /** The executor's reply, parsed, and its size in bytes. */
+  private async send(op: string, body?: Buffer): Promise<{ reply: Record<string, unknown>; bytes: number }> {
     if (this.ended) throw new ApiError('invalid_request', `the transaction is over: ${this.ended}`);
     let res;
     try {
@@ -155,6 +159,6 @@ export class StreamTx {
     }
     const parsed = parseKeepingNegZero(res.body.toString('utf8')) as Record<string, unknown> & { error?: { code: string; message: string; details?: Record<string, unknown> } };
     if (res.status !== 200) throw new ApiError(parsed.error!.code as ErrorCode, parsed.error!.message, parsed.error!.details);
-    return parsed;
+    return { reply: parsed, bytes: res.body.length };
   }
 }
