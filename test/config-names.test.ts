@@ -48,7 +48,7 @@ test('start says it in its banner and its log', async () => {
   }
 });
 
-test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADMIN_PORT stops the start with exit 78, naming the variable', () => {
+test('SPEC 9.1: a malformed APPS, TRUSTED_PROXIES, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADMIN_PORT stops the start with exit 78, naming the variable', () => {
   const secret = 'whsec_' + Buffer.alloc(24, 7).toString('base64');
   const cases: [string, string, RegExp, Record<string, string>?][] = [
     // A misspelt requireSession would otherwise leave the app open to anonymous visitors.
@@ -56,6 +56,8 @@ test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADM
     ['APPS', JSON.stringify({ '-acme/web': 'http://127.0.0.1:9' }), /APPS: key "-acme\/web" must be "org\/repo"/],
     ['APPS', JSON.stringify({ 'acme/.web': 'http://127.0.0.1:9' }), /APPS: key "acme\/.web" must be "org\/repo"/],
     ['APPS', JSON.stringify({ [`acme/${'a'.repeat(101)}`]: 'http://127.0.0.1:9' }), /APPS: key .* must be "org\/repo"/],
+    // Before: exit 1, "unexpected error: invalid IP address: 10.0.0.0/8", naming no variable.
+    ['TRUSTED_PROXIES', '10.0.0.0/8/9', /TRUSTED_PROXIES: "10.0.0.0\/8\/9" is not an IP address or CIDR/],
     ['DB_MIRRORS', JSON.stringify([{ name: 'm', url: 'http://127.0.0.1:9/h', secret, timeoutMs: 5 }]), /DB_MIRRORS: entry 0: unknown field "timeoutMs"/],
     ['DB_MIRRORS', JSON.stringify([{ name: 'm', url: 'http://127.0.0.1:9/h', secret }, { name: 'n', url: 'ftp://x', secret }]), /DB_MIRRORS: entry 1: url: must be an http\(s\) URL/],
     // Before: LOG_LEVEL crashed with exit 1 and pino's words, LOG_FORMAT=xml was ignored, HOST crashed at listen.

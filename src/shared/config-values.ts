@@ -128,10 +128,10 @@ export function parseApps(raw: string | undefined): Map<string, AppRoute> {
 export function parseTrustedProxies(raw: string | undefined): string[] {
   if (raw === undefined) return [];
   return raw.split(',').map((p) => p.trim()).filter(Boolean).map((p) => {
-    const [addr, bits] = p.split('/');
+    const [addr, bits, ...more] = p.split('/');
     const family = isIP(addr ?? '');
     const max = family === 4 ? 32 : 128;
-    if (!family || (bits !== undefined && (!/^\d+$/.test(bits) || Number(bits) > max))) {
+    if (!family || more.length > 0 || (bits !== undefined && (!/^\d+$/.test(bits) || Number(bits) > max))) {
       fail('TRUSTED_PROXIES', `${JSON.stringify(p)} is not an IP address or CIDR`);
     }
     return p;
