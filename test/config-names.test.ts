@@ -56,6 +56,9 @@ test('SPEC 9.1: a malformed APPS, TRUSTED_PROXIES, DB_MIRRORS, LOG_LEVEL, LOG_FO
     ['APPS', JSON.stringify({ '-acme/web': 'http://127.0.0.1:9' }), /APPS: key "-acme\/web" must be "org\/repo"/],
     ['APPS', JSON.stringify({ 'acme/.web': 'http://127.0.0.1:9' }), /APPS: key "acme\/.web" must be "org\/repo"/],
     ['APPS', JSON.stringify({ [`acme/${'a'.repeat(101)}`]: 'http://127.0.0.1:9' }), /APPS: key .* must be "org\/repo"/],
+    // Before: both started, and every request went to the app without the query, or without the credentials.
+    ['APPS', JSON.stringify({ 'acme/web': 'http://127.0.0.1:9/base?token=abc' }), /APPS: the URL of acme\/web must not have a query or a fragment \("\?token=abc"\)/],
+    ['APPS', JSON.stringify({ 'acme/web': { url: 'http://user:pw@127.0.0.1:9/', requireSession: true } }), /APPS: the URL of acme\/web must not hold a user name or password/],
     // Before: exit 1, "unexpected error: invalid IP address: 10.0.0.0/8", naming no variable.
     ['TRUSTED_PROXIES', '10.0.0.0/8/9', /TRUSTED_PROXIES: "10.0.0.0\/8\/9" is not an IP address or CIDR/],
     ['DB_MIRRORS', JSON.stringify([{ name: 'm', url: 'http://127.0.0.1:9/h', secret, timeoutMs: 5 }]), /DB_MIRRORS: entry 0: unknown field "timeoutMs"/],

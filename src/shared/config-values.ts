@@ -120,7 +120,12 @@ export function parseApps(raw: string | undefined): Map<string, AppRoute> {
     // A misspelt "requireSession" must not leave the app open to anonymous visitors without a word.
     unknownKeys('APPS', `value of ${key}`, v, ['url', 'requireSession']);
     if (v.requireSession !== undefined && typeof v.requireSession !== 'boolean') fail('APPS', `requireSession of ${key} must be true or false`);
-    apps.set(key, { url: url({ APPS: v.url }, 'APPS')!, requireSession: v.requireSession === true });
+    const target = url({ APPS: v.url }, 'APPS')!;
+    // Requests go to the URL's origin and path: a query, fragment or user:password there would be dropped in silence.
+    const u = new URL(target);
+    if (u.username !== '' || u.password !== '') fail('APPS', `the URL of ${key} must not hold a user name or password: they would not be sent to the app`);
+    if (u.search !== '' || u.hash !== '') fail('APPS', `the URL of ${key} must not have a query or a fragment (${JSON.stringify((u.search + u.hash).slice(0, 40))}): each request's own path and query go under the URL's path`);
+    apps.set(key, { url: target, requireSession: v.requireSession === true });
   }
   return apps;
 }
