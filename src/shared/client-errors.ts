@@ -3,7 +3,7 @@
 // same JSON error shape, a message naming the problem and an x-request-id, on every listener, instead of Node's
 // empty 400.
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES, type Server, type ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { requestIdOf } from './raw-route.ts';
 
@@ -92,15 +92,29 @@ export function answerClientError(err: Error & { code?: string; reason?: unknown
   }
   answered.add(socket);
   const r = refusal(err.code, typeof err.reason === 'string' ? err.reason : '');
-  const body = JSON.stringify({ error: { code: r.code, message: r.message } });
   // A reply to HEAD has no body (RFC 9110 9.3.2): a client reads none, and the bytes would break its parser. The
   // method is read from the bytes that failed, which hold the request line when the request came in one piece (as
   // an oversized header from a client on loopback or behind a proxy does).
   const head = inFlight ? inFlight.req.method === 'HEAD' : Buffer.isBuffer(err.rawPacket) && err.rawPacket.toString('latin1', 0, 5) === 'HEAD ';
-  const id = inFlight ? requestIdOf(inFlight.req) : randomUUID();
+  endWith(socket, r, inFlight ? requestIdOf(inFlight.req) : randomUUID(), head);
+}
+
+/** Writes SPEC 3's answer straight on the socket and closes the connection. */
+function endWith(socket: Duplex, r: Refusal, id: string, head: boolean): void {
+  const body = JSON.stringify({ error: { code: r.code, message: r.message } });
   socket.end(`HTTP/1.1 ${r.status} ${STATUS_CODES[r.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${id}\r\nconnection: close\r\n\r\n${head ? '' : body}`);
   // What the client is still sending is read and dropped: closing with it unread would reset the connection,
   // and the client would lose the answer. A client that never stops is cut after a second.
   socket.resume();
   setTimeout(() => socket.destroy(), 1000).unref();
+}
+
+/**
+ * CONNECT asks for a tunnel, a forward proxy's job: Node closes such a connection without a word when nothing listens
+ * for it. It gets SPEC 3's answer, as nginx answers it 400. Returns the status, for the access log.
+ */
+export function answerConnect(req: IncomingMessage, socket: Duplex): number {
+  const target = JSON.stringify(String(req.url ?? '').slice(0, 100));
+  endWith(socket, bad(`CONNECT ${target} asks for a tunnel, and this server is no forward proxy: send the request itself (GET, POST, …) for a path on it`), requestIdOf(req), false);
+  return 400;
 }
