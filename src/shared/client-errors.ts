@@ -7,9 +7,15 @@ import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } 
 import type { Duplex } from 'node:stream';
 import { requestIdOf } from './raw-route.ts';
 
-/** How long a client may take to send its request headers, and its whole request (uploads included). */
+/**
+ * How long a client may take to send its request headers, and its whole request; a body still arriving past that
+ * must keep up BODY_MIN_BYTES_PER_S on average (an upload to an app or an import of 1 GiB is not cut while it flows).
+ */
 export const HEADERS_TIMEOUT_MS = 15_000;
 export const REQUEST_TIMEOUT_MS = 120_000;
+export const BODY_MIN_BYTES_PER_S = 1024;
+/** The code watchBodies raises for a body that came too slowly (Node's own ERR_HTTP_REQUEST_TIMEOUT is the headers'). */
+const BODY_TIMEOUT = 'SCOPEBASE_BODY_TIMEOUT';
 /** Node's limit on the request line and headers together (`--max-http-header-size`). */
 const MAX_HEADER_BYTES = 16 * 1024;
 
@@ -32,7 +38,9 @@ function refusal(code: string | undefined, reason = ''): Refusal {
     case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
       return { status: 413, code: 'payload_too_large', message: 'the chunked body is malformed: a chunk\'s extensions are over 16 KiB' };
     case 'ERR_HTTP_REQUEST_TIMEOUT':
-      return { status: 408, code: 'invalid_request', message: `the request was not received within ${HEADERS_TIMEOUT_MS / 1000} s (headers) or ${REQUEST_TIMEOUT_MS / 1000} s (whole request)` };
+      return { status: 408, code: 'invalid_request', message: `the request's headers were not received within ${HEADERS_TIMEOUT_MS / 1000} s` };
+    case BODY_TIMEOUT:
+      return { status: 408, code: 'invalid_request', message: `the request's body came too slowly: it must be complete within ${REQUEST_TIMEOUT_MS / 1000} s, or keep coming at ${BODY_MIN_BYTES_PER_S / 1024} KiB/s on average after that, never stopping for ${REQUEST_TIMEOUT_MS / 1000} s` };
     case 'HPE_UNEXPECTED_CONTENT_LENGTH': // llhttp: "Duplicate Content-Length"
       return bad('Content-Length is sent more than once: send it once');
     case 'HPE_INVALID_CONTENT_LENGTH':
@@ -68,10 +76,49 @@ function refusal(code: string | undefined, reason = ''): Refusal {
 /** How often Node looks for requests past their time (its default, 30 s, answered the 120-s limit at up to 150 s). */
 export const TIMEOUT_CHECK_MS = 2_000;
 
-/** Sets the slow-client timeouts on a listener. */
+/** Sets the slow-client timeouts on a listener: Node's for the headers, watchBodies' for the body. */
 export function limitSlowClients(server: Server): void {
   server.headersTimeout = HEADERS_TIMEOUT_MS;
-  server.requestTimeout = REQUEST_TIMEOUT_MS;
+  // Node's requestTimeout cut every body at 120 s, an upload still flowing at 10 MB/s too.
+  server.requestTimeout = 0;
+  watchBodies(server);
+}
+
+interface Watched { start: number; lastByteAt: number; bytesRead: number; received: number }
+
+/**
+ * A request body is cut (408, as clientError) once no byte of it came for REQUEST_TIMEOUT_MS, or once past that time
+ * it averages under BODY_MIN_BYTES_PER_S: a stalled or trickling client cannot hold its connection, a slow upload can.
+ * The socket's bytesRead counts what arrived (the body stream is its consumer's alone to read).
+ */
+function watchBodies(server: Server): void {
+  const watched = new Map<IncomingMessage, Watched>();
+  server.on('request', (req: IncomingMessage) => {
+    if (req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined) return;
+    const now = Date.now();
+    watched.set(req, { start: now, lastByteAt: now, bytesRead: req.socket.bytesRead, received: 0 });
+  });
+  const timer = setInterval(() => {
+    const now = Date.now();
+    for (const [req, w] of watched) {
+      if (req.complete || req.socket.destroyed) {
+        watched.delete(req);
+        continue;
+      }
+      const read = req.socket.bytesRead;
+      if (read > w.bytesRead) {
+        w.received += read - w.bytesRead;
+        w.bytesRead = read;
+        w.lastByteAt = now;
+      }
+      const stalled = now - w.lastByteAt > REQUEST_TIMEOUT_MS;
+      const trickling = now - w.start > REQUEST_TIMEOUT_MS + (w.received / BODY_MIN_BYTES_PER_S) * 1000;
+      if (!stalled && !trickling) continue;
+      watched.delete(req);
+      server.emit('clientError', Object.assign(new Error('request body timeout'), { code: BODY_TIMEOUT }), req.socket);
+    }
+  }, TIMEOUT_CHECK_MS).unref();
+  server.once('close', () => clearInterval(timer));
 }
 
 const answered = new WeakSet<Duplex>();
