@@ -7,7 +7,8 @@ import { ApiError } from '../shared/errors.ts';
 import { isForwarding, isProxyOnly } from '../shared/headers.ts';
 import { safeDecode } from '../shared/names.ts';
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
+/** `expect` too: Node answered 100-continue to the client already, and undici refuses to send it (every such request was 503). */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings', 'expect']);
 
 function first(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;
