@@ -80,6 +80,13 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
       server.on('connect', (req: IncomingMessage, socket: Duplex) => {
         if (!refuseUpgrade(req, socket)) logAccess(opts.logger, requestIdOf(req), req.method, req.url, answerConnect(req, socket), 0);
       });
+      // An Expect other than 100-continue: Node's own 417 had no body and no x-request-id.
+      server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+        const id = requestIdOf(req);
+        const body = JSON.stringify(new ApiError('invalid_request', `Expect: ${JSON.stringify(String(req.headers.expect).slice(0, 60))} cannot be met: the only expectation served is 100-continue`).toBody());
+        res.writeHead(417, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), 'x-request-id': id, connection: 'close' }).end(body);
+        logAccess(opts.logger, id, req.method, req.url, 417, 0);
+      });
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
       limitSlowClients(server);
       opts.connections.watch(server);
