@@ -48,7 +48,7 @@ test('start says it in its banner and its log', async () => {
   }
 });
 
-test('SPEC 9.1: a malformed APPS, TRUSTED_PROXIES, ACCOUNT_SESSION_TTL, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADMIN_PORT stops the start with exit 78, naming the variable', () => {
+test('SPEC 9.1: a malformed APPS, TRUSTED_PROXIES, NODE_ENV, ACCOUNT_SESSION_TTL, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADMIN_PORT stops the start with exit 78, naming the variable', () => {
   const secret = 'whsec_' + Buffer.alloc(24, 7).toString('base64');
   const cases: [string, string, RegExp, Record<string, string>?][] = [
     // A misspelt requireSession would otherwise leave the app open to anonymous visitors.
@@ -72,6 +72,8 @@ test('SPEC 9.1: a malformed APPS, TRUSTED_PROXIES, ACCOUNT_SESSION_TTL, DB_MIRRO
     // Before: the same "PORT: … already in use", the product's own mirror listener having taken it.
     ['MIRROR_PORT', '18932', /MIRROR_PORT: must differ from PORT, ADMIN_PORT and DEV_IDP_PORT \(18932\)/, { PORT: '18932' }],
     ['SHUTDOWN_TIMEOUT_MS', '30s', /SHUTDOWN_TIMEOUT_MS: must be a whole number, got "30s"/],
+    // Before: it started in development mode, the development sign-in (any email signs in) running.
+    ['NODE_ENV', 'Production', /NODE_ENV: "Production" is not production mode: only "production", in lowercase, is/],
     // Before: it started, and every /verify and app request with a session answered 500 (an expiry past any date).
     ['ACCOUNT_SESSION_TTL', '999999999999d', /ACCOUNT_SESSION_TTL: must be at most 3650d \(ten years\), got "999999999999d"/],
   ];

@@ -233,6 +233,8 @@ export function dataDirOf(env: Env): string {
 
 function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
   const production = env.NODE_ENV === 'production';
+  // Meant as production, read as development, it would run the development sign-in (any email signs in) and make keys.
+  if (!production && /^\s*prod(uction)?\s*$/i.test(env.NODE_ENV ?? '')) fail('NODE_ENV', `${JSON.stringify(env.NODE_ENV)} is not production mode: only "production", in lowercase, is (anything else runs the development defaults)`);
   // `serve db`, `serve mirror` and a proxy in front of `serve account` never sign anyone in nor open a credential.
   const signsIn = part === 'all' || part === 'account' || (part === 'proxy' && str(env, 'ACCOUNT_SERVICE_URL') === undefined);
   const generatedKeys: string[] = [];
