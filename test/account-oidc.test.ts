@@ -2,6 +2,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { OAuth2Server } from 'oauth2-mock-server';
 import { Browser, startAccounts, type AccountsProduct } from './helpers/accounts.ts';
@@ -195,6 +196,43 @@ describe('several providers', () => {
       assert.equal(u.searchParams.get('nonce'), null);
     } finally {
       await q.close();
+    }
+  });
+});
+
+describe('an issuer identifier ending in / (authentik\'s …/application/o/{slug}/)', () => {
+  test('discovery works with ACCOUNT_OIDC_ISSUER written with or without the /; an issuer that differs otherwise is still refused', async () => {
+    // Discovery documents only: /login's redirect to the authorization endpoint shows discovery passed.
+    const issuers: Record<string, string> = { '/application/o/app': '/application/o/app/', '/realms/x': '/realms/x', '/elsewhere': '/other/' };
+    const server = createHttpServer((req, res) => {
+      const path = (req.url ?? '').replace(/\/?\.well-known\/openid-configuration$/, '');
+      const stated = issuers[path.replace(/\/+$/, '')];
+      if (stated === undefined) return void res.writeHead(404).end();
+      const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ issuer: origin + stated, authorization_endpoint: `${origin}/authorize`, token_endpoint: `${origin}/token`, jwks_uri: `${origin}/jwks`, response_types_supported: ['code'], subject_types_supported: ['public'], id_token_signing_alg_values_supported: ['RS256'] }));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      // Before: the first two answered 401 "discovered metadata issuer does not match the expected issuer".
+      for (const [issuer, ok] of [[`${origin}/application/o/app/`, true], [`${origin}/application/o/app`, true], [`${origin}/realms/x/`, true], [`${origin}/elsewhere/`, false]] as const) {
+        const q = await startAccounts({ ACCOUNT_OIDC_ISSUER: issuer, ACCOUNT_OIDC_CLIENT_ID: 'scopebase', ACCOUNT_OIDC_CLIENT_SECRET: 'test-client-secret' });
+        try {
+          const r = await q.call('/web/_account/login');
+          if (ok) {
+            assert.equal(r.status, 302, `${issuer}: ${r.text}`);
+            assert.equal(String(r.headers.location).split('?')[0], `${origin}/authorize`);
+          } else {
+            assert.equal(r.status, 401, `${issuer}: ${r.text}`);
+            assert.match(r.json.error.details.reason, /issuer does not match/);
+          }
+        } finally {
+          await q.close();
+        }
+      }
+    } finally {
+      await new Promise<void>((r) => server.close(() => r()));
     }
   });
 });

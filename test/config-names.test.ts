@@ -48,7 +48,7 @@ test('start says it in its banner and its log', async () => {
   }
 });
 
-test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADMIN_PORT stops the start with exit 78, naming the variable', () => {
+test('SPEC 9.1: a malformed APPS, TRUSTED_PROXIES, NODE_ENV, ACCOUNT_SESSION_TTL, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADMIN_PORT stops the start with exit 78, naming the variable', () => {
   const secret = 'whsec_' + Buffer.alloc(24, 7).toString('base64');
   const cases: [string, string, RegExp, Record<string, string>?][] = [
     // A misspelt requireSession would otherwise leave the app open to anonymous visitors.
@@ -56,6 +56,11 @@ test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADM
     ['APPS', JSON.stringify({ '-acme/web': 'http://127.0.0.1:9' }), /APPS: key "-acme\/web" must be "org\/repo"/],
     ['APPS', JSON.stringify({ 'acme/.web': 'http://127.0.0.1:9' }), /APPS: key "acme\/.web" must be "org\/repo"/],
     ['APPS', JSON.stringify({ [`acme/${'a'.repeat(101)}`]: 'http://127.0.0.1:9' }), /APPS: key .* must be "org\/repo"/],
+    // Before: both started, and every request went to the app without the query, or without the credentials.
+    ['APPS', JSON.stringify({ 'acme/web': 'http://127.0.0.1:9/base?token=abc' }), /APPS: the URL of acme\/web must not have a query or a fragment \("\?token=abc"\)/],
+    ['APPS', JSON.stringify({ 'acme/web': { url: 'http://user:pw@127.0.0.1:9/', requireSession: true } }), /APPS: the URL of acme\/web must not hold a user name or password/],
+    // Before: exit 1, "unexpected error: invalid IP address: 10.0.0.0/8", naming no variable.
+    ['TRUSTED_PROXIES', '10.0.0.0/8/9', /TRUSTED_PROXIES: "10.0.0.0\/8\/9" is not an IP address or CIDR/],
     ['DB_MIRRORS', JSON.stringify([{ name: 'm', url: 'http://127.0.0.1:9/h', secret, timeoutMs: 5 }]), /DB_MIRRORS: entry 0: unknown field "timeoutMs"/],
     ['DB_MIRRORS', JSON.stringify([{ name: 'm', url: 'http://127.0.0.1:9/h', secret }, { name: 'n', url: 'ftp://x', secret }]), /DB_MIRRORS: entry 1: url: must be an http\(s\) URL/],
     // Before: LOG_LEVEL crashed with exit 1 and pino's words, LOG_FORMAT=xml was ignored, HOST crashed at listen.
@@ -67,6 +72,10 @@ test('SPEC 9.1: a malformed APPS, DB_MIRRORS, LOG_LEVEL, LOG_FORMAT, HOST or ADM
     // Before: the same "PORT: … already in use", the product's own mirror listener having taken it.
     ['MIRROR_PORT', '18932', /MIRROR_PORT: must differ from PORT, ADMIN_PORT and DEV_IDP_PORT \(18932\)/, { PORT: '18932' }],
     ['SHUTDOWN_TIMEOUT_MS', '30s', /SHUTDOWN_TIMEOUT_MS: must be a whole number, got "30s"/],
+    // Before: it started in development mode, the development sign-in (any email signs in) running.
+    ['NODE_ENV', 'Production', /NODE_ENV: "Production" is not production mode: only "production", in lowercase, is/],
+    // Before: it started, and every /verify and app request with a session answered 500 (an expiry past any date).
+    ['ACCOUNT_SESSION_TTL', '999999999999d', /ACCOUNT_SESSION_TTL: must be at most 3650d \(ten years\), got "999999999999d"/],
   ];
   for (const [name, value, message, more] of cases) {
     const dir = tempDir();

@@ -170,6 +170,20 @@ describe('routing, request ids and the error shape (3, 8)', () => {
     }
   });
 
+  // Before: 200, the statements run on main (a table meant for `other` created there).
+  test('?database= on a libSQL pipeline path is refused, not read as nothing (the database goes in the path)', async () => {
+    const auth = { authorization: `Bearer ${p.secret('acme', 'web')}` };
+    const body = { requests: [{ type: 'execute', stmt: { sql: 'CREATE TABLE meant_for_other(x)' } }, { type: 'close' }] };
+    for (const path of ['/web/_db/v2/pipeline?database=other', '/web/_db/v3/pipeline?tls=0&database=other', '/web/_db/main/v3/pipeline?database=other']) {
+      const r = await p.call(path, { body, headers: auth });
+      assert.equal(r.status, 400, `${path}: ${r.text}`);
+      assert.equal(r.json.error.code, 'invalid_request');
+      assert.match(r.json.error.message, /the libSQL protocol names its database in the path, not in \?database=: \/_db\/\{database\}\/v[23]\/pipeline/);
+    }
+    const tables = await p.db('web', 'status', {});
+    assert.ok(!JSON.stringify(tables.json).includes('meant_for_other'), tables.text);
+  });
+
   test('every response carries x-request-id, echoed when the caller sent one', async () => {
     const a = await p.db('web', 'status', {});
     assert.match(String(a.headers['x-request-id']), /^[0-9a-f-]{36}$/);

@@ -76,6 +76,10 @@ const cases: [string, string | Buffer, number, RegExp][] = [
   ['a bad chunk extension', `POST /web/_db/query HTTP/1.1\r\n${host}Transfer-Encoding: chunked\r\n\r\n1;\x01\r\nx\r\n0\r\n\r\n`, 400, /chunked body is malformed/],
   ['chunk extensions over 16 KiB', `POST /web/_db/query HTTP/1.1\r\n${host}Transfer-Encoding: chunked\r\n\r\n1;a=${'b'.repeat(20_000)}\r\nx\r\n0\r\n\r\n`, 413, /chunk's extensions are over 16 KiB/],
   ['the body cut short', `POST /web/_db/query HTTP/1.1\r\n${host}Content-Length: 10\r\n\r\nabc`, 400, /connection ended before the whole request was received/],
+  // Node's own 417 had no body and no x-request-id.
+  ['an Expect other than 100-continue', `POST /web/_db/query HTTP/1.1\r\n${host}Expect: 200-ok\r\nContent-Length: 2\r\n\r\n{}`, 417, /^Expect: "200-ok" cannot be met: the only expectation served is 100-continue/],
+  // Node closed the connection without a word (no status, no x-request-id): nothing listened for CONNECT.
+  ['CONNECT, a forward proxy\'s tunnel', 'CONNECT acme.localhost:443 HTTP/1.1\r\nHost: acme.localhost:443\r\n\r\n', 400, /^CONNECT "acme\.localhost:443" asks for a tunnel, and this server is no forward proxy/],
 ];
 
 for (const listener of ['the proxy', 'the reference mirror', 'the admin port'] as const) {

@@ -8,7 +8,8 @@ import { INTERNAL_PREFIX, isForwarding, isProxyOnly } from '../shared/headers.ts
 import { safeDecode } from '../shared/names.ts';
 import { declaresBody } from '../shared/body-budget.ts';
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
+/** `expect` too: Node answered 100-continue to the client already, and undici refuses to send it (every such request was 503). */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'http2-settings', 'expect']);
 
 function first(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;
@@ -99,8 +100,11 @@ export function streamBodies(app: FastifyInstance): void {
 }
 
 
+/** How long an upstream (an app, `serve account`) may take to begin its answer, as nginx's proxy_read_timeout. */
+const UPSTREAM_HEADERS_TIMEOUT_MS = 60_000;
+
 export function createAgent(): Agent {
-  return new Agent({ connect: { timeout: 5_000 }, headersTimeout: 60_000, bodyTimeout: 300_000, keepAliveTimeout: 10_000 });
+  return new Agent({ connect: { timeout: 5_000 }, headersTimeout: UPSTREAM_HEADERS_TIMEOUT_MS, bodyTimeout: 300_000, keepAliveTimeout: 10_000 });
 }
 
 const ENCODED_DOT_SEGMENT = /(^|[/\\])\.\.?([/\\]|$)/;
@@ -149,8 +153,11 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
       req.raw.unpipe(body);
       req.raw.resume();
     }
-    req.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code }, upstream: target.origin }, `${what} unreachable`);
-    throw new ApiError('unavailable', `the ${what} is not reachable right now`, undefined, { 'retry-after': '5' });
+    const code = (err as { code?: string }).code;
+    req.log.warn({ err: { message: (err as Error).message, code }, upstream: target.origin }, `${what} unreachable`);
+    // One that took the request and said nothing is reachable: a person looks for a slow app, not a down one.
+    const why = code === 'UND_ERR_HEADERS_TIMEOUT' ? `did not answer within ${UPSTREAM_HEADERS_TIMEOUT_MS / 1000} s` : 'is not reachable right now';
+    throw new ApiError('unavailable', `the ${what} ${why}`, undefined, { 'retry-after': '5' });
   }
   const refused = check?.(res, req.id) ?? null;
   if (refused !== null) {

@@ -113,6 +113,10 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
     if (req.method !== 'POST') throw new ApiError('not_found', `/_db/${op.slice(0, 40)} takes POST`);
     // `?database=x` read as nothing would run the request on main: refused, not ignored (import alone takes a query).
     if (req.url.includes('?') && pipelineDatabase(op) === null) throw new ApiError('invalid_request', `/_db/${op.slice(0, 40)} reads no query string: send "database" and the rest in the JSON body (SPEC 4)`);
+    // A pipeline's other query parameters are a client's to add, but `?database=` ran on main, as the path names none.
+    if (pipelineDatabase(op) !== null && new URLSearchParams(req.url.split('?')[1] ?? '').has('database')) {
+      throw new ApiError('invalid_request', `the libSQL protocol names its database in the path, not in ?database=: /_db/{database}/${op.replace(/^.*?(v[23]\/\w+)$/, '$1')} (SPEC 4.10)`);
+    }
     req.secretChecked = admitDbHeaders(req.raw, opts.rootKeys, req.org, repo, op);
   };
   const dbRoute = async (req: DbRequestOf, reply: FastifyReply) => {

@@ -3,13 +3,19 @@
 // same JSON error shape, a message naming the problem and an x-request-id, on every listener, instead of Node's
 // empty 400.
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES, type Server, type ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { requestIdOf } from './raw-route.ts';
 
-/** How long a client may take to send its request headers, and its whole request (uploads included). */
+/**
+ * How long a client may take to send its request headers, and its whole request; a body still arriving past that
+ * must keep up BODY_MIN_BYTES_PER_S on average (an upload to an app or an import of 1 GiB is not cut while it flows).
+ */
 export const HEADERS_TIMEOUT_MS = 15_000;
 export const REQUEST_TIMEOUT_MS = 120_000;
+export const BODY_MIN_BYTES_PER_S = 1024;
+/** The code watchBodies raises for a body that came too slowly (Node's own ERR_HTTP_REQUEST_TIMEOUT is the headers'). */
+const BODY_TIMEOUT = 'SCOPEBASE_BODY_TIMEOUT';
 /** Node's limit on the request line and headers together (`--max-http-header-size`). */
 const MAX_HEADER_BYTES = 16 * 1024;
 
@@ -32,7 +38,9 @@ function refusal(code: string | undefined, reason = ''): Refusal {
     case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
       return { status: 413, code: 'payload_too_large', message: 'the chunked body is malformed: a chunk\'s extensions are over 16 KiB' };
     case 'ERR_HTTP_REQUEST_TIMEOUT':
-      return { status: 408, code: 'invalid_request', message: `the request was not received within ${HEADERS_TIMEOUT_MS / 1000} s (headers) or ${REQUEST_TIMEOUT_MS / 1000} s (whole request)` };
+      return { status: 408, code: 'invalid_request', message: `the request's headers were not received within ${HEADERS_TIMEOUT_MS / 1000} s` };
+    case BODY_TIMEOUT:
+      return { status: 408, code: 'invalid_request', message: `the request's body came too slowly: it must be complete within ${REQUEST_TIMEOUT_MS / 1000} s, or keep coming at ${BODY_MIN_BYTES_PER_S / 1024} KiB/s on average after that, never stopping for ${REQUEST_TIMEOUT_MS / 1000} s` };
     case 'HPE_UNEXPECTED_CONTENT_LENGTH': // llhttp: "Duplicate Content-Length"
       return bad('Content-Length is sent more than once: send it once');
     case 'HPE_INVALID_CONTENT_LENGTH':
@@ -68,10 +76,49 @@ function refusal(code: string | undefined, reason = ''): Refusal {
 /** How often Node looks for requests past their time (its default, 30 s, answered the 120-s limit at up to 150 s). */
 export const TIMEOUT_CHECK_MS = 2_000;
 
-/** Sets the slow-client timeouts on a listener. */
+/** Sets the slow-client timeouts on a listener: Node's for the headers, watchBodies' for the body. */
 export function limitSlowClients(server: Server): void {
   server.headersTimeout = HEADERS_TIMEOUT_MS;
-  server.requestTimeout = REQUEST_TIMEOUT_MS;
+  // Node's requestTimeout cut every body at 120 s, an upload still flowing at 10 MB/s too.
+  server.requestTimeout = 0;
+  watchBodies(server);
+}
+
+interface Watched { start: number; lastByteAt: number; bytesRead: number; received: number }
+
+/**
+ * A request body is cut (408, as clientError) once no byte of it came for REQUEST_TIMEOUT_MS, or once past that time
+ * it averages under BODY_MIN_BYTES_PER_S: a stalled or trickling client cannot hold its connection, a slow upload can.
+ * The socket's bytesRead counts what arrived (the body stream is its consumer's alone to read).
+ */
+function watchBodies(server: Server): void {
+  const watched = new Map<IncomingMessage, Watched>();
+  server.on('request', (req: IncomingMessage) => {
+    if (req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined) return;
+    const now = Date.now();
+    watched.set(req, { start: now, lastByteAt: now, bytesRead: req.socket.bytesRead, received: 0 });
+  });
+  const timer = setInterval(() => {
+    const now = Date.now();
+    for (const [req, w] of watched) {
+      if (req.complete || req.socket.destroyed) {
+        watched.delete(req);
+        continue;
+      }
+      const read = req.socket.bytesRead;
+      if (read > w.bytesRead) {
+        w.received += read - w.bytesRead;
+        w.bytesRead = read;
+        w.lastByteAt = now;
+      }
+      const stalled = now - w.lastByteAt > REQUEST_TIMEOUT_MS;
+      const trickling = now - w.start > REQUEST_TIMEOUT_MS + (w.received / BODY_MIN_BYTES_PER_S) * 1000;
+      if (!stalled && !trickling) continue;
+      watched.delete(req);
+      server.emit('clientError', Object.assign(new Error('request body timeout'), { code: BODY_TIMEOUT }), req.socket);
+    }
+  }, TIMEOUT_CHECK_MS).unref();
+  server.once('close', () => clearInterval(timer));
 }
 
 const answered = new WeakSet<Duplex>();
@@ -92,15 +139,29 @@ export function answerClientError(err: Error & { code?: string; reason?: unknown
   }
   answered.add(socket);
   const r = refusal(err.code, typeof err.reason === 'string' ? err.reason : '');
-  const body = JSON.stringify({ error: { code: r.code, message: r.message } });
   // A reply to HEAD has no body (RFC 9110 9.3.2): a client reads none, and the bytes would break its parser. The
   // method is read from the bytes that failed, which hold the request line when the request came in one piece (as
   // an oversized header from a client on loopback or behind a proxy does).
   const head = inFlight ? inFlight.req.method === 'HEAD' : Buffer.isBuffer(err.rawPacket) && err.rawPacket.toString('latin1', 0, 5) === 'HEAD ';
-  const id = inFlight ? requestIdOf(inFlight.req) : randomUUID();
+  endWith(socket, r, inFlight ? requestIdOf(inFlight.req) : randomUUID(), head);
+}
+
+/** Writes SPEC 3's answer straight on the socket and closes the connection. */
+function endWith(socket: Duplex, r: Refusal, id: string, head: boolean): void {
+  const body = JSON.stringify({ error: { code: r.code, message: r.message } });
   socket.end(`HTTP/1.1 ${r.status} ${STATUS_CODES[r.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${id}\r\nconnection: close\r\n\r\n${head ? '' : body}`);
   // What the client is still sending is read and dropped: closing with it unread would reset the connection,
   // and the client would lose the answer. A client that never stops is cut after a second.
   socket.resume();
   setTimeout(() => socket.destroy(), 1000).unref();
+}
+
+/**
+ * CONNECT asks for a tunnel, a forward proxy's job: Node closes such a connection without a word when nothing listens
+ * for it. It gets SPEC 3's answer, as nginx answers it 400. Returns the status, for the access log.
+ */
+export function answerConnect(req: IncomingMessage, socket: Duplex): number {
+  const target = JSON.stringify(String(req.url ?? '').slice(0, 100));
+  endWith(socket, bad(`CONNECT ${target} asks for a tunnel, and this server is no forward proxy: send the request itself (GET, POST, …) for a path on it`), requestIdOf(req), false);
+  return 400;
 }

@@ -120,7 +120,12 @@ export function parseApps(raw: string | undefined): Map<string, AppRoute> {
     // A misspelt "requireSession" must not leave the app open to anonymous visitors without a word.
     unknownKeys('APPS', `value of ${key}`, v, ['url', 'requireSession']);
     if (v.requireSession !== undefined && typeof v.requireSession !== 'boolean') fail('APPS', `requireSession of ${key} must be true or false`);
-    apps.set(key, { url: url({ APPS: v.url }, 'APPS')!, requireSession: v.requireSession === true });
+    const target = url({ APPS: v.url }, 'APPS')!;
+    // Requests go to the URL's origin and path: a query, fragment or user:password there would be dropped in silence.
+    const u = new URL(target);
+    if (u.username !== '' || u.password !== '') fail('APPS', `the URL of ${key} must not hold a user name or password: they would not be sent to the app`);
+    if (u.search !== '' || u.hash !== '') fail('APPS', `the URL of ${key} must not have a query or a fragment (${JSON.stringify((u.search + u.hash).slice(0, 40))}): each request's own path and query go under the URL's path`);
+    apps.set(key, { url: target, requireSession: v.requireSession === true });
   }
   return apps;
 }
@@ -128,10 +133,10 @@ export function parseApps(raw: string | undefined): Map<string, AppRoute> {
 export function parseTrustedProxies(raw: string | undefined): string[] {
   if (raw === undefined) return [];
   return raw.split(',').map((p) => p.trim()).filter(Boolean).map((p) => {
-    const [addr, bits] = p.split('/');
+    const [addr, bits, ...more] = p.split('/');
     const family = isIP(addr ?? '');
     const max = family === 4 ? 32 : 128;
-    if (!family || (bits !== undefined && (!/^\d+$/.test(bits) || Number(bits) > max))) {
+    if (!family || more.length > 0 || (bits !== undefined && (!/^\d+$/.test(bits) || Number(bits) > max))) {
       fail('TRUSTED_PROXIES', `${JSON.stringify(p)} is not an IP address or CIDR`);
     }
     return p;

@@ -125,13 +125,17 @@ export type { AppRoute, MirrorConfig } from './config-values.ts';
 
 export { ConfigError };
 
-/** Parses `14d`, `12h`, `30m`, `45s` or a bare number of seconds. */
+const MAX_DURATION_DAYS = 3650;
+
+/** Parses `14d`, `12h`, `30m`, `45s` or a bare number of seconds, from one minute to MAX_DURATION_DAYS. */
 export function parseDuration(name: string, raw: string): number {
   const m = /^(\d+)([smhd]?)$/.exec(raw.trim());
   if (!m) fail(name, `must be a duration like 14d, 12h, 30m or 3600s, got ${JSON.stringify(raw.slice(0, 40))}`);
   const unit = { '': 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2] as '' | 's' | 'm' | 'h' | 'd'];
   const ms = Number(m[1]) * unit * 1000;
   if (ms < 60_000) fail(name, 'must be at least one minute');
+  // Far past this, an expiry is no date (every /verify answered 500); browsers keep a cookie 400 days at most anyway.
+  if (ms > MAX_DURATION_DAYS * 86_400_000) fail(name, `must be at most ${MAX_DURATION_DAYS}d (ten years), got ${JSON.stringify(raw.slice(0, 40))}`);
   return ms;
 }
 
@@ -229,6 +233,8 @@ export function dataDirOf(env: Env): string {
 
 function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
   const production = env.NODE_ENV === 'production';
+  // Meant as production, read as development, it would run the development sign-in (any email signs in) and make keys.
+  if (!production && /^\s*prod(uction)?\s*$/i.test(env.NODE_ENV ?? '')) fail('NODE_ENV', `${JSON.stringify(env.NODE_ENV)} is not production mode: only "production", in lowercase, is (anything else runs the development defaults)`);
   // `serve db`, `serve mirror` and a proxy in front of `serve account` never sign anyone in nor open a credential.
   const signsIn = part === 'all' || part === 'account' || (part === 'proxy' && str(env, 'ACCOUNT_SERVICE_URL') === undefined);
   const generatedKeys: string[] = [];

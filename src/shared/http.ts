@@ -1,13 +1,14 @@
 // The Fastify foundation every listener shares: request ids, raw bodies, and SPEC 3's error shape for every failure.
 import { isUtf8 } from 'node:buffer';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { sendErrorPage, wantsHtml } from './html-page.ts';
 import { ApiError, isDiskFull } from './errors.ts';
 import type { Logger } from './log.ts';
 import { logAccess, requestIdOf, serveRaw, type RawRouter } from './raw-route.ts';
-import { answerClientError, limitSlowClients, TIMEOUT_CHECK_MS } from './client-errors.ts';
-import type { ConnectionCap } from './connection-cap.ts';
+import { answerClientError, answerConnect, limitSlowClients, TIMEOUT_CHECK_MS } from './client-errors.ts';
+import { refuseUpgrade, type ConnectionCap } from './connection-cap.ts';
 import { LIBSQL_ERROR_TYPE, libsqlErrorBody } from './libsql-errors.ts';
 import { answeredBeforeBody, collectBody } from './body-budget.ts';
 
@@ -75,6 +76,16 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
         if (serveRaw(opts.rawRoutes, serving, req, res)) return;
         if (req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined) responses.set(req, res);
         fastifyHandler(req, res);
+      });
+      server.on('connect', (req: IncomingMessage, socket: Duplex) => {
+        if (!refuseUpgrade(req, socket)) logAccess(opts.logger, requestIdOf(req), req.method, req.url, answerConnect(req, socket), 0);
+      });
+      // An Expect other than 100-continue: Node's own 417 had no body and no x-request-id.
+      server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+        const id = requestIdOf(req);
+        const body = JSON.stringify(new ApiError('invalid_request', `Expect: ${JSON.stringify(String(req.headers.expect).slice(0, 60))} cannot be met: the only expectation served is 100-continue`).toBody());
+        res.writeHead(417, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), 'x-request-id': id, connection: 'close' }).end(body);
+        logAccess(opts.logger, id, req.method, req.url, 417, 0);
       });
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
       limitSlowClients(server);

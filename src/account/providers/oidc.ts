@@ -31,15 +31,29 @@ function emailVerified(v: unknown): boolean {
   return v === undefined || v === true || (typeof v === 'string' && v.toLowerCase() === 'true');
 }
 
+/** The issuer a discovery document stated, when it is what failed the exact comparison with the configured one. */
+function issuerStated(err: unknown): string | null {
+  const e = err as { code?: string; cause?: { attribute?: string; body?: { issuer?: unknown } } };
+  if (e.code !== 'OAUTH_JSON_ATTRIBUTE_COMPARISON_FAILED' || e.cause?.attribute !== 'issuer') return null;
+  return typeof e.cause.body?.issuer === 'string' ? e.cause.body.issuer : null;
+}
+
 export function createOidcProvider(o: OidcOptions): SignInProvider {
   let discovered: Promise<oidc.Configuration> | null = null;
+  const discover = (issuer: URL) => oidc.discovery(issuer, o.clientId, o.clientSecret ? { client_secret: o.clientSecret } : undefined,
+    o.clientSecret ? undefined : oidc.None(),
+    // customFetch given here is kept by the configuration: every later call (token, userinfo, JWKS) is bounded too.
+    { timeout: o.timeoutMs / 1000, execute: o.allowHttp && o.issuer.startsWith('http:') ? [oidc.allowInsecureRequests] : [], [oidc.customFetch]: boundedFetch },
+  );
   const configuration = (): Promise<oidc.Configuration> => {
     // Cached once it worked; a failed discovery is retried on the next sign-in.
-    discovered ??= oidc.discovery(new URL(o.issuer), o.clientId, o.clientSecret ? { client_secret: o.clientSecret } : undefined,
-      o.clientSecret ? undefined : oidc.None(),
-      // customFetch given here is kept by the configuration: every later call (token, userinfo, JWKS) is bounded too.
-      { timeout: o.timeoutMs / 1000, execute: o.allowHttp && o.issuer.startsWith('http:') ? [oidc.allowInsecureRequests] : [], [oidc.customFetch]: boundedFetch },
-    ).catch((err) => {
+    discovered ??= discover(new URL(o.issuer)).catch((err) => {
+      // The issuer is compared exactly, and ACCOUNT_OIDC_ISSUER is read without a trailing `/`: one whose identifier
+      // has it (authentik's `…/application/o/{slug}/`) is taken as its discovery states it, when that is all that differs.
+      const stated = issuerStated(err);
+      if (stated !== null && stated.replace(/\/+$/, '') === o.issuer.replace(/\/+$/, '')) return discover(new URL(stated));
+      throw err;
+    }).catch((err) => {
       discovered = null;
       throw providerError(err, o.id, 'discovery');
     });
