@@ -15,7 +15,7 @@ describe('a repo\'s runaways on some of its databases', () => {
   const databases = Array.from({ length: 10 }, (_, i) => `d${i}`); // more than the processes there may be (8)
   before(async () => {
     p = await startProduct({ DB_QUERY_TIMEOUT_MS: '2500' }); // DB_EXECUTORS 2, DB_EXECUTORS_PER_REPO 2
-    for (const database of databases) assert.equal((await p.db('web', 'execute', { database, sql: 'CREATE TABLE t(x)' })).status, 200);
+    for (const database of databases) { const r = await p.db('web', 'execute', { database, sql: 'CREATE TABLE t(x)' }); assert.equal(r.status, 200, r.text); }
     assert.equal((await p.db('site', 'execute', { sql: 'CREATE TABLE t(x)' }, { org: 'other' })).status, 200);
   });
   after(() => p.close());
@@ -144,6 +144,29 @@ describe('a quick read sent together with a runaway, down the same pipe', () => 
         assert.ok(quick.ms < 900, `answered after ${quick.ms.toFixed(0)} ms, not at the runaway's 1000 ms limit`);
         assert.equal(runaway.json?.error?.code, 'query_timeout', runaway.text);
       }
+    } finally {
+      await p.close();
+    }
+  });
+});
+
+describe('one slow statement of a repo whose share is not full', () => {
+  test('spawns one process (so DB_EXECUTORS stay free), not a second for a runaway pass it cannot use beyond its share', async () => {
+    // A fresh server: DB_EXECUTORS processes, none idle extra. The pass's one more free process (kept for work beyond a
+    // repo's share) was spawned for every statement past RUNAWAY_MS (a first write's fsync, a 150 ms report) and
+    // retired 5 s later: two spawns per slow statement instead of one.
+    const p = await startProduct({ DB_QUERY_TIMEOUT_MS: '2000' }); // DB_EXECUTORS 2, DB_EXECUTORS_PER_REPO 2
+    try {
+      const executors = p.config.db.executors;
+      assert.equal(executorPids().length, executors);
+      let most = 0;
+      const counting = setInterval(() => (most = Math.max(most, executorPids().length)), 10);
+      const runaway = p.db('web', 'execute', { sql: RUNAWAY });
+      await pause(1000); // well past SLOW_MS (20 ms) and RUNAWAY_MS (100 ms), before its limit
+      clearInterval(counting);
+      assert.equal(most, executors + 1, `the slow one and ${executors} free (saw ${most} processes)`);
+      assert.equal((await runaway).json?.error?.code, 'query_timeout');
+      assert.equal((await p.db('web', 'execute', { sql: 'SELECT 1' })).status, 200, 'served after it');
     } finally {
       await p.close();
     }

@@ -5,7 +5,7 @@ import { flushCompileCache } from 'node:module';
 import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
 import { HandleCache, type DbHandle, type ExecutorLimits } from './handles.ts';
 import { changes, query, snapshot, status } from './read-ops.ts';
-import { executeGroup, migrate, type GroupContext } from './write-ops.ts';
+import { committedUnder, executeGroup, migrate, type GroupContext } from './write-ops.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { beginTx, commitTx, execTx, isOpen, rollbackTx, type BeginOptions } from './tx-ops.ts';
 import { historyOf, importDatabase, restore } from './history-ops.ts';
@@ -155,16 +155,17 @@ function handle(frame: Frame): Buffer {
       return encodeFrame(frame.seq, { items: [{ s: reply.status, v: reply.version, n: Buffer.byteLength(reply.body) }] }, reply.body);
     }
     case 'probe': {
-      // After a lost reply: did the group with this token commit?
+      // After a lost reply: did the write with this token commit, and which of its group's requests?
       const db = open(path, false);
       // A database killed while it was being made (an interactive transaction's BEGIN) may lack its internal tables.
       const made = db?.internal("SELECT 1 FROM sqlite_schema WHERE name = '_scopebase_meta'").get() !== undefined;
       const row = made ? db!.internal("SELECT value FROM _scopebase_meta WHERE key = 'group'").get() as { value: string } | undefined : undefined;
-      const committed = row?.value === h.token;
+      const under = committedUnder(row?.value, h.token);
+      const committed = under === 'all' || (under !== null && under.length > 0);
       const version = made ? db!.version() : 0;
       // The group created the database and was killed before it committed: no file is left, as after a failed first write.
       if (db && !committed && h.created === true && version === 0) unlinkDatabase(path);
-      return encodeFrame(frame.seq, { committed, version });
+      return encodeFrame(frame.seq, { committed, version, ...(Array.isArray(under) ? { requests: under } : {}) });
     }
     case 'tx.begin': case 'tx.exec': case 'tx.commit': case 'tx.rollback': {
       const reply = h.op === 'tx.begin'

@@ -5,20 +5,29 @@ import { tenantOfPath } from './pool-errors.ts';
 import { ApiError } from '../../shared/errors.ts';
 
 /**
- * After a lost reply: did the write with this token commit? `created`: it was creating its database, which the
+ * After a lost reply: which requests of the write with this token committed (by their place in the group the pool
+ * sent; a write of one request committed whole or not at all). `created`: it was creating its database, which the
  * executor removes when nothing of it committed (still at version 0, or killed before its internal tables).
  * A probe lost in turn (its process killed too, as when every executor is; or stopped on a starved machine) is
  * sent again, twice at most: it only reads, and removes only what nothing committed to.
  */
-export async function probeCommitted(scheduler: Scheduler, timeoutMs: number, path: string, token: string, created: boolean): Promise<boolean> {
+export async function probeRequests(scheduler: Scheduler, timeoutMs: number, path: string, token: string, created: boolean): Promise<(request: number) => boolean> {
   for (let attempt = 1; ; attempt++) {
     try {
       const probe = await scheduler.run(tenantOfPath(path), true, { op: 'probe', path, token, created }, undefined, timeoutMs);
-      return probe.header.committed === true;
+      const requests = probe.header.requests as number[] | undefined;
+      if (requests === undefined) return () => probe.header.committed === true;
+      const committed = new Set(requests);
+      return (request) => committed.has(request);
     } catch (e) {
       if (!(e instanceof LostError) || e.reason === 'unstarted' || scheduler.closing || attempt >= 3) throw e;
     }
   }
+}
+
+/** After a lost reply: did the write with this token (one request: an interactive transaction's COMMIT) commit? */
+export async function probeCommitted(scheduler: Scheduler, timeoutMs: number, path: string, token: string, created: boolean): Promise<boolean> {
+  return (await probeRequests(scheduler, timeoutMs, path, token, created))(0);
 }
 
 /** The process died during a transaction's COMMIT: did it commit? (SQLite's journal makes it all or nothing.) */

@@ -74,9 +74,9 @@ export class ProcessSet {
     this.grow(now);
   }
 
-  /** Processes to keep free: one more while runaways hold passes, for work beyond a repo's share (Scheduler.allowed). */
+  /** Processes to keep free: one more while a repo may go beyond its share on its runaway pass (Scheduler.allowed). */
   private keepFree(): number {
-    return this.opts.processes + (this.opts.passes.size > 0 ? 1 : 0);
+    return this.opts.processes + (this.opts.passes.beyondShare ? 1 : 0);
   }
 
   /** Below the process limit: a process running a statement with a runaway pass is room beyond it (runaways.ts). */

@@ -11,11 +11,13 @@ export const RUNAWAY_MS = 100;
 /** Which processes run a statement with a pass now: each repo's oldest one, the oldest first, at most `total`. */
 export class RunawayPasses {
   private readonly total: number;
+  private readonly perTenant: number;
   private passes = new Map<ExecutorProcess, Tenant>();
 
-  /** `total`: passes in the server at once (DB_EXECUTORS). */
-  constructor(total: number) {
+  /** `total`: passes in the server at once (DB_EXECUTORS); `perTenant`: the processes a repo may occupy (its share). */
+  constructor(total: number, perTenant: number) {
     this.total = total;
+    this.perTenant = perTenant;
   }
 
   /**
@@ -50,6 +52,16 @@ export class RunawayPasses {
   /** Processes running a statement with a pass: room beyond the process limit. */
   get size(): number {
     return this.passes.size;
+  }
+
+  /**
+   * Whether a repo holding a pass occupies its whole share counted without passes: only then may it go beyond it
+   * (Scheduler.allowed), and one more process is kept free for that. A slow statement of a repo below its share
+   * needs none: that process was spawned for each one past RUNAWAY_MS (a first write's fsync) and retired 5 s later.
+   */
+  get beyondShare(): boolean {
+    for (const t of this.passes.values()) if (t.onProcs.size >= this.perTenant) return true;
+    return false;
   }
 
   /** Processes `t` occupies that count toward its share: not those running a pass (its own or another repo's). */

@@ -55,7 +55,7 @@ export class Scheduler {
 
   constructor(opts: SchedulerOptions) {
     this.opts = opts;
-    this.passes = new RunawayPasses(opts.runawayPasses);
+    this.passes = new RunawayPasses(opts.runawayPasses, opts.perTenant);
     this.procs = new ProcessSet({ ...opts, onChange: () => this.schedulePump(), passes: this.passes });
     this.watchdog = setInterval(() => this.procs.guard(() => this.tick()), TICK_MS).unref();
   }

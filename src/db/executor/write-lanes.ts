@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { LostError } from './process.ts';
 import type { Scheduler } from './scheduler.ts';
 import { lostToApiError, overloaded, tenantOfPath } from './pool-errors.ts';
-import { probeCommitted } from './commit-probe.ts';
+import { probeRequests } from './commit-probe.ts';
 import { pinTransaction, type LaneHold } from './pinned-transaction.ts';
 import type { ExecReply, PoolOptions } from './pool.ts';
 import type { Scope } from '../contract.ts';
@@ -196,37 +196,42 @@ export class WriteLanes {
     }
   }
 
-  /** A group got no reply. If it committed, say so; else rerun its requests one by one to find the runaway. */
+  /**
+   * A group got no reply. Each request that committed is told so; the others rerun one by one, which finds the
+   * runaway (a group may have committed part of its requests: some ran again alone under its token, write-ops.ts).
+   */
   private async recover(path: string, lane: Lane, items: WriteItem[], splittable: boolean, token: string, e: unknown, created: boolean): Promise<void> {
     if (!(e instanceof LostError) || this.closing) {
       for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
       return;
     }
-    let committed: boolean | null;
+    let committed: ((request: number) => boolean) | null;
     try {
-      committed = await probeCommitted(this.scheduler, this.opts.timeoutMs, path, token, created);
+      committed = await probeRequests(this.scheduler, this.opts.timeoutMs, path, token, created);
     } catch {
       committed = null; // the probe failed too: rerunning could apply the writes twice, so nothing reruns
     }
-    if (committed !== false) {
-      const message = committed
-        ? 'the executor stopped after this write committed, and its reply was lost: read the data back before retrying'
-        : 'the executor stopped and whether this write committed is unknown: read the data back before retrying';
-      for (const it of items) it.reject(new ApiError('unavailable', message, { committed }, { 'retry-after': '1' }));
+    if (committed === null) {
+      const message = 'the executor stopped and whether this write committed is unknown: read the data back before retrying';
+      for (const it of items) it.reject(new ApiError('unavailable', message, { committed: null }, { 'retry-after': '1' }));
       return;
     }
+    const message = 'the executor stopped after this write committed, and its reply was lost: read the data back before retrying';
+    for (const [i, it] of items.entries()) if (committed(i)) it.reject(new ApiError('unavailable', message, { committed: true }, { 'retry-after': '1' }));
+    const rest = items.filter((_, i) => !committed(i));
+    if (rest.length === 0) return;
     if (splittable) {
-      for (const it of items) await this.runGroup(path, lane, [it], false);
+      for (const it of rest) await this.runGroup(path, lane, [it], false);
       return;
     }
     // Not committed, and its process died under it, not at its time limit (killed from outside, out of memory):
     // it runs once more, as a lost read does; a second loss is reported (it may be the request's own doing).
-    if (items.length === 1 && e.reason === 'crash' && !items[0]!.retried) {
-      items[0]!.retried = true;
-      await this.runGroup(path, lane, items, false);
+    if (rest.length === 1 && e.reason === 'crash' && !rest[0]!.retried) {
+      rest[0]!.retried = true;
+      await this.runGroup(path, lane, rest, false);
       return;
     }
-    for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
+    for (const it of rest) it.reject(lostToApiError(e, this.opts.timeoutMs));
   }
 
   /** Resolves when no lane has a write left: a write that was accepted is answered. */

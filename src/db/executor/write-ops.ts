@@ -194,10 +194,33 @@ export function executeGroup(h: DbHandle, bodies: ExecuteBody[], ctx: GroupConte
   const first = bodies.findIndex(turnsOff);
   const off = first === 0;
   const group = off ? bodies.slice(0, 1) : first > 0 ? bodies.slice(0, first) : bodies;
-  return withForeignKeysOff(h, off, () => runGroup(h, group, ctx, off));
+  return withForeignKeysOff(h, off, () => runGroup(h, group, ctx, off, group.map((_, i) => i), []));
 }
 
-function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, foreignKeysOff: boolean): Reply[] {
+/**
+ * The group's token as its commits leave it: `token/i,j,…` lists the requests (their places in the group) that
+ * committed. A group may commit more than once under its token (its requests run again alone, or those before one
+ * that SQLite rolled back), so after a lost reply the probe tells each caller about its own request.
+ */
+const groupMark = (token: string, committed: number[]): string => `${token}/${committed.join(',')}`;
+
+/**
+ * What the probe reads from `_scopebase_meta('group')`: null when nothing committed under `token`; else which of its
+ * requests did, or `all` for a write that is one request (migrate, restore, import, an interactive COMMIT: bare token).
+ */
+export function committedUnder(value: string | undefined, token: string): number[] | 'all' | null {
+  if (value === token) return 'all';
+  if (value === undefined || !value.startsWith(`${token}/`)) return null;
+  const list = value.slice(token.length + 1);
+  return list === '' ? [] : list.split(',').map(Number);
+}
+
+/**
+ * `at`: each body's place in the group the pool sent; `done`: the places committed so far by this message, each
+ * commit's token listing them all (the last one on disk is the whole truth). Only a 200 is listed: a request that
+ * failed in its savepoint commits nothing of its own, even when its neighbours commit.
+ */
+function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, foreignKeysOff: boolean, at: number[], done: number[]): Reply[] {
   h.internal('BEGIN IMMEDIATE').run();
   const ctx = { ...groupCtx, committedAt: Date.now() }; // the group commits as one: its versions share one time
   if (foreignKeysOff) deferForeignKeys(h); // so the request's end checks every key
@@ -212,7 +235,7 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, fo
       // transaction (each would commit on its own). It alone gets its failure (its neighbours all got it, a 409 for
       // an INSERT that broke nothing): those before it run again as a group, those after it go in the next one.
       if (!h.db.isTransaction) {
-        const again = replies.length ? runGroup(h, bodies.slice(0, replies.length), groupCtx, foreignKeysOff) : [];
+        const again = replies.length ? runGroup(h, bodies.slice(0, replies.length), groupCtx, foreignKeysOff, at.slice(0, replies.length), done) : [];
         return again.length === replies.length ? [...again, reply] : again; // one ended early: the rest go again
       }
       if (reply.version !== undefined) {
@@ -222,8 +245,10 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, fo
       replies.push(reply);
       if (carried === false) break;
     }
-    h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
+    const ok = replies.flatMap((r, i) => r.status === 200 ? [at[i]!] : []);
+    h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(groupMark(ctx.token, [...done, ...ok]));
     h.internal('COMMIT').run();
+    done.push(...ok);
     ctx.committed?.();
     keepHistory(h, start, version);
     return replies;
@@ -235,7 +260,7 @@ function runGroup(h: DbHandle, bodies: ExecuteBody[], groupCtx: GroupContext, fo
     // alone, so the one that broke it fails and its neighbours (other callers' writes) commit.
     // Told once all of them ran: the clock still holds the requests after the first to the limit.
     if (bodies.length > 1) {
-      const replies = bodies.flatMap((b) => runGroup(h, [b], { ...groupCtx, committed: undefined }, foreignKeysOff));
+      const replies = bodies.flatMap((b, i) => runGroup(h, [b], { ...groupCtx, committed: undefined }, foreignKeysOff, [at[i]!], done));
       groupCtx.committed?.();
       return replies;
     }
