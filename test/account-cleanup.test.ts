@@ -53,17 +53,17 @@ test('a backlog of 100,000 expired sessions is gone by the next sweep, and reque
     (i) => [hashToken(newToken()), `ses_old${i}`, 'acme', userId, now - 1e9, now - 1000 - i, now - 1e9]);
   insertMany(accounts, 'INSERT INTO pending_logins (state_hash, data, expires_at) VALUES (?, ?, ?)', 5000, (i) => [hashToken(newToken()), '{}', now - 1000 - i]);
   const expired = () => count(accounts, 'SELECT (SELECT count(*) FROM (SELECT 1 FROM sessions WHERE expires_at <= ?1 LIMIT 1)) + (SELECT count(*) FROM (SELECT 1 FROM pending_logins WHERE expires_at <= ?1 LIMIT 1)) AS n', now);
-  let slowest = 0;
+  let answered = 0; // while expired rows were left: the sweep let requests in between its slices
   const deadline = Date.now() + 20_000;
   while (expired() > 0 && Date.now() < deadline) {
-    const t = performance.now();
     const v = await p.call('/web/_account/verify', { headers: { cookie } });
-    slowest = Math.max(slowest, performance.now() - t);
     assert.equal(v.status, 200, 'the live session is untouched');
+    if (expired() > 0) answered++;
   }
   assert.equal(expired(), 0, 'every expired row is deleted by the sweeps, not 500 per sweep');
-  // All at once this is ~0.5 s of held event loop; in slices each wait is a slice (~10 ms) plus the request.
-  assert.ok(slowest < 300, `a request waited ${slowest.toFixed(0)} ms behind the sweep`);
+  // All at once the delete holds the event loop (~0.5 s) and no request is answered while rows are left; in ~10-ms
+  // slices many are. Counted, not timed: a timed bound failed at load 5 on a shared machine.
+  assert.ok(answered >= 5, `only ${answered} requests were answered while the sweep ran`);
 });
 
 test('a user holds at most 100 live sessions: a new sign-in ends the oldest', async () => {
