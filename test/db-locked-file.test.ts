@@ -5,6 +5,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { startProduct, type HttpResult, type Product } from './helpers/product.ts';
+import { executorPids, openFiles } from './helpers/processes.ts';
 import { openSqlite } from './helpers/sqlite-file.ts';
 
 const TIMEOUT_MS = 2000;
@@ -29,8 +30,12 @@ function assertLocked(r: HttpResult, ms: number): void {
 }
 
 test('a write or read blocked by an exclusive lock held elsewhere is 503 with Retry-After, not 422; it goes through once the lock is gone', async () => {
-  await new Promise((r) => setTimeout(r, 300)); // the executor's connection closes (DB_IDLE_CLOSE_MS)
-  const other = openSqlite(join(p.dataDir, 'db/acme/web/main.sqlite'), { timeout: 0 });
+  const file = join(p.dataDir, 'db/acme/web/main.sqlite');
+  // The executors' connections close (DB_IDLE_CLOSE_MS): a connection open in WAL mode holds no lock between requests.
+  const held = () => executorPids().some((pid) => openFiles(pid).includes(file));
+  for (let i = 0; i < 200 && held(); i++) await new Promise((r) => setTimeout(r, 25));
+  assert.equal(held(), false, 'no executor holds the file open');
+  const other = openSqlite(file, { timeout: 0 });
   try {
     // Exclusive mode keeps the lock a write takes until the connection closes.
     other.exec("PRAGMA locking_mode=EXCLUSIVE; BEGIN IMMEDIATE; INSERT INTO t VALUES ('theirs'); COMMIT");
