@@ -215,16 +215,29 @@ describe('sessions and apps', () => {
     assert.equal(r.json.headers['x.auth.user.id'], undefined, 'nor a dotted one');
   });
 
-  test('x-forwarded-* from a trusted proxy is kept and extended', async () => {
+  // oauth2-proxy's identity headers, which apps behind it trust: from no one, a trusted load balancer included.
+  const identity = { 'x-forwarded-user': 'root', 'x-forwarded-email': 'root@example.com', 'x-forwarded-groups': 'admins', 'x-forwarded-preferred-username': 'root', 'x-forwarded-access-token': 'tok' };
+  const transport = { 'x-forwarded-port': '443', 'x-forwarded-ssl': 'on', 'x-forwarded-scheme': 'https' };
+
+  test('x-forwarded-* from a trusted proxy is kept and extended: its transport facts (port, ssl, scheme) too, never identity', async () => {
     const q = await startAccounts({ APPS: JSON.stringify({ 'acme/web': upstream.url }), TRUSTED_PROXIES: '127.0.0.1' });
     try {
-      const r = await q.call('/web/x', { headers: { 'x-forwarded-for': '203.0.113.7', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'acme.example.com', 'x-forwarded-prefix': '/lb' } });
+      const r = await q.call('/web/x', { headers: { 'x-forwarded-for': '203.0.113.7', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'acme.example.com', 'x-forwarded-prefix': '/lb', ...transport, ...identity } });
       assert.equal(r.json.headers['x-forwarded-for'], '203.0.113.7, 127.0.0.1');
       assert.equal(r.json.headers['x-forwarded-proto'], 'https');
       assert.equal(r.json.headers['x-forwarded-host'], 'acme.example.com');
       assert.equal(r.json.headers['x-forwarded-prefix'], '/lb/web');
+      for (const [name, value] of Object.entries(transport)) assert.equal(r.json.headers[name], value, `${name} from the trusted peer`);
+      for (const name of Object.keys(identity)) assert.equal(r.json.headers[name], undefined, `${name} from the trusted peer`);
     } finally {
       await q.close();
     }
+  });
+
+  test('from a client that is not a trusted proxy, neither transport facts nor identity x-forwarded-* reach the app', async () => {
+    const r = await p.call('/web/x', { headers: { ...transport, ...identity, 'x-forwarded-proto': 'https' } });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.headers['x-forwarded-proto'], 'http', 'the scheme the proxy saw');
+    for (const name of [...Object.keys(transport), ...Object.keys(identity)]) assert.equal(r.json.headers[name], undefined, name);
   });
 });

@@ -3,57 +3,11 @@
 // against the real product: a large declared Content-Length and only part of the body, answered before the rest.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect, type Socket } from 'node:net';
 import { request } from 'undici';
 import { newSecret } from './helpers/mirror.ts';
+import { partial } from './helpers/partial-body.ts';
 import { ROOT_KEY, startProduct, type Product } from './helpers/product.ts';
 import { proxyToken } from '../src/db/remote.ts';
-
-interface Answer { status: number; headers: Record<string, string>; body: string; json: any } // eslint-disable-line @typescript-eslint/no-explicit-any
-
-/**
- * Sends the request line and headers, then `sent` bytes of the body (not all of it, unless told), and resolves with
- * the answer as soon as a whole one has arrived, or null if none came within `waitMs`. `closed` resolves once the
- * server has ended the connection.
- */
-function partial(url: string, head: string, sent: number | Buffer, waitMs = 5000): { answer: Promise<Answer | null>; closed: Promise<void>; socket: Socket } {
-  const { hostname, port } = new URL(url);
-  const socket = connect(Number(port), hostname);
-  socket.on('error', () => {}); // the server may end the connection while the rest of the body is on its way
-  let text = '';
-  socket.setEncoding('latin1');
-  const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
-  const answer = new Promise<Answer | null>((resolve) => {
-    const timer = setTimeout(() => resolve(null), waitMs);
-    const parse = () => {
-      const end = text.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      const lines = text.slice(0, end).split('\r\n');
-      const headers: Record<string, string> = {};
-      for (const l of lines.slice(1)) headers[l.slice(0, l.indexOf(':')).toLowerCase()] = l.slice(l.indexOf(':') + 1).trim();
-      const length = Number(headers['content-length'] ?? 0);
-      if (text.length < end + 4 + length) return;
-      clearTimeout(timer);
-      const body = text.slice(end + 4, end + 4 + length);
-      let json;
-      try {
-        json = JSON.parse(body);
-      } catch {
-        json = undefined;
-      }
-      resolve({ status: Number(lines[0]!.split(' ')[1]), headers, body, json });
-    };
-    socket.on('data', (d: string) => {
-      text += d;
-      parse();
-    });
-  });
-  socket.write(head);
-  // A Buffer is written as it is (one shared buffer for many connections: this process is the server's too).
-  if (Buffer.isBuffer(sent)) socket.write(sent);
-  else if (sent > 0) socket.write(Buffer.alloc(sent, 0x20));
-  return { answer, closed, socket };
-}
 
 const MiB = 1024 * 1024;
 let p: Product;
@@ -161,15 +115,15 @@ describe('the budget of bodies in flight (MAX_BODY_BYTES_IN_FLIGHT)', () => {
     qport = new URL(q.url).port;
   });
   after(() => q.close());
-  const qhead = (path: string, headers: Record<string, string>) => `POST ${path} HTTP/1.1\r\nHost: acme.localhost:${qport}\r\nauthorization: Bearer ${q.secret('acme', 'web')}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`;
+  const qhead = (path: string, headers: Record<string, string>, repo = 'web') => `POST ${path} HTTP/1.1\r\nHost: acme.localhost:${qport}\r\nauthorization: Bearer ${q.secret('acme', repo)}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`;
   const inFlight = async () => {
     const res = await request(`${q.running.adminUrl}/metrics`);
     return Number(/^scopebase_request_body_bytes_in_flight (\S+)$/m.exec(await res.body.text())![1]);
   };
 
   test('declared lengths are reserved on the headers; past the budget 503 with Retry-After at once; given back on close', async () => {
-    // Two authenticated callers each declare 1 MiB and send a little: the budget (2 MiB) is taken.
-    const holders = [0, 1].map(() => partial(q.url, qhead('/web/_db/query', { 'content-length': String(MiB) }), 1024));
+    // Two repos' callers each declare 1 MiB and send a little: the budget (2 MiB) is taken (one repo may hold a quarter).
+    const holders = ['web', 'other'].map((repo) => partial(q.url, qhead(`/${repo}/_db/query`, { 'content-length': String(MiB) }, repo), 1024));
     await new Promise((r) => setTimeout(r, 200));
     assert.equal(await inFlight(), 2 * MiB);
     for (const path of ['/web/_db/execute', '/w%65b/_db/query', '/web/_db/v2/pipeline']) {

@@ -59,6 +59,10 @@ test('SPEC 9.1: a malformed APPS, TRUSTED_PROXIES, NODE_ENV, ACCOUNT_SESSION_TTL
     // Before: both started, and every request went to the app without the query, or without the credentials.
     ['APPS', JSON.stringify({ 'acme/web': 'http://127.0.0.1:9/base?token=abc' }), /APPS: the URL of acme\/web must not have a query or a fragment \("\?token=abc"\)/],
     ['APPS', JSON.stringify({ 'acme/web': { url: 'http://user:pw@127.0.0.1:9/', requireSession: true } }), /APPS: the URL of acme\/web must not hold a user name or password/],
+    // Before: both started, the last of each key taken in silence (every request to the second app; the app open).
+    ['APPS', '{"acme/web": "http://127.0.0.1:9/a", "acme/w\\u0065b": "http://127.0.0.1:9/b"}', /APPS: key "acme\/web" is given twice \(JSON keeps only the last, in silence\): give each org\/repo once/],
+    ['APPS', '{"acme/web": {"url": "http://127.0.0.1:9", "requireSession": true, "requireSession": false}}', /APPS: value of acme\/web: field "requireSession" is given twice/],
+    ['DB_MIRRORS', `[{"name": "m", "url": "http://127.0.0.1:9/h", "secret": "${secret}", "url": "http://127.0.0.1:9/other"}]`, /DB_MIRRORS: entry 0: field "url" is given twice/],
     // Before: exit 1, "unexpected error: invalid IP address: 10.0.0.0/8", naming no variable.
     ['TRUSTED_PROXIES', '10.0.0.0/8/9', /TRUSTED_PROXIES: "10.0.0.0\/8\/9" is not an IP address or CIDR/],
     ['DB_MIRRORS', JSON.stringify([{ name: 'm', url: 'http://127.0.0.1:9/h', secret, timeoutMs: 5 }]), /DB_MIRRORS: entry 0: unknown field "timeoutMs"/],

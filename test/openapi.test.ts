@@ -3,6 +3,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startProduct, type Product } from './helpers/product.ts';
+import { request } from 'undici';
 import { routeTable } from '../src/shared/http.ts';
 
 let p: Product;
@@ -52,5 +53,27 @@ test('every path template variable is declared as a parameter', async () => {
     const declared = ((pathItem.parameters ?? []) as { $ref?: string; name?: string }[]).map((x) => x.name ?? x.$ref!.split('/').pop());
     for (const [, name] of path.matchAll(/\{([^}]+)\}/g)) assert.ok(declared.includes(name), `${path}: {${name}} is declared`);
     for (const ref of declared) assert.ok(doc.components.parameters[ref!], `${path}: parameter ${ref} exists`);
+  }
+});
+
+test('/_scopebase/* answers in SPEC 3\'s shape: the document takes GET, other paths are no route (not a repo named _scopebase)', async () => {
+  for (const method of ['OPTIONS', 'POST', 'PUT', 'PATCH', 'DELETE', 'TRACE']) {
+    const proxy = await p.call('/_scopebase/openapi.json', { method });
+    const admin = await request(`${p.running.adminUrl}/_scopebase/openapi.json`, { method: method as 'GET' });
+    for (const [where, status, allow, body] of [['proxy', proxy.status, proxy.headers.allow, proxy.json], ['admin', admin.statusCode, admin.headers.allow, await admin.body.json() as typeof proxy.json]] as const) {
+      assert.equal(status, 404, `${method} on the ${where}`);
+      assert.equal(body.error.code, 'not_found');
+      assert.equal(body.error.message, `/_scopebase/openapi.json takes GET (or HEAD), not ${method}`);
+      assert.equal(allow, 'GET, HEAD');
+    }
+  }
+  assert.equal((await p.call('/_scopebase/openapi.json', { method: 'HEAD' })).status, 200);
+  for (const path of ['/_scopebase', '/_scopebase/', '/_scopebase/db-channel', '/_scopebase/openapi.yaml']) {
+    for (const method of ['GET', 'POST']) {
+      const r = await p.call(path, { method });
+      assert.equal(r.status, 404, `${method} ${path}: ${r.text}`);
+      assert.equal(r.json.error.code, 'not_found');
+      assert.match(r.json.error.message, /^no route for .*: the product's own paths are under \/_scopebase\/, and the one served is GET \/_scopebase\/openapi\.json$/);
+    }
   }
 });

@@ -5,6 +5,7 @@ import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../shared/config.ts';
 import type { ConnectionCap } from '../shared/connection-cap.ts';
+import { chargeToClient } from '../shared/body-budget.ts';
 import { createHttpApp, sendError } from '../shared/http.ts';
 import { ApiError } from '../shared/errors.ts';
 import { sendErrorPage, wantsHtml } from '../shared/html-page.ts';
@@ -63,6 +64,7 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
       checkRepo(r.repo);
       req.headers.host = r.host; // the org host the browser used: cookies, redirect URIs and same-site checks need it
       setForwardedInfo(req, { https: r.https, ip: r.ip });
+      chargeToClient(req.raw, r.ip); // the browser's address, not the proxy's: each client its own share of the budget
     } else {
       req.org = orgFromHost(req.headers.host, opts.config.baseDomain);
     }

@@ -5,6 +5,7 @@ import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { chargeToRepo } from '../shared/body-budget.ts';
 import { ApiError } from '../shared/errors.ts';
 import { checkDatabase, checkOrg, checkRepo } from '../shared/names.ts';
 import type { Scope } from '../db/contract.ts';
@@ -43,8 +44,18 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
     return state;
   };
 
-  app.post('/_cluster/state', async (req) => {
+  // On the headers, before a body is read: another node's token, the scope and epoch; its body then counts in the
+  // share of the repo it replicates (body-budget.ts), as the write that made it did, not in the sending node's address.
+  const admitted = new WeakMap<FastifyRequest, Target>();
+  const onRequest = async (req: FastifyRequest): Promise<void> => {
     const t = target(req);
+    admitted.set(req, t);
+    chargeToRepo(req.raw, t.scope.org, t.scope.repo);
+  };
+  const targetOf = (req: FastifyRequest): Target => admitted.get(req) ?? target(req);
+
+  app.post('/_cluster/state', { onRequest }, async (req) => {
+    const t = targetOf(req);
     return node.serial(t.key, async () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
       const { version, lastEventId } = await stateOf(t);
@@ -53,8 +64,8 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
   });
 
   // The primary found this copy to continue its own history at `version`: the copy may take over from this epoch.
-  app.post('/_cluster/confirm', async (req) => {
-    const t = target(req);
+  app.post('/_cluster/confirm', { onRequest }, async (req) => {
+    const t = targetOf(req);
     const version = jsonBody(req).version;
     if (!Number.isSafeInteger(version)) throw new ApiError('invalid_request', 'version must be an integer');
     return node.serial(t.key, async () => {
@@ -67,8 +78,8 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
 
   // The body (`{"events": [...]}`, up to a page of the tenant's changes) goes to the executor unparsed: it is parsed
   // there only. The mirror cursors travel in the query, as with a snapshot.
-  app.post('/_cluster/apply', { bodyLimit: 256 * 1024 * 1024 }, async (req) => {
-    const t = target(req);
+  app.post('/_cluster/apply', { onRequest, bodyLimit: 256 * 1024 * 1024 }, async (req) => {
+    const t = targetOf(req);
     const cursors = mirrorCursors(jsonQuery((req.query as Record<string, string | undefined>).mirrors));
     return node.serial(t.key, async () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
@@ -87,8 +98,8 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
   });
 
   // Mirror cursors without events (src/cluster/shipper.ts pushCursors): where this node's delivery resumes if it takes over.
-  app.post('/_cluster/cursors', async (req) => {
-    const t = target(req);
+  app.post('/_cluster/cursors', { onRequest }, async (req) => {
+    const t = targetOf(req);
     const cursors = mirrorCursors(jsonBody(req).mirrors);
     if (cursors === null) throw new ApiError('invalid_request', 'mirrors must be an object of mirror name → non-negative integer version');
     return node.serial(t.key, () => {
@@ -100,8 +111,8 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
 
   app.register(async (scoped) => {
     scoped.addContentTypeParser('application/vnd.sqlite3', (_req, payload, done) => done(null, payload));
-    scoped.post('/_cluster/snapshot', async (req) => {
-      const t = target(req);
+    scoped.post('/_cluster/snapshot', { onRequest }, async (req) => {
+      const t = targetOf(req);
       if (typeof (req.body as Readable | undefined)?.pipe !== 'function') throw new ApiError('invalid_request', 'a snapshot is sent as application/vnd.sqlite3');
       const cursors = mirrorCursors(jsonQuery((req.query as Record<string, string | undefined>).mirrors));
       const received = join(db.temporaryDir, `received-${randomBytes(8).toString('hex')}.sqlite`);

@@ -4,7 +4,7 @@
 // did (DbRequest.authenticated).
 import type { IncomingMessage } from 'node:http';
 import { Counter } from 'prom-client';
-import { refuseBeforeBody } from '../shared/body-budget.ts';
+import { chargeToRepo, refuseBeforeBody } from '../shared/body-budget.ts';
 import { ApiError } from '../shared/errors.ts';
 import { metrics } from '../shared/metrics.ts';
 import { repoSecretRefusal } from '../shared/secrets.ts';
@@ -41,12 +41,14 @@ export function admitDb(rootKeys: readonly Buffer[], org: string, repo: string, 
 
 /**
  * On the headers of /_db/{op} (the proxy's raw and Fastify routes, `serve db`), after the org and repo: true when the
- * secret is right (the body then counts against the budget), false when a small body is read before the refusal;
- * throws the refusal to send at once.
+ * secret is right (the body then counts against the budget, in the repo's share), false when a small body is read
+ * before the refusal; throws the refusal to send at once.
  */
 export function admitDbHeaders(req: IncomingMessage, rootKeys: readonly Buffer[], org: string, repo: string, op: string): boolean {
   try {
-    return refuseBeforeBody(req, admitDb(rootKeys, org, repo, op, req.headers.authorization));
+    const admitted = refuseBeforeBody(req, admitDb(rootKeys, org, repo, op, req.headers.authorization));
+    if (admitted) chargeToRepo(req, org, repo);
+    return admitted;
   } catch (e) {
     if (e instanceof ApiError) dbRequests.inc({ op: opLabel(op, false), status: e.status });
     throw e;

@@ -129,11 +129,12 @@ export class DbService implements DbHandler, ChangeFeed {
       const res = await this.answer(op, req);
       requests.inc({ op, status: res.status });
       if (res.status >= 500 && res.status !== 503) this.logFailure(req, op, res);
-      return res;
+      return res.status === 503 && res.headers?.['retry-after'] === undefined ? { ...res, headers: { ...res.headers, ...RETRY } } : res;
     } catch (e) {
       requests.inc({ op, status: e instanceof ApiError ? e.status : 500 });
       const hold = e instanceof ApiError && e.code === 'rate_limited' ? this.limiter?.holdMs(`${req.org}/${req.repo}`) : 0;
       if (hold) await new Promise((r) => setTimeout(r, hold)); // it ignores Retry-After: slow it down, not others
+      if (e instanceof ApiError && e.status === 503 && e.headers?.['retry-after'] === undefined) throw new ApiError(e.code, e.message, e.details, { ...e.headers, ...RETRY });
       throw e;
     }
   }
@@ -335,6 +336,9 @@ export class DbService implements DbHandler, ChangeFeed {
     await this.pool.close();
   }
 }
+
+/** SPEC 3: a 503 says when to retry. Every answer of the service passes DbService.handle, which adds it where missing. */
+const RETRY = { 'retry-after': '1' };
 
 function saturated(limitMs: number): ApiError {
   return new ApiError('unavailable', `the database service is overloaded: its event loop runs over ${limitMs} ms late (DB_MAX_LOOP_DELAY_MS); nothing of this request ran, retry after a second`, { committed: false }, { 'retry-after': '1' });

@@ -46,8 +46,9 @@ export function mapSqliteError(e: unknown, denied: ExecError | null): ExecError 
     case 23: return denied ?? { code: 'not_allowed', message: 'the sandbox refused this statement', details };
     case 13: return { code: 'quota_exceeded', message: 'the database is at its size limit (DB_MAX_SIZE_BYTES), or the server\'s disk is full, or an AUTOINCREMENT table\'s counter (sqlite_sequence) is at its largest value, 9223372036854775807', details };
     case 18: return { code: 'quota_exceeded', message: 'a string, blob or row is over the length limit (DB_MAX_VALUE_BYTES bounds each string or blob, and each row\'s values together)', details };
-    case 5: case 6: return { code: 'unavailable', message: 'the database is busy, retry', details };
-    case 7: return { code: 'unavailable', message: 'out of memory', details };
+    // Nothing of the request stays (its transaction is rolled back): the caller may retry as it is.
+    case 5: case 6: return { code: 'unavailable', message: `the database file stayed locked by another connection or process (${sqliteCode}): nothing of this request ran, retry after a second`, details: { ...details, committed: false } };
+    case 7: return { code: 'unavailable', message: 'the database ran out of memory (SQLITE_NOMEM): nothing of this request ran, retry after a second', details: { ...details, committed: false } };
     case 11: case 26: return { code: 'internal', message: `the database file is damaged (${sqliteCode}: ${message}); the server's operator can bring it back from a backup (docs/backups.md)`, details };
     case 10: case 21: return { code: 'internal', message: `storage error (${sqliteCode})`, details };
     default:

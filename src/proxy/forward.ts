@@ -4,7 +4,7 @@ import { PassThrough } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError } from '../shared/errors.ts';
-import { INTERNAL_PREFIX, isForwarding, isProxyOnly } from '../shared/headers.ts';
+import { FORWARDED_TRANSPORT, INTERNAL_PREFIX, isForwarding, isProxyOnly } from '../shared/headers.ts';
 import { safeDecode } from '../shared/names.ts';
 import { declaresBody } from '../shared/body-budget.ts';
 
@@ -15,7 +15,10 @@ function first(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
-/** The x-forwarded-* headers for the next hop; a client's copies survive only when its address is trusted. */
+/**
+ * The x-forwarded-* headers for the next hop; a client's copies survive only when its address is trusted, and then
+ * only these four (extended) and the transport facts of FORWARDED_TRANSPORT (as sent): never an identity header.
+ */
 export function forwardedHeaders(req: IncomingMessage, trusted: boolean, prefix: string): Record<string, string> {
   const peer = (req.socket.remoteAddress ?? '').replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/i, '');
   const h = req.headers;
@@ -23,12 +26,17 @@ export function forwardedHeaders(req: IncomingMessage, trusted: boolean, prefix:
   const proto = trusted ? first(h['x-forwarded-proto']) : undefined;
   const host = trusted ? first(h['x-forwarded-host']) : undefined;
   const pre = trusted ? first(h['x-forwarded-prefix']) : undefined;
-  return {
+  const out: Record<string, string> = {
     'x-forwarded-for': xff ? `${xff}, ${peer}` : peer,
     'x-forwarded-proto': proto ?? ('encrypted' in req.socket ? 'https' : 'http'),
     'x-forwarded-host': host ?? String(h.host ?? ''),
     'x-forwarded-prefix': `${(pre ?? '').replace(/\/+$/, '')}${prefix}`,
   };
+  for (const name of trusted ? FORWARDED_TRANSPORT : []) {
+    const value = first(h[name]);
+    if (value !== undefined) out[name] = value;
+  }
+  return out;
 }
 
 /**

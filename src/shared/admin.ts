@@ -4,7 +4,7 @@ import { adminConnections } from './connection-cap.ts';
 import { createHttpApp } from './http.ts';
 import type { Logger } from './log.ts';
 import { metrics } from './metrics.ts';
-import { OPENAPI_PATH, openApiJson } from './openapi.ts';
+import { registerOwnPaths } from './openapi.ts';
 
 export { metrics };
 
@@ -21,7 +21,7 @@ export function createAdminServer(logger: Logger, readiness: Readiness): Fastify
     if (reason === null) return { status: 'ready' };
     return reply.code(503).header('retry-after', '1').send({ error: { code: 'unavailable', message: reason } });
   });
-  app.get(OPENAPI_PATH, async (_req, reply) => reply.type('application/json; charset=utf-8').send(openApiJson()));
+  registerOwnPaths(app);
   app.get('/metrics', async (_req, reply) => reply.type(metrics.contentType).send(await metrics.metrics()));
   return app;
 }

@@ -1,18 +1,28 @@
 // Request bodies held in memory, process-wide (docs/security.md, "Request bodies"). Every body a listener collects
 // into memory (the raw routes, Fastify's buffering parser) is counted here from its headers on: its declared
 // Content-Length is reserved before a byte of it is read (chunked: counted as it arrives), and given back when its
-// response has gone or its connection has closed. Past MAX_BODY_BYTES_IN_FLIGHT the request gets 503 `unavailable`
-// with Retry-After, its body unread. Bodies streamed elsewhere (an import into a file, app traffic) are not counted.
+// response has gone or its connection has closed. Past MAX_BODY_BYTES_IN_FLIGHT, or past its owner's share of it (a
+// quarter: one repo, or one client address), the request gets 503 `unavailable` with Retry-After, its body unread.
+// Bodies streamed elsewhere (an import into a file, app traffic) are not counted.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, Gauge } from 'prom-client';
 import { ApiError } from './errors.ts';
 import { metrics } from './metrics.ts';
+import { clientKey } from './trusted-peers.ts';
 
 /** The default when nothing configured it (a listener built outside `startParts`, e.g. a test's own server). */
 const DEFAULT_BYTES = 256 * 1024 * 1024;
 
+/**
+ * What one owner may hold of the budget: one repo (its secret checked on the headers) or one client address (any
+ * other caller). Eight tenants' bodies held slowly took it all, and every other org's requests were 503.
+ */
+const SHARE_DIVISOR = 4;
+
 let max = DEFAULT_BYTES;
 let held = 0;
+/** Bytes held per owner (`repo org/name`, `client address`); an owner holding nothing has no entry. */
+const heldBy = new Map<string, number>();
 
 new Gauge({
   name: 'scopebase_request_body_bytes_in_flight',
@@ -24,9 +34,11 @@ new Gauge({
 });
 const refused = new Counter({
   name: 'scopebase_request_body_budget_refusals_total',
-  help: 'Requests answered 503 because the bodies in flight would have gone past MAX_BODY_BYTES_IN_FLIGHT, since start',
+  help: 'Requests answered 503 because the bodies in flight would have gone past MAX_BODY_BYTES_IN_FLIGHT (limit="process"), or past the share of it one repo or one client address may hold (limit="repo", "client"), since start',
+  labelNames: ['limit'],
   registers: [metrics],
 });
+for (const limit of ['process', 'repo', 'client']) refused.inc({ limit }, 0);
 
 /** Sets the process's budget (startParts, from MAX_BODY_BYTES_IN_FLIGHT); the last caller wins: it is one process's memory. */
 export function setBodyBudget(bytes: number): void {
@@ -38,42 +50,71 @@ export function bodyBytesInFlight(): number {
   return held;
 }
 
+/** Whose share a request's body counts against, when not its client address's: its repo (chargeToRepo). */
+const owners = new WeakMap<IncomingMessage, string>();
+
 /**
- * Takes `bytes` from the budget, or false when that would go past it. A body alone is always admitted (nothing else
- * held), so a route whose own body limit is above the budget (a cluster's apply) still makes progress.
+ * Counts the request's body against its repo's share: called once the repo's secret was found right on the headers.
+ * Any other caller (a session, a signed webhook, a stranger) is counted against its client address, so no one but
+ * the holder of a repo's secret can spend that repo's share.
  */
-function take(bytes: number): boolean {
-  if (held > 0 && held + bytes > max) {
-    refused.inc();
-    return false;
+export function chargeToRepo(req: IncomingMessage, org: string, repo: string): void {
+  owners.set(req, `repo ${org}/${repo}`);
+}
+
+/** The client address a request's body is counted by, when it is not the peer's (a proxy's header it vouched for). */
+export function chargeToClient(req: IncomingMessage, address: string): void {
+  if (!owners.has(req)) owners.set(req, `client ${clientKey(address)}`);
+}
+
+/**
+ * Takes `bytes` from the budget and from `owner`'s share, or returns the refusal when that would go past either. A
+ * body alone is always admitted (nothing else held: a route whose own body limit is above the budget, a cluster's
+ * apply, still makes progress), and so is an owner's first body within the budget (its share may be under one body).
+ */
+function take(owner: string, bytes: number): ApiError | null {
+  const mine = heldBy.get(owner) ?? 0;
+  if (held > 0 && held + bytes > max) return refuse('process', 'the server holds as many request bodies as it may (MAX_BODY_BYTES_IN_FLIGHT)');
+  const share = Math.floor(max / SHARE_DIVISOR);
+  if (mine > 0 && mine + bytes > share) {
+    const who = owner.startsWith('repo ') ? 'repo' : 'client';
+    return refuse(who, `this ${who === 'repo' ? 'repo' : 'client address'} holds its share of the request bodies in flight (${share} bytes, a quarter of MAX_BODY_BYTES_IN_FLIGHT), so that other tenants' requests still get in`);
   }
   held += bytes;
-  return true;
+  heldBy.set(owner, mine + bytes);
+  return null;
 }
 
-function give(bytes: number): void {
+function give(owner: string, bytes: number): void {
+  if (bytes === 0) return;
   held -= bytes;
+  const left = (heldBy.get(owner) ?? 0) - bytes;
+  if (left > 0) heldBy.set(owner, left);
+  else heldBy.delete(owner);
 }
 
-export function overBudget(): ApiError {
-  return new ApiError('unavailable', 'the server holds as many request bodies as it may (MAX_BODY_BYTES_IN_FLIGHT): nothing of this request ran, retry after a second', { committed: false }, { 'retry-after': '1', connection: 'close' });
+function refuse(limit: 'process' | 'repo' | 'client', why: string): ApiError {
+  refused.inc({ limit });
+  return new ApiError('unavailable', `${why}: nothing of this request ran, retry after a second`, { committed: false }, { 'retry-after': '1', connection: 'close' });
 }
 
 /**
- * Collects a request's body up to `limit` bytes, counted against the budget. `then` gets the body, or an ApiError
- * (413 past `limit`, 503 past the budget) decided before the rest is read: the caller answers it with
+ * Collects a request's body up to `limit` bytes, counted against the budget and its owner's share (its repo, else
+ * `client`: the peer's address, or the client a trusted proxy named). `then` gets the body, or an ApiError (413 past
+ * `limit`, 503 past the budget or the share) decided before the rest is read: the caller answers it with
  * `connection: close` (its headers say so), and Node drops the rest of the body. The bytes are given back when `res`
  * closes (its response sent, or the client gone); a client that goes away before the end gets no callback.
  */
-export function collectBody(req: IncomingMessage, res: ServerResponse, limit: number, then: (body: Buffer | ApiError) => void): void {
+export function collectBody(req: IncomingMessage, res: ServerResponse, limit: number, then: (body: Buffer | ApiError) => void, client = req.socket.remoteAddress): void {
   const refusal = refusedSmall.get(req);
   if (refusal !== undefined) return collectUncounted(req, refusal, then);
   const encoded = encodedBody(req);
   if (encoded !== null) return then(encoded);
+  const owner = owners.get(req) ?? `client ${clientKey(client)}`;
   let reserved = 0;
   let settled = false;
   const release = () => {
-    give(reserved);
+    give(owner, reserved);
     reserved = 0;
   };
   res.once('close', release);
@@ -81,7 +122,8 @@ export function collectBody(req: IncomingMessage, res: ServerResponse, limit: nu
   if (declared !== undefined) {
     const n = Number(declared); // Node's parser took it: a whole number
     if (n > limit) return then(tooLarge(limit));
-    if (!take(n)) return then(overBudget());
+    const over = take(owner, n);
+    if (over !== null) return then(over);
     reserved = n;
   }
   const chunks: Buffer[] = [];
@@ -98,7 +140,8 @@ export function collectBody(req: IncomingMessage, res: ServerResponse, limit: nu
     if (size > limit) return stop(tooLarge(limit));
     // Chunked (or a body past its Content-Length, which Node's parser does not let through): counted as it arrives.
     if (size > reserved) {
-      if (!take(size - reserved)) return stop(overBudget());
+      const over = take(owner, size - reserved);
+      if (over !== null) return stop(over);
       reserved = size;
     }
     chunks.push(chunk);

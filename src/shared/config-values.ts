@@ -59,6 +59,40 @@ function unknownKeys(name: string, what: string, o: Record<string, unknown>, kno
   if (extra !== undefined) fail(name, `${what}: unknown field ${JSON.stringify(extra.slice(0, 40))}; the fields are ${known.map((k) => JSON.stringify(k)).join(', ')}`);
 }
 
+/**
+ * The first key given twice in one object of a JSON text that JSON.parse took, with the keys (or array indexes) of the
+ * objects it sits in. JSON.parse keeps the last in silence: `{"acme/web": "http://a", "acme/web": "http://b"}` sent
+ * every request to b, and a second `"requireSession": false` opened an app the first had closed.
+ */
+export function duplicateKey(text: string): { key: string; path: (string | number)[] } | null {
+  // Per open object: its keys so far, whether a key comes next; per open array: the index of the current element.
+  const open: ({ keys: Set<string>; expectKey: boolean; last: string } | { index: number })[] = [];
+  const path = () => open.slice(0, -1).map((f) => ('keys' in f ? f.last : f.index));
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    const top = open.at(-1);
+    if (c === '"') {
+      let end = i + 1;
+      while (text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
+      if (top !== undefined && 'keys' in top && top.expectKey) {
+        const key = JSON.parse(text.slice(i, end + 1)) as string; // escapes decoded: "a\/b" is "a/b"
+        if (top.keys.has(key)) return { key, path: path() };
+        top.keys.add(key);
+        top.expectKey = false;
+        top.last = key;
+      }
+      i = end;
+    } else if (c === '{') open.push({ keys: new Set(), expectKey: true, last: '' });
+    else if (c === '[') open.push({ index: 0 });
+    else if (c === '}' || c === ']') open.pop();
+    else if (c === ',' && top !== undefined) {
+      if ('keys' in top) top.expectKey = true;
+      else top.index++;
+    }
+  }
+  return null;
+}
+
 /** Why a Standard Webhooks secret is refused, or null: a short key was told "not whsec_<base64>", which it was. */
 export function whsecProblem(secret: string): string | null {
   if (!/^whsec_[A-Za-z0-9+/]+={0,2}$/.test(secret)) return 'must be in Standard Webhooks form whsec_<base64>, e.g. whsec_$(openssl rand -base64 24)';
@@ -84,6 +118,8 @@ export function parseMirrors(raw: string | undefined): MirrorConfig[] {
     fail('DB_MIRRORS', 'must be a JSON array of {"name","url","secret"}');
   }
   if (!Array.isArray(list)) fail('DB_MIRRORS', 'must be a JSON array of {"name","url","secret"}');
+  const twice = duplicateKey(raw);
+  if (twice) fail('DB_MIRRORS', `entry ${twice.path[0]}: field ${JSON.stringify(twice.key.slice(0, 40))} is given twice (JSON keeps only the last, in silence): give each field once`);
   const names = new Set<string>();
   return list.map((m: unknown, i) => {
     const o = m as Record<string, unknown>;
@@ -111,6 +147,13 @@ export function parseApps(raw: string | undefined): Map<string, AppRoute> {
     fail('APPS', 'must be a JSON object {"org/repo": "http://upstream" | {"url", "requireSession"}}');
   }
   if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) fail('APPS', 'must be a JSON object');
+  const twice = duplicateKey(raw);
+  if (twice) {
+    const key = JSON.stringify(twice.key.slice(0, 170));
+    fail('APPS', twice.path.length === 0
+      ? `key ${key} is given twice (JSON keeps only the last, in silence): give each org/repo once`
+      : `value of ${twice.path[0]}: field ${key} is given twice (JSON keeps only the last, in silence): give each field once`);
+  }
   for (const [key, value] of Object.entries(obj)) {
     // A key no request can reach (a name SPEC 2 refuses) would configure an app that never answers.
     const [org, repo, ...more] = key.split('/');

@@ -9,7 +9,7 @@ import type { Config } from './config.ts';
 import type { Logger } from './log.ts';
 import { connectionsClosedIdle, connectionsOpen, connectionsRefused } from './metrics.ts';
 import { requestIdOf } from './raw-route.ts';
-import { trustedPeers } from './trusted-peers.ts';
+import { clientKey, trustedPeers } from './trusted-peers.ts';
 
 /** Descriptors kept for all but client connections: stdio, listeners, executor pipes, the stores' SQLite files (and -wal, -shm), mirror, etcd and upstream pools. */
 const RESERVED_FDS = 128;
@@ -339,20 +339,4 @@ export class ConnectionCap {
     const name = { total: 'MAX_CONNECTIONS', per_client: 'MAX_CONNECTIONS_PER_CLIENT', websockets_per_client: 'MAX_WEBSOCKETS_PER_CLIENT' }[cap];
     this.logger.warn({ pool: this.name, cap, open: this.open.size, webSockets: this.webSockets.size, maxConnections: this.limits.total, maxConnectionsPerClient: this.limits.perClient, maxWebSocketsPerClient: this.limits.webSocketsPerClient }, `connection cap reached (${name}): ${what}; said at most once a minute, counted in scopebase_connections_* on /metrics`);
   }
-}
-
-/**
- * What the per-client cap counts by: an IPv4 address, or an IPv6 /64 (one client usually holds a whole /64); with
- * `bits` 48, the IPv6 network a site or a tunnel broker's customer holds (an IPv4 address stays itself).
- */
-export function clientKey(address: string | undefined, bits: 64 | 48 = 64): string {
-  if (address === undefined) return '';
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  if (mapped) return mapped[1]!;
-  if (!address.includes(':')) return address;
-  const [head = '', tail] = address.replace(/%.*$/, '').split('::');
-  const left = head === '' ? [] : head.split(':');
-  const right = tail === undefined || tail === '' ? [] : tail.split(':');
-  const groups = [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right];
-  return `${groups.slice(0, bits / 16).map((g) => parseInt(g, 16).toString(16)).join(':')}::/${bits}`;
 }

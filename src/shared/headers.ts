@@ -57,6 +57,14 @@ const CLIENT_ADDRESS = /^(x-real-ip|client-ip|x-client-ip|true-client-ip|cf-conn
  */
 const SCHEME_OR_HOST = /^(front-end-https|x-url-scheme|x-https|https|x-host|x-original-host)$/;
 
+/**
+ * Facts about the client's connection a TRUSTED_PROXIES peer states besides x-forwarded-for, -proto, -host and -prefix,
+ * kept from it only (forwardedHeaders, SPEC 8): the port the client reached, and the scheme as Rack, Symfony and nginx
+ * setups spell it. Never an x-forwarded-* that says who the user is — `x-forwarded-user`, `-email`, `-groups`,
+ * `-preferred-username`, `-access-token`, oauth2-proxy's, which apps behind it trust: dropped from everyone, peers too.
+ */
+export const FORWARDED_TRANSPORT = ['x-forwarded-port', 'x-forwarded-ssl', 'x-forwarded-scheme'] as const;
+
 /** Forwarding headers: dropped from every client; the proxy sets x-forwarded-* itself, a trusted peer's copies extended (forwardedHeaders). */
 export function isForwarding(name: string): boolean {
   const n = folded(name);

@@ -102,7 +102,8 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
   app.addContentTypeParser('*', (req, payload, done) => {
     const res = responses.get(req.raw);
     if (res === undefined) return done(null, Buffer.alloc(0)); // no Content-Length or Transfer-Encoding: no body
-    collectBody(req.raw, res, req.routeOptions.bodyLimit ?? opts.bodyLimit, (body) => (body instanceof ApiError ? done(body) : done(null, body)));
+    // req.ip: the client a TRUSTED_PROXIES peer named, else the peer: whose share the body counts in, if not a repo's.
+    collectBody(req.raw, res, req.routeOptions.bodyLimit ?? opts.bodyLimit, (body) => (body instanceof ApiError ? done(body) : done(null, body)), req.ip);
   });
 
   const table = new Set<string>();

@@ -2,10 +2,14 @@
 // every org host and on the admin port. Each path item names the Fastify route that serves it (`x-scopebase-route`):
 // test/openapi.test.ts checks the document against the live route tables, none missing and none extra.
 
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Op } from './db-ops.ts';
+import { ApiError } from './errors.ts';
 import { productVersion } from './version.ts';
 
 export const OPENAPI_PATH = '/_scopebase/openapi.json';
+/** The product's own paths on every org host and the admin port: no repo is named `_scopebase` (SPEC 2). */
+const OWN_PREFIX = '/_scopebase';
 
 type Method = 'get' | 'post' | 'put' | 'patch' | 'delete' | 'options' | 'trace';
 type Operation = Record<string, unknown>;
@@ -59,8 +63,15 @@ const dbOpItem = item('/:repo/_db/:op', ['repo', 'op'], {
   options: refused('404: database operations take POST'),
 });
 
+const NO_OWN_ROUTE = '404: the product\'s own paths; the one served is GET /_scopebase/openapi.json';
+
 const paths: Record<string, PathItem> = {
-  [OPENAPI_PATH]: item(OPENAPI_PATH, [], { get: op('This document (also on the admin port)', { tags: ['meta'] }) }),
+  [OPENAPI_PATH]: item(OPENAPI_PATH, [], {
+    get: op('This document (also on the admin port)', { tags: ['meta'] }),
+    ...Object.fromEntries(EVERY_METHOD.filter((m) => m !== 'get').map((m) => [m, { ...refused('404: this document takes GET (or HEAD)'), tags: ['meta'] }])),
+  }),
+  [OWN_PREFIX]: item(OWN_PREFIX, [], Object.fromEntries(EVERY_METHOD.map((m) => [m, { ...refused(NO_OWN_ROUTE), tags: ['meta'] }]))),
+  [`${OWN_PREFIX}/{path}`]: item(`${OWN_PREFIX}/*`, ['path'], Object.fromEntries(EVERY_METHOD.map((m) => [m, { ...refused(NO_OWN_ROUTE), tags: ['meta'] }]))),
   '/{repo}/_db/{op}': dbOpItem,
   ...Object.fromEntries(DB_OPS.map(([name, summary]) => [`/{repo}/_db/${name}`, item('/:repo/_db/:op', ['repo'], { post: dbOp(name, summary) })])),
   '/{repo}/_db/import': item('/:repo/_db/import', ['repo'], {
@@ -104,6 +115,26 @@ const adminPaths: Record<string, PathItem> = {
   '/readyz': { ...item('/readyz', [], { get: op('Readiness: 503 while starting or draining', { tags: ['admin'] }) }), servers: ADMIN_SERVER },
   '/metrics': { ...item('/metrics', [], { get: op('Prometheus metrics (docs/deploy.md, Monitoring)', { tags: ['admin'], responses: { 200: { description: 'text', content: { 'text/plain': { schema: { type: 'string' } } } } } }) }), servers: ADMIN_SERVER },
 };
+
+/**
+ * Serves this document at OPENAPI_PATH, and answers anything else under /_scopebase in SPEC 3's shape on the headers,
+ * before a body is read: another method on the document is 404 saying it takes GET (as /_db says "takes POST"),
+ * another path 404 no route. Before, the proxy took `_scopebase` for a repo name: 400 invalid_name.
+ */
+export function registerOwnPaths(app: FastifyInstance): void {
+  app.get(OPENAPI_PATH, async (_req, reply) => reply.type('application/json; charset=utf-8').send(openApiJson()));
+  const refuse = async (req: FastifyRequest): Promise<void> => {
+    const rest = (req.params as { '*'?: string })['*'];
+    if (req.routeOptions.url === OPENAPI_PATH || `${OWN_PREFIX}/${rest}` === OPENAPI_PATH) {
+      throw new ApiError('not_found', `${OPENAPI_PATH} takes GET (or HEAD), not ${req.method.slice(0, 20)}`, undefined, { allow: 'GET, HEAD' });
+    }
+    throw new ApiError('not_found', `no route for ${req.method.slice(0, 20)} ${req.url.split('?')[0]!.slice(0, 200)}: the product's own paths are under ${OWN_PREFIX}/, and the one served is GET ${OPENAPI_PATH}`);
+  };
+  const never = async (): Promise<void> => {}; // each request was refused in onRequest
+  app.route({ method: EVERY_METHOD.filter((m) => m !== 'get').map((m) => m.toUpperCase()), url: OPENAPI_PATH, onRequest: refuse, handler: never });
+  app.all(OWN_PREFIX, { onRequest: refuse }, never);
+  app.all(`${OWN_PREFIX}/*`, { onRequest: refuse }, never);
+}
 
 let served: string | null = null;
 

@@ -1,5 +1,6 @@
 // SPEC 7.1 routes, mounted inside the account plugin (prefix /:repo/_account).
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { chargeToRepo } from '../../shared/body-budget.ts';
 import type { Config } from '../../shared/config.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { parseJsonObject } from '../../shared/http.ts';
@@ -33,6 +34,7 @@ function unauthorized(message: string): ApiError {
 function checkRuntime(req: Req, config: Config, repo: string): void {
   const refusal = repoSecretRefusal(config.rootKeys, req.org, repo, req.headers.authorization);
   if (refusal !== null) throw refusal;
+  chargeToRepo(req.raw, req.org, repo); // the secret holder's body counts in its repo's share (body-budget.ts)
 }
 
 async function requireSession(req: Req, resolve: SessionResolver): Promise<ResolvedSession> {

@@ -10,7 +10,7 @@ import { escapeHtml, sendPage } from '../../shared/html-page.ts';
 import type { SignInProvider } from '../providers/index.ts';
 import { RateLimiter } from '../../shared/rate-limit.ts';
 import { requestInfo } from '../request-info.ts';
-import { clientKey } from '../../shared/connection-cap.ts';
+import { clientKey } from '../../shared/trusted-peers.ts';
 import { wantsHtml } from '../../shared/html-page.ts';
 import { safeReturnTo } from '../return-to.ts';
 import type { Sessions } from '../sessions.ts';

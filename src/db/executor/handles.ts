@@ -25,6 +25,8 @@ export interface ExecutorLimits {
   tempDir?: string;
   /** Bytes of temporary files a process may hold while a statement runs (DB_TEMP_MAX_BYTES); absent: no limit. */
   tempMaxBytes?: number;
+  /** How long a connection waits for a lock another holds before SQLITE_BUSY (ExecutorPool: under the statement limit). */
+  busyTimeoutMs?: number;
 }
 
 export interface Prepared {
@@ -121,7 +123,7 @@ export class DbHandle {
     const options = {
       // busy wait between executor processes; writes are serialized upstream, so this is only a backstop. The
       // exclusive fallback waits little: a connection open elsewhere means the usual open works again.
-      timeout: diskFull === 'exclusive' ? 100 : 10_000,
+      timeout: diskFull === 'exclusive' ? 100 : limits.busyTimeoutMs ?? 10_000,
       enableForeignKeyConstraints: true,
       allowExtension: false,
       defensive: true,

@@ -11,6 +11,15 @@ import { ApiError } from '../../shared/errors.ts';
 export type { LaneHold } from './pinned-transaction.ts';
 export type { WriteOp } from './write-lanes.ts';
 
+/**
+ * How long an executor waits for a lock another process holds on a database file (a backup tool, a `sqlite3` shell
+ * in exclusive mode): half the statement limit, at most 10 s. Waited until the limit, the process was stopped and
+ * the caller got 422 query_timeout though nothing ran; SQLITE_BUSY within it is 503 unavailable with Retry-After.
+ */
+function lockWaitMs(timeoutMs: number): number {
+  return Math.min(10_000, Math.floor(timeoutMs / 2));
+}
+
 /** What the log says of a replaced executor: stopped on purpose (which limit), or gone by itself. */
 const RESTART_REASONS = {
   timeout: 'stopped: a statement ran past its time limit (DB_QUERY_TIMEOUT_MS)',
@@ -63,7 +72,7 @@ export class ExecutorPool {
         this.scheduler = new Scheduler({
       processes: opts.processes,
       maxProcesses: Math.max(opts.processes, opts.maxProcesses ?? opts.processes * 2 + 2),
-      limits: opts.limits,
+      limits: { ...opts.limits, busyTimeoutMs: lockWaitMs(opts.timeoutMs) },
       perTenant: Math.min(opts.processes, opts.perTenant ?? opts.processes),
       runawayPasses: opts.processes,
       queueTimeoutMs: timeoutMs,

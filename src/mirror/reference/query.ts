@@ -5,7 +5,7 @@ import { databaseOf, parseBody, validate } from '../../db/request.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { checkRepo } from '../../shared/names.ts';
 import { repoSecretRefusal } from '../../shared/secrets.ts';
-import { refuseBeforeBody } from '../../shared/body-budget.ts';
+import { chargeToRepo, refuseBeforeBody } from '../../shared/body-budget.ts';
 import { orgFromHost, type HostExample } from '../../shared/host.ts';
 import type { Scope } from '../../db/contract.ts';
 import type { ReplicaSet } from './replicas.ts';
@@ -45,7 +45,10 @@ export function registerQuery(app: FastifyInstance, deps: QueryDeps): void {
   const secretChecked = new WeakSet<FastifyRequest>();
   const onRequest = async (req: FastifyRequest<{ Params: { repo: string } }>) => {
     const org = orgFromHost(req.headers.host, deps.baseDomain, REPLICA_QUERY);
-    if (refuseBeforeBody(req.raw, repoSecretRefusal(deps.rootKeys, org, checkRepo(req.params.repo), req.headers.authorization))) secretChecked.add(req);
+    const repo = checkRepo(req.params.repo);
+    if (!refuseBeforeBody(req.raw, repoSecretRefusal(deps.rootKeys, org, repo, req.headers.authorization))) return;
+    secretChecked.add(req);
+    chargeToRepo(req.raw, org, repo);
   };
   app.post<{ Params: { repo: string } }>('/:repo/_db/query', { onRequest, bodyLimit: deps.maxBodyBytes }, async (req, reply) => {
     const org = orgFromHost(req.headers.host, deps.baseDomain, REPLICA_QUERY);
