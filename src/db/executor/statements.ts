@@ -154,15 +154,21 @@ function columnsOf(stmt: StatementSync): string {
 export function runRead(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): string {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
   const params = decodeParams(spec.params, `statements[${index}]`, shape === 'hrana');
-  const p = h.prepare(spec.sql, 'read');
-  checkParams(p.params, spec.params, index);
-  const args = bind(params, p.params);
-  if (!p.returnsRows) {
-    // A read-only statement without a result (e.g. an empty PRAGMA) still runs, for its errors.
-    p.stmt.run(...(args as []));
-    return shape === 'hrana' ? hranaEmpty(since) : '{"columns":[],"rows":[]}';
-  }
-  const rows = rowsOf(p.stmt, args, shape, budget, false).json;
+  let p!: Prepared;
+  let args!: unknown[];
+  // Prepared and run (a statement prepared before may be prepared again as it starts, after a schema change)
+  // through DbHandle.read: a virtual table connected by it is not the read's write.
+  const rows = h.read(() => {
+    p = h.prepare(spec.sql, 'read');
+    checkParams(p.params, spec.params, index);
+    args = bind(params, p.params);
+    if (!p.returnsRows) {
+      p.stmt.run(...(args as [])); // a read-only statement without a result (e.g. an empty PRAGMA) still runs, for its errors
+      return null;
+    }
+    return rowsOf(p.stmt, args, shape, budget, false).json;
+  });
+  if (rows === null) return shape === 'hrana' ? hranaEmpty(since) : '{"columns":[],"rows":[]}';
   const cols = shape === 'hrana' ? hranaCols(p.stmt) : columnsOf(p.stmt);
   budget.charge(cols);
   return shape === 'hrana' ? hranaResult(cols, rows, 0, null, since) : `{${cols},"rows":${rows}}`;
