@@ -44,6 +44,8 @@ export interface Prepared {
   rewrites: boolean;
   /** Inserts into a WITHOUT ROWID table, which leaves last_insert_rowid() as it was (an internal insert's). */
   noRowid: boolean;
+  /** Has the form of a full-text command on an FTS3/4/5 table (commandTarget), whose rowid SQLite reports as 0. */
+  command: boolean;
   /** The schema version it was prepared under (writes; 0 for others, whose findings the schema does not change). */
   schema: number;
   /** The parameters the statement takes (read once, with the statement). */
@@ -77,12 +79,15 @@ export const EMPTY = ':memory:';
 /** `INSERT INTO t(a, …)`: the table as written and its column list. */
 const INSERT_COLUMNS = /\bINTO\s+(?:\S+?\s*\.\s*)?("[^"]+"|`[^`]+`|\[[^\]]+\]|[^\s(]+)\s*\(([^)]*)\)/i;
 
-/** A full-text command (`INSERT INTO ft(ft) VALUES('optimize')`) names its table as a column: it may change nothing. */
-function namesItsTable(sql: string): boolean {
+/**
+ * The table an INSERT names as one of its columns (null when it names none): the form of a full-text command
+ * (`INSERT INTO ft(ft) VALUES('optimize')`), which may change nothing.
+ */
+function commandTarget(sql: string): string | null {
   const m = INSERT_COLUMNS.exec(sql);
-  if (!m) return false;
+  if (!m) return null;
   const bare = (name: string) => name.trim().replace(/^["`[]|["`\]]$/g, '').toLowerCase();
-  return m[2]!.split(',').some((c) => bare(c) === bare(m[1]!));
+  return m[2]!.split(',').some((c) => bare(c) === bare(m[1]!)) ? bare(m[1]!) : null;
 }
 
 /** How each table's changes show in a changeset, and which are shadow tables, as of a schema version (key-cover.ts). */
@@ -173,9 +178,10 @@ export class DbHandle {
       found = sb.findings();
     }
     if (mode !== 'internal') stmt.setAllowBareNamedParameters(false); // bound by each slot's token (params.ts bindNamed)
+    const command = found.inserts ? commandTarget(sql) : null;
     const prepared: Prepared = {
-      ...found, stmt, returnsRows: stmt.columns().length > 0, rewrites: found.rewrites || /replace/i.test(sql) || (found.inserts && namesItsTable(sql)),
-      noRowid: found.inserts && found.written.some((t) => this.withoutRowid(t)), params: paramSlots(sql), schema,
+      ...found, stmt, returnsRows: stmt.columns().length > 0, rewrites: found.rewrites || /replace/i.test(sql) || command !== null,
+      command: command !== null && this.fullText(command), noRowid: found.inserts && found.written.some((t) => this.withoutRowid(t)), params: paramSlots(sql), schema,
     };
     sb.mode = mode; // the lookups above may have prepared statements of ours
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
@@ -188,6 +194,12 @@ export class DbHandle {
     if (sql.length <= 2 * this.maxValueBytes) return; // too short to hold one
     const bytes = longestBlobLiteral(sql);
     if (bytes > this.maxValueBytes) throw new ApiError('quota_exceeded', `a blob literal (X'…') is ${bytes} bytes, over the length limit of ${this.maxValueBytes} (DB_MAX_VALUE_BYTES)`, { sqliteCode: 'SQLITE_TOOBIG' });
+  }
+
+  /** Whether a table of the main schema is a full-text index (FTS3, FTS4, FTS5), whose commands insert no row. */
+  private fullText(table: string): boolean {
+    const row = this.internal("SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ? COLLATE NOCASE").get(table) as { sql: string | null } | undefined;
+    return /^CREATE\s+VIRTUAL\s+TABLE\b[^(]*\bUSING\s+fts[345]\b/i.test(row?.sql ?? '');
   }
 
   /** The main schema's shadow tables (a virtual table's storage) as of schema version `schema`. */

@@ -197,11 +197,15 @@ function markNoInsert(h: DbHandle): void {
   h.internal(`INSERT OR REPLACE INTO temp._scopebase_rowid(rowid, x) VALUES (${NO_INSERT}, NULL)`).run();
 }
 
-/** The statement's lastInsertRowid: null unless it inserted into a user table (SPEC 4.4). */
+/**
+ * The statement's lastInsertRowid: null unless it inserted into a user table (SPEC 4.4). A full-text command inserts
+ * no row, yet SQLite sets last_insert_rowid() to 0 for it; a row inserted in the command's form (a NULL command) with
+ * a rowid of 0 is taken for one.
+ */
 function insertedRowid(p: Prepared, changes: number, rowid: () => number | bigint): number | bigint | null {
   if (!p.inserts || changes === 0) return null;
   const id = rowid();
-  return BigInt(id) === NO_INSERT ? null : id;
+  return BigInt(id) === NO_INSERT || (p.command && BigInt(id) === 0n) ? null : id;
 }
 
 /** last_insert_rowid() read as a BigInt: a rowid past ±(2^53−1) is not a JavaScript number (SPEC 4.2's $bigint). */
