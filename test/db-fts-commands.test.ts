@@ -1,7 +1,8 @@
 // SPEC 4.5: a request that changed nothing makes no version and notifies no one. A full-text command that leaves the
 // index as it was (`INSERT INTO ft(ft) VALUES('integrity-check')`) made a version and a change event: SQLite counts
 // it as a row changed, and a virtual table was never judged. It is judged now by its shadow tables, as
-// `UPDATE t SET v = v` is by its rows: through /_db/execute and at a libSQL transaction's COMMIT alike.
+// `UPDATE t SET v = v` is by its rows: through /_db/execute and at a libSQL transaction's COMMIT alike. SPEC 4.4: a
+// command inserts no row, so its lastInsertRowid is null (it was SQLite's 0).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createClient } from '@libsql/client';
@@ -95,4 +96,38 @@ test('FTS3/4 keep their segments under a key that may hold NULL, which no change
   await execute(db, 'CREATE VIRTUAL TABLE f4 USING fts4(body)');
   await execute(db, "INSERT INTO f4(body) VALUES ('hello')");
   assert.equal(await madeVersion(db, "INSERT INTO f4(f4) VALUES('integrity-check')"), true);
+});
+
+test('a full-text command inserts no row: lastInsertRowid is null (SPEC 4.4), through /_db/execute and libSQL; rows inserted keep theirs', async () => {
+  const db = 'rowids';
+  await execute(db, 'CREATE VIRTUAL TABLE ft USING fts5(body)');
+  await execute(db, 'CREATE VIRTUAL TABLE f4 USING fts4(body)');
+  await execute(db, 'CREATE VIRTUAL TABLE f3 USING fts3(body)');
+  await execute(db, 'CREATE VIRTUAL TABLE r USING rtree(r, lo, hi)'); // a column named as its table is no command
+  await execute(db, 'CREATE TABLE t(t)');
+  const rowid = async (sql: string) => {
+    const r = await p.db('web', 'execute', { database: db, sql });
+    assert.equal(r.status, 200, `${sql}: ${r.text}`);
+    return r.json.results[0].lastInsertRowid;
+  };
+  assert.equal(await rowid("INSERT INTO ft(body) VALUES ('hello world')"), 1);
+  for (const sql of ["INSERT INTO ft(ft) VALUES('optimize')", "INSERT INTO ft(ft) VALUES('integrity-check')", "INSERT INTO ft(ft, rank) VALUES('pgsz', 4050)", "INSERT INTO ft(ft) VALUES('rebuild')", 'INSERT INTO "ft"("ft") VALUES (\'optimize\')', "INSERT INTO f4(f4) VALUES('optimize')", "INSERT INTO f3(f3) VALUES('optimize')", "INSERT INTO f4(f4) VALUES('merge=1,2')"]) {
+    assert.equal(await rowid(sql), null, sql);
+  }
+  const returning = await p.db('web', 'execute', { database: db, sql: "INSERT INTO ft(ft) VALUES('optimize') RETURNING 1 AS done" });
+  assert.deepEqual(returning.json.results[0], { rowsAffected: 1, lastInsertRowid: null, columns: ['done'], rows: [[1]] }, 'SQLite counts the command as a change');
+  assert.equal(await rowid("INSERT INTO ft(rowid, body) VALUES (0, 'row zero')"), 0, 'a row of rowid 0 is an insert');
+  assert.equal(await rowid("INSERT INTO ft(ft, body) VALUES (NULL, 'no command')"), 2, 'a NULL command is a row');
+  assert.equal(await rowid('INSERT INTO r(r, lo, hi) VALUES (0, 1, 2)'), 0);
+  assert.equal(await rowid("INSERT INTO t(t) VALUES ('x')"), 1);
+  const c = createClient({ url: `http://acme.localhost:${new URL(p.url).port}/web/_db/${db}/`, authToken: p.secret('acme', 'web'), fetch: viaLoopback });
+  try {
+    assert.equal((await c.execute("INSERT INTO ft(ft) VALUES('optimize')")).lastInsertRowid, undefined);
+    const tx = await c.transaction('write');
+    assert.equal((await tx.execute("INSERT INTO f4(f4) VALUES('optimize')")).lastInsertRowid, undefined);
+    assert.equal((await tx.execute("INSERT INTO ft(body) VALUES ('in a transaction')")).lastInsertRowid, 3n);
+    await tx.commit();
+  } finally {
+    c.close();
+  }
 });

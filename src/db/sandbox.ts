@@ -33,6 +33,17 @@ const INTERNAL_TABLES = ['_scopebase_meta', '_scopebase_migrations', '_scopebase
 /** Virtual-table modules a table may be created with: full-text search and R*Trees. Others (dbstat, fts5vocab, fts3tokenize, …) expose internals or shadow tables. */
 export const VTABLE_MODULES = new Set(['fts3', 'fts4', 'fts5', 'rtree', 'rtree_i32', 'geopoly']);
 
+/** What preparing a statement found it does (Sandbox's fields of the same names; `dml` is false for DDL). */
+export interface Findings {
+  written: string[];
+  inserts: boolean;
+  dml: boolean;
+  checksSchema: boolean;
+  defersForeignKeys: boolean;
+  untracked: boolean;
+  rewrites: boolean;
+}
+
 /** The per-connection sandbox: set `mode` before preparing or running; read `denied` after a SQLITE_AUTH error. */
 export class Sandbox {
   mode: Mode = 'internal';
@@ -58,6 +69,23 @@ export class Sandbox {
    * ALTER TABLE … RENAME TO names no new name to the authorizer (assertSchemaClean).
    */
   checksSchema = false;
+
+  /** Forgets what the last statement prepared was found to do, before the next one is. */
+  reset(): void {
+    this.written = new Set();
+    this.inserts = false;
+    this.dml = false;
+    this.ddl = false;
+    this.defersForeignKeys = false;
+    this.checksSchema = false;
+    this.untracked = false;
+    this.rewrites = false;
+  }
+
+  /** What the statement just prepared was found to do (read before any other statement is prepared). */
+  findings(): Findings {
+    return { written: [...this.written], inserts: this.inserts, dml: this.dml && !this.ddl, checksSchema: this.checksSchema, defersForeignKeys: this.defersForeignKeys, untracked: this.untracked, rewrites: this.rewrites };
+  }
 
   install(db: DatabaseSync): void {
     db.setAuthorizer((action, a1, a2, dbName, inner) => this.check(action, a1, a2, dbName, inner));

@@ -46,6 +46,8 @@ export interface Prepared {
   rewrites: boolean;
   /** Inserts into a WITHOUT ROWID table, which leaves last_insert_rowid() as it was (an internal insert's). */
   noRowid: boolean;
+  /** Has the form of a full-text command on an FTS3/4/5 table (commandTarget), whose rowid SQLite reports as 0. */
+  command: boolean;
   /** The schema version it was prepared under (writes; 0 for others, whose findings the schema does not change). */
   schema: number;
   /** The parameters the statement takes (read once, with the statement). */
@@ -79,13 +81,19 @@ export const EMPTY = ':memory:';
 /** `INSERT INTO t(a, …)`: the table as written and its column list. */
 const INSERT_COLUMNS = /\bINTO\s+(?:\S+?\s*\.\s*)?("[^"]+"|`[^`]+`|\[[^\]]+\]|[^\s(]+)\s*\(([^)]*)\)/i;
 
-/** A full-text command (`INSERT INTO ft(ft) VALUES('optimize')`) names its table as a column: it may change nothing. */
-function namesItsTable(sql: string): boolean {
+/**
+ * The table an INSERT names as one of its columns (null when it names none): the form of a full-text command
+ * (`INSERT INTO ft(ft) VALUES('optimize')`), which may change nothing.
+ */
+function commandTarget(sql: string): string | null {
   const m = INSERT_COLUMNS.exec(sql);
-  if (!m) return false;
+  if (!m) return null;
   const bare = (name: string) => name.trim().replace(/^["`[]|["`\]]$/g, '').toLowerCase();
-  return m[2]!.split(',').some((c) => bare(c) === bare(m[1]!));
+  return m[2]!.split(',').some((c) => bare(c) === bare(m[1]!)) ? bare(m[1]!) : null;
 }
+
+/** How each table's changes show in a changeset, and which are shadow tables, as of a schema version (key-cover.ts). */
+interface KeyedTables { schema: number; known: Map<string, Cover>; shadow: Set<string> | null }
 
 /** How a read reaches a database that a full disk keeps from opening as usual (HandleCache.readWhileDiskFull). */
 type DiskFullRead = 'immutable' | 'exclusive';
@@ -102,7 +110,7 @@ export class DbHandle {
 
   readonly path: string;
   /** How each table's changes show in a changeset, and which are shadow tables, as of a schema version (key-cover.ts). */
-  keyedTables: { schema: number; known: Map<string, Cover>; shadow: Set<string> | null } = { schema: -1, known: new Map(), shadow: null };
+  private keyedTables: KeyedTables = { schema: -1, known: new Map(), shadow: null };
   /** Foreign-key checks are deferred to the end of the running request (foreign-keys.ts). */
   deferringForeignKeys = false;
   /** When an operation last took this handle (performance.now()), for closing idle connections. */
@@ -155,22 +163,29 @@ export class DbHandle {
     // under: a trigger made since, by any connection, is found only by preparing it again.
     const schema = mode === 'write' ? this.schemaVersion() : 0;
     if (hit && hit.schema === schema) return hit;
-    sb.written = new Set();
-    sb.inserts = false;
-    sb.dml = false;
-    sb.ddl = false;
-    sb.defersForeignKeys = false;
-    sb.checksSchema = false;
-    sb.untracked = false;
-    sb.rewrites = false;
+    sb.reset();
     // node:sqlite prepares the first statement and drops the rest without a word: a second one is refused, on
     // every path (JSON requests check it earlier, with their own wording; a transaction's statements do not).
     if (mode !== 'internal' && hasSecondStatement(sql)) throw new ApiError('sql_error', 'the SQL text holds more than one statement: send one statement at a time (the rest would be ignored)');
     if (mode !== 'internal') this.checkBlobLiterals(sql);
-    const stmt = this.db.prepare(sql);
+    let stmt = this.db.prepare(sql);
+    let found = sb.findings();
+    // An R*Tree first used on this connection is connected by the prepare, and its constructor prepares its own
+    // writes to its shadow tables under the sandbox: they are not the statement's. Prepared again (the table stays
+    // connected), they are gone. No user statement writes a shadow table itself: defensive mode refuses it.
+    if (mode === 'write' && found.written.length > 0 && found.written.some((t) => this.shadowTables(schema).has(t))) {
+      sb.mode = mode;
+      sb.reset();
+      stmt = this.db.prepare(sql);
+      found = sb.findings();
+    }
     if (mode !== 'internal') stmt.setAllowBareNamedParameters(false); // bound by each slot's token (params.ts bindNamed)
-    const written = [...sb.written];
-    const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written, inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, untracked: sb.untracked, rewrites: sb.rewrites || /replace/i.test(sql) || (sb.inserts && namesItsTable(sql)), noRowid: sb.inserts && written.some((t) => this.withoutRowid(t)), params: paramSlots(sql), schema };
+    const command = found.inserts ? commandTarget(sql) : null;
+    const prepared: Prepared = {
+      ...found, stmt, returnsRows: stmt.columns().length > 0, rewrites: found.rewrites || /replace/i.test(sql) || command !== null,
+      command: command !== null && this.fullText(command), noRowid: found.inserts && found.written.some((t) => this.withoutRowid(t)), params: paramSlots(sql), schema,
+    };
+    sb.mode = mode; // the lookups above may have prepared statements of ours
     if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
     return prepared;
@@ -181,6 +196,58 @@ export class DbHandle {
     if (sql.length <= 2 * this.maxValueBytes) return; // too short to hold one
     const bytes = longestBlobLiteral(sql);
     if (bytes > this.maxValueBytes) throw new ApiError('quota_exceeded', `a blob literal (X'…') is ${bytes} bytes, over the length limit of ${this.maxValueBytes} (DB_MAX_VALUE_BYTES)`, { sqliteCode: 'SQLITE_TOOBIG' });
+  }
+
+  /** Whether a table of the main schema is a full-text index (FTS3, FTS4, FTS5), whose commands insert no row. */
+  private fullText(table: string): boolean {
+    const row = this.internal("SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = ? COLLATE NOCASE").get(table) as { sql: string | null } | undefined;
+    return /^CREATE\s+VIRTUAL\s+TABLE\b[^(]*\bUSING\s+fts[345]\b/i.test(row?.sql ?? '');
+  }
+
+  /** The main schema's shadow tables (a virtual table's storage) as of schema version `schema`. */
+  shadowTables(schema: number): Set<string> {
+    const keyed = this.keyed(schema);
+    keyed.shadow ??= new Set((this.internal("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'").all() as { name: string }[]).map((r) => r.name));
+    return keyed.shadow;
+  }
+
+  /** What is known of the tables' keys (key-cover.ts), forgotten when the schema version is no longer `schema`. */
+  keyed(schema: number): KeyedTables {
+    if (this.keyedTables.schema !== schema) this.keyedTables = { schema, known: new Map(), shadow: null };
+    return this.keyedTables;
+  }
+
+  /**
+   * Runs a read (`run` prepares and steps it). One refused as a write may have been refused for a virtual table's
+   * constructor, not for itself: an R*Tree first used on a connection (or after the schema was reloaded) prepares the
+   * writes it will need on its shadow tables, under the read's sandbox. It runs once more with every virtual table
+   * connected under ours: a read goes through, a write is refused again. A refused read returns nothing, so nothing is
+   * counted twice.
+   */
+  read<T>(run: () => T): T {
+    try {
+      return run();
+    } catch (e) {
+      const { denied, mode } = this.sandbox;
+      if (denied?.code !== 'read_only') throw e;
+      const any = this.connectVirtualTables();
+      Object.assign(this.sandbox, { denied, mode }); // as the refusal left them, for the caller's error
+      if (!any) throw e;
+      return run();
+    }
+  }
+
+  /** Connects every virtual table of the main schema under internal mode; false when it has none. */
+  private connectVirtualTables(): boolean {
+    const tables = this.internal("SELECT name FROM main.sqlite_schema WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL%'").all() as { name: string }[];
+    for (const { name } of tables) {
+      try {
+        this.internal("SELECT count(*) FROM pragma_table_xinfo(?, 'main')").get(name); // knowing its columns connects it
+      } catch {
+        // one that cannot connect fails the read again, with its own error
+      }
+    }
+    return tables.length > 0;
   }
 
   /** Whether a table is WITHOUT ROWID (a read-only introspection pragma: no sandbox mode needed). */

@@ -31,14 +31,14 @@ const quote = (name: string): string => `"${name.replaceAll('"', '""')}"`;
 
 /** Known per table until the schema changes; `schema`: the connection's schema version now. */
 function coverOf(h: DbHandle, table: string, schema: number): Cover {
-  if (h.keyedTables.schema !== schema) h.keyedTables = { schema, known: new Map(), shadow: null };
-  let cover = h.keyedTables.known.get(table);
+  const keyed = h.keyed(schema);
+  let cover = keyed.known.get(table);
   if (cover === undefined) {
     const r = h.internal(KEYED).get(table) as { cover: string; col: string | null };
     // A seek on the key's own index: as cheap as the write's own lookup.
     cover = r.cover === 'all' ? ALL : r.cover === 'unlessNull' && r.col !== null ? { kind: 'unlessNull', probe: `SELECT 1 FROM main.${quote(table)} WHERE ${quote(r.col)} IS NULL LIMIT 1` }
-      : r.cover === 'virtual' ? { kind: 'virtual', shadows: [...shadowTables(h)].filter((t) => t.toLowerCase().startsWith(`${table.toLowerCase()}_`)) } : NONE;
-    h.keyedTables.known.set(table, cover);
+      : r.cover === 'virtual' ? { kind: 'virtual', shadows: [...h.shadowTables(schema)].filter((t) => t.toLowerCase().startsWith(`${table.toLowerCase()}_`)) } : NONE;
+    keyed.known.set(table, cover);
   }
   return cover;
 }
@@ -106,12 +106,6 @@ export class KeyWatch {
   }
 }
 
-/** The main schema's shadow tables (a virtual table's storage), known until the schema changes. */
-function shadowTables(h: DbHandle): Set<string> {
-  h.keyedTables.shadow ??= new Set((h.internal("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'").all() as { name: string }[]).map((r) => r.name));
-  return h.keyedTables.shadow;
-}
-
 /** Whether these tables include a virtual one: its module may hold writes in memory (FTS5's pending terms) until a savepoint. */
 export function anyVirtual(h: DbHandle, tables: Iterable<string>): boolean {
   const schema = h.schemaVersion();
@@ -122,8 +116,7 @@ export function anyVirtual(h: DbHandle, tables: Iterable<string>): boolean {
 /** The tables as the user made them: a full-text index's shadow tables (`f_data`, …) go by the index's name. */
 export function asMade(h: DbHandle, tables: string[]): string[] {
   if (tables.length < 2) return tables; // a shadow table is never written alone
-  coverOf(h, tables[0]!, h.schemaVersion()); // the cache is the schema version's
-  const shadow = shadowTables(h);
+  const shadow = h.shadowTables(h.schemaVersion());
   return shadow.size === 0 ? tables : tables.filter((t) => !shadow.has(t));
 }
 

@@ -53,7 +53,7 @@ export function describe(h: DbHandle, sql: string): Reply {
     let readonly = true;
     let p;
     try {
-      p = h.prepare(sql, 'read');
+      p = h.read(() => h.prepare(sql, 'read'));
     } catch {
       readonly = false;
       p = h.prepare(sql, 'write');

@@ -154,15 +154,21 @@ function columnsOf(stmt: StatementSync): string {
 export function runRead(h: DbHandle, spec: StatementSpec, index: number, shape: RowShape, budget: ResultBudget): string {
   const since = shape === 'hrana' ? performance.now() : 0; // query_duration_ms, for the libSQL protocol only
   const params = decodeParams(spec.params, `statements[${index}]`, shape === 'hrana');
-  const p = h.prepare(spec.sql, 'read');
-  checkParams(p.params, spec.params, index);
-  const args = bind(params, p.params);
-  if (!p.returnsRows) {
-    // A read-only statement without a result (e.g. an empty PRAGMA) still runs, for its errors.
-    p.stmt.run(...(args as []));
-    return shape === 'hrana' ? hranaEmpty(since) : '{"columns":[],"rows":[]}';
-  }
-  const rows = rowsOf(p.stmt, args, shape, budget, false).json;
+  let p!: Prepared;
+  let args!: unknown[];
+  // Prepared and run (a statement prepared before may be prepared again as it starts, after a schema change)
+  // through DbHandle.read: a virtual table connected by it is not the read's write.
+  const rows = h.read(() => {
+    p = h.prepare(spec.sql, 'read');
+    checkParams(p.params, spec.params, index);
+    args = bind(params, p.params);
+    if (!p.returnsRows) {
+      p.stmt.run(...(args as [])); // a read-only statement without a result (e.g. an empty PRAGMA) still runs, for its errors
+      return null;
+    }
+    return rowsOf(p.stmt, args, shape, budget, false).json;
+  });
+  if (rows === null) return shape === 'hrana' ? hranaEmpty(since) : '{"columns":[],"rows":[]}';
   const cols = shape === 'hrana' ? hranaCols(p.stmt) : columnsOf(p.stmt);
   budget.charge(cols);
   return shape === 'hrana' ? hranaResult(cols, rows, 0, null, since) : `{${cols},"rows":${rows}}`;
@@ -191,11 +197,15 @@ function markNoInsert(h: DbHandle): void {
   h.internal(`INSERT OR REPLACE INTO temp._scopebase_rowid(rowid, x) VALUES (${NO_INSERT}, NULL)`).run();
 }
 
-/** The statement's lastInsertRowid: null unless it inserted into a user table (SPEC 4.4). */
+/**
+ * The statement's lastInsertRowid: null unless it inserted into a user table (SPEC 4.4). A full-text command inserts
+ * no row, yet SQLite sets last_insert_rowid() to 0 for it; a row inserted in the command's form (a NULL command) with
+ * a rowid of 0 is taken for one.
+ */
 function insertedRowid(p: Prepared, changes: number, rowid: () => number | bigint): number | bigint | null {
   if (!p.inserts || changes === 0) return null;
   const id = rowid();
-  return BigInt(id) === NO_INSERT ? null : id;
+  return BigInt(id) === NO_INSERT || (p.command && BigInt(id) === 0n) ? null : id;
 }
 
 /** last_insert_rowid() read as a BigInt: a rowid past ±(2^53−1) is not a JavaScript number (SPEC 4.2's $bigint). */
