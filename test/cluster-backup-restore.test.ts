@@ -7,10 +7,10 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { LEADER, NODES } from '../src/cluster/placement.ts';
+import { LEADER, NODES, PLACEMENT } from '../src/cluster/placement.ts';
 import { eventIds, clusterForSuite, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
 import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters, type Ack } from './helpers/cluster-writers.ts';
-import { runCli } from './helpers/cli.ts';
+import { failedInOneLine, oneLine, runCli } from './helpers/cli.ts';
 import { tempDir } from './helpers/product.ts';
 import { openSqlite } from './helpers/sqlite-file.ts';
 
@@ -182,5 +182,43 @@ describe('cluster: backups of the nodes, and a node restored from one', () => {
     }
     await settle(DB, writers, resumedAt);
     assert.equal((await cluster.placement(ORG, REPO, DB))!.primary, follower.id, 'the follower took over');
+  });
+
+  test('`scopebase restore` with a node\'s cluster environment is refused while etcd shows the node alive, and names the databases that wait for it', async () => {
+    const node = cluster.nodes[2]!;
+    const env = { CLUSTER_ETCD: cluster.etcd.url, CLUSTER_NODE_ID: node.id, CLUSTER_ADVERTISE_URL: node.url };
+    const backup = join(work, `${node.id}-cli`);
+    assert.equal((await cli(node, ['backup', backup])).code, 0);
+    const aside = () => readdirSync(dirname(node.dataDir)).filter((n) => n.startsWith(`${basename(node.dataDir)}.before-restore-`));
+    const refusal = new RegExp(`^scopebase: node ${node.id} is alive in etcd: .*stop it, wait until its lease has expired .*then restore; nothing was written$`);
+    try {
+      // Running: refused before the DATA_DIR lock is even tried.
+      failedInOneLine(await cli(node, ['restore', '--force', backup], env), refusal);
+      // Killed, its lease not expired yet: it would be back as primary with older copies. Refused all the same.
+      const lease = (await nodeLease(node))!;
+      cluster.kill(node);
+      failedInOneLine(await cli(node, ['restore', '--force', backup], env), refusal);
+      assert.deepEqual(aside(), [], 'nothing was moved aside');
+      // Without the node's name, or without etcd, it does not guess.
+      const noName = await cli(node, ['restore', '--force', backup], { CLUSTER_ETCD: cluster.etcd.url });
+      assert.equal(noName.code, 78, noName.stderr);
+      oneLine(noName, /CLUSTER_NODE_ID is not: run restore with the environment of the node/);
+      const noEtcd = await cli(node, ['restore', '--force', backup], { ...env, CLUSTER_ETCD: 'http://127.0.0.1:1' });
+      assert.equal(noEtcd.code, 3, noEtcd.stderr);
+      oneLine(noEtcd, /cannot check in etcd \(CLUSTER_ETCD\) that node .* is stopped: .*nothing was written/);
+
+      // Its lease gone: its databases fail over to their followers; one whose follower is gone waits for it, and is named.
+      await cluster.client.put(`${PLACEMENT}${ORG}/${REPO}/ghost`, JSON.stringify({ primary: node.id, follower: 'gone' }));
+      await cluster.client.revoke(lease);
+      const primaryOf = async () => (await cluster.client.prefix(PLACEMENT)).kvs.filter((kv) => JSON.parse(kv.value).primary === node.id).length;
+      for (let i = 0; i < 100 && (await primaryOf()) > 1; i++) await sleep(100);
+      const r = await restore(node, backup, env);
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stdout, /^restored \d+ files/);
+      assert.match(r.stderr, new RegExp(`^scopebase: node ${node.id} is still the recorded primary of 1 database no follower could take over \\(${ORG}/${REPO}/ghost\\): .* at this backup's versions`));
+    } finally {
+      await cluster.client.txn([], [{ delete: `${PLACEMENT}${ORG}/${REPO}/ghost` }]);
+      if (node.proc === null) await cluster.start(node);
+    }
   });
 });
