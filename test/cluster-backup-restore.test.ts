@@ -3,7 +3,7 @@
 // again within its lease TTL served under its old leader key with its older copy: its handshake found the follower's
 // newer versions missing and replaced the follower's copy with its own, and every write acknowledged after the
 // backup was gone from both (222 of 510 here), with no error anywhere. Now the follower, which holds them, takes over.
-import { describe, test } from 'node:test';
+import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
@@ -21,6 +21,7 @@ describe('cluster: backups of the nodes, and a node restored from one', () => {
   // A TTL the restore and restart fit in: the restored node comes back while etcd still names it primary.
   clusterForSuite({ nodes: 3, ttlS: 10 }, (c) => (cluster = c));
   const work = tempDir('scopebase-cluster-backups-');
+  after(() => rmSync(work, { recursive: true, force: true }));
 
   /** The CLI on a node's DATA_DIR, with none of the cluster's variables unless given (an operator's shell). */
   const cli = (node: ClusterNodeProcess, args: string[], env: Record<string, string> = {}) => {
@@ -62,7 +63,7 @@ describe('cluster: backups of the nodes, and a node restored from one', () => {
     assert.deepEqual(rowsOn(follower, db), rowsOn(primary, db), 'the follower\'s rows are the primary\'s');
     assert.deepEqual([...eventIds(follower, ORG, REPO, db)], [...eventIds(primary, ORG, REPO, db)], 'the follower\'s change log is the primary\'s');
   }
-  const after = (acked: Ack[], at: number) => acked.filter((a) => a.at > at).length;
+  const ackedAfter = (acked: Ack[], at: number) => acked.filter((a) => a.at > at).length;
 
   test('each node\'s backup holds the databases it is primary and follower of; the primary\'s node restored from it and started again within its TTL loses no acknowledged write', async () => {
     await createTables(cluster, ['b0', 'b1', 'b2']);
@@ -108,7 +109,7 @@ describe('cluster: backups of the nodes, and a node restored from one', () => {
     await settle(DB, writers, restartedAt);
     const now = (await cluster.placement(ORG, REPO, DB))!;
     assert.equal(now.primary, first.follower, 'the follower, which holds every acknowledged write, took over');
-    process.stderr.write(`b0: ${writers.acked.length} acknowledged, ${after(writers.acked, restartedAt)} after the restart, ${writers.refused} refused\n`);
+    process.stderr.write(`b0: ${writers.acked.length} acknowledged, ${ackedAfter(writers.acked, restartedAt)} after the restart, ${writers.refused} refused\n`);
   });
 
   test('a follower\'s node restored from an older backup is brought in line by a snapshot, and takes over with every acknowledged write', async () => {
@@ -133,7 +134,7 @@ describe('cluster: backups of the nodes, and a node restored from one', () => {
         const last = writers.acked.at(-1)!;
         return eventIds(follower, ORG, REPO, DB).get(last.version) === eventIds(primary, ORG, REPO, DB).get(last.version);
       };
-      for (let i = 0; i < 300 && (after(writers.acked, restartedAt) < 10 || !inLine()); i++) await sleep(50);
+      for (let i = 0; i < 300 && (ackedAfter(writers.acked, restartedAt) < 10 || !inLine()); i++) await sleep(50);
       assert.ok(inLine(), 'the restored follower was brought in line');
       // Its primary goes (its lease revoked rather than waited for): the restored follower takes over.
       const lease = (await nodeLease(primary))!;
