@@ -12,6 +12,7 @@ import { DATA_PARTS, DataDirInUse, lockData, lockFolder, type DataLock } from '.
 import { CliError, EXIT, count, printJson } from './output.ts';
 import { describeIoError, inside, isEmptyDir, makeDirs, makeParent, realDataDir, syncFile } from './files.ts';
 import { bytes, checkBackup, readManifest, sha256File, type Manifest } from './backup-manifest.ts';
+import { checkClusterNode } from './restore-cluster.ts';
 
 export interface RestoreResult { dataDir: string; files: number; bytes: number; movedAside?: string }
 
@@ -119,6 +120,9 @@ fills DATA_DIR through a folder beside it that is renamed into place. Files get 
 while a server runs on DATA_DIR: stop it first. --force replaces a non-empty DATA_DIR; its old contents are moved
 to DATA_DIR.before-restore-*. Each database goes on one version past its backup's, a database.restored event every
 mirror receives first: a mirror that holds versions lost with the disk takes a snapshot (docs/backups.md).
+On a cluster node, run it with the node's environment (CLUSTER_ETCD, CLUSTER_NODE_ID): it is refused while etcd
+shows the node alive (stop it and wait out its lease: its followers take its databases over), and it names the
+databases that waited for the node, which come back at the backup's versions (docs/backups.md, "Backups of a cluster").
 
 Example:
   DATA_DIR=/srv/scopebase/data scopebase restore /backups/2026-11-25`;
@@ -130,8 +134,10 @@ export function addRestoreCommand(program: Command): void {
     .option('--force', 'replace a non-empty DATA_DIR (its old contents are moved aside)')
     .option('--json', 'print the result as JSON')
     .addHelpText('after', RESTORE_HELP)
-    .action((dir: string, opts: { force?: boolean; json?: boolean }) => {
+    .action(async (dir: string, opts: { force?: boolean; json?: boolean }) => {
+      const note = await checkClusterNode(process.env); // refused while etcd shows this node alive
       const r = runRestore(dir, { force: opts.force });
+      if (note !== null) process.stderr.write(`scopebase: ${note}\n`);
       if (opts.json) return printJson({ dataDir: r.dataDir, files: r.files, bytes: r.bytes, movedAside: r.movedAside ?? null });
       const aside = r.movedAside ? `; the previous contents are in ${r.movedAside}` : '';
       process.stdout.write(`restored ${count(r.files, 'file')} (${bytes(r.bytes)}) into ${r.dataDir}${aside}\n`);

@@ -76,6 +76,7 @@ export class ClusterNode implements Replication {
     });
     this.watch = new PlacementWatch(this.etcd, pollEveryMs(config.leaseTtlS), (view) => this.act(view));
     this.shipper = new Shipper({ db, token, timeoutMs: config.leaseTtlS * 1000, onSuperseded: (scope) => this.superseded.set(scopeKey(scope), this.placement(scope)?.epoch ?? 0),
+      onBehind: (scope, epoch) => this.stepDown(scopeKey(scope), epoch),
       cursors: mirrors ? (scope) => mirrors.cursors(scope) : undefined,
     });
     this.changes = new PlacementChanges({
@@ -286,6 +287,22 @@ export class ClusterNode implements Replication {
       if (this.followerSynced.get(key) === term) this.followerSynced.delete(key); // the next read of placement tries again
       this.logger.warn({ err: e, database: key }, 'cluster: bringing the follower in line failed');
     }
+  }
+
+  /**
+   * This node's copy lacks what its follower, in line under `epoch`, holds (BehindFollower: a restored DATA_DIR): no
+   * more writes or retake under that epoch here, and its leader key goes so the follower takes over at once.
+   */
+  private stepDown(key: string, epoch: number): void {
+    if ((this.superseded.get(key) ?? -1) >= epoch) return;
+    this.superseded.set(key, epoch);
+    this.logger.error({ database: key, epoch }, 'cluster: this node\'s copy is older than its follower\'s (a DATA_DIR restored from a backup?): it stopped serving the database; the follower takes over');
+    this.changes.giveUpLeaderKey(key, epoch).catch((e) => this.logger.warn({ err: e, database: key }, 'cluster: giving up the leader key failed; it goes with its lease'));
+  }
+
+  /** Whether this node's copy was brought in line under `epoch` (it may then take the database over). */
+  inLineUnder(key: string, epoch: number): boolean {
+    return this.synced.get(key) === epoch;
   }
 
   /** The copy was brought in line under `epoch`, at `version` (an apply, a snapshot, a confirmed handshake). */

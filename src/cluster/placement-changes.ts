@@ -8,7 +8,7 @@ import type { Logger } from '../shared/log.ts';
 import type { Etcd } from './etcd.ts';
 import type { NodeLease } from './lease.ts';
 import { databasesIn, LEADER, MOVE, PLACEMENT, scopeOf, type Placement, type PlacementWatch, type View } from './placement.ts';
-import type { Shipper } from './shipper.ts';
+import { Superseded, type Shipper } from './shipper.ts';
 import { GIVE_BACK_IDLE_MS, retrying, UNWRITTEN_PER_REPO, type Claims } from './claims.ts';
 
 /** What the changes read and mark on their node: ClusterNode's own state, shared by reference. */
@@ -204,7 +204,9 @@ export class PlacementChanges {
    * the database waited for ever (the primary, back, found no leader key of its own and the follower may not promote).
    * Its copy holds every acknowledged write: this node was the only writer under the placement, every write it
    * acknowledged committed here first (on disk: DB_SYNC=full), and it began the placement with a copy in line (a
-   * claim, a promotion, a move's handover). Without its copy (a lost disk) it takes nothing. The txn's conditions are
+   * claim, a promotion, a move's handover) — unless its DATA_DIR was restored from a backup since: so a live follower
+   * in line under the placement, which may take over itself, is left to (asked first), and a copy found older than
+   * the follower's (stepDown) takes nothing. Without its copy (a lost disk) it takes nothing. The txn's conditions are
    * the promotion's, so at most one of the two succeeds; it rewrites the placement (same follower) for a new epoch:
    * anything in flight under the old one is refused, the follower must be brought in line again (syncFollower, at
    * the next read) before it could take over, and the copy's unacknowledged tail is never granted to mirrors here
@@ -218,8 +220,13 @@ export class PlacementChanges {
     const view = n.watch.view; // this chain's work may have run after a newer read
     const now = view.placements.get(key);
     if (now?.epoch !== p.epoch || view.leaders.has(key)) return;
-    n.retaking.add(key);
+    if ((n.superseded.get(key) ?? -1) >= p.epoch) return; // its copy was found older than the follower's (stepDown)
+    // A follower in line under this placement holds every acknowledged write and takes over itself: this copy may
+    // not (a DATA_DIR restored from a backup). One that does not answer is asked again at the next read.
+    const followerUrl = p.follower === null ? undefined : view.nodes.get(p.follower);
+    n.retaking.add(key); // also keeps reads of placement from queueing more retakes while the follower is asked
     try {
+      if (followerUrl !== undefined && await this.followerCanTakeOver(key, p, followerUrl)) return;
       const r = await this.takeLeaderKey(key, p, { primary: n.id, follower: p.follower, ...(p.fresh === true ? { fresh: true } : {}) });
       if (!r.succeeded) return;
       n.highestEpoch.set(key, r.revision);
@@ -228,6 +235,25 @@ export class PlacementChanges {
     } finally {
       n.retaking.delete(key);
     }
+    await n.watch.refresh();
+  }
+
+  private async followerCanTakeOver(key: string, p: Placement, url: string): Promise<boolean> {
+    try {
+      return await this.node.shipper.followerInLine(scopeOf(key), p.epoch, url);
+    } catch (e) {
+      if (e instanceof Superseded) return true; // it knows a newer epoch: this view is stale, nothing to take
+      throw e;
+    }
+  }
+
+  /**
+   * Deletes this node's leader key of `epoch`'s placement (still current, the key still naming this node), so the
+   * follower in line takes over at its next read rather than after the key's lease (stepDown).
+   */
+  async giveUpLeaderKey(key: string, epoch: number): Promise<void> {
+    const n = this.node;
+    await n.etcd.txn([{ key: `${PLACEMENT}${key}`, modRevision: epoch }, { key: `${LEADER}${key}`, value: n.id }], [{ delete: `${LEADER}${key}` }]);
     await n.watch.refresh();
   }
 

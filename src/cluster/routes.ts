@@ -59,7 +59,9 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
     return node.serial(t.key, async () => {
       if (!node.acceptEpoch(t.key, t.epoch)) throw fenced(t);
       const { version, lastEventId } = await stateOf(t);
-      return { version, lastEventId };
+      // inLine: brought in line under this very epoch, so it holds only what this primary shipped (a primary whose
+      // copy lacks it lost writes: src/cluster/shipper.ts BehindFollower), and may take the database over itself.
+      return { version, lastEventId, inLine: node.inLineUnder(t.key, t.epoch) };
     });
   });
 

@@ -27,6 +27,19 @@ interface Lane {
 /** The follower refused this epoch: a newer primary exists, this node must not answer 200 for the database again. */
 export class Superseded extends Error {}
 
+/**
+ * The follower, brought in line by this node under this epoch, holds what this node's copy lacks: this node lost
+ * writes it had shipped (its DATA_DIR restored from a backup, or DB_SYNC=normal after a power loss). Replacing the
+ * follower's copy with a snapshot would lose acknowledged writes; this node must step down and let it take over.
+ */
+export class BehindFollower extends Error {}
+
+/** What a follower's /_cluster/state answers: its copy, and whether it was brought in line under the epoch asked with. */
+interface FollowerState { version: number; lastEventId: string | null; inLine?: boolean }
+
+/** Where one database's shipments go: a lane, or a one-off question (retake). */
+type Target = Pick<Lane, 'scope' | 'epoch' | 'url'>;
+
 const MAX_EVENTS = 256;
 /**
  * After an apply the follower stopped (past its time limit: the tenant's CHECK, generated or index expressions cost
@@ -46,14 +59,19 @@ export class Shipper {
   private readonly token: string;
   private readonly timeoutMs: number;
   private readonly onSuperseded: (scope: Scope) => void;
+  private readonly onBehind: (scope: Scope, epoch: number) => void;
   private readonly cursors: ((scope: Scope) => Record<string, number>) | undefined;
 
   /** `cursors`: what each mirror acknowledged of a database here, shipped along so a follower that takes over resumes there. */
-  constructor(opts: { db: DbService; token: string; timeoutMs: number; onSuperseded: (scope: Scope) => void; cursors?: (scope: Scope) => Record<string, number> }) {
+  constructor(opts: {
+    db: DbService; token: string; timeoutMs: number; onSuperseded: (scope: Scope) => void; onBehind: (scope: Scope, epoch: number) => void;
+    cursors?: (scope: Scope) => Record<string, number>;
+  }) {
     this.db = opts.db;
     this.token = opts.token;
     this.timeoutMs = opts.timeoutMs;
     this.onSuperseded = opts.onSuperseded;
+    this.onBehind = opts.onBehind;
     this.cursors = opts.cursors;
   }
 
@@ -109,27 +127,49 @@ export class Shipper {
         const waiters = lane.waiters;
         lane.waiters = [];
         if (e instanceof Superseded) this.onSuperseded(lane.scope);
+        if (e instanceof BehindFollower) this.onBehind(lane.scope, lane.epoch);
         const error = e instanceof Superseded
           ? new ApiError('unavailable', 'this write committed on a node that is no longer the database\'s primary and is not kept: read the data back from the new primary', { committed: false }, { 'retry-after': '1' })
-          : new ApiError('unavailable', `the write committed on the primary but its follower did not confirm it (${reason(e)}); whether it survives a failover is unknown: read the data back`, { committed: null }, { 'retry-after': '1' });
+          : e instanceof BehindFollower
+            ? new ApiError('unavailable', 'this node\'s copy of the database is older than its follower\'s (its DATA_DIR was restored from a backup, or lost writes): it stopped serving the database, the follower takes over; this write is not kept', { committed: false }, { 'retry-after': '1' })
+            : new ApiError('unavailable', `the write committed on the primary but its follower did not confirm it (${reason(e)}); whether it survives a failover is unknown: read the data back`, { committed: null }, { 'retry-after': '1' });
         for (const w of waiters) w.reject(error);
       }
     }
     lane.running = false;
   }
 
-  /** Where the follower's copy stands: continued from if its newest event is ours, else replaced by a snapshot. */
+  /**
+   * Where the follower's copy stands: continued from if its newest event is ours, else replaced by a snapshot —
+   * unless this node brought it in line under this epoch and lacks that event (BehindFollower).
+   */
   private async handshake(lane: Lane): Promise<number> {
-    const state = await this.post(lane, '/_cluster/state', {}) as { version: number; lastEventId: string | null };
+    const state = await this.post(lane, '/_cluster/state', {}) as FollowerState;
     if (state.version > 0 && state.lastEventId !== null) {
       const ours = await this.db.readChanges(lane.scope, state.version - 1, 1).catch(() => null);
       const event = ours?.events[0];
       if (event && event.version === state.version && event.id === state.lastEventId) {
         const confirmed = await this.post(lane, '/_cluster/confirm', { version: state.version }) as { problem?: string };
         if (confirmed.problem === undefined) return state.version;
+      } else if (state.inLine === true) {
+        // Everything it holds came from this node under this epoch, after this node's COMMIT: another event at its
+        // version, or no such version here, means this copy lost what was shipped (and maybe acknowledged).
+        const version = ours?.version ?? (await this.db.currentVersion(lane.scope).catch(() => null)) ?? 0;
+        if (version < state.version || event?.version === state.version) {
+          throw new BehindFollower(`the follower holds version ${state.version}, which this copy (at ${version}) lacks or holds otherwise`);
+        }
       }
     }
     return this.sendSnapshot(lane);
+  }
+
+  /**
+   * Whether `url`'s copy was brought in line under `epoch` (then it may take the database over itself, with every
+   * write acknowledged under that epoch). Throws when it does not answer; Superseded when it knows a newer epoch.
+   */
+  async followerInLine(scope: Scope, epoch: number, url: string): Promise<boolean> {
+    const state = await this.post({ scope, epoch, url }, '/_cluster/state', {}) as FollowerState;
+    return state.inLine === true;
   }
 
   private async shipOnce(lane: Lane): Promise<number> {
@@ -165,7 +205,7 @@ export class Shipper {
     }
   }
 
-  private query(lane: Lane): string {
+  private query(lane: Target): string {
     return new URLSearchParams({ org: lane.scope.org, repo: lane.scope.repo, database: lane.scope.database, epoch: String(lane.epoch) }).toString();
   }
 
@@ -176,7 +216,7 @@ export class Shipper {
     return cursors && Object.keys(cursors).length > 0 ? `&mirrors=${encodeURIComponent(JSON.stringify(cursors))}` : '';
   }
 
-  private async post(lane: Lane, path: string, body: object | Buffer, extraQuery = ''): Promise<unknown> {
+  private async post(lane: Target, path: string, body: object | Buffer, extraQuery = ''): Promise<unknown> {
     const res = await this.pool(lane.url).request({
       method: 'POST', path: `${path}?${this.query(lane)}${extraQuery}`, body: Buffer.isBuffer(body) ? body : JSON.stringify(body),
       headers: { 'x-scopebase-proxy-token': this.token, 'content-type': 'application/json' }, signal: AbortSignal.timeout(this.timeoutMs),

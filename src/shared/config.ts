@@ -387,8 +387,11 @@ function clusterNodeOnly<T extends number | unknown[]>(cluster: ClusterConfig | 
   return value;
 }
 
-/** CLUSTER_ETCD (comma-separated endpoints) turns cluster mode on; a node also needs its id and advertised URL. */
-function clusterConfig(env: Env): ClusterConfig | null {
+/**
+ * CLUSTER_ETCD (comma-separated endpoints) turns cluster mode on; a node also needs its id and advertised URL. Reads
+ * nothing else and writes nothing (`restore` checks a node with it: loadConfig may generate keys into DATA_DIR).
+ */
+export function clusterConfig(env: Env): ClusterConfig | null {
   const endpoints = str(env, 'CLUSTER_ETCD');
   const nodeId = str(env, 'CLUSTER_NODE_ID') ?? null;
   const advertiseUrl = serviceUrl(env, 'CLUSTER_ADVERTISE_URL', 'a node\'s `scopebase serve db`') ?? null;
