@@ -290,6 +290,12 @@ test('a bad or stale value from SCOPEBASE_URL, _REPO, _DATABASE or _SECRET is na
   // Given on the command line, the option is named (it wins over the variable).
   usage(await cli(['status', 'acme/web', '--database', 'Bad'], { SCOPEBASE_DATABASE: 'good' }), /^scopebase: --database "Bad" must match /);
 
+  // Empty (a `$(npx scopebase secret …)` that failed): unset, as the server reads its variables; it was "unexpected error".
+  const empty = await cli(['status', 'acme/web', '--json'], { SCOPEBASE_SECRET: '', SCOPEBASE_URL: '', SCOPEBASE_DATABASE: '' });
+  assert.equal(empty.code, 0, empty.stderr);
+  assert.equal(JSON.parse(empty.stdout).database, 'main');
+  usage(await cli(['status', 'acme/web', '--secret', '']), /^scopebase: --secret is empty: pass the repo's secret \(`npx scopebase secret acme\/web` prints it/);
+
   const stale = await cli(['status', 'acme/web'], { SCOPEBASE_SECRET: 'sb_stale_value' });
   assert.equal(stale.code, 1, stale.stderr);
   oneLine(stale, new RegExp(`^scopebase: the server at http://127\\.0\\.0\\.1:${port} refused the secret in SCOPEBASE_SECRET for acme/web: set SCOPEBASE_SECRET to "\\$\\(npx scopebase secret acme/web\\)" run where the server runs, or unset it to derive the secret here`));
