@@ -20,7 +20,11 @@ test('docs/cli.md holds the current --help of scopebase and of every command', a
   assert.equal(blocks.get('scopebase --help'), top, 'docs/cli.md: update the "scopebase --help" block to the output of `scopebase --help`');
   const commands = [...top.matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!).filter((c) => c !== 'help');
   for (const c of commands) {
-    assert.equal(blocks.get(c), await help([c, '--help']), `docs/cli.md: update the "${c}" block to the output of \`scopebase ${c} --help\``);
+    const own = await help([c, '--help']);
+    assert.equal(blocks.get(c), own, `docs/cli.md: update the "${c}" block to the output of \`scopebase ${c} --help\``);
+    // A group's subcommands (cluster move) are commands a reader looks up too.
+    const subs = [...(own.split(/^Commands:\n/m)[1] ?? '').matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!).filter((s) => s !== 'help');
+    for (const s of subs) assert.equal(blocks.get(`${c} ${s}`), await help([c, s, '--help']), `docs/cli.md: add or update a "${c} ${s}" block with the output of \`scopebase ${c} ${s} --help\``);
   }
 });
 
