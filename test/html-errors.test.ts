@@ -36,6 +36,9 @@ test('the places people land first say where to go: the banner\'s address, an or
   assert.match(page, new RegExp(`each organization has its own host and each repo its path there, e\\.g\\. <a href="http://acme\\.localhost:${port}/web/_account/">`), 'a link, not text to copy');
   const other = await fetch(`http://127.0.0.1:${port}/web/`, { headers: { accept: BROWSER } });
   assert.doesNotMatch(await other.text(), /Your account/, 'no account button on a host that has no account page');
+  const badOrg = await p.call('/web/', { host: `ac_me.localhost:${port}`, headers: { accept: BROWSER } });
+  assert.equal(badOrg.status, 400);
+  assert.doesNotMatch(badOrg.text, /Your account/, 'nor on a host whose org name is refused: its account page is the same refusal');
   const root = await p.call('/', { headers: { accept: BROWSER } });
   assert.equal(root.status, 404);
   assert.match(root.text, /this is the host of the organization acme: each repository is at \/\{repo\}\/, e\.g\. \/web\//);

@@ -82,8 +82,9 @@ function linkify(escaped: string): string {
 
 /** SPEC 3's error as a page: what went wrong, the code and request id to quote, and the way to the account page. */
 export function sendErrorPage(req: FastifyRequest, reply: FastifyReply, status: number, code: string, message: string, repo = REPO_SEGMENT.exec(req.url)?.[1] ?? null): FastifyReply {
-  // On a host that is no org's, the account page is not there either: the message's address is the way on.
-  const account = repo && !repo.startsWith('_') && code !== 'unknown_host' ? `<p><a class="button" href="/${escapeHtml(repo)}/_account/">Your account</a></p>` : '';
+  // On a host that is no org's (unknown, or a bad org name: no req.org), the account page is not there either.
+  const onOrgHost = code !== 'unknown_host' && Boolean((req as { org?: string }).org);
+  const account = repo && !repo.startsWith('_') && onOrgHost ? `<p><a class="button" href="/${escapeHtml(repo)}/_account/">Your account</a></p>` : '';
   const body = `<h1>${escapeHtml(status)} — ${escapeHtml(code.replaceAll('_', ' '))}</h1>
 <div class="card error"><p>${code === 'unknown_host' ? linkify(escapeHtml(message)) : escapeHtml(message)}</p></div>
 ${account}<p class="muted">Error <code>${escapeHtml(code)}</code> · request <code>${escapeHtml(req.id)}</code></p>`;
