@@ -21,7 +21,10 @@ export function createAdminServer(logger: Logger, readiness: Readiness): Fastify
     if (reason === null) return { status: 'ready' };
     return reply.code(503).header('retry-after', '1').send({ error: { code: 'unavailable', message: reason } });
   });
-  app.get(OPENAPI_PATH, async (_req, reply) => reply.type('application/json; charset=utf-8').send(openApiJson()));
+  app.get(OPENAPI_PATH, async (req, reply) => {
+    const host = req.headers.host ?? '';
+    return reply.type('application/json; charset=utf-8').send(openApiJson(/^[a-z0-9.:[\]-]+$/i.test(host) ? { admin: `http://${host}` } : {}));
+  });
   app.get('/metrics', async (_req, reply) => reply.type(metrics.contentType).send(await metrics.metrics()));
   return app;
 }
