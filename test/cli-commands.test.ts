@@ -114,6 +114,12 @@ test('restore-db brings a version back (--dry-run changes nothing); import loads
   await cli(['execute', 'acme/history', 'DELETE FROM notes']);
   const status = await cli(['status', 'acme/history']);
   assert.match(status.stdout, new RegExp(`history: restorable from version 0 `));
+  // Neither or both: the line names what --to-time takes (it said "<ISO time>", and unix seconds work too).
+  for (const args of [[], ['--to-version', '1', '--to-time', '1795687200']]) {
+    const r = await cli(['restore-db', 'acme/history', ...args]);
+    assert.equal(r.code, 2, r.stderr);
+    oneLine(r, /^scopebase: give one of --to-version <n> or --to-time <time> \(RFC 3339 with a UTC offset, e\.g\. 2026-11-22T10:00:00Z, or unix seconds\)$/);
+  }
   const dry = await cli(['restore-db', 'acme/history', '--to-version', String(v2), '--dry-run']);
   assert.equal(dry.code, 0, dry.stderr);
   assert.match(dry.stdout, new RegExp(`would restore acme/history/main to version ${v2} .*dry run: nothing changed`));
