@@ -1,6 +1,7 @@
 // The HTML shell of every page a person sees (account pages, errors): plain, accessible markup with a little inline
 // CSS; no script, no build step.
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { nameRuleInWords } from './names.ts';
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
@@ -86,8 +87,9 @@ export function sendErrorPage(req: FastifyRequest, reply: FastifyReply, status: 
   // On a host that is no org's (unknown, or a bad org name: no req.org), the account page is not there either.
   const onOrgHost = code !== 'unknown_host' && Boolean((req as { org?: string }).org);
   const account = repo && !repo.startsWith('_') && onOrgHost ? `<p><a class="button" href="/${escapeHtml(repo)}/_account/">Your account</a></p>` : '';
+  const text = code === 'invalid_name' ? nameRuleInWords(message) : message; // a person reads words, not a pattern
   const body = `<h1>${escapeHtml(status)} — ${escapeHtml(code.replaceAll('_', ' '))}</h1>
-<div class="card error"><p>${code === 'unknown_host' ? linkify(escapeHtml(message)) : escapeHtml(message)}</p></div>
+<div class="card error"><p>${code === 'unknown_host' ? linkify(escapeHtml(text)) : escapeHtml(text)}</p></div>
 ${account}<p class="muted">Error <code>${escapeHtml(code)}</code> · request <code>${escapeHtml(req.id)}</code></p>`;
   return sendPage(reply, status, `${status} ${code.replaceAll('_', ' ')}`, body);
 }
