@@ -8,7 +8,13 @@ const block = (title: string, text: string) => `### ${title}\n\n\`\`\`text\n${te
 
 const top = help(['--help']);
 const commands = [...top.matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!).filter((c) => c !== 'help');
-const reference = ['## Reference\n', block('scopebase --help', top), ...commands.map((c) => block(c, help([c, '--help'])))].join('\n');
+/** A command's block, then one per subcommand of a group (`cluster move`), as test/cli-docs.test.ts finds them. */
+const blocks = (c: string) => {
+  const own = help([c, '--help']);
+  const subs = [...(own.split(/^Commands:\n/m)[1] ?? '').matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]!).filter((s) => s !== 'help');
+  return [block(c, own), ...subs.map((s) => block(`${c} ${s}`, help([c, s, '--help'])))];
+};
+const reference = ['## Reference\n', block('scopebase --help', top), ...commands.flatMap(blocks)].join('\n');
 const doc = readFileSync('docs/cli.md', 'utf8');
 const at = doc.indexOf('## Reference\n');
 if (at < 0) throw new Error('docs/cli.md has no "## Reference" heading');

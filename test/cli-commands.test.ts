@@ -114,6 +114,12 @@ test('restore-db brings a version back (--dry-run changes nothing); import loads
   await cli(['execute', 'acme/history', 'DELETE FROM notes']);
   const status = await cli(['status', 'acme/history']);
   assert.match(status.stdout, new RegExp(`history: restorable from version 0 `));
+  // Neither or both: the line names what --to-time takes (it said "<ISO time>", and unix seconds work too).
+  for (const args of [[], ['--to-version', '1', '--to-time', '1795687200']]) {
+    const r = await cli(['restore-db', 'acme/history', ...args]);
+    assert.equal(r.code, 2, r.stderr);
+    oneLine(r, /^scopebase: give one of --to-version <n> or --to-time <time> \(RFC 3339 with a UTC offset, e\.g\. 2026-11-22T10:00:00Z, or unix seconds\)$/);
+  }
   const dry = await cli(['restore-db', 'acme/history', '--to-version', String(v2), '--dry-run']);
   assert.equal(dry.code, 0, dry.stderr);
   assert.match(dry.stdout, new RegExp(`would restore acme/history/main to version ${v2} .*dry run: nothing changed`));
@@ -144,6 +150,7 @@ test('restore-db brings a version back (--dry-run changes nothing); import loads
   const imported = await cli(['import', 'acme/history', dump, '--database', 'copy']);
   assert.equal(imported.code, 0, imported.stderr);
   assert.match(imported.stdout, /imported .*dump\.sql \(sql\) into acme\/history\/copy: 1 table, 1 row, version 1/);
+  assert.match(imported.stderr, /^migrations: none recorded \(an import empties that list\), so `scopebase migrate` would run every migration of a folder again/m);
   const again = await cli(['import', 'acme/history', dump, '--database', 'copy']);
   assert.equal(again.code, 1);
   oneLine(again, /exists: import with mode=replace/);
@@ -289,6 +296,12 @@ test('a bad or stale value from SCOPEBASE_URL, _REPO, _DATABASE or _SECRET is na
   usage(await cli(['status', '--org', 'acme'], { SCOPEBASE_REPO: 'w@b' }), /^scopebase: SCOPEBASE_REPO "w@b" is not a repo name/);
   // Given on the command line, the option is named (it wins over the variable).
   usage(await cli(['status', 'acme/web', '--database', 'Bad'], { SCOPEBASE_DATABASE: 'good' }), /^scopebase: --database "Bad" must match /);
+
+  // Empty (a `$(npx scopebase secret …)` that failed): unset, as the server reads its variables; it was "unexpected error".
+  const empty = await cli(['status', 'acme/web', '--json'], { SCOPEBASE_SECRET: '', SCOPEBASE_URL: '', SCOPEBASE_DATABASE: '' });
+  assert.equal(empty.code, 0, empty.stderr);
+  assert.equal(JSON.parse(empty.stdout).database, 'main');
+  usage(await cli(['status', 'acme/web', '--secret', '']), /^scopebase: --secret is empty: pass the repo's secret \(`npx scopebase secret acme\/web` prints it/);
 
   const stale = await cli(['status', 'acme/web'], { SCOPEBASE_SECRET: 'sb_stale_value' });
   assert.equal(stale.code, 1, stale.stderr);

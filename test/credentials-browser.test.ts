@@ -124,6 +124,9 @@ test('the add form says the name rule, and a JSON value that did not parse keeps
   await page.waitForURL(/problem=value_json/);
   assert.match(await page.locator('[role=alert]').innerText(), /The value is not valid JSON/);
   assert.equal(await page.inputValue('#new-type'), 'json', 'the kind stays "JSON object"');
+  // The kind the message names is one the list offers, by that name (it said "Text"; the list, "text (…)").
+  const named = /choose "([^"]+)"/.exec(await page.locator('[role=alert]').innerText())![1]!;
+  assert.ok((await page.locator('#new-type option').allInnerTexts()).some((o) => o.startsWith(named)), `an option "${named}…"`);
   // The corrected value is then stored as an object, not as a string.
   await page.fill('#new-value', '{"token": "ok"}');
   await page.click('text=Store credential');

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { spawn, spawnSync } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { startCredentialsProduct, tempDir, testEnv, type CredProduct } from './helpers/credentials-product.ts';
@@ -123,6 +123,21 @@ test('a tampered or moved record gives 500 internal with a non-secret message an
     assert.ok(!p.logs().includes(marker));
   } finally {
     await p.close();
+  }
+});
+
+test('rotate-keys where DATA_DIR holds no credential store stops (exit 78), and makes no keys nor store there', () => {
+  const dir = tempDir('scopebase-rotate-nowhere-');
+  try {
+    const env = { ...process.env, ...testEnv(join(dir, 'data')) };
+    delete env.ACCOUNT_ENCRYPTION_KEYS; // as in a development clone: keys in DATA_DIR
+    const r = spawnSync(process.execPath, ['src/cli/main.ts', 'rotate-keys'], { env, encoding: 'utf8' });
+    assert.equal(r.status, 78, r.stderr);
+    assert.match(r.stderr, /^scopebase: configuration error: DATA_DIR: there is no credential store at .*credentials\.sqlite, so nothing to re-seal: run rotate-keys with the server's DATA_DIR/);
+    assert.equal(r.stdout, '', 'no "re-sealed 0" as if it had rotated');
+    assert.deepEqual(readdirSync(dir), [], 'no data folder, key or store made');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

@@ -7,7 +7,8 @@ import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import fc from 'fast-check';
-import { startProduct, tempDir, type Product } from './helpers/product.ts';
+import { ROOT_KEY, startProduct, tempDir, type Product } from './helpers/product.ts';
+import { runCli } from './helpers/cli.ts';
 import { executorPids } from './helpers/processes.ts';
 import { openSqlite } from './helpers/sqlite-file.ts';
 
@@ -346,6 +347,11 @@ describe('time travel', () => {
     const refused = await off.db('web', 'restore', { toVersion: 1 });
     assert.equal(refused.status, 400);
     assert.match(refused.json.error.message, /DB_HISTORY_DAYS=0/);
+    // History off never begins: status said "none kept yet (it begins with the next write)" after every write.
+    assert.equal((await off.db('web', 'status', {})).json.history, undefined);
+    const said = await runCli(['status', 'acme/web'], { ...process.env, PORT: new URL(off.url).port, RUNTIME_ROOT_KEY: ROOT_KEY, DATA_DIR: dataDir });
+    assert.equal(said.code, 0, said.stderr);
+    assert.match(said.stdout, /^history: off \(the server keeps none: DB_HISTORY_DAYS=0/m);
     await off.close();
     const on = await startProduct({ DATA_DIR: dataDir });
     try {

@@ -36,6 +36,16 @@ test('the places people land first say where to go: the banner\'s address, an or
   assert.match(page, new RegExp(`each organization has its own host and each repo its path there, e\\.g\\. <a href="http://acme\\.localhost:${port}/web/_account/">`), 'a link, not text to copy');
   const other = await fetch(`http://127.0.0.1:${port}/web/`, { headers: { accept: BROWSER } });
   assert.doesNotMatch(await other.text(), /Your account/, 'no account button on a host that has no account page');
+  const badOrg = await p.call('/web/', { host: `ac_me.localhost:${port}`, headers: { accept: BROWSER } });
+  assert.equal(badOrg.status, 400);
+  assert.doesNotMatch(badOrg.text, /Your account/, 'nor on a host whose org name is refused: its account page is the same refusal');
+  // A refused name is explained in words on a page (it showed the pattern, ^[a-z0-9]…$); API clients keep the pattern.
+  assert.match(badOrg.text, /org name &quot;ac_me&quot; is not allowed: names are lowercase letters, digits and &quot;-&quot;, starting and ending with a letter or digit, up to 63 characters/);
+  const badRepo = await p.call('/Web!/', { headers: { accept: BROWSER } });
+  assert.equal(badRepo.status, 400);
+  assert.match(badRepo.text, /repo name &quot;Web!&quot; is not allowed: names are lowercase letters, digits, &quot;\.&quot;, &quot;_&quot; and &quot;-&quot;, starting with a letter or digit, up to 100 characters/);
+  for (const page of [badOrg.text, badRepo.text]) assert.doesNotMatch(page, /\^\[a-z0-9\]/);
+  assert.match((await p.call('/Web!/')).json.error.message, /must match \^\[a-z0-9\]/);
   const root = await p.call('/', { headers: { accept: BROWSER } });
   assert.equal(root.status, 404);
   assert.match(root.text, /this is the host of the organization acme: each repository is at \/\{repo\}\/, e\.g\. \/web\//);
@@ -63,7 +73,7 @@ test('what the request put in the message is escaped', async () => {
   assert.match(String(r.headers['content-type']), /^text\/html/);
   assert.doesNotMatch(r.text, /<img src=x/);
   // The segment is decoded as on /_db and /_account (SPEC 2), so the markup in it is real: escaped, not run.
-  assert.match(r.text, /repo name &quot;x&lt;img src=x onerror=alert\(1\)&gt;&amp;\\&quot;&quot; must match/);
+  assert.match(r.text, /repo name &quot;x&lt;img src=x onerror=alert\(1\)&gt;&amp;\\&quot;&quot; is not allowed: names are/);
 });
 
 test('an address in a path echoed by an error page stays text: no crafted link to elsewhere on the org\'s host', async () => {

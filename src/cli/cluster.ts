@@ -10,6 +10,9 @@ import { CliError, EXIT, usageError } from './output.ts';
 const DETAILS = `Reads CLUSTER_ETCD. The database's primary makes the target node its follower, copies the
 database to it, stops taking writes for a moment (they get 503 with Retry-After), sends the last ones and
 hands over in one etcd transaction; the old primary becomes the follower. Nothing acknowledged is lost.
+
+Example:
+  CLUSTER_ETCD=http://10.0.0.9:2379 scopebase cluster move acme/web/main --to n2
 `;
 
 export function addClusterCommands(program: Command): void {
@@ -29,7 +32,7 @@ export function addClusterCommands(program: Command): void {
         throw usageError((e as ApiError).message);
       }
       const config = loadConfig();
-      if (config.cluster === null) throw new CliError(EXIT.config, 'CLUSTER_ETCD is not set: name the etcd endpoints of the cluster');
+      if (config.cluster === null) throw new CliError(EXIT.config, 'CLUSTER_ETCD is not set: set it to the etcd endpoints of the cluster, e.g. CLUSTER_ETCD=http://10.0.0.9:2379 scopebase cluster move …');
       try {
         await moveDatabase(config.cluster.etcd, scope, opts.to, (line) => process.stderr.write(`${line}\n`));
       } catch (e) {

@@ -7,7 +7,7 @@ import { isIsoTime } from '../db/request.ts';
 type RestoreOptions = TargetOptions & { toVersion?: string; toTime?: string; dryRun?: boolean };
 
 function restoreTarget(opts: RestoreOptions): { toVersion: number } | { toTime: string } {
-  if ((opts.toVersion === undefined) === (opts.toTime === undefined)) throw usageError('give one of --to-version <n> or --to-time <ISO time>');
+  if ((opts.toVersion === undefined) === (opts.toTime === undefined)) throw usageError('give one of --to-version <n> or --to-time <time> (RFC 3339 with a UTC offset, e.g. 2026-11-22T10:00:00Z, or unix seconds)');
   if (opts.toVersion !== undefined) {
     if (!/^\d+$/.test(opts.toVersion)) throw usageError(`--to-version must be a version number, got ${opts.toVersion}`);
     return { toVersion: Number(opts.toVersion) };

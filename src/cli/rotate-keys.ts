@@ -1,7 +1,8 @@
 // `scopebase rotate-keys`: re-seals every stored credential under the current (first) ACCOUNT_ENCRYPTION_KEYS key.
 // Safe while the service runs: one record per short write, compare-and-swap on the old ciphertext. Idempotent.
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { ConfigError, loadConfig } from '../shared/config.ts';
+import { ConfigError, dataDirOf, loadConfig } from '../shared/config.ts';
 import { CredentialStore } from '../account/credentials/store.ts';
 import { SealError } from '../account/credentials/seal.ts';
 import type { Command } from 'commander';
@@ -30,7 +31,11 @@ function bar(done: number, total: number, width = 30): string {
 }
 
 export async function rotateKeys(opts: RotateOptions = {}): Promise<RotateResult> {
-  const config = loadConfig(opts.env ?? process.env);
+  const env = opts.env ?? process.env;
+  // Run in the wrong folder it made ./data with new keys and an empty store, and said "re-sealed 0": a rotation that was not.
+  const file = join(dataDirOf(env), 'credentials.sqlite');
+  if (!existsSync(file)) throw new ConfigError(`DATA_DIR: there is no credential store at ${file}, so nothing to re-seal: run rotate-keys with the server's DATA_DIR (nothing was made here)`);
+  const config = loadConfig(env);
   const progress = opts.progress ?? process.stderr;
   const tty = progress.isTTY === true;
   let store: CredentialStore;

@@ -25,6 +25,8 @@ const givenByEnv = new WeakMap<object, Set<EnvOption>>();
 export function addTargetOptions(cmd: Command): Command {
   return cmd
     .hook('preAction', (_self, action) => {
+      // An empty variable counts as unset, as the server reads its own: `export SCOPEBASE_SECRET=$(…)` whose command failed.
+      for (const k of Object.keys(FROM_ENV) as EnvOption[]) if (action.getOptionValueSource(k) === 'env' && action.getOptionValue(k) === '') action.setOptionValueWithSource(k, undefined, 'default');
       givenByEnv.set(action.opts(), new Set((Object.keys(FROM_ENV) as EnvOption[]).filter((k) => action.getOptionValueSource(k) === 'env')));
     })
     .addOption(new Option('--url <url>', 'the server (default http://127.0.0.1:$PORT), or an org host such as http://acme.localhost:8080, optionally with the repo as its path').env('SCOPEBASE_URL'))
@@ -94,6 +96,7 @@ export function connect(opts: TargetOptions, positionalRepo?: string): Target {
   const timeoutMs = opts.timeout === undefined ? undefined : Number(opts.timeout);
   if (timeoutMs !== undefined && !(Number.isInteger(timeoutMs) && timeoutMs > 0)) throw usageError('--timeout must be a whole number of milliseconds');
 
+  if (opts.secret === '') throw usageError(`--secret is empty: pass the repo's secret (\`npx scopebase secret ${org}/${repo}\` prints it where the server runs), or leave --secret out to derive it here`);
   const secret = opts.secret ?? derivedSecret(org, repo);
   url.pathname = '/';
   const origin = url.origin;

@@ -51,7 +51,7 @@ export interface Status {
   database: string; exists: boolean; version?: number; sizeBytes?: number;
   tables?: { name: string; rows: number }[];
   migrations?: { applied: number; latest: string | null };
-  /** The oldest version restore can reach (SPEC 4.11); null while no history is kept. */
+  /** The oldest version restore can reach (SPEC 4.11); its fields null until history has a record; absent with history off (DB_HISTORY_DAYS=0). */
   history?: { oldestVersion: number | null; oldestTime: string | null };
   mirrors?: { name: string; deliveredVersion: number; pendingEvents: number; lastError: string | null }[];
   databases: string[];

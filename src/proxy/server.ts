@@ -9,7 +9,7 @@ import type { RawRoute } from '../shared/raw-route.ts';
 import { admitDbHeaders, isDbOperation, unknownOperation } from '../db/admit.ts';
 import { registerOwnPaths } from '../shared/openapi.ts';
 import type { Logger } from '../shared/log.ts';
-import { checkRepo } from '../shared/names.ts';
+import { checkRepo, lowerAscii } from '../shared/names.ts';
 import type { DbHandler } from '../db/contract.ts';
 import { pipelineDatabase, probeDatabase } from '../db/hrana/index.ts';
 import { orgFromHost } from '../shared/host.ts';
@@ -138,7 +138,10 @@ export async function createProxy(opts: ProxyOptions): Promise<FastifyInstance> 
   // SPEC 4.10: the libSQL protocol's deeper paths. Version probes are answered here; pipelines go to the service.
   app.route({ method: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'], url: '/:repo/_db/*', onRequest: admitDbRoute, handler: dbRoute });
 
-  registerOwnPaths(app);
+  registerOwnPaths(app, (req) => {
+    const after = lowerAscii(req.headers.host ?? '').slice(req.org.length + 1); // Host was checked: {org}.{BASE_DOMAIN}[:port]
+    return /^[a-z0-9.-]+(:\d+)?$/.test(after) ? { scheme: req.protocol, org: req.org, hostAfterOrg: after } : {};
+  });
   if (opts.account) await app.register(opts.account, { prefix: '/:repo/_account' });
   if (opts.apps) await app.register(opts.apps);
   return app;

@@ -21,7 +21,10 @@ export function createAdminServer(logger: Logger, readiness: Readiness): Fastify
     if (reason === null) return { status: 'ready' };
     return reply.code(503).header('retry-after', '1').send({ error: { code: 'unavailable', message: reason } });
   });
-  registerOwnPaths(app);
+  registerOwnPaths(app, (req) => {
+    const host = req.headers.host ?? '';
+    return /^[a-z0-9.:[\]-]+$/i.test(host) ? { admin: `http://${host}` } : {};
+  });
   app.get('/metrics', async (_req, reply) => reply.type(metrics.contentType).send(await metrics.metrics()));
   return app;
 }

@@ -1,6 +1,7 @@
 // The HTML shell of every page a person sees (account pages, errors): plain, accessible markup with a little inline
 // CSS; no script, no build step.
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { nameRuleInWords } from './names.ts';
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
@@ -15,6 +16,7 @@ const CSS = `
 *{box-sizing:border-box}body{margin:0;font:16px/1.5 system-ui,sans-serif;color:var(--fg);background:var(--bg)}
 main{max-width:40rem;margin:3rem auto;padding:0 1rem}h1{font-size:1.5rem;margin:0 0 1rem}h2{font-size:1.15rem;margin:2rem 0 .5rem}
 .card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:1rem 1.25rem;margin:1rem 0}
+.card>:first-child,.card>img:first-child+*{margin-top:0}.card>:last-child{margin-bottom:0}
 .muted{color:var(--muted)}a{color:var(--accent)}dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;margin:0}dt{color:var(--muted)}dd{margin:0;overflow-wrap:anywhere}
 .button,button{display:inline-block;font:inherit;padding:.45rem 1rem;border-radius:6px;border:1px solid var(--line);background:var(--bg);color:var(--fg);cursor:pointer;text-decoration:none}
 .button.primary,button.primary{background:var(--accent);border-color:var(--accent);color:#fff}button.danger{color:var(--danger)}
@@ -82,10 +84,12 @@ function linkify(escaped: string): string {
 
 /** SPEC 3's error as a page: what went wrong, the code and request id to quote, and the way to the account page. */
 export function sendErrorPage(req: FastifyRequest, reply: FastifyReply, status: number, code: string, message: string, repo = REPO_SEGMENT.exec(req.url)?.[1] ?? null): FastifyReply {
-  // On a host that is no org's, the account page is not there either: the message's address is the way on.
-  const account = repo && !repo.startsWith('_') && code !== 'unknown_host' ? `<p><a class="button" href="/${escapeHtml(repo)}/_account/">Your account</a></p>` : '';
+  // On a host that is no org's (unknown, or a bad org name: no req.org), the account page is not there either.
+  const onOrgHost = code !== 'unknown_host' && Boolean((req as { org?: string }).org);
+  const account = repo && !repo.startsWith('_') && onOrgHost ? `<p><a class="button" href="/${escapeHtml(repo)}/_account/">Your account</a></p>` : '';
+  const text = code === 'invalid_name' ? nameRuleInWords(message) : message; // a person reads words, not a pattern
   const body = `<h1>${escapeHtml(status)} — ${escapeHtml(code.replaceAll('_', ' '))}</h1>
-<div class="card error"><p>${code === 'unknown_host' ? linkify(escapeHtml(message)) : escapeHtml(message)}</p></div>
+<div class="card error"><p>${code === 'unknown_host' ? linkify(escapeHtml(text)) : escapeHtml(text)}</p></div>
 ${account}<p class="muted">Error <code>${escapeHtml(code)}</code> · request <code>${escapeHtml(req.id)}</code></p>`;
   return sendPage(reply, status, `${status} ${code.replaceAll('_', ' ')}`, body);
 }

@@ -5,6 +5,21 @@ const ORG = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 const REPO = /^[a-z0-9][a-z0-9._-]{0,99}$/;
 const DATABASE = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 
+/** Each rule as a person reads it: an error page shows these instead of the pattern API clients get. */
+const IN_WORDS: [RegExp, string][] = [
+  [ORG, 'lowercase letters, digits and "-", starting and ending with a letter or digit, up to 63 characters'],
+  [REPO, 'lowercase letters, digits, ".", "_" and "-", starting with a letter or digit, up to 100 characters'],
+  [DATABASE, 'lowercase letters, digits, "_" and "-", starting with a letter or digit, up to 64 characters'],
+];
+
+/** A name refusal for a page: `repo name "X" must match ^…$` becomes `… is not allowed: names are lowercase letters, …`. */
+export function nameRuleInWords(message: string): string {
+  for (const [rule, words] of IN_WORDS) {
+    if (message.includes(`must match ${rule.source}`)) return message.replace(`must match ${rule.source}`, `is not allowed: names are ${words}`);
+  }
+  return message;
+}
+
 export function isOrgName(s: string): boolean {
   return ORG.test(s);
 }

@@ -110,19 +110,20 @@ const paths: Record<string, PathItem> = {
 
 /** The admin port's endpoints (SPEC 9), on their own server. */
 const ADMIN_SERVER = [{ url: 'http://127.0.0.1:9090', description: 'ADMIN_PORT (keep it private)' }];
-const adminPaths: Record<string, PathItem> = {
-  '/healthz': { ...item('/healthz', [], { get: op('Liveness', { tags: ['admin'] }) }), servers: ADMIN_SERVER },
-  '/readyz': { ...item('/readyz', [], { get: op('Readiness: 503 while starting or draining', { tags: ['admin'] }) }), servers: ADMIN_SERVER },
-  '/metrics': { ...item('/metrics', [], { get: op('Prometheus metrics (docs/deploy.md, Monitoring)', { tags: ['admin'], responses: { 200: { description: 'text', content: { 'text/plain': { schema: { type: 'string' } } } } } }) }), servers: ADMIN_SERVER },
-};
+const adminPathsAt = (servers: { url: string; description: string }[]): Record<string, PathItem> => ({
+  '/healthz': { ...item('/healthz', [], { get: op('Liveness', { tags: ['admin'] }) }), servers },
+  '/readyz': { ...item('/readyz', [], { get: op('Readiness: 503 while starting or draining', { tags: ['admin'] }) }), servers },
+  '/metrics': { ...item('/metrics', [], { get: op('Prometheus metrics (docs/deploy.md, Monitoring)', { tags: ['admin'], responses: { 200: { description: 'text', content: { 'text/plain': { schema: { type: 'string' } } } } } }) }), servers },
+});
+const adminPaths = adminPathsAt(ADMIN_SERVER);
 
 /**
  * Serves this document at OPENAPI_PATH, and answers anything else under /_scopebase in SPEC 3's shape on the headers,
  * before a body is read: another method on the document is 404 saying it takes GET (as /_db says "takes POST"),
  * another path 404 no route. Before, the proxy took `_scopebase` for a repo name: 400 invalid_name.
  */
-export function registerOwnPaths(app: FastifyInstance): void {
-  app.get(OPENAPI_PATH, async (_req, reply) => reply.type('application/json; charset=utf-8').send(openApiJson()));
+export function registerOwnPaths(app: FastifyInstance, servedAt: (req: FastifyRequest) => ServedAt): void {
+  app.get(OPENAPI_PATH, async (req, reply) => reply.type('application/json; charset=utf-8').send(openApiJson(servedAt(req))));
   const refuse = async (req: FastifyRequest): Promise<void> => {
     const rest = (req.params as { '*'?: string })['*'];
     if (req.routeOptions.url === OPENAPI_PATH || `${OWN_PREFIX}/${rest}` === OPENAPI_PATH) {
@@ -136,19 +137,29 @@ export function registerOwnPaths(app: FastifyInstance): void {
   app.all(`${OWN_PREFIX}/*`, { onRequest: refuse }, never);
 }
 
-let served: string | null = null;
+let built: Record<string, unknown> | null = null;
 
-/** The document as served (built once: it only changes with the code). */
-export function openApiJson(): string {
-  served ??= JSON.stringify(openApiDocument());
-  return served;
+/** Where the asker reached this instance: the org host's scheme, domain and port, or the admin port's address. */
+export interface ServedAt { scheme?: string; org?: string; hostAfterOrg?: string; admin?: string }
+
+/**
+ * The document as served: built once (it only changes with the code), its servers those of the request, since a fixed
+ * `http://{org}.localhost:8080` sent every client generated from it, or "Try it out", elsewhere than this instance.
+ */
+export function openApiJson(at: ServedAt = {}): string {
+  built ??= openApiDocument();
+  const servers = at.hostAfterOrg ? orgServers(at.scheme ?? 'http', at.hostAfterOrg, at.org ?? 'acme') : built.servers;
+  const paths = at.admin ? { ...(built.paths as object), ...adminPathsAt([{ url: at.admin, description: ADMIN_SERVER[0]!.description }]) } : built.paths;
+  return JSON.stringify({ ...built, servers, paths });
 }
+
+const orgServers = (scheme: string, hostAfterOrg: string, org: string) => [{ url: `${scheme}://{org}.${hostAfterOrg}`, description: 'an org host: {org}.{BASE_DOMAIN}', variables: { org: { default: org } } }];
 
 export function openApiDocument(version = productVersion()): Record<string, unknown> {
   return {
     openapi: '3.1.0',
     info: { title: 'scopebase', version, description: 'A SQLite database and OAuth sign-in for every repository. Errors always have SPEC 3\'s shape (JSON; an HTML page for browsers outside /_db).' },
-    servers: [{ url: 'http://{org}.localhost:8080', description: 'an org host: {org}.{BASE_DOMAIN}', variables: { org: { default: 'acme' } } }],
+    servers: orgServers('http', 'localhost:8080', 'acme'),
     paths: { ...paths, ...adminPaths },
     components: {
       parameters: {

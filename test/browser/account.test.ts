@@ -83,3 +83,28 @@ test('a repo without an app: its root is a landing page; signing in from it (or 
   assert.match(await tab.locator('main').innerText(), /Signed in as Dev User/);
   await fresh.close();
 });
+
+test('every card starts at its padding: no heading or line pushed down by its own margin (the look was uneven)', async () => {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const base = `http://acme.localhost:${p.port}`;
+  /** For each card, how far below its top edge its first line of content begins, in CSS pixels. */
+  const gaps = () => page.locator('.card').evaluateAll((cards) => cards.map((card) => {
+    const first = [...card.children].find((c) => getComputedStyle(c).display !== 'none' && !(c instanceof HTMLImageElement))!;
+    return { card: card.textContent!.trim().slice(0, 30), gap: Math.round(first.getBoundingClientRect().top - card.getBoundingClientRect().top) };
+  }));
+  await page.goto(`${base}/web/nowhere`); // an error page's card
+  await page.goto(`${base}/web/_account/login?return_to=${encodeURIComponent('/web/_account/')}`);
+  await page.getByLabel('Email').fill('cards@example.com');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL(`${base}/web/_account/`);
+  const seen = [...await gaps()];
+  for (const path of ['/web/', '/web/nowhere']) {
+    await page.goto(`${base}${path}`);
+    seen.push(...await gaps());
+  }
+  assert.ok(seen.length >= 5, JSON.stringify(seen));
+  // The card's padding (1rem) and its border: a heading's or paragraph's own top margin on top of that was 2rem more.
+  for (const { card, gap } of seen) assert.ok(gap <= 18, `card "${card}…" begins ${gap}px below its edge`);
+  await context.close();
+});

@@ -26,7 +26,7 @@ function valueFields(prefix: string, json = false): string {
   return `<label for="${prefix}-value">New value</label>
 <textarea id="${prefix}-value" name="value" rows="2" required autocomplete="off" spellcheck="false"></textarea>
 <label for="${prefix}-type">Kind of value</label>
-<select id="${prefix}-type" name="type"><option value="text">text (stored as a string)</option><option value="json"${json ? ' selected' : ''}>JSON object</option></select>
+<select id="${prefix}-type" name="type"><option value="text">Text (stored as a string)</option><option value="json"${json ? ' selected' : ''}>JSON object</option></select>
 <label for="${prefix}-expires">Expires (UTC, optional)</label>
 <input id="${prefix}-expires" name="expiresAt" type="datetime-local">`;
 }

@@ -33,9 +33,10 @@ export function keepHistory(h: DbHandle, prevVersion: number, version: number): 
   }
 }
 
-/** SPEC 4.11 status field: the oldest version history can rebuild. */
-export function historyOf(h: DbHandle): { oldestVersion: number | null; oldestTime: string | null } {
-  const o = h.history ? oldestIn(historyDirOf(h.history, h.path)) : null;
+/** SPEC 4.11 status field: the oldest version history can rebuild; null with history off (it never begins). */
+export function historyOf(h: DbHandle): { oldestVersion: number | null; oldestTime: string | null } | null {
+  if (!h.history) return null;
+  const o = oldestIn(historyDirOf(h.history, h.path));
   return { oldestVersion: o?.version ?? null, oldestTime: o ? new Date(o.time).toISOString() : null };
 }
 

@@ -77,7 +77,7 @@ export function rowCount(h: DbHandle, name: string): number | null {
 
 const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
-export function status(h: DbHandle, history: { oldestVersion: number | null; oldestTime: string | null }): Reply {
+export function status(h: DbHandle, history: { oldestVersion: number | null; oldestTime: string | null } | null): Reply {
   h.internal('BEGIN').run();
   try {
     const version = h.version();
@@ -85,7 +85,7 @@ export function status(h: DbHandle, history: { oldestVersion: number | null; old
     const names = h.internal("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name").all() as { name: string }[];
     const tables = names.map(({ name }) => ({ name, rows: rowCount(h, name) }));
     const applied = h.internal('SELECT count(*) AS n, (SELECT id FROM _scopebase_migrations ORDER BY seq DESC LIMIT 1) AS latest FROM _scopebase_migrations').get() as { n: number; latest: string | null };
-    return { status: 200, body: JSON.stringify({ version, sizeBytes: Number(pages.size), tables, migrations: { applied: Number(applied.n), latest: applied.latest }, history }) };
+    return { status: 200, body: JSON.stringify({ version, sizeBytes: Number(pages.size), tables, migrations: { applied: Number(applied.n), latest: applied.latest }, ...(history ? { history } : {}) }) };
   } finally {
     h.internal('COMMIT').run();
   }
