@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { after } from 'node:test';
 import { request as undiciRequest } from 'undici';
 import { loadConfig, type Config } from '../../src/shared/config.ts';
 import { createLogger } from '../../src/shared/log.ts';
@@ -11,6 +12,18 @@ import { repoSecret } from '../../src/shared/secrets.ts';
 
 export const ROOT_KEY = 'a'.repeat(64);
 export const ENCRYPTION_KEY = 'b'.repeat(64);
+
+/**
+ * Products started and not yet closed, stopped after the file's last test: a `before` that failed after starting one
+ * (its product never assigned, so the file's own `after` could not close it) left its servers and executors holding
+ * the file's process open for ever, and CI's run with it. Only under the test runner (bench scripts import this too).
+ */
+const leftovers = new Set<() => Promise<void>>();
+if (process.env.NODE_TEST_CONTEXT !== undefined) {
+  after(async () => {
+    for (const stop of [...leftovers]) await stop().catch(() => {});
+  });
+}
 
 export interface HttpResult {
   status: number;
@@ -69,7 +82,9 @@ export interface Product {
 }
 
 export function testEnv(dataDir: string, env: Record<string, string> = {}): Record<string, string> {
-  return { PORT: '0', ADMIN_PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', RUNTIME_ROOT_KEY: ROOT_KEY, ACCOUNT_ENCRYPTION_KEYS: ENCRYPTION_KEY, ...env };
+  // No shedding on a late event loop unless a test asks (test/db-loop-delay.test.ts): an in-process product shares its
+  // loop with the test's own work, and CI runs two suites on two cores; a refused setup step failed whole files.
+  return { PORT: '0', ADMIN_PORT: '0', DATA_DIR: dataDir, LOG_LEVEL: 'silent', RUNTIME_ROOT_KEY: ROOT_KEY, ACCOUNT_ENCRYPTION_KEYS: ENCRYPTION_KEY, DB_MAX_LOOP_DELAY_MS: '0', ...env };
 }
 
 export async function startProduct(env: Record<string, string> = {}, part: Part = 'all'): Promise<Product> {
@@ -87,11 +102,14 @@ export async function startProduct(env: Record<string, string> = {}, part: Part 
       const headers = { ...(secret === null ? {} : { authorization: `Bearer ${secret}` }), ...opts.headers };
       return call(url, config.baseDomain, `/${repo}/_db/${op}`, { method: 'POST', body, ...opts, headers });
     },
-    async close() {
+    close: () => (closing ??= (async () => {
+      leftovers.delete(product.close);
       await running.close();
       if (env.DATA_DIR === undefined) rmSync(dataDir, { recursive: true, force: true });
-    },
+    })()),
   };
+  let closing: Promise<void> | undefined;
+  leftovers.add(product.close);
   return product;
 }
 
@@ -122,7 +140,19 @@ export function spawnProduct(env: Record<string, string>, args: string[] = ['sta
       const m = /\n {2}address: (http:\/\/[^\s]+)/.exec(err);
       if (m) {
         clearTimeout(timer);
-        resolve({ child, url: m[1]!, stderr: () => err, stdout: () => out, killAll: () => process.kill(-child.pid!, 'SIGKILL') });
+        const killAll = () => {
+          leftovers.delete(stopped);
+          process.kill(-child.pid!, 'SIGKILL');
+        };
+        const stopped = async () => {
+          try {
+            killAll();
+          } catch {
+            // the whole group is gone already
+          }
+        };
+        leftovers.add(stopped);
+        resolve({ child, url: m[1]!, stderr: () => err, stdout: () => out, killAll });
       }
     });
     child.on('exit', (code) => {
