@@ -25,6 +25,8 @@ export interface ExecutorLimits {
   tempDir?: string;
   /** Bytes of temporary files a process may hold while a statement runs (DB_TEMP_MAX_BYTES); absent: no limit. */
   tempMaxBytes?: number;
+  /** Bytes of memory a statement may add to its process (DB_MEMORY_MAX_BYTES); absent: no limit. */
+  memoryMaxBytes?: number;
 }
 
 export interface Prepared {

@@ -118,7 +118,10 @@ export class Scheduler {
         // Only a statement running past SLOW_MS is measured (a quick one spills little before it ends); stopped after
         // this turn's I/O, and only if the message measured still runs (its reply may be in the pipe).
         const running = p.running();
-        setImmediate(() => this.procs.guard(() => p.killForTempSpace(running)));
+        setImmediate(() => this.procs.guard(() => p.killFor('temp_space', running)));
+      } else if (slow && p.overMemory()) {
+        const running = p.running(); // as for temporary files: only the message measured, if it still runs
+        setImmediate(() => this.procs.guard(() => p.killFor('memory', running)));
       } else if (slow && !this.closing) {
         for (const tag of p.waiting()) {
           const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs

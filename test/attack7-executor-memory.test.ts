@@ -1,0 +1,67 @@
+// Attack round 7: a statement's memory in its executor process was bounded by nothing but its time limit. One read
+// of a row of many copies of an 8 MB value (`SELECT b, b, … FROM (SELECT zeroblob(8e6) AS b)`: SQLite's length limit
+// bounds each value, not a row of 2,000) had node:sqlite copy every column out, 1–2 GB a second: gigabytes per
+// process, on each of a repo's processes at once, before the result limit refused it. DB_MEMORY_MAX_BYTES stops it.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startProduct, type Product } from './helpers/product.ts';
+import { executorPids } from './helpers/processes.ts';
+import { residentBytes } from '../src/db/executor/memory.ts';
+
+const LIMIT = 256 * 1024 * 1024;
+let p: Product;
+before(async () => {
+  // A time limit long enough that only the memory limit can stop the statement.
+  p = await startProduct({ DB_MEMORY_MAX_BYTES: String(LIMIT), DB_QUERY_TIMEOUT_MS: '30000' });
+  await p.db('web', 'execute', { sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' });
+});
+after(() => p.close());
+
+/** The largest resident memory of any executor process while `run` runs (sampled every 10 ms). */
+async function peakExecutorBytes<T>(run: () => Promise<T>): Promise<{ result: T; peak: number }> {
+  let peak = 0;
+  const timer = setInterval(() => {
+    for (const pid of executorPids()) peak = Math.max(peak, residentBytes(pid) ?? 0);
+  }, 10);
+  try {
+    return { result: await run(), peak };
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+const wideRow = (columns: number) => `WITH x(b) AS (SELECT zeroblob(8000000)) SELECT ${Array(columns).fill('b').join(', ')} FROM x`;
+
+test('a row of 100 copies of an 8 MB value is stopped at DB_MEMORY_MAX_BYTES with 507, and the repo goes on', async () => {
+  const { result: r, peak } = await peakExecutorBytes(() => p.db('web', 'query', { sql: wideRow(100) }));
+  assert.equal(r.status, 507, r.text.slice(0, 300));
+  assert.equal(r.json.error.code, 'quota_exceeded');
+  assert.match(r.json.error.message, /DB_MEMORY_MAX_BYTES/);
+  assert.equal(r.json.error.details.memoryMaxBytes, LIMIT);
+  // Before: 1.6 GB and more, stopped only by the result limit once every column had been copied out.
+  assert.ok(peak < LIMIT + 256 * 1024 * 1024, `an executor reached ${Math.round(peak / 2 ** 20)} MiB`);
+  const w = await p.db('web', 'execute', { sql: 'INSERT INTO t(v) VALUES (1)' });
+  assert.equal(w.status, 200, w.text);
+  const q = await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' });
+  assert.deepEqual(q.json.results[0].rows, [[1]]);
+});
+
+test('the same through a write (RETURNING) and through the libSQL protocol: 507, nothing applied', async () => {
+  const w = await p.db('web', 'execute', { sql: `INSERT INTO t(v) VALUES (2) RETURNING ${Array(100).fill('zeroblob(8000000)').join(', ')}` });
+  assert.equal(w.status, 507, w.text.slice(0, 300));
+  assert.equal(w.json.error.code, 'quota_exceeded');
+  assert.match(w.json.error.message, /DB_MEMORY_MAX_BYTES/);
+  const h = await p.db('web', 'v2/pipeline', { requests: [{ type: 'execute', stmt: { sql: wideRow(100) } }, { type: 'close' }] });
+  assert.equal(h.status, 200, h.text.slice(0, 300));
+  assert.equal(h.json.results[0].error.code, 'SQLITE_FULL');
+  assert.match(h.json.results[0].error.message, /DB_MEMORY_MAX_BYTES/);
+  const q = await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' });
+  assert.deepEqual(q.json.results[0].rows, [[1]], 'the write was not applied');
+});
+
+test('a read of ordinary rows that fills the result limit is not stopped', async () => {
+  await p.db('web', 'execute', { sql: "INSERT INTO t(v) SELECT printf('%0500d', value) FROM (WITH RECURSIVE c(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM c WHERE value < 30000) SELECT value FROM c)" });
+  const r = await p.db('web', 'query', { sql: 'SELECT id, v FROM t', rows: 'objects' });
+  assert.equal(r.status, 200, r.text.slice(0, 300));
+  assert.equal(r.json.results[0].rows.length, 30001);
+});
