@@ -65,3 +65,22 @@ test('a read of ordinary rows that fills the result limit is not stopped', async
   assert.equal(r.status, 200, r.text.slice(0, 300));
   assert.equal(r.json.results[0].rows.length, 30001);
 });
+
+test('a row of a dozen 8 MB texts is 413 result_too_large, not a 500 (its JSON text was past V8\'s longest string)', async () => {
+  // Memory to spare: what is judged here is the reply, not the process.
+  const roomy = await startProduct({ DB_MEMORY_MAX_BYTES: String(4 * 1024 ** 3), DB_QUERY_TIMEOUT_MS: '30000' });
+  try {
+    await roomy.db('web', 'execute', { sql: 'CREATE TABLE t(v)' });
+    // 8 MB of U+0000 is 48 MB of JSON (each one \u0000): twelve of them, 576 M characters.
+    const sql = `WITH x(b) AS (SELECT CAST(zeroblob(8000000) AS TEXT)) SELECT ${Array(12).fill('b').join(', ')} FROM x`;
+    for (const rows of ['arrays', 'objects']) {
+      const r = await roomy.db('web', 'query', { sql, rows });
+      assert.equal(r.status, 413, `${rows}: ${r.text.slice(0, 300)}`);
+      assert.equal(r.json.error.code, 'result_too_large');
+    }
+    const h = await roomy.db('web', 'v2/pipeline', { requests: [{ type: 'execute', stmt: { sql } }, { type: 'close' }] });
+    assert.equal(h.json.results[0].error.code, 'SQLITE_TOOBIG', h.text.slice(0, 300));
+  } finally {
+    await roomy.close();
+  }
+});
