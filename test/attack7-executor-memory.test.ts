@@ -84,3 +84,21 @@ test('a row of a dozen 8 MB texts is 413 result_too_large, not a 500 (its JSON t
     await roomy.close();
   }
 });
+
+test('distinct large statements are not kept prepared: an executor does not grow by each one (it kept 128 per database)', async () => {
+  const lean = await startProduct({ DB_QUERY_TIMEOUT_MS: '30000' });
+  const total = () => executorPids().reduce((n, pid) => n + (residentBytes(pid) ?? 0), 0);
+  try {
+    await lean.db('web', 'execute', { sql: 'CREATE TABLE t(v)' });
+    const before = total();
+    // Each 1 MB `IN` list holds ~50 MB once prepared: 24 of them were ~1.2 GB kept in the executors for good.
+    for (let i = 0; i < 24; i++) {
+      const r = await lean.db('web', 'query', { sql: `SELECT ${i} IN (${'1,'.repeat(500_000)}1)` });
+      assert.equal(r.status, 200, r.text.slice(0, 300));
+    }
+    const grown = total() - before;
+    assert.ok(grown < 512 * 1024 * 1024, `the executors grew by ${Math.round(grown / 2 ** 20)} MiB`);
+  } finally {
+    await lean.close();
+  }
+});

@@ -54,6 +54,14 @@ export interface Prepared {
 
 const STATEMENTS_PER_DB = 128;
 /**
+ * The SQL text a connection's statement cache may hold, and the longest text cached at all. A prepared statement
+ * holds many times its text (`x IN (1,1,…)` of 3 MB held 155 MB): 128 of any size per database, 64 databases per
+ * process, made a few dozen distinct reads keep gigabytes in an executor for good. Now at most 4 MiB of text a
+ * process (~250 MB compiled at that rate); a longer statement is prepared for its request and dropped.
+ */
+const CACHED_SQL_CHARS = 64 * 1024;
+const CACHEABLE_SQL_CHARS = 8 * 1024;
+/**
  * SQLite's length limit bounds each string and blob and each row's record (values plus a header of up to 9 bytes a
  * column, 2,000 columns at most): this much above DB_MAX_VALUE_BYTES lets one value of exactly the limit be stored.
  * It is the connection's limit for the project's own writes (the change log's events) and for reads; a user's write
@@ -83,6 +91,8 @@ export class DbHandle {
   readonly db: DatabaseSync;
   readonly sandbox = new Sandbox();
   private readonly cache = new Map<string, Prepared>();
+  /** The characters of SQL text the cache holds (CACHED_SQL_CHARS). */
+  private cachedChars = 0;
   private schemaStmt: StatementSync | null = null;
   private rowidStmt: StatementSync | null = null;
   /** writeLength's answer for one schema version. */
@@ -160,9 +170,16 @@ export class DbHandle {
     if (mode !== 'internal') stmt.setAllowBareNamedParameters(false); // bound by each slot's token (params.ts bindNamed)
     const written = [...sb.written];
     const prepared: Prepared = { stmt, returnsRows: stmt.columns().length > 0, written, inserts: sb.inserts, dml: sb.dml && !sb.ddl, checksSchema: sb.checksSchema, defersForeignKeys: sb.defersForeignKeys, untracked: sb.untracked, rewrites: sb.rewrites || /replace/i.test(sql), noRowid: sb.inserts && written.some((t) => this.withoutRowid(t)), params: paramSlots(sql), schema };
-    if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
+    if (key.length > CACHEABLE_SQL_CHARS) return prepared;
+    if (hit) this.uncache(key); // prepared again under a newer schema
+    while (this.cache.size > 0 && (this.cache.size >= STATEMENTS_PER_DB || this.cachedChars + key.length > CACHED_SQL_CHARS)) this.uncache(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
+    this.cachedChars += key.length;
     return prepared;
+  }
+
+  private uncache(key: string): void {
+    if (this.cache.delete(key)) this.cachedChars -= key.length;
   }
 
   /** SQLite makes a blob literal over its length limit NULL without an error: one over DB_MAX_VALUE_BYTES is refused, as a parameter is. */
@@ -225,6 +242,7 @@ export class DbHandle {
   close(): void {
     this.archiver?.close();
     this.cache.clear();
+    this.cachedChars = 0;
     try {
       this.db.close();
     } catch {
