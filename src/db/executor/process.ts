@@ -285,9 +285,20 @@ export class ExecutorProcess {
    * message is not the one to blame. Killing the process frees the files (already unlinked) and the memory at once.
    */
   killFor(limit: SizeLimit, running: unknown): void {
-    if (!this.alive || this.killedFor !== null || running === undefined || this.running() !== running) return;
+    // `running` undefined: measured idle (a transaction's process), and stopped only if still idle.
+    if (!this.alive || this.killedFor !== null || this.running() !== running) return;
     this.killedFor = limit;
     this.child.kill('SIGKILL');
+  }
+
+  /** What a message sent to this process after it died gets: the size limit it was stopped for, or a plain crash. */
+  lostError(): LostError {
+    return this.killedFor === 'temp_space' || this.killedFor === 'memory' ? new LostError(this.killedFor, this.limitBytes()) : new LostError('crash');
+  }
+
+  /** The limit it was stopped for, in bytes (DB_MEMORY_MAX_BYTES or DB_TEMP_MAX_BYTES). */
+  private limitBytes(): number | undefined {
+    return this.killedFor === 'memory' ? this.limits.memoryMaxBytes : this.limits.tempMaxBytes;
   }
 
   private die(): void {
@@ -297,8 +308,7 @@ export class ExecutorProcess {
     const lost = this.queue.slice(this.head);
     this.queue.length = 0;
     this.head = 0;
-    const limit = this.killedFor === 'memory' ? this.limits.memoryMaxBytes : this.limits.tempMaxBytes;
-    lost.forEach((p, i) => p.reject(new LostError(i > 0 ? 'unstarted' : this.killedFor ?? 'crash', limit)));
+    lost.forEach((p, i) => p.reject(new LostError(i > 0 ? 'unstarted' : this.killedFor ?? 'crash', this.limitBytes())));
     this.onDeath(this);
   }
 
