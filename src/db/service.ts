@@ -63,7 +63,7 @@ export class DbService implements DbHandler, ChangeFeed {
       processes: db.executors,
       limits: {
         sync: db.sync, maxValueBytes: db.maxValueBytes, maxSizeBytes: db.maxSizeBytes, maxResultBytes: db.maxResultBytes, maxOpen: db.maxOpenDatabases, idleCloseMs: db.idleCloseMs,
-        tempDir: this.tmpDir, tempMaxBytes: db.tempMaxBytes, // SQLite's files there are unlinked as they are made
+        tempDir: this.tmpDir, tempMaxBytes: db.tempMaxBytes, memoryMaxBytes: db.memoryMaxBytes, // SQLite's files there are unlinked as they are made
         history: db.historyDays > 0 ? { root: join(config.dataDir, 'history'), dbRoot: join(config.dataDir, 'db'), days: db.historyDays, maxBytes: db.historyMaxBytes } : undefined,
       },
       timeoutMs: db.queryTimeoutMs,
@@ -90,7 +90,7 @@ export class DbService implements DbHandler, ChangeFeed {
         this.logger.warn({ pid, reason }, 'executor process replaced');
       },
     });
-    if (!TEMP_SPACE_WATCHED) this.logger.warn('no /proc on this system: SQLite\'s temporary files are not measured, and DB_TEMP_MAX_BYTES is not enforced');
+    if (!TEMP_SPACE_WATCHED) this.logger.warn('no /proc on this system: SQLite\'s temporary files are not measured, and DB_TEMP_MAX_BYTES and DB_MEMORY_MAX_BYTES are not enforced');
     this.limiter = db.rateLimitPerRepo > 0
       ? new RateLimiter({ burst: db.rateLimitBurst, perMinute: db.rateLimitPerRepo * 60, refusal: `this repo sent more than ${db.rateLimitPerRepo} requests per second (DB_RATE_LIMIT_PER_REPO)`, maxClients: 100_000 })
       : null;

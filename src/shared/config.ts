@@ -29,6 +29,11 @@ export interface Config {
      * journals) one executor process may hold at once; past it the statement is stopped (507). src/db/DESIGN.md.
      */
     tempMaxBytes: number;
+    /**
+     * Bytes of memory one statement may add to its executor process (its rows as read, its parse, an imported SQL
+     * text held whole); past it the statement is stopped (507). src/db/DESIGN.md, "Memory".
+     */
+    memoryMaxBytes: number;
     maxDatabasesPerRepo: number;
     maxValueBytes: number;
     maxBodyBytes: number;
@@ -296,6 +301,9 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
       // of the copied rows, kept to the transaction's end, plus the sort of its largest index); the 1 GiB more is
       // room for sorts of rows no database holds (joins, generated rows). src/db/DESIGN.md, "Temporary space".
       tempMaxBytes: int(env, 'DB_TEMP_MAX_BYTES', Math.min(2 * maxSizeBytes + 1024 ** 3, Number.MAX_SAFE_INTEGER), 1024 * 1024, Number.MAX_SAFE_INTEGER),
+      // An imported SQL text is held whole, with its bytes as read (V8 takes at most 2^29 characters of it); the 1 GiB
+      // more is a large result's rows and the statement's own work. src/db/DESIGN.md, "Memory".
+      memoryMaxBytes: int(env, 'DB_MEMORY_MAX_BYTES', Math.min(maxSizeBytes + 1024 ** 3, Number.MAX_SAFE_INTEGER), 64 * 1024 * 1024, Number.MAX_SAFE_INTEGER),
       maxDatabasesPerRepo: int(env, 'DB_MAX_DATABASES_PER_REPO', 64, 1, 1_000_000),
       maxValueBytes: int(env, 'DB_MAX_VALUE_BYTES', Math.min(8 * 1024 * 1024, maxResultBytes), 1024, 1_000_000_000),
       maxBodyBytes,

@@ -6,11 +6,24 @@
 // A violation fails that request alone (its savepoint is rolled back), never the group's commit.
 import { ApiError } from '../../shared/errors.ts';
 import type { DbHandle } from './handles.ts';
+import { statementStarts } from '../statement-end.ts';
 
-/** `PRAGMA foreign_keys = OFF` at the start of any statement of `sql` (after comments). */
-const TURNS_OFF = /(?:^|;)\s*(?:--[^\n]*(?:\n\s*|$)|\/\*[\s\S]*?\*\/\s*)*PRAGMA\s+(?:"?main"?\s*\.\s*)?"?foreign_keys"?\s*=\s*['"]?(?:off|0|false|no)\b/i;
+/** `PRAGMA foreign_keys = OFF`, read where a statement starts (sticky); each run of spaces atomic, `(?=(\s*))\N`: read once, never backtracked. */
+const TURNS_OFF = /PRAGMA(?=(\s+))\1(?:"?main"?(?=(\s*))\2\.(?=(\s*))\3)?"?foreign_keys"?(?=(\s*))\4=(?=(\s*))\5['"]?(?:off|0|false|no)\b/iy;
 
-export const turnsForeignKeysOff = (sql: unknown): boolean => typeof sql === 'string' && TURNS_OFF.test(sql);
+/**
+ * `PRAGMA foreign_keys = OFF` at the start of any statement of `sql` (after comments). Each statement start is found
+ * once: one pattern tried after every `;` re-read the comments after it to the text's end, and `;/*` repeated (90 KB,
+ * in a libSQL batch) held the main process's event loop a second, quadratic in the length (docs/security.md).
+ */
+export function turnsForeignKeysOff(sql: unknown): boolean {
+  if (typeof sql !== 'string' || !/foreign_keys/i.test(sql)) return false;
+  for (const start of statementStarts(sql)) {
+    TURNS_OFF.lastIndex = start;
+    if (TURNS_OFF.test(sql)) return true;
+  }
+  return false;
+}
 
 /** Runs `fn` with foreign keys off on `h`'s connection when `off` (set outside any transaction, where SQLite honours it). */
 export function withForeignKeysOff<T>(h: DbHandle, off: boolean, fn: () => T): T {

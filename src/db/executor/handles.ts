@@ -27,6 +27,8 @@ export interface ExecutorLimits {
   tempMaxBytes?: number;
   /** How long a connection waits for a lock another holds before SQLITE_BUSY (ExecutorPool: under the statement limit). */
   busyTimeoutMs?: number;
+  /** Bytes of memory a statement may add to its process (DB_MEMORY_MAX_BYTES); absent: no limit. */
+  memoryMaxBytes?: number;
 }
 
 export interface Prepared {
@@ -55,6 +57,14 @@ export interface Prepared {
 }
 
 const STATEMENTS_PER_DB = 128;
+/**
+ * The SQL text a connection's statement cache may hold, and the longest text cached at all. A prepared statement
+ * holds many times its text (`x IN (1,1,…)` of 3 MB held 155 MB): 128 of any size per database, 64 databases per
+ * process, made a few dozen distinct reads keep gigabytes in an executor for good. Now at most 4 MiB of text a
+ * process (~250 MB compiled at that rate); a longer statement is prepared for its request and dropped.
+ */
+const CACHED_SQL_CHARS = 64 * 1024;
+const CACHEABLE_SQL_CHARS = 8 * 1024;
 /**
  * SQLite's length limit bounds each string and blob and each row's record (values plus a header of up to 9 bytes a
  * column, 2,000 columns at most): this much above DB_MAX_VALUE_BYTES lets one value of exactly the limit be stored.
@@ -102,6 +112,8 @@ export class DbHandle {
   readonly db: DatabaseSync;
   readonly sandbox = new Sandbox();
   private readonly cache = new Map<string, Prepared>();
+  /** The characters of SQL text the cache holds (CACHED_SQL_CHARS). */
+  private cachedChars = 0;
   private schemaStmt: StatementSync | null = null;
   private rowidStmt: StatementSync | null = null;
   /** writeLength's answer for one schema version. */
@@ -186,9 +198,16 @@ export class DbHandle {
       command: command !== null && this.fullText(command), noRowid: found.inserts && found.written.some((t) => this.withoutRowid(t)), params: paramSlots(sql), schema,
     };
     sb.mode = mode; // the lookups above may have prepared statements of ours
-    if (this.cache.size >= STATEMENTS_PER_DB) this.cache.delete(this.cache.keys().next().value!);
+    if (key.length > CACHEABLE_SQL_CHARS) return prepared;
+    if (hit) this.uncache(key); // prepared again under a newer schema
+    while (this.cache.size > 0 && (this.cache.size >= STATEMENTS_PER_DB || this.cachedChars + key.length > CACHED_SQL_CHARS)) this.uncache(this.cache.keys().next().value!);
     this.cache.set(key, prepared);
+    this.cachedChars += key.length;
     return prepared;
+  }
+
+  private uncache(key: string): void {
+    if (this.cache.delete(key)) this.cachedChars -= key.length;
   }
 
   /** SQLite makes a blob literal over its length limit NULL without an error: one over DB_MAX_VALUE_BYTES is refused, as a parameter is. */
@@ -303,6 +322,7 @@ export class DbHandle {
   close(): void {
     this.archiver?.close();
     this.cache.clear();
+    this.cachedChars = 0;
     try {
       this.db.close();
     } catch {

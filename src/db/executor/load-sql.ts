@@ -25,6 +25,9 @@ const SHADOW_ROW = new RegExp(String.raw`^INSERT\s+INTO\s+${NAME}\s*VALUES\s*\(`
 const unquote = (name: string) => (/^["'`[]/.test(name) ? name.slice(1, -1).replace(/""|''|``/g, (m) => m[0]!) : name).toLowerCase();
 const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
+/** V8's longest string: 2^29 − 24 UTF-16 code units. */
+const MAX_TEXT_CHARS = 2 ** 29 - 24;
+
 /**
  * The upload as text, strictly UTF-8: a lenient read would load U+FFFD in place of the bytes that are not (a dump of
  * TEXT holding such bytes, as sqlite3 .dump writes it raw), and the import would not be the content it was sent.
@@ -33,7 +36,15 @@ function readSqlText(path: string): string {
   const bytes = readFileSync(path);
   if (bytes.subarray(0, 16).toString('latin1') === 'SQLite format 3\0') throw new ApiError('invalid_request', 'the body is a SQLite database file, not SQL text: send it as Content-Type: application/vnd.sqlite3');
   if (bytes[0] === 0x1f && bytes[1] === 0x8b) throw new ApiError('invalid_request', 'the body is gzip-compressed: decompress it (gunzip) and send the SQL text');
-  if (isUtf8(bytes)) return new TextDecoder().decode(bytes); // a leading byte-order mark is dropped
+  if (isUtf8(bytes)) {
+    try {
+      return new TextDecoder().decode(bytes); // a leading byte-order mark is dropped
+    } catch (e) {
+      // V8 makes no string past 2^29 − 24 characters: the text could not be read whole (it answered 400 sql_error).
+      if ((e as { code?: unknown }).code !== 'ERR_STRING_TOO_LONG') throw e;
+      throw new ApiError('payload_too_large', `the SQL text is ${bytes.length} bytes, more characters than this server reads as one text (${MAX_TEXT_CHARS}): import the SQLite file itself (Content-Type: application/vnd.sqlite3), or the dump in parts`, { maxSqlTextChars: MAX_TEXT_CHARS });
+    }
+  }
   let line = 1;
   for (let start = 0; ; line++) {
     const end = bytes.indexOf(10, start); // a newline byte is never inside a multi-byte character

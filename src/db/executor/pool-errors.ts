@@ -20,8 +20,12 @@ export function lostToApiError(e: unknown, budgetMs: number): ApiError {
   if (e instanceof LostError && e.reason === 'timeout') {
     return new ApiError('query_timeout', `the statement ran past ${budgetMs} ms (DB_QUERY_TIMEOUT_MS) and was stopped; nothing of this request was applied`);
   }
+  if (e instanceof LostError && e.reason === 'memory') {
+    const limit = e.limitBytes ?? 0;
+    return new ApiError('quota_exceeded', `the statement added more than ${sizeText(limit)} to its executor process's memory (wide rows of large values, a huge statement), the limit per executor process (DB_MEMORY_MAX_BYTES), and it was stopped; nothing of this request was applied`, { memoryMaxBytes: limit });
+  }
   if (e instanceof LostError && e.reason === 'temp_space') {
-    const limit = e.tempMaxBytes ?? 0;
+    const limit = e.limitBytes ?? 0;
     return new ApiError('quota_exceeded', `the statement's temporary files (a sort, GROUP BY, DISTINCT, a materialized subquery or CTE, an index build, a statement journal) grew past ${sizeText(limit)}, the limit per executor process (DB_TEMP_MAX_BYTES), and it was stopped; nothing of this request was applied`, { tempMaxBytes: limit });
   }
   if (e instanceof LostError && e.reason === 'unstarted') return new ApiError('unavailable', 'shutting down', undefined, { 'retry-after': '1' });

@@ -24,6 +24,7 @@ function lockWaitMs(timeoutMs: number): number {
 const RESTART_REASONS = {
   timeout: 'stopped: a statement ran past its time limit (DB_QUERY_TIMEOUT_MS)',
   temp_space: 'stopped: temporary files over DB_TEMP_MAX_BYTES',
+  memory: 'stopped: a statement\'s memory over DB_MEMORY_MAX_BYTES',
   exited: 'exited by itself (a crash, or killed from outside)',
 } as const;
 
@@ -178,7 +179,7 @@ export class ExecutorPool {
     } catch (e) {
       if (!(e instanceof LostError) || e.reason === 'unstarted') throw lostToApiError(e, budgetMs);
       // Whether it committed is unknown (a kill after its COMMIT): a snapshot settles it.
-      const why = e.reason === 'timeout' ? `ran past ${budgetMs} ms` : e.reason === 'temp_space' ? 'made too many temporary files' : 'lost its executor';
+      const why = e.reason === 'timeout' ? `ran past ${budgetMs} ms` : e.reason === 'temp_space' ? 'made too many temporary files' : e.reason === 'memory' ? 'took too much memory' : 'lost its executor';
       return { problem: `${what} ${why} and was stopped`, stopped: true };
     }
     // The caller's mistake (a body that is no shipment): nothing ran.

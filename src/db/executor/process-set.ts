@@ -1,7 +1,7 @@
 // The executor processes: DB_EXECUTORS of them kept free of slow statements, extra ones while some are stuck, a dead
 // or retired one replaced. Every callback here runs guarded: an error is reported, never thrown into the event loop.
 import type { ExecutorLimits } from './handles.ts';
-import { ExecutorProcess } from './process.ts';
+import { ExecutorProcess, type SizeLimit } from './process.ts';
 import type { RunawayPasses } from './runaways.ts';
 
 /** A statement running longer than this may be a long one: its process does not count as free. */
@@ -18,7 +18,7 @@ export interface ProcessSetOptions {
   maxProcesses: number;
   limits: ExecutorLimits;
   /** A process died and is replaced; `stoppedFor` says why it was stopped, when it was on purpose. */
-  onRestart: (pid: number | undefined, stoppedFor: 'timeout' | 'temp_space' | null) => void;
+  onRestart: (pid: number | undefined, stoppedFor: 'timeout' | SizeLimit | null) => void;
   onError: (e: unknown) => void;
   /** A process came or answered: work may go now. */
   onChange: () => void;

@@ -8,6 +8,7 @@ import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
 import type { ExecutorLimits } from './handles.ts';
 import { compileCacheDir } from '../../shared/compile-cache.js';
 import { TempSpaceMeter } from './temp-space.ts';
+import { MemoryMeter } from './memory.ts';
 import { forgetExecutor, watchExecutor } from './reaper.ts';
 
 // `.ts` in a checkout; `.js` in an installed package, built into dist/ (Node strips no types under node_modules).
@@ -44,20 +45,22 @@ const STARTUP_MS = 30_000;
 const AFTER_COMMIT_MS = 60_000;
 
 /**
- * Why a message got no reply: it was running when the process was stopped (at its time limit, or for its temporary
- * files: `temp_space`) or died, or it never started.
+ * Why a message got no reply: it was running when the process was stopped (at its time limit, for its temporary
+ * files: `temp_space`, for the memory it added: `memory`) or died, or it never started.
  */
-export type LostReason = 'timeout' | 'temp_space' | 'crash' | 'unstarted';
+export type LostReason = 'timeout' | 'temp_space' | 'memory' | 'crash' | 'unstarted';
+/** The limits a process is stopped for, besides its time limit. */
+export type SizeLimit = 'temp_space' | 'memory';
 
 export class LostError extends Error {
   readonly reason: LostReason;
-  /** For `temp_space`: the limit that was crossed (DB_TEMP_MAX_BYTES). */
-  readonly tempMaxBytes: number | undefined;
+  /** For `temp_space` and `memory`: the limit that was crossed (DB_TEMP_MAX_BYTES, DB_MEMORY_MAX_BYTES). */
+  readonly limitBytes: number | undefined;
 
-  constructor(reason: LostReason, tempMaxBytes?: number) {
+  constructor(reason: LostReason, limitBytes?: number) {
     super(`executor message lost: ${reason}`);
     this.reason = reason;
-    this.tempMaxBytes = tempMaxBytes;
+    this.limitBytes = limitBytes;
   }
 }
 
@@ -80,9 +83,10 @@ export class ExecutorProcess {
   /** When the message at the head of the queue started running (the previous one's reply, or its send). */
   private headStartedAt = 0;
   /** Why this process was stopped on purpose, if it was: the reason its running message was lost. */
-  private killedFor: 'timeout' | 'temp_space' | null = null;
-  private readonly tempMaxBytes: number | undefined;
+  private killedFor: 'timeout' | SizeLimit | null = null;
+  private readonly limits: ExecutorLimits;
   private readonly tempSpace: TempSpaceMeter | null;
+  private readonly memory: MemoryMeter | null;
   alive = true;
   /** close() has begun: it takes no new work (a message sent now might never be answered). */
   closing = false;
@@ -110,7 +114,7 @@ export class ExecutorProcess {
   constructor(limits: ExecutorLimits, onDeath: (p: ExecutorProcess) => void, onReply: () => void) {
     this.onDeath = onDeath;
     this.onReply = onReply;
-    this.tempMaxBytes = limits.tempMaxBytes;
+    this.limits = limits;
     // SQLite reads SQLITE_TMPDIR when it starts: its temporary files go where DATA_DIR is, not to /tmp or /var/tmp.
     const env = limits.tempDir === undefined ? childEnv() : { ...childEnv(), SQLITE_TMPDIR: limits.tempDir };
     this.child = spawn(process.execPath, [...nodeArgs(), CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'], env });
@@ -118,6 +122,7 @@ export class ExecutorProcess {
     watchExecutor(pid); // killed if this process dies without stopping it (reaper.ts)
     this.child.once('exit', () => forgetExecutor(pid));
     this.tempSpace = limits.tempMaxBytes === undefined || this.child.pid === undefined ? null : new TempSpaceMeter(this.child.pid, limits.tempMaxBytes);
+    this.memory = limits.memoryMaxBytes === undefined || this.child.pid === undefined ? null : new MemoryMeter(this.child.pid, limits.memoryMaxBytes);
     this.channel = this.child.stdio[3] as Socket;
     this.channel.on('data', (chunk: Buffer) => {
       const frames = this.decoder.push(chunk);
@@ -234,7 +239,7 @@ export class ExecutorProcess {
   }
 
   /** Why it was stopped on purpose (null: it was not, or not yet). */
-  get stoppedFor(): 'timeout' | 'temp_space' | null {
+  get stoppedFor(): 'timeout' | SizeLimit | null {
     return this.killedFor;
   }
 
@@ -264,14 +269,36 @@ export class ExecutorProcess {
   }
 
   /**
-   * Stops the statement whose temporary files crossed DB_TEMP_MAX_BYTES, if `running` (from `running()` when they
-   * were measured) still runs: its reply may have come in since, and the next message is not the one to blame.
-   * Killing the process frees the files at once (they are already unlinked).
+   * True when the running message has added more than DB_MEMORY_MAX_BYTES to this process (never without a limit).
+   * One that added a quarter of it has the process retired once idle: the allocator keeps what it freed.
    */
-  killForTempSpace(running: unknown): void {
-    if (!this.alive || this.killedFor !== null || running === undefined || this.running() !== running) return;
-    this.killedFor = 'temp_space';
+  overMemory(): boolean {
+    if (!this.alive || this.memory === null) return false;
+    const over = this.memory.over(this.running());
+    if (this.memory.bloated) this.retire = true;
+    return over;
+  }
+
+  /**
+   * Stops the statement whose temporary files crossed DB_TEMP_MAX_BYTES (or whose memory crossed DB_MEMORY_MAX_BYTES),
+   * if `running` (from `running()` when it was measured) still runs: its reply may have come in since, and the next
+   * message is not the one to blame. Killing the process frees the files (already unlinked) and the memory at once.
+   */
+  killFor(limit: SizeLimit, running: unknown): void {
+    // `running` undefined: measured idle (a transaction's process), and stopped only if still idle.
+    if (!this.alive || this.killedFor !== null || this.running() !== running) return;
+    this.killedFor = limit;
     this.child.kill('SIGKILL');
+  }
+
+  /** What a message sent to this process after it died gets: the size limit it was stopped for, or a plain crash. */
+  lostError(): LostError {
+    return this.killedFor === 'temp_space' || this.killedFor === 'memory' ? new LostError(this.killedFor, this.limitBytes()) : new LostError('crash');
+  }
+
+  /** The limit it was stopped for, in bytes (DB_MEMORY_MAX_BYTES or DB_TEMP_MAX_BYTES). */
+  private limitBytes(): number | undefined {
+    return this.killedFor === 'memory' ? this.limits.memoryMaxBytes : this.limits.tempMaxBytes;
   }
 
   private die(): void {
@@ -281,7 +308,7 @@ export class ExecutorProcess {
     const lost = this.queue.slice(this.head);
     this.queue.length = 0;
     this.head = 0;
-    lost.forEach((p, i) => p.reject(new LostError(i > 0 ? 'unstarted' : this.killedFor ?? 'crash', this.tempMaxBytes)));
+    lost.forEach((p, i) => p.reject(new LostError(i > 0 ? 'unstarted' : this.killedFor ?? 'crash', this.limitBytes())));
     this.onDeath(this);
   }
 

@@ -114,11 +114,16 @@ export class Scheduler {
       p.yieldCpu(slow);
       // Judged again after this turn's I/O: on a busy loop the reply may already sit unread in the pipe.
       if (p.overBudget(now)) setImmediate(() => this.procs.guard(() => p.overBudget(performance.now()) && p.killForTimeout()));
-      else if (slow && p.overTempSpace()) {
+      else if ((slow || p.pins > 0) && p.overTempSpace()) {
         // Only a statement running past SLOW_MS is measured (a quick one spills little before it ends); stopped after
-        // this turn's I/O, and only if the message measured still runs (its reply may be in the pipe).
+        // this turn's I/O, and only if the message measured still runs (its reply may be in the pipe). A process
+        // holding transactions is measured between messages too: savepoints keep their journals across statements,
+        // each of them quick (nested ones grew gigabytes, none measured).
         const running = p.running();
-        setImmediate(() => this.procs.guard(() => p.killForTempSpace(running)));
+        setImmediate(() => this.procs.guard(() => p.killFor('temp_space', running)));
+      } else if (slow && p.overMemory()) {
+        const running = p.running(); // as for temporary files: only the message measured, if it still runs
+        setImmediate(() => this.procs.guard(() => p.killFor('memory', running)));
       } else if (slow && !this.closing) {
         for (const tag of p.waiting()) {
           const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs
@@ -341,7 +346,7 @@ export class Scheduler {
 
   /** Sends a message of a pinned transaction straight to its process; if that process died, the transaction is gone. */
   runOn(p: ExecutorProcess, tenantKey: string, header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
-    if (!p.alive || this.closing) return Promise.reject(new LostError('crash'));
+    if (!p.alive || this.closing) return Promise.reject(p.lostError());
     return p.send(header, body, budgetMs).finally(this.occupy(this.tenant(tenantKey), p));
   }
 

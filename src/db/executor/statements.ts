@@ -45,6 +45,11 @@ export class ResultBudget {
     return this.used + bytes <= this.limit;
   }
 
+  /** Throws, before a row is rendered, when what it will take at least (`bytes`) cannot fit: its text is never made. */
+  fits(bytes: number): void {
+    if (!this.holds(bytes)) throw this.over(null);
+  }
+
   /** The whole reply, measured: returned as it is if within the limit. */
   check(reply: string): string {
     const bytes = Buffer.byteLength(reply, 'utf8');
@@ -103,10 +108,24 @@ function renderRows(stmt: StatementSync, args: unknown[], shape: RowShape, budge
   }
 }
 
+/**
+ * The least a row's values take in the reply (a string's UTF-16 units, a blob's base64): a row of a dozen 8 MB values
+ * rendered whole made one JSON text past V8's longest string (2^29 characters), a RangeError answered 500.
+ */
+function rowBytesAtLeast(row: unknown): number {
+  let n = 0;
+  if (Array.isArray(row)) for (let i = 0; i < row.length; i++) n += valueBytesAtLeast(row[i]);
+  else for (const k in row as object) n += valueBytesAtLeast((row as Record<string, unknown>)[k]);
+  return n;
+}
+
+const valueBytesAtLeast = (v: unknown): number => (typeof v === 'string' ? v.length : ArrayBuffer.isView(v) ? Math.ceil(v.byteLength / 3) * 4 : 0);
+
 function renderEach(rows: Iterator<unknown>, shape: RowShape, budget: ResultBudget, bigints: boolean): Rendered {
   const parts: string[] = [];
   for (let next = rows.next(); !next.done; next = rows.next()) {
     const row = next.value;
+    budget.fits(rowBytesAtLeast(row));
     let text: string;
     if (shape === 'objects') {
       const o = row as Record<string, unknown>;

@@ -41,15 +41,17 @@ export interface HranaBackend {
 
 interface HranaError { message: string; code: string }
 
+// Every pattern here reads a statement's whole text on the event loop: no two runs of spaces that can trade characters
+// (`\s*;?\s*$`, `\s+[^=]*`), which made one of 30 KB take 1–2 s, quadratic in its length (docs/security.md).
 /**
  * Statements that only read: tried as a read first (a write among them is refused as read_only, then run as one). A
  * pragma without a value is one (`PRAGMA table_info(t)`: as a write it waited behind an open transaction, then got
  * 503); the foreign-key pragmas are not: a write accepts them with a value in either form, and reads the stream's.
  */
-const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))|^\s*PRAGMA\s+(?!(?:"?main"?\s*\.\s*)?"?(?:defer_)?foreign_keys\b)[^=]*$/i;
+const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))|^\s*PRAGMA(?=\s)(?!\s+(?:"?main"?\s*\.\s*)?"?(?:defer_)?foreign_keys\b)[^=]*$/i;
 const TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
 /** `PRAGMA foreign_keys` around a migration (what @libsql/client's migrate() sends): the stream's setting, as a connection's. */
-const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+(?:"?main"?\s*\.\s*)?"?foreign_keys"?\s*=\s*(['"]?)(?:on|off|0|1|true|false|yes|no)\1\s*;?\s*$/i;
+const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+(?:"?main"?\s*\.\s*)?"?foreign_keys"?\s*=\s*(['"]?)(?:on|off|0|1|true|false|yes|no)\1[\s;]*$/i;
 
 const CODES: Record<string, string> = {
   not_allowed: 'SQLITE_AUTH', read_only: 'SQLITE_READONLY', sql_error: 'SQLITE_ERROR', constraint_violation: 'SQLITE_CONSTRAINT',
@@ -213,7 +215,7 @@ export class Pipeline {
       } finally {
         if (tx.over) this.stream.tx = null; // a failed COMMIT may leave it open, as SQLite does
       }
-    } else if (/^\s*ROLLBACK\s*(TRANSACTION\s*)?;?\s*$/i.test(sql)) {
+    } else if (/^\s*ROLLBACK(?:\s+TRANSACTION)?[\s;]*$/i.test(sql)) {
       if (!tx) throw new ApiError('sql_error', 'cannot rollback - no transaction is active');
       this.stream.tx = null;
       await tx.rollback().catch(() => undefined); // an ended transaction has nothing left to undo

@@ -46,7 +46,7 @@ export function createReferenceMirror(opts: ReferenceMirrorOptions): ReferenceMi
     processes: Math.min(config.db.executors, 2),
     limits: {
       sync: 'normal', maxValueBytes: config.db.maxValueBytes, maxSizeBytes: config.db.maxSizeBytes, maxResultBytes: config.db.maxResultBytes, maxOpen: config.db.maxOpenDatabases, idleCloseMs: config.db.idleCloseMs,
-      tempDir: join(config.dataDir, 'mirror-tmp'), tempMaxBytes: config.db.tempMaxBytes, // its own: a db start on this DATA_DIR empties tmp/
+      tempDir: join(config.dataDir, 'mirror-tmp'), tempMaxBytes: config.db.tempMaxBytes, memoryMaxBytes: config.db.memoryMaxBytes, // its own: a db start on this DATA_DIR empties tmp/
     },
     timeoutMs: config.db.queryTimeoutMs,
     beforeCreate: () => null,
