@@ -75,6 +75,8 @@ function rawRequest(head: Buffer, body: string): Promise<{ status: number; body:
       }
     });
     socket.on('error', reject);
+    socket.on('close', () => reject(new Error(`the connection closed without a whole answer: ${JSON.stringify(text.slice(0, 300))}`)));
+    socket.setTimeout(10_000, () => socket.destroy());
   });
 }
 
@@ -114,9 +116,11 @@ test('a 30 MB statement to /_db/query is checked for a second statement as fast 
   assert.ok(worstMs < Math.max(1.5 * LIMIT_MS, 6 * parseMs), `another org waited ${Math.round(worstMs)} ms (parsing the body: ${Math.round(parseMs)} ms)`);
 });
 
-test('a Content-Encoding of 16 KB of U+00A0, with no credentials at all, does not hold the event loop (a second per request)', async () => {
+// /logout (how it was found, with no credentials) no longer reads a body at all; a database request still checks it.
+test('a Content-Encoding of 16 KB of U+00A0 does not hold the event loop (a second per request)', async () => {
+  const auth = `Bearer ${repoSecret(Buffer.from(ROOT_KEY, 'hex'), 'acme', 'web')}`;
   const head = Buffer.concat([
-    Buffer.from('POST /web/_account/logout HTTP/1.1\r\nHost: acme.localhost\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Encoding: ', 'latin1'),
+    Buffer.from(`POST /web/_db/execute HTTP/1.1\r\nHost: acme.localhost\r\nAuthorization: ${auth}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Encoding: `, 'latin1'),
     Buffer.alloc(16_000, 0xa0), Buffer.from('x', 'latin1'),
   ]);
   const { result, worstMs } = await whileQuietWaits(async () => {
