@@ -35,12 +35,17 @@ export const VTABLE_MODULES = new Set(['fts3', 'fts4', 'fts5', 'rtree', 'rtree_i
 
 /** What preparing a statement found it does (Sandbox's fields of the same names; `dml` is false for DDL). */
 export interface Findings {
+  /** User tables the statement (and its triggers) writes. */
   written: string[];
   inserts: boolean;
+  /** Changes rows of user tables: SQLite's changes() counts it (after DDL it still holds an earlier statement's count). */
   dml: boolean;
   checksSchema: boolean;
+  /** Asks for foreign keys to be checked at the request's end (see foreign-keys.ts). */
   defersForeignKeys: boolean;
+  /** Writes rows no changeset shows (see Sandbox.untracked). */
   untracked: boolean;
+  /** May leave the rows it touched as they were: updates, deletes, REPLACE, a full-text command (see Sandbox.rewrites). */
   rewrites: boolean;
 }
 

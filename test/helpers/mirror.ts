@@ -136,11 +136,8 @@ export class Receiver {
   }
 
   async stop(): Promise<void> {
-    const server = this.server;
+    await closeServer(this.server);
     this.server = null;
-    if (!server) return;
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 
   versions(database = 'main', list: Received[] = this.acked): number[] {
@@ -179,12 +176,16 @@ export class CountingProxy {
   }
 
   async stop(): Promise<void> {
-    const server = this.server;
+    await closeServer(this.server);
     this.server = null;
-    if (!server) return;
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
   }
+}
+
+/** Closes a test server and every connection it holds (null: nothing to close). */
+async function closeServer(server: Server | null): Promise<void> {
+  if (!server) return;
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
 }
 
 export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 5000, what = 'condition'): Promise<void> {

@@ -1,7 +1,7 @@
 // One open database inside an executor process: its connection, sandbox and statement cache; and the LRU bounding them.
 import type { DatabaseSync, DatabaseSyncOptions, StatementSync } from 'node:sqlite';
 import { pathToFileURL } from 'node:url';
-import { Sandbox, type Mode } from '../sandbox.ts';
+import { Sandbox, type Findings, type Mode } from '../sandbox.ts';
 import { paramSlots, type ParamSlots } from '../params.ts';
 import { INTERNAL_SCHEMA } from './schema.ts';
 import { ApiError, isDiskFull } from '../../shared/errors.ts';
@@ -31,21 +31,10 @@ export interface ExecutorLimits {
   memoryMaxBytes?: number;
 }
 
-export interface Prepared {
+/** A statement prepared under the sandbox, with what preparing it found (Findings, documented in sandbox.ts). */
+export interface Prepared extends Findings {
   stmt: StatementSync;
   returnsRows: boolean;
-  /** User tables the statement (and its triggers) writes. */
-  written: string[];
-  inserts: boolean;
-  /** Changes rows of user tables: SQLite's changes() counts it (after DDL it still holds an earlier statement's count). */
-  dml: boolean;
-  checksSchema: boolean;
-  /** Asks for foreign keys to be checked at the request's end (see foreign-keys.ts). */
-  defersForeignKeys: boolean;
-  /** Writes rows no changeset shows (see Sandbox.untracked). */
-  untracked: boolean;
-  /** May leave the rows it touched as they were: updates, deletes, REPLACE, a full-text command (see Sandbox.rewrites). */
-  rewrites: boolean;
   /** Inserts into a WITHOUT ROWID table, which leaves last_insert_rowid() as it was (an internal insert's). */
   noRowid: boolean;
   /** Has the form of a full-text command on an FTS3/4/5 table (commandTarget), whose rowid SQLite reports as 0. */
