@@ -5,7 +5,7 @@
 // down a pipe behind a runaway is answered in time.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startProduct, type Product } from './helpers/product.ts';
+import { startProduct, type HttpResult, type Product } from './helpers/product.ts';
 import { executorPids } from './helpers/processes.ts';
 
 import { p99, pause, RUNAWAY } from './helpers/runaway.ts';
@@ -39,34 +39,50 @@ describe('a repo\'s runaways on some of its databases', () => {
     return { statuses, latencies };
   }
 
+  /** Runs `body` while `runaways` run, then waits for them however it ended: a failed test leaves none to the next. */
+  async function whileRunning(runaways: Promise<HttpResult>[], body: () => Promise<void>): Promise<HttpResult[]> {
+    try {
+      await body();
+    } finally {
+      await Promise.allSettled(runaways);
+    }
+    return Promise.all(runaways);
+  }
+
   test('as many runaways as executors, on two of its databases, leave writes and reads to its third served (they got 503 for as long as the runaways ran)', async () => {
     const runaways = ['d0', 'd1'].map((database) => p.db('web', 'query', { database, sql: RUNAWAY }));
-    await pause(50);
-    const { latencies } = await serve('web', 'd2', 1500);
-    // Unloaded a round takes a few ms; the first waits out RUNAWAY_MS (100 ms) and maybe a process's start.
-    assert.ok(p99(latencies) < 1000, `p99 ${p99(latencies).toFixed(0)} ms over ${latencies.length} rounds`);
-    for (const r of await Promise.all(runaways)) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
+    const ended = await whileRunning(runaways, async () => {
+      await pause(50);
+      const { latencies } = await serve('web', 'd2', 1500);
+      // Unloaded a round takes a few ms; the first waits out RUNAWAY_MS (100 ms) and maybe a process's start.
+      assert.ok(p99(latencies) < 1000, `p99 ${p99(latencies).toFixed(0)} ms over ${latencies.length} rounds`);
+    });
+    for (const r of ended) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
   });
 
   test('two repos with as many runaways each: each one\'s other databases are served (a pass each, not both to one)', async () => {
     for (const database of ['d0', 'd1', 'd2']) assert.equal((await p.db('api', 'execute', { database, sql: 'CREATE TABLE t(x)' })).status, 200);
     const runaways = ['web', 'api'].flatMap((repo) => ['d0', 'd1'].map((database) => p.db(repo, 'query', { database, sql: RUNAWAY })));
-    await pause(200);
-    await Promise.all([serve('web', 'd2', 800), serve('api', 'd2', 800)]);
-    for (const r of await Promise.all(runaways)) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
+    const ended = await whileRunning(runaways, async () => {
+      await pause(200);
+      await Promise.all([serve('web', 'd2', 800), serve('api', 'd2', 800)]);
+    });
+    for (const r of ended) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
   });
 
   test('past DB_EXECUTORS_PER_REPO runaways (a third), its next request waits for its share and is refused (503, nothing ran), and another org is served all along', async () => {
     const runaways = ['d0', 'd1'].map((database) => p.db('web', 'query', { database, sql: RUNAWAY }));
-    await pause(200); // the oldest holds the repo's runaway pass
-    await serve('web', 'd3', 300);
-    runaways.push(p.db('web', 'query', { database: 'd2', sql: RUNAWAY }));
-    await pause(150);
-    const refused = await p.db('web', 'execute', { database: 'd5', sql: 'INSERT INTO t VALUES (1)' });
-    assert.equal(refused.status, 503, refused.text);
-    assert.equal(refused.json.error.details.committed, false);
-    await serve('site', 'main', 300, 'other');
-    for (const r of await Promise.all(runaways)) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
+    const ended = await whileRunning(runaways, async () => {
+      await pause(200); // the oldest holds the repo's runaway pass
+      await serve('web', 'd3', 300);
+      runaways.push(p.db('web', 'query', { database: 'd2', sql: RUNAWAY }));
+      await pause(150);
+      const refused = await p.db('web', 'execute', { database: 'd5', sql: 'INSERT INTO t VALUES (1)' });
+      assert.equal(refused.status, 503, refused.text);
+      assert.equal(refused.json.error.details.committed, false);
+      await serve('site', 'main', 300, 'other');
+    });
+    for (const r of ended) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
     const rows = await p.db('web', 'query', { database: 'd5', sql: 'SELECT count(*) FROM t' });
     assert.deepEqual(rows.json.results[0].rows, [[0]], 'the refused write never ran');
   });
@@ -84,6 +100,7 @@ describe('a repo\'s runaways on some of its databases', () => {
       assert.ok(p99(latencies) < 1000, `p99 ${p99(latencies).toFixed(0)} ms over ${latencies.length} rounds`);
     } finally {
       clearInterval(counting);
+      await Promise.allSettled(runaways); // a failed test leaves none to the next
     }
     for (const r of await Promise.all(runaways)) assert.ok(r.status === 422 || r.status === 503, `a runaway ends in query_timeout or is refused (${r.status} ${r.text})`);
     // 2 × DB_EXECUTORS + 2, and one more for each runaway pass (DB_EXECUTORS of them in the server).

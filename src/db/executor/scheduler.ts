@@ -9,7 +9,7 @@ import { type ExecutorProcess, LostError } from './process.ts';
 import { ProcessSet, SLOW_MS, type ProcessSetOptions } from './process-set.ts';
 import { Tenant, type Job } from './tenant.ts';
 import { RunawayPasses } from './runaways.ts';
-import { maxWait, QueueError, waitedTooLong } from './queue-limits.ts';
+import { maxWait, QueueError, STANDING_AFTER_MS, waitedTooLong } from './queue-limits.ts';
 
 export type { Job } from './tenant.ts';
 
@@ -137,6 +137,11 @@ export class Scheduler {
       }
     }
     if (this.closing) return; // only statements past their limits are still stopped (see close)
+    // While the only processes free for general work are starting, queues wait for capacity on its way, not behind
+    // work: not standing (shedding at the target would serve no one sooner), DB_QUEUE_TIMEOUT_MS alone holds. A burst
+    // of runaways that took every started process had each repo's requests refused after 500 ms while their
+    // replacements started (0.5-1.5 s at a load of 10 on two cores).
+    if (this.procs.onlyStarting(now)) for (const t of this.ring) t.lastEmptyAt = now;
     this.expire(now);
     this.passes.judge(this.procs.all, now);
     this.procs.maintain(now);
@@ -218,9 +223,18 @@ export class Scheduler {
     if (t.onProcs.has(p)) return true;
     if (!this.belowShare(t)) return false;
     if (t.onProcs.size < this.opts.perTenant) return true;
-    // Beyond its share, on its runaway pass: only a process that has started, and never the last idle one: other
-    // repos would wait for the next to start (0.1-1 s on a loaded machine, at each round of a repo's runaways).
-    return p.started && this.procs.all.some((q) => q !== p && q.started && q.alive && !q.closing && q.inflight === 0 && (q.pinnedBy.size === 0 || q.shared));
+    // Beyond its share, on its runaway pass: only a process that has started, and not the last idle one: other repos
+    // would wait for the next to start (0.1-1 s on a loaded machine, at each round of a repo's runaways). Unless its
+    // queue is a burst, not standing (its other databases' requests, not a flood of runaways), and no other repo waits:
+    // kept idle then, their requests were refused (503 after 500 ms) while the processes spawned for them started.
+    if (!p.started) return false;
+    if (this.procs.all.some((q) => q !== p && q.started && q.alive && !q.closing && q.inflight === 0 && (q.pinnedBy.size === 0 || q.shared))) return true;
+    return performance.now() - t.lastEmptyAt <= STANDING_AFTER_MS && !this.othersWait(t);
+  }
+
+  /** Does a repo other than `t` wait with work it may start within its share (not itself on a runaway pass)? */
+  private othersWait(t: Tenant): boolean {
+    return this.ring.some((u) => u !== t && u.queued > 0 && u.onProcs.size < this.opts.perTenant && this.belowShare(u));
   }
 
   /** May `t` start work on one more process? Those running a statement with a runaway pass do not count (runaways.ts). */
