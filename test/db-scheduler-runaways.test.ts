@@ -1,12 +1,14 @@
 // Runaway statements and the requests around them (SPEC 4.8: a statement past DB_QUERY_TIMEOUT_MS is stopped and gets
 // 422 query_timeout, "while requests to other databases go on unhindered"). A repo's runaways on some databases leave
 // its others served, up to DB_EXECUTORS_PER_REPO of them (its oldest holds a runaway pass, src/db/executor/runaways.ts);
-// past that it waits for its share as before, and no number of them takes processes from other repos. A request sent
-// down a pipe behind a runaway is answered in time.
+// past that it waits for its share as before, and no number of them takes processes from other repos; a libSQL
+// transaction's long statement counts as one. A request sent down a pipe behind a runaway is answered in time.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startProduct, type HttpResult, type Product } from './helpers/product.ts';
 import { executorPids } from './helpers/processes.ts';
+import { createClient } from '@libsql/client';
+import { viaLoopback } from './helpers/loopback-fetch.ts';
 
 import { p99, pause, RUNAWAY } from './helpers/runaway.ts';
 
@@ -58,6 +60,24 @@ describe('a repo\'s runaways on some of its databases', () => {
       assert.ok(p99(latencies) < 1000, `p99 ${p99(latencies).toFixed(0)} ms over ${latencies.length} rounds`);
     });
     for (const r of ended) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
+  });
+
+  test('two libSQL transactions each running a long statement, on two of its databases, leave writes and reads to its third served (a transaction\'s statement held no runaway pass: 503)', async () => {
+    const clients = ['d0', 'd1'].map((database) => createClient({ url: `http://acme.localhost:${new URL(p.url).port}/web/_db/${database}/`, authToken: p.secret('acme', 'web'), fetch: viaLoopback }));
+    const long: Promise<void>[] = [];
+    try {
+      for (const c of clients) {
+        const tx = await c.transaction('write');
+        long.push(tx.execute(RUNAWAY).then(() => assert.fail('it ends only at its limit'), (e: Error) => assert.match(e.message, /ran past 2500 ms/)).finally(() => tx.close()));
+        await pause(150); // its statement is slow: the next transaction is pinned to another process
+      }
+      const { latencies } = await serve('web', 'd2', 1500);
+      assert.ok(p99(latencies) < 1000, `p99 ${p99(latencies).toFixed(0)} ms over ${latencies.length} rounds`);
+    } finally {
+      await Promise.allSettled(long); // a failed test leaves none to the next
+      for (const c of clients) c.close();
+    }
+    await Promise.all(long);
   });
 
   test('two repos with as many runaways each: each one\'s other databases are served (a pass each, not both to one)', async () => {

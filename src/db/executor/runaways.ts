@@ -8,6 +8,18 @@ import type { Job, Tenant } from './tenant.ts';
 /** A statement running this long may be a runaway (well under DB_QUEUE_TIMEOUT_MS, and the 500 ms a queue stands after). */
 export const RUNAWAY_MS = 100;
 
+/**
+ * The tag of an interactive transaction's message (Scheduler.runOn): its repo, whose share the message occupies, so
+ * that its long statement may hold the repo's pass as a scheduled job's does. Never a Job (nothing hedges or reruns it).
+ */
+export class PinnedMessage {
+  readonly tenant: Tenant;
+
+  constructor(tenant: Tenant) {
+    this.tenant = tenant;
+  }
+}
+
 /** Which processes run a statement with a pass now: each repo's oldest one, the oldest first, at most `total`. */
 export class RunawayPasses {
   private readonly total: number;
@@ -22,25 +34,26 @@ export class RunawayPasses {
 
   /**
    * Judged again at every tick and pump, from scratch: a pass ends with its statement, and the next oldest runaway
-   * gets it. Only scheduled jobs get one (an interactive transaction's statement runs on its own pinned process).
+   * gets it: a scheduled job's or an interactive transaction's (its pinned process counted in its repo's share, two
+   * transactions' runaways held the share and the repo's other databases got 503).
    */
   judge(all: readonly ExecutorProcess[], now: number): void {
     if (this.total <= 0) return;
-    const long: { p: ExecutorProcess; job: Job; ms: number }[] = [];
+    const long: { p: ExecutorProcess; tenant: Tenant; ms: number }[] = [];
     for (const p of all) {
       const ms = p.alive ? p.runningFor(now) : 0;
-      const job = ms > RUNAWAY_MS ? p.runningTag() as Job | undefined : undefined;
-      if (job?.tenant) long.push({ p, job, ms });
+      const tag = ms > RUNAWAY_MS ? p.runningTag() as Job | PinnedMessage | undefined : undefined;
+      if (tag?.tenant) long.push({ p, tenant: tag.tenant, ms });
     }
     if (long.length === 0 && this.passes.size === 0) return;
     long.sort((a, b) => b.ms - a.ms);
     const held = new Set<Tenant>();
     this.passes = new Map();
-    for (const { p, job } of long) {
+    for (const { p, tenant } of long) {
       if (this.passes.size >= this.total) break;
-      if (held.has(job.tenant)) continue;
-      held.add(job.tenant);
-      this.passes.set(p, job.tenant);
+      if (held.has(tenant)) continue;
+      held.add(tenant);
+      this.passes.set(p, tenant);
     }
   }
 

@@ -8,7 +8,7 @@ import type { Frame } from './protocol.ts';
 import { type ExecutorProcess, LostError } from './process.ts';
 import { ProcessSet, SLOW_MS, type ProcessSetOptions } from './process-set.ts';
 import { Tenant, type Job } from './tenant.ts';
-import { RunawayPasses } from './runaways.ts';
+import { PinnedMessage, RunawayPasses } from './runaways.ts';
 import { maxWait, QueueError, STANDING_AFTER_MS, waitedTooLong } from './queue-limits.ts';
 
 export type { Job } from './tenant.ts';
@@ -126,7 +126,8 @@ export class Scheduler {
         setImmediate(() => this.procs.guard(() => p.killFor('memory', running)));
       } else if (slow && !this.closing) {
         for (const tag of p.waiting()) {
-          const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs
+          // Untagged messages (broadcasts) and a transaction's (it runs where its connection is) are not jobs.
+          const job = tag instanceof PinnedMessage ? undefined : tag as Job | undefined;
           // A read that writes a file (a snapshot, an export) is never hedged: two copies would write one target.
           if (job && !job.write && !job.settled && !job.hedged && !('target' in (job.header as Record<string, unknown>))) {
             job.hedged = true;
@@ -361,7 +362,9 @@ export class Scheduler {
   /** Sends a message of a pinned transaction straight to its process; if that process died, the transaction is gone. */
   runOn(p: ExecutorProcess, tenantKey: string, header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
     if (!p.alive || this.closing) return Promise.reject(p.lostError());
-    return p.send(header, body, budgetMs).finally(this.occupy(this.tenant(tenantKey), p));
+    const t = this.tenant(tenantKey);
+    // Tagged with its repo: a long statement of a transaction holds the repo's runaway pass as a job's does.
+    return p.send(header, body, budgetMs, new PinnedMessage(t)).finally(this.occupy(t, p));
   }
 
   /** Counts a started job of `t` on `p`; the callback returned uncounts it. */
