@@ -2,7 +2,7 @@
 // spawned while runaways run are held stopped (SIGSTOP) until released. A repo's work beyond its share, on its runaway
 // pass, goes to a started process only: it is served by one that is there, or once one is; both were 503s after 500 ms
 // (its queue judged standing), the repo's third database refused while two runaways ran, which runaway passes exist to
-// prevent (SPEC 4.8, src/db/DESIGN.md).
+// prevent (SPEC 4.8, src/db/DESIGN.md). So was its read pipelined behind another repo's runaway: it filled the share.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startProduct, type Product } from './helpers/product.ts';
@@ -83,6 +83,30 @@ test('a repo\'s two runaways took every started process: its third database wait
     assert.equal(w.status, 200, `${w.text} after ${(performance.now() - t0).toFixed(0)} ms`);
     assert.equal(r.status, 200, r.text);
     for (const x of await Promise.all(runaways)) assert.equal(x.json?.error?.code, 'query_timeout', x.text);
+  } finally {
+    hold.release();
+    await Promise.allSettled(runaways);
+    await p.close();
+  }
+});
+
+test('a repo\'s read pipelined behind another repo\'s runaway, beside two runaways of its own: its hedge is served, not refused (the read held a place in its share where it only waited)', async () => {
+  const p = await product({ DB_EXECUTORS: '4', DB_EXECUTORS_PER_REPO: '2' }, ['d0', 'd1', 'd2']);
+  for (const database of ['d0', 'd1']) assert.equal((await p.db('api', 'execute', { database, sql: 'CREATE TABLE t(x)' })).status, 200);
+  // Quick reads first, so a process takes reads about 1 ms deep: the read goes down the pipe behind the runaway sent before it.
+  for (let i = 0; i < 50; i++) await Promise.all([p.db('web', 'query', { database: 'd2', sql: 'SELECT 1' }), p.db('api', 'query', { database: 'd0', sql: 'SELECT 1' })]);
+  const hold = holdNewExecutors();
+  // web's two and api's first take three processes, each repo's oldest on its runaway pass; the fourth is idle.
+  const runaways = [['web', 'd0'], ['web', 'd1'], ['api', 'd0']].map(([repo, database]) => p.db(repo!, 'query', { database, sql: RUNAWAY }));
+  try {
+    await pause(300);
+    runaways.push(p.db('api', 'query', { database: 'd1', sql: RUNAWAY })); // on the fourth, with no pass (api has one)
+    await pause(5);
+    const read = p.db('web', 'query', { database: 'd2', sql: 'SELECT count(*) FROM t' }); // down the same pipe
+    await pause(300);
+    hold.release(); // processes start: the read's hedge may run on one
+    const r = await read;
+    assert.equal(r.status, 200, r.text);
   } finally {
     hold.release();
     await Promise.allSettled(runaways);

@@ -3,6 +3,7 @@
 // repo, a bounded number in the server, and their processes are room beyond the process limit: no repo takes
 // capacity from another with them (src/db/DESIGN.md, "Scheduling").
 import type { ExecutorProcess } from './process.ts';
+import { SLOW_MS } from './process-set.ts';
 import type { Job, Tenant } from './tenant.ts';
 
 /** A statement running this long may be a runaway (well under DB_QUEUE_TIMEOUT_MS, and the 500 ms a queue stands after). */
@@ -77,11 +78,28 @@ export class RunawayPasses {
     return false;
   }
 
-  /** Processes `t` occupies that count toward its share: not those running a pass (its own or another repo's). */
-  share(t: Tenant): number {
-    if (this.passes.size === 0) return t.onProcs.size;
+  /**
+   * Processes `t` occupies that count toward its share: not those running a pass (its own or another repo's), nor
+   * those where it only waits (`occupied`).
+   */
+  share(t: Tenant, now: number): number {
     let n = 0;
-    for (const p of t.onProcs.keys()) if (!this.passes.has(p)) n++;
+    for (const p of t.onProcs.keys()) if (!this.passes.has(p) && !onlyWaiting(p, t, now)) n++;
     return n;
   }
+}
+
+/**
+ * Processes `t` occupies: not those where its jobs only wait behind another repo's slow statement (a read pipelined
+ * there just before the statement turned slow). Its reads there are hedged elsewhere; counted, they filled its share
+ * and their own hedges could not start (refused, 503, while the process they waited on ran another repo's runaway).
+ */
+export function occupied(t: Tenant, now: number): number {
+  let n = 0;
+  for (const p of t.onProcs.keys()) if (!onlyWaiting(p, t, now)) n++;
+  return n;
+}
+
+function onlyWaiting(p: ExecutorProcess, t: Tenant, now: number): boolean {
+  return p.runningFor(now) > SLOW_MS && (p.runningTag() as Job | PinnedMessage | undefined)?.tenant !== t;
 }

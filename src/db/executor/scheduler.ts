@@ -8,7 +8,7 @@ import type { Frame } from './protocol.ts';
 import { type ExecutorProcess, LostError } from './process.ts';
 import { ProcessSet, SLOW_MS, type ProcessSetOptions } from './process-set.ts';
 import { Tenant, type Job } from './tenant.ts';
-import { PinnedMessage, RunawayPasses } from './runaways.ts';
+import { occupied, PinnedMessage, RunawayPasses } from './runaways.ts';
 import { maxWait, QueueError, STANDING_AFTER_MS, waitedTooLong } from './queue-limits.ts';
 
 export type { Job } from './tenant.ts';
@@ -223,7 +223,7 @@ export class Scheduler {
     if (p.pinnedBy.size > 0 && !p.shared && !p.pinnedBy.has(t.key)) return false;
     if (t.onProcs.has(p)) return true;
     if (!this.belowShare(t)) return false;
-    if (t.onProcs.size < this.opts.perTenant) return true;
+    if (occupied(t, performance.now()) < this.opts.perTenant) return true;
     // Beyond its share, on its runaway pass: only a process that has started, and not the last idle one: other repos
     // would wait for the next to start (0.1-1 s on a loaded machine, at each round of a repo's runaways). Unless its
     // queue is a burst, not standing (its other databases' requests, not a flood of runaways), and no other repo waits:
@@ -235,12 +235,12 @@ export class Scheduler {
 
   /** Does a repo other than `t` wait with work it may start within its share (not itself on a runaway pass)? */
   private othersWait(t: Tenant): boolean {
-    return this.ring.some((u) => u !== t && u.queued > 0 && u.onProcs.size < this.opts.perTenant && this.belowShare(u));
+    return this.ring.some((u) => u !== t && u.queued > 0 && occupied(u, performance.now()) < this.opts.perTenant && this.belowShare(u));
   }
 
   /** May `t` start work on one more process? Those running a statement with a runaway pass do not count (runaways.ts). */
   private belowShare(t: Tenant): boolean {
-    return this.passes.share(t) < this.opts.perTenant;
+    return this.passes.share(t, performance.now()) < this.opts.perTenant;
   }
 
   /**
