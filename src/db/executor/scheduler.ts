@@ -138,10 +138,8 @@ export class Scheduler {
       }
     }
     if (this.closing) return; // only statements past their limits are still stopped (see close)
-    // While the only processes free for general work are starting, queues wait for capacity on its way, not behind
-    // work: not standing (shedding at the target would serve no one sooner), DB_QUEUE_TIMEOUT_MS alone holds. A burst
-    // of runaways that took every started process had each repo's requests refused after 500 ms while their
-    // replacements started (0.5-1.5 s at a load of 10 on two cores).
+    // While the only free processes are starting, queues wait for capacity on its way, not behind work: not standing
+    // (DB_QUEUE_TIMEOUT_MS alone holds). Work on a runaway pass was refused after 500 ms while they started (0.5-1.5 s).
     if (this.procs.onlyStarting(now)) for (const t of this.ring) t.lastEmptyAt = now;
     this.expire(now);
     this.passes.judge(this.procs.all, now);
@@ -224,10 +222,9 @@ export class Scheduler {
     if (t.onProcs.has(p)) return true;
     if (!this.belowShare(t)) return false;
     if (occupied(t, performance.now()) < this.opts.perTenant) return true;
-    // Beyond its share, on its runaway pass: only a process that has started, and not the last idle one: other repos
-    // would wait for the next to start (0.1-1 s on a loaded machine, at each round of a repo's runaways). Unless its
-    // queue is a burst, not standing (its other databases' requests, not a flood of runaways), and no other repo waits:
-    // kept idle then, their requests were refused (503 after 500 ms) while the processes spawned for them started.
+    // Beyond its share, on its runaway pass: only a process that has started, and not the last idle one (other repos
+    // would wait for the next to start, 0.1-1 s on a loaded machine) unless its queue is a burst, not a standing flood,
+    // and no other repo waits: kept idle then, its other databases were refused (503) while the next ones started.
     if (!p.started) return false;
     if (this.procs.all.some((q) => q !== p && q.started && q.alive && !q.closing && q.inflight === 0 && (q.pinnedBy.size === 0 || q.shared))) return true;
     return performance.now() - t.lastEmptyAt <= STANDING_AFTER_MS && !this.othersWait(t);
