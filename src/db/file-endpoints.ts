@@ -26,7 +26,7 @@ export interface FileParts {
   /** A write, admitted in a cluster until it is over. */
   admittedWrite(scope: Scope, work: () => Promise<DbResponse>): Promise<DbResponse>;
   /** A write's reply once it is on the follower too (cluster mode). */
-  replicated(scope: Scope, res: ExecReply): Promise<ExecReply>;
+  replicated(scope: Scope, write: Promise<ExecReply>): Promise<ExecReply>;
 }
 
 export class FileEndpoints {
@@ -95,7 +95,7 @@ export class FileEndpoints {
       const scratch = `${source}.sqlite`; // where SQL text is loaded: named here, so it goes even if its executor is killed
       try {
         const body = Buffer.from(JSON.stringify({ source, scratch, format: params.format, mode: params.mode }));
-        return json(await this.parts.replicated(scope, await pool.write(scope, layout.path(scope), 'import', body)));
+        return json(await this.parts.replicated(scope, pool.write(scope, layout.path(scope), 'import', body)));
       } finally {
         removeCopy(source); // with the -wal/-shm an upload in WAL mode gets when the executor opens it
         removeCopy(scratch);

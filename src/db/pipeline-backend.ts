@@ -14,8 +14,8 @@ export interface PipelineParts {
   limits: Pick<Config['db'], 'maxStatements' | 'maxValueBytes' | 'transactionMaxMs' | 'maxResultBytes'>;
   exists(scope: Scope): boolean;
   reportBug(e: unknown): void;
-  /** A write's reply once it is on the follower too (cluster mode). */
-  replicated(scope: Scope, res: ExecReply): Promise<ExecReply>;
+  /** A write's reply once it is on the follower too (cluster mode); a lost reply's `committed: true` too. */
+  replicated(scope: Scope, write: Promise<ExecReply>): Promise<ExecReply>;
 }
 
 export const JSON_TYPE = 'application/json; charset=utf-8';
@@ -60,7 +60,7 @@ export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts
       if (missing) body.transient = true;
       if (replication !== null) await replication.admit(scope, true);
       try {
-        const res = await parts.replicated(scope, await pool.write(scope, path, 'execute', Buffer.from(JSON.stringify(body))));
+        const res = await parts.replicated(scope, pool.write(scope, path, 'execute', Buffer.from(JSON.stringify(body))));
         if (res.status !== 200) throw replyError(res.body);
         return res.body.toString('utf8');
       } finally {
@@ -90,11 +90,7 @@ export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts
           if (!settled) void replication.settled(scope);
           settled = true;
         },
-        run: async (header, body, budgetMs) => {
-          const res = await hold.run(header, body, budgetMs);
-          if (res.version !== undefined) await replication.replicated(scope, res.version);
-          return res;
-        },
+        run: (header, body, budgetMs) => parts.replicated(scope, hold.run(header, body, budgetMs)),
       };
     },
     describe: async (sql) => {

@@ -10,6 +10,7 @@ import { repoSecretRefusal } from '../shared/secrets.ts';
 import { dbRequests as requests, opLabel, unknownOperation } from './admit.ts';
 import type { ChangeEvent, ChangeFeed, DbHandler, DbRequest, DbResponse, MirrorReport, Replication, Scope } from './contract.ts';
 import { ExecutorPool, type ExecReply } from './executor/pool.ts';
+import { LostCommitError } from './executor/pool-errors.ts';
 import { pools, restarts } from './executor-metrics.ts';
 import { KnownDatabases } from './known-databases.ts';
 import { ChangeLog } from './change-log.ts';
@@ -116,8 +117,18 @@ export class DbService implements DbHandler, ChangeFeed {
     return this.databases.exists(scope);
   }
 
-  /** A write's reply, once its version is on the follower too (cluster mode; nothing to wait for on one node). */
-  private async replicated(scope: Scope, res: ExecReply): Promise<ExecReply> {
+  /**
+   * A write's reply, once its version is on the follower too (cluster mode; nothing to wait for on one node). So is
+   * the 503 `committed: true` of a write whose reply was lost: it is as much on disk as a 200's.
+   */
+  private async replicated(scope: Scope, write: Promise<ExecReply>): Promise<ExecReply> {
+    let res: ExecReply;
+    try {
+      res = await write;
+    } catch (e) {
+      if (this.replication !== null && e instanceof LostCommitError) await this.replication.replicated(scope, e.version);
+      throw e;
+    }
     if (this.replication !== null && res.version !== undefined) await this.replication.replicated(scope, res.version);
     return res;
   }
@@ -215,13 +226,13 @@ export class DbService implements DbHandler, ChangeFeed {
     const path = this.layout.path(scope);
     switch (op) {
       case 'execute': case 'migrate':
-        return json(await this.replicated(scope, await this.pool.write(scope, path, op, raw)));
+        return json(await this.replicated(scope, this.pool.write(scope, path, op, raw)));
       case 'restore': {
         if (!this.exists(scope)) throw notFound(scope);
         // The version is rebuilt into a copy named here, so it goes even if the executor building it is killed.
         const copy = tmpFile(this.tmpDir, 'restore', 'sqlite');
         try {
-          return json(await this.replicated(scope, await this.pool.write(scope, path, 'restore', Buffer.from(JSON.stringify({ ...body, copy })))));
+          return json(await this.replicated(scope, this.pool.write(scope, path, 'restore', Buffer.from(JSON.stringify({ ...body, copy })))));
         } finally {
           for (const f of [copy, `${copy}.after`]) removeCopy(f);
         }

@@ -1,8 +1,16 @@
 // After a lost reply, whether the write committed is asked by its token, never guessed: a write is not run twice.
 import { LostError } from './process.ts';
 import type { Scheduler } from './scheduler.ts';
-import { tenantOfPath } from './pool-errors.ts';
+import { LostCommitError, tenantOfPath } from './pool-errors.ts';
+import type { PoolOptions } from './pool.ts';
+import type { Scope } from '../contract.ts';
 import { ApiError } from '../../shared/errors.ts';
+
+/** What the probe found: which requests of the write committed, and the database's version then (its last commit). */
+export interface Probed {
+  committed: (request: number) => boolean;
+  version: number;
+}
 
 /**
  * After a lost reply: which requests of the write with this token committed (by their place in the group the pool
@@ -11,14 +19,15 @@ import { ApiError } from '../../shared/errors.ts';
  * A probe lost in turn (its process killed too, as when every executor is; or stopped on a starved machine) is
  * sent again, twice at most: it only reads, and removes only what nothing committed to.
  */
-export async function probeRequests(scheduler: Scheduler, timeoutMs: number, path: string, token: string, created: boolean): Promise<(request: number) => boolean> {
+export async function probeRequests(scheduler: Scheduler, timeoutMs: number, path: string, token: string, created: boolean): Promise<Probed> {
   for (let attempt = 1; ; attempt++) {
     try {
       const probe = await scheduler.run(tenantOfPath(path), true, { op: 'probe', path, token, created }, undefined, timeoutMs);
+      const version = probe.header.version as number;
       const requests = probe.header.requests as number[] | undefined;
-      if (requests === undefined) return () => probe.header.committed === true;
+      if (requests === undefined) return { committed: () => probe.header.committed === true, version };
       const committed = new Set(requests);
-      return (request) => committed.has(request);
+      return { committed: (request) => committed.has(request), version };
     } catch (e) {
       if (!(e instanceof LostError) || e.reason === 'unstarted' || scheduler.closing || attempt >= 3) throw e;
     }
@@ -27,17 +36,26 @@ export async function probeRequests(scheduler: Scheduler, timeoutMs: number, pat
 
 /** After a lost reply: did the write with this token (one request: an interactive transaction's COMMIT) commit? */
 export async function probeCommitted(scheduler: Scheduler, timeoutMs: number, path: string, token: string, created: boolean): Promise<boolean> {
-  return (await probeRequests(scheduler, timeoutMs, path, token, created))(0);
+  return (await probeRequests(scheduler, timeoutMs, path, token, created)).committed(0);
 }
 
-/** The process died during a transaction's COMMIT: did it commit? (SQLite's journal makes it all or nothing.) */
-export async function lostCommit(scheduler: Scheduler, timeoutMs: number, path: string, token: string, created: boolean): Promise<ApiError> {
-  let committed: boolean | null;
+/**
+ * The process died during a transaction's COMMIT: did it commit? (SQLite's journal makes it all or nothing.) A
+ * version committed so is reported (`onCommit`: mirrors, metrics) as one answered 200 is.
+ */
+export async function lostCommit(scheduler: Scheduler, opts: Pick<PoolOptions, 'timeoutMs' | 'onCommit'>, scope: Scope, path: string, token: string, created: boolean): Promise<ApiError> {
+  let probed: Probed | null;
   try {
-    committed = await probeCommitted(scheduler, timeoutMs, path, token, created);
+    probed = await probeRequests(scheduler, opts.timeoutMs, path, token, created);
   } catch {
-    committed = null;
+    probed = null;
   }
-  const what = committed === null ? 'whether it committed is unknown: read the data back' : committed ? 'it committed' : 'nothing of it was applied';
-  return new ApiError('unavailable', `the executor stopped during this transaction's commit; ${what}`, { committed }, { 'retry-after': '1' });
+  const message = 'the executor stopped during this transaction\'s commit; ';
+  if (probed?.committed(0)) {
+    opts.onCommit(scope, probed.version);
+    return new LostCommitError(`${message}it committed`, probed.version);
+  }
+  const committed = probed === null ? null : false;
+  const what = committed === null ? 'whether it committed is unknown: read the data back' : 'nothing of it was applied';
+  return new ApiError('unavailable', `${message}${what}`, { committed }, { 'retry-after': '1' });
 }

@@ -40,7 +40,7 @@ export function pinTransaction(
         if (version !== undefined) opts.onCommit(scope, version);
         return { status: frame.header.s as number, body: frame.body, version };
       } catch (e) {
-        if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await lostCommit(scheduler, opts.timeoutMs, path, common.token, common.create);
+        if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await lostCommit(scheduler, opts, scope, path, common.token, common.create);
         // The transaction died with its process. One that was creating its database leaves none (the probe
         // removes it at version 0), as a first write killed before its commit does; the lane is still held here.
         if (e instanceof LostError && common.create) await probeCommitted(scheduler, opts.timeoutMs, path, common.token, true).catch(() => null);

@@ -14,6 +14,20 @@ export function overloaded(why: string): ApiError {
   return new ApiError('unavailable', `the database service is overloaded: ${why}; nothing of this request ran, retry after a second`, { committed: false }, { 'retry-after': '1' });
 }
 
+/**
+ * 503 `committed: true`: a write committed and its reply was lost. `version` is the database's version the probe read
+ * (the group's last commit): not in the body, where a caller would take it for its own request's, but for the
+ * service, which replicates it as it would a 200's (src/db/service.ts, `replicated`).
+ */
+export class LostCommitError extends ApiError {
+  readonly version: number;
+
+  constructor(message: string, version: number) {
+    super('unavailable', message, { committed: true }, { 'retry-after': '1' });
+    this.version = version;
+  }
+}
+
 export function lostToApiError(e: unknown, budgetMs: number): ApiError {
   if (e instanceof ApiError) return e;
   if (e instanceof QueueError) return new ApiError('unavailable', e.message, { committed: false }, { 'retry-after': '1' });

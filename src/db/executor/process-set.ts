@@ -58,6 +58,15 @@ export class ProcessSet {
     return this.free(now).filter((p) => p.pinnedBy.size === 0 || p.shared);
   }
 
+  /**
+   * No started process is free for general work, and one is starting: what waits, waits for capacity on its way (a
+   * start takes 0.1-1 s on a loaded machine), not behind work.
+   */
+  onlyStarting(now: number): boolean {
+    const general = this.general(now);
+    return general.length > 0 && general.every((p) => !p.started);
+  }
+
   private spawn(): ExecutorProcess {
     return new ExecutorProcess(this.opts.limits, (dead) => this.guard(() => this.replace(dead)), this.opts.onChange);
   }

@@ -3,10 +3,23 @@
 // repo, a bounded number in the server, and their processes are room beyond the process limit: no repo takes
 // capacity from another with them (src/db/DESIGN.md, "Scheduling").
 import type { ExecutorProcess } from './process.ts';
+import { SLOW_MS } from './process-set.ts';
 import type { Job, Tenant } from './tenant.ts';
 
 /** A statement running this long may be a runaway (well under DB_QUEUE_TIMEOUT_MS, and the 500 ms a queue stands after). */
 export const RUNAWAY_MS = 100;
+
+/**
+ * The tag of an interactive transaction's message (Scheduler.runOn): its repo, whose share the message occupies, so
+ * that its long statement may hold the repo's pass as a scheduled job's does. Never a Job (nothing hedges or reruns it).
+ */
+export class PinnedMessage {
+  readonly tenant: Tenant;
+
+  constructor(tenant: Tenant) {
+    this.tenant = tenant;
+  }
+}
 
 /** Which processes run a statement with a pass now: each repo's oldest one, the oldest first, at most `total`. */
 export class RunawayPasses {
@@ -22,25 +35,26 @@ export class RunawayPasses {
 
   /**
    * Judged again at every tick and pump, from scratch: a pass ends with its statement, and the next oldest runaway
-   * gets it. Only scheduled jobs get one (an interactive transaction's statement runs on its own pinned process).
+   * gets it: a scheduled job's or an interactive transaction's (its pinned process counted in its repo's share, two
+   * transactions' runaways held the share and the repo's other databases got 503).
    */
   judge(all: readonly ExecutorProcess[], now: number): void {
     if (this.total <= 0) return;
-    const long: { p: ExecutorProcess; job: Job; ms: number }[] = [];
+    const long: { p: ExecutorProcess; tenant: Tenant; ms: number }[] = [];
     for (const p of all) {
       const ms = p.alive ? p.runningFor(now) : 0;
-      const job = ms > RUNAWAY_MS ? p.runningTag() as Job | undefined : undefined;
-      if (job?.tenant) long.push({ p, job, ms });
+      const tag = ms > RUNAWAY_MS ? p.runningTag() as Job | PinnedMessage | undefined : undefined;
+      if (tag?.tenant) long.push({ p, tenant: tag.tenant, ms });
     }
     if (long.length === 0 && this.passes.size === 0) return;
     long.sort((a, b) => b.ms - a.ms);
     const held = new Set<Tenant>();
     this.passes = new Map();
-    for (const { p, job } of long) {
+    for (const { p, tenant } of long) {
       if (this.passes.size >= this.total) break;
-      if (held.has(job.tenant)) continue;
-      held.add(job.tenant);
-      this.passes.set(p, job.tenant);
+      if (held.has(tenant)) continue;
+      held.add(tenant);
+      this.passes.set(p, tenant);
     }
   }
 
@@ -64,11 +78,28 @@ export class RunawayPasses {
     return false;
   }
 
-  /** Processes `t` occupies that count toward its share: not those running a pass (its own or another repo's). */
-  share(t: Tenant): number {
-    if (this.passes.size === 0) return t.onProcs.size;
+  /**
+   * Processes `t` occupies that count toward its share: not those running a pass (its own or another repo's), nor
+   * those where it only waits (`occupied`).
+   */
+  share(t: Tenant, now: number): number {
     let n = 0;
-    for (const p of t.onProcs.keys()) if (!this.passes.has(p)) n++;
+    for (const p of t.onProcs.keys()) if (!this.passes.has(p) && !onlyWaiting(p, t, now)) n++;
     return n;
   }
+}
+
+/**
+ * Processes `t` occupies: not those where its jobs only wait behind another repo's slow statement (a read pipelined
+ * there just before the statement turned slow). Its reads there are hedged elsewhere; counted, they filled its share
+ * and their own hedges could not start (refused, 503, while the process they waited on ran another repo's runaway).
+ */
+export function occupied(t: Tenant, now: number): number {
+  let n = 0;
+  for (const p of t.onProcs.keys()) if (!onlyWaiting(p, t, now)) n++;
+  return n;
+}
+
+function onlyWaiting(p: ExecutorProcess, t: Tenant, now: number): boolean {
+  return p.runningFor(now) > SLOW_MS && (p.runningTag() as Job | PinnedMessage | undefined)?.tenant !== t;
 }

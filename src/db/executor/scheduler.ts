@@ -8,8 +8,8 @@ import type { Frame } from './protocol.ts';
 import { type ExecutorProcess, LostError } from './process.ts';
 import { ProcessSet, SLOW_MS, type ProcessSetOptions } from './process-set.ts';
 import { Tenant, type Job } from './tenant.ts';
-import { RunawayPasses } from './runaways.ts';
-import { maxWait, QueueError, waitedTooLong } from './queue-limits.ts';
+import { occupied, PinnedMessage, RunawayPasses } from './runaways.ts';
+import { maxWait, QueueError, STANDING_AFTER_MS, waitedTooLong } from './queue-limits.ts';
 
 export type { Job } from './tenant.ts';
 
@@ -126,7 +126,8 @@ export class Scheduler {
         setImmediate(() => this.procs.guard(() => p.killFor('memory', running)));
       } else if (slow && !this.closing) {
         for (const tag of p.waiting()) {
-          const job = tag as Job | undefined; // untagged messages (broadcasts) are not jobs
+          // Untagged messages (broadcasts) and a transaction's (it runs where its connection is) are not jobs.
+          const job = tag instanceof PinnedMessage ? undefined : tag as Job | undefined;
           // A read that writes a file (a snapshot, an export) is never hedged: two copies would write one target.
           if (job && !job.write && !job.settled && !job.hedged && !('target' in (job.header as Record<string, unknown>))) {
             job.hedged = true;
@@ -137,6 +138,9 @@ export class Scheduler {
       }
     }
     if (this.closing) return; // only statements past their limits are still stopped (see close)
+    // While the only free processes are starting, queues wait for capacity on its way, not behind work: not standing
+    // (DB_QUEUE_TIMEOUT_MS alone holds). Work on a runaway pass was refused after 500 ms while they started (0.5-1.5 s).
+    if (this.procs.onlyStarting(now)) for (const t of this.ring) t.lastEmptyAt = now;
     this.expire(now);
     this.passes.judge(this.procs.all, now);
     this.procs.maintain(now);
@@ -217,15 +221,23 @@ export class Scheduler {
     if (p.pinnedBy.size > 0 && !p.shared && !p.pinnedBy.has(t.key)) return false;
     if (t.onProcs.has(p)) return true;
     if (!this.belowShare(t)) return false;
-    if (t.onProcs.size < this.opts.perTenant) return true;
-    // Beyond its share, on its runaway pass: only a process that has started, and never the last idle one: other
-    // repos would wait for the next to start (0.1-1 s on a loaded machine, at each round of a repo's runaways).
-    return p.started && this.procs.all.some((q) => q !== p && q.started && q.alive && !q.closing && q.inflight === 0 && (q.pinnedBy.size === 0 || q.shared));
+    if (occupied(t, performance.now()) < this.opts.perTenant) return true;
+    // Beyond its share, on its runaway pass: only a process that has started, and not the last idle one (other repos
+    // would wait for the next to start, 0.1-1 s on a loaded machine) unless its queue is a burst, not a standing flood,
+    // and no other repo waits: kept idle then, its other databases were refused (503) while the next ones started.
+    if (!p.started) return false;
+    if (this.procs.all.some((q) => q !== p && q.started && q.alive && !q.closing && q.inflight === 0 && (q.pinnedBy.size === 0 || q.shared))) return true;
+    return performance.now() - t.lastEmptyAt <= STANDING_AFTER_MS && !this.othersWait(t);
+  }
+
+  /** Does a repo other than `t` wait with work it may start within its share (not itself on a runaway pass)? */
+  private othersWait(t: Tenant): boolean {
+    return this.ring.some((u) => u !== t && u.queued > 0 && occupied(u, performance.now()) < this.opts.perTenant && this.belowShare(u));
   }
 
   /** May `t` start work on one more process? Those running a statement with a runaway pass do not count (runaways.ts). */
   private belowShare(t: Tenant): boolean {
-    return this.passes.share(t) < this.opts.perTenant;
+    return this.passes.share(t, performance.now()) < this.opts.perTenant;
   }
 
   /**
@@ -347,7 +359,9 @@ export class Scheduler {
   /** Sends a message of a pinned transaction straight to its process; if that process died, the transaction is gone. */
   runOn(p: ExecutorProcess, tenantKey: string, header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
     if (!p.alive || this.closing) return Promise.reject(p.lostError());
-    return p.send(header, body, budgetMs).finally(this.occupy(this.tenant(tenantKey), p));
+    const t = this.tenant(tenantKey);
+    // Tagged with its repo: a long statement of a transaction holds the repo's runaway pass as a job's does.
+    return p.send(header, body, budgetMs, new PinnedMessage(t)).finally(this.occupy(t, p));
   }
 
   /** Counts a started job of `t` on `p`; the callback returned uncounts it. */

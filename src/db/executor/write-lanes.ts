@@ -2,8 +2,8 @@
 import { randomBytes } from 'node:crypto';
 import { LostError } from './process.ts';
 import type { Scheduler } from './scheduler.ts';
-import { lostToApiError, overloaded, tenantOfPath } from './pool-errors.ts';
-import { probeRequests } from './commit-probe.ts';
+import { LostCommitError, lostToApiError, overloaded, tenantOfPath } from './pool-errors.ts';
+import { probeRequests, type Probed } from './commit-probe.ts';
 import { pinTransaction, type LaneHold } from './pinned-transaction.ts';
 import type { ExecReply, PoolOptions } from './pool.ts';
 import type { Scope } from '../contract.ts';
@@ -205,19 +205,22 @@ export class WriteLanes {
       for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
       return;
     }
-    let committed: ((request: number) => boolean) | null;
+    let probed: Probed | null;
     try {
-      committed = await probeRequests(this.scheduler, this.opts.timeoutMs, path, token, created);
+      probed = await probeRequests(this.scheduler, this.opts.timeoutMs, path, token, created);
     } catch {
-      committed = null; // the probe failed too: rerunning could apply the writes twice, so nothing reruns
+      probed = null; // the probe failed too: rerunning could apply the writes twice, so nothing reruns
     }
-    if (committed === null) {
+    if (probed === null) {
       const message = 'the executor stopped and whether this write committed is unknown: read the data back before retrying';
       for (const it of items) it.reject(new ApiError('unavailable', message, { committed: null }, { 'retry-after': '1' }));
       return;
     }
+    const { committed, version } = probed;
+    // What committed is reported as a 200's version is (mirrors, metrics), before the rest run again.
+    if (items.some((_, i) => committed(i))) this.opts.onCommit(lane.scope, version);
     const message = 'the executor stopped after this write committed, and its reply was lost: read the data back before retrying';
-    for (const [i, it] of items.entries()) if (committed(i)) it.reject(new ApiError('unavailable', message, { committed: true }, { 'retry-after': '1' }));
+    for (const [i, it] of items.entries()) if (committed(i)) it.reject(new LostCommitError(message, version));
     const rest = items.filter((_, i) => !committed(i));
     if (rest.length === 0) return;
     if (splittable) {
