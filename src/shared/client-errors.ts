@@ -115,7 +115,11 @@ function watchBodies(server: Server): void {
       const trickling = now - w.start > REQUEST_TIMEOUT_MS + (w.received / BODY_MIN_BYTES_PER_S) * 1000;
       if (!stalled && !trickling) continue;
       watched.delete(req);
-      server.emit('clientError', Object.assign(new Error('request body timeout'), { code: BODY_TIMEOUT }), req.socket);
+      try {
+        server.emit('clientError', Object.assign(new Error('request body timeout'), { code: BODY_TIMEOUT }), req.socket);
+      } catch {
+        req.socket.destroy(); // a throw in this timer would stop the process (every org): the slow client just goes
+      }
     }
   }, TIMEOUT_CHECK_MS).unref();
   server.once('close', () => clearInterval(timer));
