@@ -97,6 +97,8 @@ function watchBodies(server: Server): void {
     if (req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined) return;
     const now = Date.now();
     watched.set(req, { start: now, lastByteAt: now, bytesRead: req.socket.bytesRead, received: 0 });
+    // Let go once the body is in: kept until the next sweep, 2 s of requests would outlive their turn (GC pauses).
+    req.once('end', () => watched.delete(req));
   });
   const timer = setInterval(() => {
     const now = Date.now();
