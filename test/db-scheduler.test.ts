@@ -343,3 +343,25 @@ describe('a request behind a killed runaway', () => {
     }
   });
 });
+
+describe('refusals of a repo that ignores Retry-After, at a higher burst', () => {
+  test('come spread out: at most a tenth of a second\'s worth answered at once, the rest held (a second\'s worth at once cost a quiet repo 3–5 × its p99)', async () => {
+    // 100 refusals a second allowed (the burst), 10 of them at once: 40 sent together past the burst.
+    const p = await startProduct({ DB_RATE_LIMIT_PER_REPO: '1', DB_RATE_LIMIT_BURST: '100', DB_MAX_LOOP_DELAY_MS: '0' });
+    try {
+      for (let i = 0; i < 100; i++) assert.equal((await p.db('spin', 'execute', { sql: 'SELECT 1' })).status, 200);
+      const together = await Promise.all(Array.from({ length: 40 }, async () => {
+        const t0 = performance.now();
+        const r = await p.db('spin', 'execute', { sql: 'SELECT 1' });
+        return { status: r.status, ms: performance.now() - t0 };
+      }));
+      assert.ok(together.every((r) => r.status === 429), together.map((r) => r.status).join(' '));
+      const atOnce = together.filter((r) => r.ms < 900).length;
+      assert.ok(atOnce >= 8 && atOnce <= 20, `${atOnce} of 40 answered at once (${together.map((r) => r.ms.toFixed(0)).join(', ')} ms)`);
+      const other = await p.db('quiet', 'execute', { sql: 'SELECT 1' });
+      assert.equal(other.status, 200, 'another repo is not limited');
+    } finally {
+      await p.close();
+    }
+  });
+});
