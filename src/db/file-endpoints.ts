@@ -1,10 +1,11 @@
 // Import, export and snapshot (SPEC 4.9, 4.12): each holds a file in DATA_DIR/tmp, at most MAX_FILES_PER_REPO per repo.
+import { statSync } from 'node:fs';
 import { ApiError } from '../shared/errors.ts';
 import type { Config } from '../shared/config.ts';
 import type { DbRequest, DbResponse, Scope } from './contract.ts';
 import type { ExecReply, ExecutorPool } from './executor/pool.ts';
 import type { Layout } from './layout.ts';
-import { type importParams, receiveBody } from './import.ts';
+import { importBudget, type importParams, receiveBody } from './import.ts';
 import { json, notFound, replyError } from './pipeline-backend.ts';
 import { removeCopy } from './history/rebuild.ts';
 import { exportHeaders, makeFile, streamFile } from './files.ts';
@@ -95,7 +96,8 @@ export class FileEndpoints {
       const scratch = `${source}.sqlite`; // where SQL text is loaded: named here, so it goes even if its executor is killed
       try {
         const body = Buffer.from(JSON.stringify({ source, scratch, format: params.format, mode: params.mode }));
-        return json(await this.parts.replicated(scope, pool.write(scope, layout.path(scope), 'import', body)));
+        const budget = importBudget(statSync(source).size, limits.queryTimeoutMs);
+        return json(await this.parts.replicated(scope, pool.write(scope, layout.path(scope), 'import', body, budget)));
       } finally {
         removeCopy(source); // with the -wal/-shm an upload in WAL mode gets when the executor opens it
         removeCopy(scratch);

@@ -11,6 +11,8 @@ import { finished } from 'node:stream/promises';
 import { ApiError } from '../shared/errors.ts';
 import { encodedBody } from '../shared/body-budget.ts';
 import { checkDatabase } from '../shared/names.ts';
+import type { WriteBudget } from './executor/write-lanes.ts';
+import { sizeText } from './executor/temp-space.ts';
 
 export interface ImportParams { database: string; mode: 'create' | 'replace'; format: 'sqlite' | 'sql' }
 
@@ -72,6 +74,25 @@ export async function receiveBody(body: Readable, tmpDir: string, maxBytes: numb
     rmSync(path, { force: true });
     throw e;
   }
+}
+
+/** The most any import may take, whatever its size (as a snapshot or an export). */
+const IMPORT_MAX_MS = 600_000;
+/** Time an import gets per MiB uploaded: ~40 times what checking and copying a MiB takes here (~25 ms). */
+const IMPORT_MS_PER_MIB = 1000;
+
+/**
+ * The time an upload of `bytes` is given to be checked and installed: twice the statement limit, plus a second per
+ * MiB, at most 10 minutes. A fixed 10 minutes let a 32 KB file whose CHECK constraints cost much per row hold an
+ * executor for as long; the work an honest file needs grows with its size.
+ */
+export function importBudget(bytes: number, queryTimeoutMs: number): WriteBudget {
+  const cap = Math.max(queryTimeoutMs, IMPORT_MAX_MS);
+  const ms = Math.min(cap, 2 * queryTimeoutMs + Math.ceil((bytes / 2 ** 20) * IMPORT_MS_PER_MIB));
+  return {
+    ms,
+    over: () => new ApiError('query_timeout', `checking and installing the import ran past ${ms} ms, the time an upload of ${sizeText(bytes)} is given (twice DB_QUERY_TIMEOUT_MS plus 1 s per MiB, at most ${cap / 1000} s), and was stopped: its rows cost too much to check (CHECK constraints, indexes or generated columns that are slow per row); nothing was changed`, { budgetMs: ms, bytes }),
+  };
 }
 
 const cutOff = () => new ApiError('invalid_request', 'the upload ended before its end (the connection was closed); nothing was changed');

@@ -65,7 +65,7 @@ export class DbService implements DbHandler, ChangeFeed {
       limits: {
         sync: db.sync, maxValueBytes: db.maxValueBytes, maxSizeBytes: db.maxSizeBytes, maxResultBytes: db.maxResultBytes, maxOpen: db.maxOpenDatabases, idleCloseMs: db.idleCloseMs,
         tempDir: this.tmpDir, tempMaxBytes: db.tempMaxBytes, memoryMaxBytes: db.memoryMaxBytes, // SQLite's files there are unlinked as they are made
-        history: db.historyDays > 0 ? { root: join(config.dataDir, 'history'), dbRoot: join(config.dataDir, 'db'), days: db.historyDays, maxBytes: db.historyMaxBytes } : undefined,
+        history: db.historyDays > 0 ? { root: join(config.dataDir, 'history'), dbRoot: join(config.dataDir, 'db'), days: db.historyDays, maxBytes: db.historyMaxBytes, repoMaxBytes: db.historyMaxBytesPerRepo } : undefined,
       },
       timeoutMs: db.queryTimeoutMs,
       perTenant: db.executorsPerRepo,

@@ -69,6 +69,8 @@ export interface Config {
     /** Time travel (SPEC 4.11): days of versions kept restorable (0: no history), and the bytes a database's history may take. */
     historyDays: number;
     historyMaxBytes: number;
+    /** The bytes every database's history in a repo may take together (oldest first of the database being written). */
+    historyMaxBytesPerRepo: number;
     mirrors: MirrorConfig[];
     /** Delivery tuning (SPEC 5): per-attempt timeout, backoff cap, stall threshold, concurrent deliveries per mirror. */
     mirrorDelivery: { timeoutMs: number; maxBackoffMs: number; stallAfterMs: number; concurrency: number };
@@ -273,6 +275,12 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
   // of it, on 10,000 streams, grows the heap by at most its own size; src/db/hrana/DESIGN.md).
   const storedSqlMaxBytes = int(env, 'DB_STORED_SQL_MAX_BYTES', Math.min(512 * 1024 ** 2, Math.floor(getHeapStatistics().heap_size_limit / 8)), 1024, Number.MAX_SAFE_INTEGER);
   const storedSqlMaxBytesPerRepo = int(env, 'DB_STORED_SQL_MAX_BYTES_PER_REPO', Math.min(64 * 1024 ** 2, storedSqlMaxBytes), 1024, Number.MAX_SAFE_INTEGER);
+  // A repo's histories together: 8 databases at their size limit by default (8 GiB), or one database's cap if set
+  // higher; a database's: 8 GiB at most, within its repo's (64 databases of 8 GiB each could fill a disk).
+  const historyMaxSet = str(env, 'DB_HISTORY_MAX_BYTES') === undefined ? null : int(env, 'DB_HISTORY_MAX_BYTES', 0, 1 << 20, Number.MAX_SAFE_INTEGER);
+  const historyMaxBytesPerRepo = int(env, 'DB_HISTORY_MAX_BYTES_PER_REPO', Math.min(Math.max(8 * maxSizeBytes, historyMaxSet ?? 0, 1 << 20), Number.MAX_SAFE_INTEGER), 1 << 20, Number.MAX_SAFE_INTEGER);
+  const historyMaxBytes = historyMaxSet ?? Math.min(8 * 1024 ** 3, historyMaxBytesPerRepo);
+  if (historyMaxBytes > historyMaxBytesPerRepo) fail('DB_HISTORY_MAX_BYTES', `must not be above DB_HISTORY_MAX_BYTES_PER_REPO (${historyMaxBytes} > ${historyMaxBytesPerRepo}): one database's history is part of its repo's`);
   if (storedSqlMaxBytesPerRepo > storedSqlMaxBytes) fail('DB_STORED_SQL_MAX_BYTES_PER_REPO', `must not be above DB_STORED_SQL_MAX_BYTES (${storedSqlMaxBytesPerRepo} > ${storedSqlMaxBytes})`);
   const port = int(env, 'PORT', 8080, 0, 65535);
   const adminPort = int(env, 'ADMIN_PORT', 9090, 0, 65535);
@@ -325,7 +333,8 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
       maxOpenDatabases: int(env, 'DB_MAX_OPEN', 64, 4, 100_000),
       idleCloseMs: int(env, 'DB_IDLE_CLOSE_MS', 60_000, 0, 86_400_000),
       historyDays: clusterNodeOnly(cluster, 'DB_HISTORY_DAYS', 'time travel', int(env, 'DB_HISTORY_DAYS', cluster?.nodeId ? 0 : 7, 0, 3650)),
-      historyMaxBytes: int(env, 'DB_HISTORY_MAX_BYTES', 8 * 1024 ** 3, 1 << 20, Number.MAX_SAFE_INTEGER),
+      historyMaxBytes,
+      historyMaxBytesPerRepo,
       mirrors: parseMirrors(str(env, 'DB_MIRRORS')), // on a cluster node only a database's primary delivers (src/cluster/DESIGN.md)
       mirrorDelivery: {
         timeoutMs: int(env, 'DB_MIRROR_TIMEOUT_MS', 10_000, 50, 600_000),

@@ -72,11 +72,14 @@ function unlinkDatabase(path: string): void {
 
 /**
  * Tells the parent that the running message starts a step: a statement of an imported SQL text (held to the
- * statement limit) or, `done`, the rest (its own budget again). The write leaves at once: the channel is uncorked.
+ * statement limit) or, `done`, the rest. Every step is held to what is left of the message's own budget too, so
+ * many statements cannot add up past it. The write leaves at once: the channel is uncorked.
  */
 function budgetStep(statementMs: number, budgetMs: number): (done?: boolean) => void {
+  const end = performance.now() + budgetMs;
   return (done) => {
-    channel.write(encodeFrame(0, { budget: done ? budgetMs : statementMs }));
+    const left = Math.max(1, Math.ceil(end - performance.now()));
+    channel.write(encodeFrame(0, done || left <= statementMs ? { budget: left } : { budget: statementMs, statement: true }));
   };
 }
 

@@ -4,7 +4,7 @@ import { LostError } from './process.ts';
 import { Scheduler } from './scheduler.ts';
 import { lostToApiError, overloaded, tenantOfPath } from './pool-errors.ts';
 import { pinTransaction, type LaneHold } from './pinned-transaction.ts';
-import { WriteLanes, type WriteOp } from './write-lanes.ts';
+import { WriteLanes, type WriteBudget, type WriteOp } from './write-lanes.ts';
 import type { Scope } from '../contract.ts';
 import { ApiError } from '../../shared/errors.ts';
 
@@ -105,8 +105,8 @@ export class ExecutorPool {
   }
 
   /** A write (execute or migrate) to one database, serialized with the other writes to it. */
-  write(scope: Scope, path: string, op: WriteOp, body: Buffer): Promise<ExecReply> {
-    return this.lanes.write(scope, path, op, body);
+  write(scope: Scope, path: string, op: WriteOp, body: Buffer, budget?: WriteBudget): Promise<ExecReply> {
+    return this.lanes.write(scope, path, op, body, budget);
   }
 
   /** Waits for the writes queued ahead, then holds the database's lane until `release()` (Hrana streams). */

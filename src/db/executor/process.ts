@@ -56,17 +56,22 @@ export class LostError extends Error {
   readonly reason: LostReason;
   /** For `temp_space` and `memory`: the limit that was crossed (DB_TEMP_MAX_BYTES, DB_MEMORY_MAX_BYTES). */
   readonly limitBytes: number | undefined;
+  /** For `timeout`: the step that ran out was one statement held to its own limit, not the message's whole budget. */
+  readonly statement: boolean;
 
-  constructor(reason: LostReason, limitBytes?: number) {
+  constructor(reason: LostReason, limitBytes?: number, statement = false) {
     super(`executor message lost: ${reason}`);
     this.reason = reason;
     this.limitBytes = limitBytes;
+    this.statement = statement;
   }
 }
 
 interface Pending {
   seq: number;
   budgetMs: number;
+  /** Its running step is one statement of it (an imported SQL text's), held to the statement limit. */
+  statement?: boolean;
   /** The caller's job, so a scheduler can see what waits behind a slow statement. */
   tag: unknown;
   resolve: (f: Frame) => void;
@@ -204,7 +209,10 @@ export class ExecutorProcess {
       const { budget, committed } = frame.header;
       const running = this.queue[this.head];
       if (committed === true && running !== undefined) running.budgetMs = Math.max(running.budgetMs, AFTER_COMMIT_MS);
-      else if (typeof budget === 'number' && running !== undefined) running.budgetMs = budget;
+      else if (typeof budget === 'number' && running !== undefined) {
+        running.budgetMs = budget;
+        running.statement = frame.header.statement === true;
+      }
       else this.ready = true;
       this.headStartedAt = performance.now();
       return;
@@ -308,7 +316,7 @@ export class ExecutorProcess {
     const lost = this.queue.slice(this.head);
     this.queue.length = 0;
     this.head = 0;
-    lost.forEach((p, i) => p.reject(new LostError(i > 0 ? 'unstarted' : this.killedFor ?? 'crash', this.limitBytes())));
+    lost.forEach((p, i) => p.reject(new LostError(i > 0 ? 'unstarted' : this.killedFor ?? 'crash', this.limitBytes(), p.statement === true)));
     this.onDeath(this);
   }
 

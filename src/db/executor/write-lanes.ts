@@ -23,7 +23,11 @@ interface WriteItem {
   held?: (hold: LaneHold) => void;
   /** Already run once more after its process died under it without committing it. */
   retried?: boolean;
+  /** Its own time budget (an import's, by its size), and the refusal when it runs past it. */
+  budget?: WriteBudget;
 }
+
+export interface WriteBudget { ms: number; over: () => ApiError }
 
 interface Lane {
   scope: Scope;
@@ -63,8 +67,8 @@ export class WriteLanes {
   }
 
   /** A write (execute or migrate) to one database, serialized with the other writes to it. */
-  write(scope: Scope, path: string, op: WriteOp, body: Buffer): Promise<ExecReply> {
-    return new Promise((resolve, reject) => this.enqueue(scope, path, { op, body, at: performance.now(), resolve, reject }));
+  write(scope: Scope, path: string, op: WriteOp, body: Buffer, budget?: WriteBudget): Promise<ExecReply> {
+    return new Promise((resolve, reject) => this.enqueue(scope, path, { op, body, at: performance.now(), resolve, reject, budget }));
   }
 
   /** Joins the database's lane: writes to one database run in arrival order, one group at a time. */
@@ -172,7 +176,7 @@ export class WriteLanes {
     };
     // A restore or an import rebuilds or copies a whole database: given the time a snapshot is. Each statement of an
     // imported SQL text is held to the statement limit, as any statement (the executor restarts the clock for each).
-    const budget = items[0]!.op === 'restore' || items[0]!.op === 'import' ? Math.max(this.opts.timeoutMs, 600_000) : this.opts.timeoutMs;
+    const budget = items[0]!.budget?.ms ?? (items[0]!.op === 'restore' || items[0]!.op === 'import' ? Math.max(this.opts.timeoutMs, 600_000) : this.opts.timeoutMs);
     if (items[0]!.op === 'import') Object.assign(header, { statementMs: this.opts.timeoutMs, budgetMs: budget });
     try {
       const body = items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body));
@@ -202,7 +206,7 @@ export class WriteLanes {
    */
   private async recover(path: string, lane: Lane, items: WriteItem[], splittable: boolean, token: string, e: unknown, created: boolean): Promise<void> {
     if (!(e instanceof LostError) || this.closing) {
-      for (const it of items) it.reject(lostToApiError(e, this.opts.timeoutMs));
+      for (const it of items) it.reject(this.lostError(it, e));
       return;
     }
     let probed: Probed | null;
@@ -234,7 +238,13 @@ export class WriteLanes {
       await this.runGroup(path, lane, rest, false);
       return;
     }
-    for (const it of rest) it.reject(lostToApiError(e, this.opts.timeoutMs));
+    for (const it of rest) it.reject(this.lostError(it, e));
+  }
+
+  /** A write stopped at its own budget (not at one statement's limit) is refused as that budget says. */
+  private lostError(it: WriteItem, e: unknown): ApiError {
+    if (it.budget && e instanceof LostError && e.reason === 'timeout' && !e.statement) return it.budget.over();
+    return lostToApiError(e, this.opts.timeoutMs);
   }
 
   /** Resolves when no lane has a write left: a write that was accepted is answered. */

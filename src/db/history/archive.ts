@@ -2,8 +2,8 @@
 // wrote to the log of the current segment (log.ts). Runs inside the writer, synchronously after COMMIT, while no
 // other connection can write or checkpoint (writes are serialized per database; only a committing connection
 // checkpoints), so the log file it reads holds exactly what the commit wrote.
-import { closeSync, copyFileSync, mkdirSync, openSync, rmSync, statSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { closeSync, copyFileSync, mkdirSync, openSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { DatabaseSync } from 'node:sqlite';
 import { appendRecord, lastRecord, readRecords, segmentName, segments } from './log.ts';
@@ -17,6 +17,11 @@ export interface HistoryOptions {
   days: number;
   /** A database's history is cut (oldest segments first) past this many bytes (DB_HISTORY_MAX_BYTES). */
   maxBytes: number;
+  /**
+   * The repo's histories together, past which the database being written loses its oldest segments too
+   * (DB_HISTORY_MAX_BYTES_PER_REPO): 64 databases of 8 GiB each could fill a disk.
+   */
+  repoMaxBytes: number;
 }
 
 /** Where the archive left off, so the next commit's frames can be found. */
@@ -140,16 +145,37 @@ function segmentBytes(dir: string): number {
   return n;
 }
 
-/** Drops old segments: those whose successor began before the window (kept states are all later), and past the size cap. */
+const historyBytes = (dir: string) => segments(dir).reduce((n, s) => n + segmentBytes(join(dir, s)), 0);
+
+/** Bytes of the histories of every database of the repo whose database's history is `dir`. */
+function repoBytes(dir: string): number {
+  const repoDir = dirname(dir);
+  let entries: string[];
+  try {
+    entries = readdirSync(repoDir);
+  } catch {
+    return 0;
+  }
+  return entries.reduce((n, name) => n + historyBytes(join(repoDir, name)), 0);
+}
+
+/**
+ * Drops old segments: those whose successor began before the window (kept states are all later), and past the size
+ * caps, the database's and its repo's. Only this database's own, oldest first, never its last: its writer is the one
+ * running, so no other database's restore reads a segment as it goes, and a write is never refused for history.
+ */
 export function prune(opts: HistoryOptions, dir: string): void {
   const all = segments(dir);
   const cutoff = Date.now() - opts.days * 86_400_000;
-  let total = all.reduce((n, s) => n + segmentBytes(join(dir, s)), 0);
+  let total = historyBytes(dir);
+  let repo = repoBytes(dir);
   for (let i = 0; i < all.length - 1; i++) {
     const next = readRecords(join(dir, all[i + 1]!))[0];
     const outOfWindow = next !== undefined && next.committedAt < cutoff;
-    if (!outOfWindow && total <= opts.maxBytes) break;
-    total -= segmentBytes(join(dir, all[i]!));
+    if (!outOfWindow && total <= opts.maxBytes && repo <= opts.repoMaxBytes) break;
+    const bytes = segmentBytes(join(dir, all[i]!));
+    total -= bytes;
+    repo -= bytes;
     rmSync(join(dir, all[i]!), { recursive: true, force: true });
   }
 }
