@@ -22,8 +22,10 @@ export interface Job {
   sentTo?: ExecutorProcess;
   /** Copies sent and not yet answered or lost (a hedged read can have two). */
   copies?: number;
-  /** A read whose process died under it runs once more; a second death is reported (it may be the read's doing). */
-  retried?: boolean;
+  /** When its current run's deadline began (its first send; reset with what is left at a rerun, Scheduler.runAgain). */
+  firstSentAt?: number;
+  /** Times it ran again after its process died under it. */
+  crashes?: number;
   /** Put back at the head of its queue (hedged, or to run once more): served next even while reads go newest first. */
   urgent?: boolean;
 }
