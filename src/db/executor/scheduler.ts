@@ -375,9 +375,12 @@ export class Scheduler {
     this.procs.unpin(p, tenantKey);
   }
 
-  /** Sends a message of a pinned transaction straight to its process; if that process died, the transaction is gone. */
+  /**
+   * Sends a message of a pinned transaction straight to its process; if that process died, the transaction is gone and
+   * the message is not sent ('unstarted': it did not die of this message's limits, which were another's).
+   */
   runOn(p: ExecutorProcess, tenantKey: string, header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
-    if (!p.alive || this.closing) return Promise.reject(p.lostError());
+    if (!p.alive || this.closing) return Promise.reject(new LostError('unstarted'));
     const t = this.tenant(tenantKey);
     // Tagged with its repo: a long statement of a transaction holds the repo's runaway pass as a job's does.
     return p.send(header, body, budgetMs, new PinnedMessage(t)).finally(this.occupy(t, p));
