@@ -66,24 +66,39 @@ export async function busiestExecutor(ms = 200): Promise<number | undefined> {
   return best;
 }
 
-/** Holds every executor spawned from now on stopped (SIGSTOP), early in its start, until `release` (SIGCONT). */
-export function holdNewExecutors(): { release(): void } {
+/** Sends `signal` to every executor spawned from now on, as soon as it is seen, until `stop`; returns those signalled. */
+function signalNewExecutors(signal: NodeJS.Signals): { stop(): number[] } {
   const known = new Set(executorPids());
-  const held: number[] = [];
+  const sent: number[] = [];
   const timer = setInterval(() => {
     for (const pid of executorPids()) {
       if (known.has(pid)) continue;
       known.add(pid);
       try {
-        process.kill(pid, 'SIGSTOP');
-        held.push(pid);
+        process.kill(pid, signal);
+        sent.push(pid);
       } catch { /* gone */ }
     }
   }, 2);
   return {
-    release() {
+    stop() {
       clearInterval(timer);
-      for (const pid of held) try { process.kill(pid, 'SIGCONT'); } catch { /* gone */ }
+      return sent;
     },
   };
+}
+
+/** Holds every executor spawned from now on stopped (SIGSTOP), early in its start, until `release` (SIGCONT). */
+export function holdNewExecutors(): { release(): void } {
+  const held = signalNewExecutors('SIGSTOP');
+  return {
+    release() {
+      for (const pid of held.stop()) try { process.kill(pid, 'SIGCONT'); } catch { /* gone */ }
+    },
+  };
+}
+
+/** Kills (SIGKILL) every executor spawned from now on, as soon as it is seen, until `stop`. */
+export function killNewExecutors(): { stop(): void } {
+  return signalNewExecutors('SIGKILL');
 }
