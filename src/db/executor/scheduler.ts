@@ -7,7 +7,7 @@
 import type { Frame } from './protocol.ts';
 import { type ExecutorProcess, LostError } from './process.ts';
 import { ProcessSet, SLOW_MS, type ProcessSetOptions } from './process-set.ts';
-import { Tenant, type Job } from './tenant.ts';
+import { runAgain, Tenant, type Job } from './tenant.ts';
 import { occupied, PinnedMessage, RunawayPasses } from './runaways.ts';
 import { maxWait, QueueError, STANDING_AFTER_MS, waitedTooLong } from './queue-limits.ts';
 
@@ -19,8 +19,6 @@ export type { Job } from './tenant.ts';
  */
 const READ_DEPTH = 16;
 const PIPELINE_MS = 1;
-/** Reruns of a read whose process died under it (runAgain). */
-const MAX_CRASH_RERUNS = 3;
 /** The watchdog's period. */
 const TICK_MS = 10;
 
@@ -335,7 +333,7 @@ export class Scheduler {
       // Another copy (a hedged read's) still runs and will answer it: running this one again made a third, which could
       // outlive every limit (a runaway's copy started as the server closed).
       if (job.settled || job.copies! > 0) return;
-      const rerun = e instanceof LostError && !this.closing && (e.reason === 'unstarted' || (e.reason === 'crash' && this.runAgain(job)));
+      const rerun = e instanceof LostError && !this.closing && (e.reason === 'unstarted' || (e.reason === 'crash' && runAgain(job)));
       if (rerun) {
         // No copy runs anywhere now: it waits as one that never started (expire would otherwise drop it unanswered).
         if (job.copies === 0) job.started = false;
@@ -346,23 +344,6 @@ export class Scheduler {
       job.settled = true;
       job.reject(e);
     });
-    return true;
-  }
-
-  /**
-   * May a read whose process died under it (not stopped for its own limits: those are its doing) run again? While its
-   * deadline (first start + DB_QUERY_TIMEOUT_MS) allows, and MAX_CRASH_RERUNS times at most: a statement that crashes
-   * its process by itself would otherwise take one process per run. A rerun has what is left of the deadline, and waits
-   * for an executor afresh (judged by its first wait, one that ran a second was refused 503 at once).
-   */
-  private runAgain(job: Job): boolean {
-    const now = performance.now();
-    const left = job.firstSentAt! + job.budgetMs - now;
-    if (job.write || left <= 0 || (job.crashes ?? 0) >= MAX_CRASH_RERUNS) return false;
-    job.crashes = (job.crashes ?? 0) + 1;
-    job.firstSentAt = now;
-    job.budgetMs = left;
-    job.enqueuedAt = now;
     return true;
   }
 
