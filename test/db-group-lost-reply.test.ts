@@ -5,14 +5,13 @@
 // under the lost reply is reported as a 200's version is: the mirrors got its event only at the database's next write.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { createClient } from '@libsql/client';
 import { viaLoopback } from './helpers/loopback-fetch.ts';
 import { executorPids } from './helpers/processes.ts';
 import { startProduct, type Product } from './helpers/product.ts';
-import { LOST_GROUP_ENV, loseGroupReply, prepareLostGroup } from './helpers/lost-reply.ts';
+import { killAtVersion, LOST_GROUP_ENV, loseGroupReply, prepareLostGroup } from './helpers/lost-reply.ts';
 import { newSecret, Receiver, waitFor } from './helpers/mirror.ts';
 
 let p: Product;
@@ -51,24 +50,6 @@ test('a version committed under a lost reply reaches the mirror with no further 
   await waitFor(() => receiver.versions('told').includes(2), 3000, 'version 2 at the mirror');
   assert.deepEqual(receiver.versions('told'), [1, 2]);
 });
-
-/**
- * Kills the executors `pids` the moment the database at `path` reaches `version`: a watcher process polls the file,
- * so the kill falls between the interactive COMMIT and its reply (the history of the commit's 24 MB is written then).
- */
-function killAtVersion(path: string, version: number, pids: number[]): ChildProcess {
-  const watcher = `
-    const { DatabaseSync } = require('node:sqlite');
-    const db = new DatabaseSync(${JSON.stringify(path)}, { readOnly: true, timeout: 1000 });
-    const read = db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'");
-    for (const until = Date.now() + 20000; Date.now() < until;) {
-      if (Number(read.get().value) >= ${version}) {
-        for (const pid of ${JSON.stringify(pids)}) try { process.kill(pid, 'SIGKILL'); } catch {}
-        break;
-      }
-    }`;
-  return spawn(process.execPath, ['-e', watcher], { stdio: 'ignore' });
-}
 
 test('an interactive COMMIT whose reply was lost (its executor killed after it committed) reaches the mirror with no further write', async (t) => {
   assert.equal((await p.db('web', 'execute', { database: 'txlost', sql: 'CREATE TABLE big(x BLOB)' })).status, 200);

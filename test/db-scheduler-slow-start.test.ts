@@ -6,31 +6,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startProduct, type Product } from './helpers/product.ts';
-import { executorPids } from './helpers/processes.ts';
+import { executorPids, holdNewExecutors } from './helpers/processes.ts';
 import { pause, RUNAWAY } from './helpers/runaway.ts';
 import { waitFor } from './helpers/mirror.ts';
-
-/** Holds every executor spawned from now on stopped, early in its start, until `release`. */
-function holdNewExecutors(): { release(): void } {
-  const known = new Set(executorPids());
-  const held: number[] = [];
-  const timer = setInterval(() => {
-    for (const pid of executorPids()) {
-      if (known.has(pid)) continue;
-      known.add(pid);
-      try {
-        process.kill(pid, 'SIGSTOP');
-        held.push(pid);
-      } catch { /* gone */ }
-    }
-  }, 2);
-  return {
-    release() {
-      clearInterval(timer);
-      for (const pid of held) try { process.kill(pid, 'SIGCONT'); } catch { /* gone */ }
-    },
-  };
-}
 
 async function product(env: Record<string, string>, databases: string[]): Promise<Product> {
   const p = await startProduct({ DB_QUERY_TIMEOUT_MS: '3000', ...env });

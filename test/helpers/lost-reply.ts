@@ -3,6 +3,7 @@
 // as one group in the order sent; the third breaks a deferred foreign key at COMMIT, so each runs again alone under
 // the group's token, the first commits, and the fourth (quick in the group, endless alone) is stopped at the limit.
 import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createClient } from '@libsql/client';
 import { viaLoopback } from './loopback-fetch.ts';
 import type { HttpResult, Product } from './product.ts';
@@ -52,4 +53,22 @@ export async function loseGroupReply(p: Product, database: string): Promise<Http
   } finally {
     c.close();
   }
+}
+
+/**
+ * Kills the executors `pids` the moment the database at `path` reaches `version`: a watcher process polls the file,
+ * so the kill falls between the interactive COMMIT and its reply (the history of the commit's 24 MB is written then).
+ */
+export function killAtVersion(path: string, version: number, pids: number[]): ChildProcess {
+  const watcher = `
+    const { DatabaseSync } = require('node:sqlite');
+    const db = new DatabaseSync(${JSON.stringify(path)}, { readOnly: true, timeout: 1000 });
+    const read = db.prepare("SELECT value FROM _scopebase_meta WHERE key = 'version'");
+    for (const until = Date.now() + 20000; Date.now() < until;) {
+      if (Number(read.get().value) >= ${version}) {
+        for (const pid of ${JSON.stringify(pids)}) try { process.kill(pid, 'SIGKILL'); } catch {}
+        break;
+      }
+    }`;
+  return spawn(process.execPath, ['-e', watcher], { stdio: 'ignore' });
 }

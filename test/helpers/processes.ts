@@ -44,3 +44,61 @@ export function openFiles(pid: number): string[] {
   }
   return paths;
 }
+
+/** CPU time a process has used, in clock ticks (utime + stime of /proc/<pid>/stat), or 0 once it is gone. */
+function cpuTicks(pid: number): number {
+  const stat = read(`/proc/${pid}/stat`);
+  if (stat === null) return 0;
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' '); // the name may hold spaces
+  return Number(fields[11]) + Number(fields[12]);
+}
+
+/** The executor that used the most CPU over `ms` (the one running a long statement), or undefined if none used any. */
+export async function busiestExecutor(ms = 200): Promise<number | undefined> {
+  const before = new Map(executorPids().map((pid) => [pid, cpuTicks(pid)]));
+  await new Promise((r) => setTimeout(r, ms));
+  let best: number | undefined;
+  let most = 0;
+  for (const [pid, ticks] of before) {
+    const used = cpuTicks(pid) - ticks;
+    if (used > most) [best, most] = [pid, used];
+  }
+  return best;
+}
+
+/** Sends `signal` to every executor spawned from now on, as soon as it is seen, until `stop`; returns those signalled. */
+function signalNewExecutors(signal: NodeJS.Signals): { stop(): number[] } {
+  const known = new Set(executorPids());
+  const sent: number[] = [];
+  const timer = setInterval(() => {
+    for (const pid of executorPids()) {
+      if (known.has(pid)) continue;
+      known.add(pid);
+      try {
+        process.kill(pid, signal);
+        sent.push(pid);
+      } catch { /* gone */ }
+    }
+  }, 2);
+  return {
+    stop() {
+      clearInterval(timer);
+      return sent;
+    },
+  };
+}
+
+/** Holds every executor spawned from now on stopped (SIGSTOP), early in its start, until `release` (SIGCONT). */
+export function holdNewExecutors(): { release(): void } {
+  const held = signalNewExecutors('SIGSTOP');
+  return {
+    release() {
+      for (const pid of held.stop()) try { process.kill(pid, 'SIGCONT'); } catch { /* gone */ }
+    },
+  };
+}
+
+/** Kills (SIGKILL) every executor spawned from now on, as soon as it is seen, until `stop`. */
+export function killNewExecutors(): { stop(): void } {
+  return signalNewExecutors('SIGKILL');
+}

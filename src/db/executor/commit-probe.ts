@@ -34,6 +34,28 @@ export async function probeRequests(scheduler: Scheduler, timeoutMs: number, pat
   }
 }
 
+/** When a failed probe is asked again in the background (ms after it failed, each after the one before). */
+const LATE_PROBES_MS = [1000, 2000, 4000, 8000, 15_000, 30_000, 30_000, 30_000, 30_000, 30_000];
+
+/**
+ * The probe failed (its executors lost again, or none free in time), so the caller was told `committed: null`; but a
+ * version that did commit must reach mirrors now, not at the database's next write. Asked again in the background
+ * until it answers (about 3 minutes at most; then the next write or restart reports it). Never `created`: by then a
+ * later write may be making the database. Nothing here throws: it runs from timers.
+ */
+export function probeLater(scheduler: Scheduler, opts: Pick<PoolOptions, 'timeoutMs' | 'onCommit' | 'onError'>, scope: Scope, path: string, token: string, requests: number): void {
+  const attempt = (n: number) => {
+    if (n >= LATE_PROBES_MS.length) return;
+    setTimeout(() => {
+      if (scheduler.closing) return;
+      probeRequests(scheduler, opts.timeoutMs, path, token, false).then(({ committed, version }) => {
+        for (let i = 0; i < requests; i++) if (committed(i)) return opts.onCommit(scope, version);
+      }, () => attempt(n + 1)).catch((e: unknown) => opts.onError?.(e));
+    }, LATE_PROBES_MS[n]).unref();
+  };
+  attempt(0);
+}
+
 /** After a lost reply: did the write with this token (one request: an interactive transaction's COMMIT) commit? */
 export async function probeCommitted(scheduler: Scheduler, timeoutMs: number, path: string, token: string, created: boolean): Promise<boolean> {
   return (await probeRequests(scheduler, timeoutMs, path, token, created)).committed(0);
@@ -43,12 +65,13 @@ export async function probeCommitted(scheduler: Scheduler, timeoutMs: number, pa
  * The process died during a transaction's COMMIT: did it commit? (SQLite's journal makes it all or nothing.) A
  * version committed so is reported (`onCommit`: mirrors, metrics) as one answered 200 is.
  */
-export async function lostCommit(scheduler: Scheduler, opts: Pick<PoolOptions, 'timeoutMs' | 'onCommit'>, scope: Scope, path: string, token: string, created: boolean): Promise<ApiError> {
+export async function lostCommit(scheduler: Scheduler, opts: Pick<PoolOptions, 'timeoutMs' | 'onCommit' | 'onError'>, scope: Scope, path: string, token: string, created: boolean): Promise<ApiError> {
   let probed: Probed | null;
   try {
     probed = await probeRequests(scheduler, opts.timeoutMs, path, token, created);
   } catch {
     probed = null;
+    probeLater(scheduler, opts, scope, path, token, 1);
   }
   const message = 'the executor stopped during this transaction\'s commit; ';
   if (probed?.committed(0)) {

@@ -2,7 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import { LostError, type ExecutorProcess } from './process.ts';
 import type { Scheduler } from './scheduler.ts';
-import { lostToApiError, tenantOfPath } from './pool-errors.ts';
+import { tenantOfPath, transactionLost } from './pool-errors.ts';
 import { lostCommit, probeCommitted } from './commit-probe.ts';
 import type { ExecReply, PoolOptions } from './pool.ts';
 import type { Scope } from '../contract.ts';
@@ -23,7 +23,7 @@ export interface LaneHold {
 
 /** The transaction's handle: its messages all go to `proc`; `release` unpins it (and lets its lane go: `ended`). */
 export function pinTransaction(
-  scheduler: Scheduler, opts: Pick<PoolOptions, 'floor' | 'onCommit' | 'timeoutMs'>,
+  scheduler: Scheduler, opts: Pick<PoolOptions, 'floor' | 'onCommit' | 'onError' | 'timeoutMs'>,
   scope: Scope, path: string, proc: ExecutorProcess, created: (() => void) | null, ended: () => void,
 ): LaneHold {
   const tenant = tenantOfPath(path);
@@ -40,11 +40,12 @@ export function pinTransaction(
         if (version !== undefined) opts.onCommit(scope, version);
         return { status: frame.header.s as number, body: frame.body, version };
       } catch (e) {
+        // A COMMIT that ran may have committed before the process died: asked. One that never ran did not.
         if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await lostCommit(scheduler, opts, scope, path, common.token, common.create);
         // The transaction died with its process. One that was creating its database leaves none (the probe
         // removes it at version 0), as a first write killed before its commit does; the lane is still held here.
         if (e instanceof LostError && common.create) await probeCommitted(scheduler, opts.timeoutMs, path, common.token, true).catch(() => null);
-        throw lostToApiError(e, budgetMs);
+        throw transactionLost(e, budgetMs, proc, scheduler.closing);
       }
     },
     release: () => {

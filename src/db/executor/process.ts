@@ -299,11 +299,6 @@ export class ExecutorProcess {
     this.child.kill('SIGKILL');
   }
 
-  /** What a message sent to this process after it died gets: the size limit it was stopped for, or a plain crash. */
-  lostError(): LostError {
-    return this.killedFor === 'temp_space' || this.killedFor === 'memory' ? new LostError(this.killedFor, this.limitBytes()) : new LostError('crash');
-  }
-
   /** The limit it was stopped for, in bytes (DB_MEMORY_MAX_BYTES or DB_TEMP_MAX_BYTES). */
   private limitBytes(): number | undefined {
     return this.killedFor === 'memory' ? this.limits.memoryMaxBytes : this.limits.tempMaxBytes;

@@ -7,7 +7,7 @@
 import type { Frame } from './protocol.ts';
 import { type ExecutorProcess, LostError } from './process.ts';
 import { ProcessSet, SLOW_MS, type ProcessSetOptions } from './process-set.ts';
-import { Tenant, type Job } from './tenant.ts';
+import { runAgain, Tenant, type Job } from './tenant.ts';
 import { occupied, PinnedMessage, RunawayPasses } from './runaways.ts';
 import { maxWait, QueueError, STANDING_AFTER_MS, waitedTooLong } from './queue-limits.ts';
 
@@ -315,6 +315,7 @@ export class Scheduler {
     }
     job.started = true;
     const sentAt = performance.now();
+    job.firstSentAt ??= sentAt;
     job.sentTo = p;
     job.copies = (job.copies ?? 0) + 1;
     const t = job.tenant;
@@ -332,9 +333,8 @@ export class Scheduler {
       // Another copy (a hedged read's) still runs and will answer it: running this one again made a third, which could
       // outlive every limit (a runaway's copy started as the server closed).
       if (job.settled || job.copies! > 0) return;
-      const rerun = e instanceof LostError && !this.closing && (e.reason === 'unstarted' || (e.reason === 'crash' && !job.write && !job.retried));
+      const rerun = e instanceof LostError && !this.closing && (e.reason === 'unstarted' || (e.reason === 'crash' && runAgain(job)));
       if (rerun) {
-        if ((e as LostError).reason === 'crash') job.retried = true;
         // No copy runs anywhere now: it waits as one that never started (expire would otherwise drop it unanswered).
         if (job.copies === 0) job.started = false;
         this.enqueue(t, job, true);
@@ -356,9 +356,12 @@ export class Scheduler {
     this.procs.unpin(p, tenantKey);
   }
 
-  /** Sends a message of a pinned transaction straight to its process; if that process died, the transaction is gone. */
+  /**
+   * Sends a message of a pinned transaction straight to its process; if that process died, the transaction is gone and
+   * the message is not sent ('unstarted': it did not die of this message's limits, which were another's).
+   */
   runOn(p: ExecutorProcess, tenantKey: string, header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
-    if (!p.alive || this.closing) return Promise.reject(p.lostError());
+    if (!p.alive || this.closing) return Promise.reject(new LostError('unstarted'));
     const t = this.tenant(tenantKey);
     // Tagged with its repo: a long statement of a transaction holds the repo's runaway pass as a job's does.
     return p.send(header, body, budgetMs, new PinnedMessage(t)).finally(this.occupy(t, p));

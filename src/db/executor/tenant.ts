@@ -22,10 +22,32 @@ export interface Job {
   sentTo?: ExecutorProcess;
   /** Copies sent and not yet answered or lost (a hedged read can have two). */
   copies?: number;
-  /** A read whose process died under it runs once more; a second death is reported (it may be the read's doing). */
-  retried?: boolean;
+  /** When its current run's deadline began (its first send; reset with what is left at a rerun, runAgain). */
+  firstSentAt?: number;
+  /** Times it ran again after its process died under it. */
+  crashes?: number;
   /** Put back at the head of its queue (hedged, or to run once more): served next even while reads go newest first. */
   urgent?: boolean;
+}
+
+/** Reruns of a read whose process died under it (runAgain). */
+const MAX_CRASH_RERUNS = 3;
+
+/**
+ * May a read whose process died under it (not stopped for its own limits: those are its doing) run again? While its
+ * deadline (first start + DB_QUERY_TIMEOUT_MS) allows, and MAX_CRASH_RERUNS times at most: a statement that crashes
+ * its process by itself would otherwise take one process per run. A rerun has what is left of the deadline, and waits
+ * for an executor afresh (judged by its first wait, one that ran a second was refused 503 at once).
+ */
+export function runAgain(job: Job): boolean {
+  const now = performance.now();
+  const left = job.firstSentAt! + job.budgetMs - now;
+  if (job.write || left <= 0 || (job.crashes ?? 0) >= MAX_CRASH_RERUNS) return false;
+  job.crashes = (job.crashes ?? 0) + 1;
+  job.firstSentAt = now;
+  job.budgetMs = left;
+  job.enqueuedAt = now;
+  return true;
 }
 
 /** Jobs oldest first, taken from either end in O(1) (shift compacts itself). */

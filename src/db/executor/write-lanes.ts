@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { LostError } from './process.ts';
 import type { Scheduler } from './scheduler.ts';
 import { LostCommitError, lostToApiError, overloaded, tenantOfPath } from './pool-errors.ts';
-import { probeRequests, type Probed } from './commit-probe.ts';
+import { probeLater, probeRequests, type Probed } from './commit-probe.ts';
 import { pinTransaction, type LaneHold } from './pinned-transaction.ts';
 import type { ExecReply, PoolOptions } from './pool.ts';
 import type { Scope } from '../contract.ts';
@@ -214,6 +214,7 @@ export class WriteLanes {
       probed = await probeRequests(this.scheduler, this.opts.timeoutMs, path, token, created);
     } catch {
       probed = null; // the probe failed too: rerunning could apply the writes twice, so nothing reruns
+      probeLater(this.scheduler, this.opts, lane.scope, path, token, items.length); // what committed reaches mirrors when known
     }
     if (probed === null) {
       const message = 'the executor stopped and whether this write committed is unknown: read the data back before retrying';
