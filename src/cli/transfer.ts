@@ -92,6 +92,6 @@ Examples:
       const rows = r.tables.reduce((n, x) => n + x.rows, 0);
       process.stdout.write(`imported ${file} (${r.format}) into ${t.org}/${t.repo}/${r.database}: ${count(r.tables.length, 'table')}, ${count(rows, 'row')}, version ${r.version}\n`);
       // Said nowhere before: the next `migrate` then failed on "table … already exists" with no hint why.
-      process.stderr.write('migrations: none recorded (an import empties that list), so `scopebase migrate` would run every migration of a folder again (docs/backups.md)\n');
+      process.stderr.write('migrations: none recorded (an import empties that list); if the imported content already holds your migrations, record them without running them: scopebase migrate <dir> --baseline <id of the last one it holds> (docs/backups.md)\n');
     });
 }

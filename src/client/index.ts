@@ -46,7 +46,11 @@ export interface ResultSet<T = Row> {
   values: Value[][];
 }
 export interface WriteResult<T = Row> extends ResultSet<T> { rowsAffected: number; lastInsertRowid: number | bigint | null }
-export interface MigrateResult { applied: string[]; alreadyApplied: string[]; version: number; dryRun: boolean }
+export interface MigrateResult {
+  applied: string[]; alreadyApplied: string[]; version: number; dryRun: boolean;
+  /** With `baseline`: the migrations recorded as applied without running them (none when already recorded). */
+  baselined?: string[];
+}
 export interface Status {
   database: string; exists: boolean; version?: number; sizeBytes?: number;
   tables?: { name: string; rows: number }[];
@@ -176,8 +180,9 @@ export function createClient(opts: ClientOptions) {
       return { results: r.results.map((w) => toWriteResult(w)), version: r.version };
     },
     /** Applies a list, or a folder of NNNN_name.sql files (Node), in order (SPEC 4.6). */
-    async migrate(list: Migration[] | string, mo: CallOptions & { dryRun?: boolean } = {}): Promise<MigrateResult> {
-      return call<MigrateResult>('migrate', { migrations: await migrationList(list), dryRun: mo.dryRun === true }, mo);
+    async migrate(list: Migration[] | string, mo: CallOptions & { dryRun?: boolean; baseline?: string } = {}): Promise<MigrateResult> {
+      const baseline = mo.baseline === undefined ? {} : { baseline: mo.baseline };
+      return call<MigrateResult>('migrate', { migrations: await migrationList(list), dryRun: mo.dryRun === true, ...baseline }, mo);
     },
     status(co?: CallOptions): Promise<Status> {
       return call<Status>('status', {}, co);
