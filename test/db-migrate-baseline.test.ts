@@ -36,14 +36,23 @@ after(async () => {
 
 /** A source database at 0001+0002 with rows, exported as a clean SQLite file (no applied-migration list in it). */
 async function exported(repo: string): Promise<Buffer> {
-  assert.equal((await p.db(repo, 'migrate', { migrations: [M1, M2] })).status, 200);
-  assert.equal((await p.db(repo, 'execute', { sql: "INSERT INTO todos (title) VALUES ('a'), ('b')" })).status, 200);
-  const res = await request(`${p.url}/${repo}/_db/export`, { // bytes exactly (call() reads the body as text)
+  return (await exportOf(p, repo)).bytes;
+}
+
+/** Migrates `repo`, then POST /_db/export's bytes exactly (call() reads the body as text) and its x-db-last-migration. */
+async function exportOf(on: Product, repo: string): Promise<{ bytes: Buffer; last: unknown }> {
+  await migrated(on, repo);
+  const res = await request(`${on.url}/${repo}/_db/export`, {
     method: 'POST', body: JSON.stringify({ format: 'sqlite' }),
-    headers: { host: `acme.${p.config.baseDomain}`, authorization: `Bearer ${p.secret('acme', repo)}`, 'content-type': 'application/json' },
+    headers: { host: `acme.${on.config.baseDomain}`, authorization: `Bearer ${on.secret('acme', repo)}`, 'content-type': 'application/json' },
   });
   assert.equal(res.statusCode, 200);
-  return Buffer.from(await res.body.arrayBuffer());
+  return { bytes: Buffer.from(await res.body.arrayBuffer()), last: res.headers['x-db-last-migration'] };
+}
+
+async function migrated(on: Product, repo: string): Promise<void> {
+  assert.equal((await on.db(repo, 'migrate', { migrations: [M1, M2] })).status, 200);
+  assert.equal((await on.db(repo, 'execute', { sql: "INSERT INTO todos (title) VALUES ('a'), ('b')" })).status, 200);
 }
 
 const mirrorQuery = (repo: string, body: unknown) => call(mirrorUrl, p.config.baseDomain, `/${repo}/_db/query`, { body, headers: { authorization: `Bearer ${p.secret('acme', repo)}` } });
@@ -136,6 +145,9 @@ test('CLI: export, import, then `migrate --baseline` with the same folder; the i
   const file = join(work, 'src.sqlite');
   const out = await cli(['export', 'acme/clisrc', '--output', file]);
   assert.equal(out.code, 0, out.stderr);
+  assert.match(out.stderr, /\nmigrations: applied up to 0002_tags; after importing this copy, record them without running them: scopebase migrate <dir> --baseline 0002_tags\n$/);
+  const summary = await cli(['export', 'acme/clisrc', '--output', file, '--json']);
+  assert.equal(JSON.parse(summary.stdout).lastMigration, '0002_tags');
   const imported = await cli(['import', 'acme/clidst', file]);
   assert.equal(imported.code, 0, imported.stderr);
   assert.match(imported.stderr, /^migrations: none recorded \(an import empties that list\); if the imported content already holds your migrations, record them without running them: scopebase migrate <dir> --baseline <id of the last one it holds>/m);
@@ -152,4 +164,24 @@ test('CLI: export, import, then `migrate --baseline` with the same folder; the i
   assert.deepEqual(JSON.parse(json.stdout), { applied: [], alreadyApplied: ['0001_init', '0002_tags', '0003_done'], baselined: [], version: 2, dryRun: false, skipped: [] });
   const plain = await cli(['migrate', dir, 'acme/clidst']);
   assert.match(plain.stdout, /applied 0: \(none\); already applied 3; version 2/);
+});
+
+test('export names the last applied migration beside the clean copy (x-db-last-migration, also through a proxy to `serve db`); none: no header', async (t) => {
+  assert.equal((await exportOf(p, 'hdr')).last, '0002_tags');
+  assert.equal((await p.db('hdr', 'execute', { database: 'plain', sql: 'CREATE TABLE t (x)' })).status, 200);
+  const plain = await request(`${p.url}/hdr/_db/export`, {
+    method: 'POST', body: JSON.stringify({ database: 'plain' }),
+    headers: { host: `acme.${p.config.baseDomain}`, authorization: `Bearer ${p.secret('acme', 'hdr')}`, 'content-type': 'application/json' },
+  });
+  await plain.body.dump();
+  assert.equal(plain.statusCode, 200);
+  assert.equal(plain.headers['x-db-last-migration'], undefined);
+
+  const d = await startProduct({}, 'db');
+  const proxy = await startProduct({ DB_SERVICE_URL: d.url, ACCOUNT_SERVICE_URL: 'http://127.0.0.1:9' }, 'proxy');
+  t.after(async () => {
+    await proxy.close();
+    await d.close();
+  });
+  assert.equal((await exportOf(proxy, 'split')).last, '0002_tags');
 });
