@@ -11,6 +11,7 @@ import { upload } from './helpers/imports.ts';
 import { runCli } from './helpers/cli.ts';
 import { freePort } from './helpers/ports.ts';
 import { newSecret, waitFor } from './helpers/mirror.ts';
+import { applyEvents, openCopy } from '../src/db/apply-event.ts';
 
 const M1 = { id: '0001_init', sql: 'CREATE TABLE todos (id INTEGER PRIMARY KEY, title TEXT NOT NULL);' };
 const M2 = { id: '0002_tags', sql: 'CREATE TABLE tags (name TEXT PRIMARY KEY); CREATE INDEX todos_title ON todos(title);' };
@@ -99,10 +100,20 @@ test('after an import, baseline records the migrations the content holds and run
 test('a baseline alone is one new version and one migrated event with no migration to replay; the mirror converges; time travel undoes it', async () => {
   const file = await exported('src2');
   assert.equal((await upload(p, 'alone', 'database=main&mode=create', file)).status, 200);
+  const before = await request(`${p.url}/alone/_db/snapshot`, { method: 'POST', body: '{}', headers: { host: `acme.${p.config.baseDomain}`, authorization: `Bearer ${p.secret('acme', 'alone')}`, 'content-type': 'application/json' } });
+  writeFileSync(join(work, 'follower.sqlite'), Buffer.from(await before.body.arrayBuffer()));
   const r = await p.db('alone', 'migrate', { migrations: [M1, M2], baseline: '0002_tags' });
   assert.deepEqual(r.json, { applied: [], alreadyApplied: [], baselined: ['0001_init', '0002_tags'], version: 2, dryRun: false });
   const [event] = (await p.db('alone', 'changes', { since: 1 })).json.events;
   assert.deepEqual([event.type, event.operation, event.migrations, event.baselined, event.changes], ['database.migrated', 'migrate', [], ['0001_init', '0002_tags'], { rowsAffected: 0, tables: [] }]);
+  // A cluster follower's copy at version 1 takes the event's changeset, records included (apply-event.ts).
+  const copy = openCopy(join(work, 'follower.sqlite'));
+  try {
+    assert.equal(applyEvents(copy, [event]), null);
+    assert.deepEqual(copy.prepare('SELECT id FROM _scopebase_migrations ORDER BY seq').all().map((x) => x.id), ['0001_init', '0002_tags']);
+  } finally {
+    copy.close();
+  }
   const write = await p.db('alone', 'execute', { sql: "INSERT INTO todos (title) VALUES ('c')" });
   assert.equal(write.json.version, 3);
   const read = await mirrorQuery('alone', { sql: 'SELECT title FROM todos ORDER BY id', minVersion: 3 });
