@@ -150,7 +150,7 @@ test('restore-db brings a version back (--dry-run changes nothing); import loads
   const imported = await cli(['import', 'acme/history', dump, '--database', 'copy']);
   assert.equal(imported.code, 0, imported.stderr);
   assert.match(imported.stdout, /imported .*dump\.sql \(sql\) into acme\/history\/copy: 1 table, 1 row, version 1/);
-  assert.match(imported.stderr, /^migrations: none recorded \(an import empties that list\), so `scopebase migrate` would run every migration of a folder again/m);
+  assert.match(imported.stderr, /^migrations: none recorded \(an import empties that list\); if the imported content already holds your migrations, record them without running them: scopebase migrate <dir> --baseline/m);
   const again = await cli(['import', 'acme/history', dump, '--database', 'copy']);
   assert.equal(again.code, 1);
   oneLine(again, /exists: import with mode=replace/);

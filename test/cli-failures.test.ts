@@ -118,9 +118,9 @@ test('export --output f --json prints its summary on stdout; without --output st
   const out = join(work, 'tt.sqlite');
   const r = await cli(['export', 'acme/web', '--database', 'tt', '--output', out, '--json']);
   assert.equal(r.code, 0, r.stderr);
-  assert.deepEqual(JSON.parse(r.stdout), { version: 1, bytes: readFileSync(out).length, format: 'sqlite' });
+  assert.deepEqual(JSON.parse(r.stdout), { version: 1, bytes: readFileSync(out).length, format: 'sqlite', lastMigration: null });
   assert.equal(r.stderr, '');
   const piped = await cli(['export', 'acme/web', '--database', 'tt', '--format', 'sql', '--json']);
   assert.match(piped.stdout, /^PRAGMA foreign_keys=OFF;|CREATE TABLE/m);
-  assert.deepEqual(Object.keys(JSON.parse(piped.stderr)), ['version', 'bytes', 'format']);
+  assert.deepEqual(Object.keys(JSON.parse(piped.stderr)), ['version', 'bytes', 'format', 'lastMigration']);
 });

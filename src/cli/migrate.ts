@@ -1,6 +1,7 @@
 // `scopebase migrate <dir>`: sends a folder of NNNN_name.sql files (drizzle-kit / wrangler layout) in file-name
 // order (SPEC 4.6), naming every file it will not use and why; `--dry-run` shows the SQL and applies nothing.
 import { existsSync } from 'node:fs';
+import { basename } from 'node:path';
 import type { Command } from 'commander';
 import { MigrationOrderError, readMigrationFolder, type MigrationFolder } from '../client/index.ts';
 import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
@@ -28,27 +29,37 @@ function namingFile(e: unknown, folder: MigrationFolder): unknown {
   return e;
 }
 
+/** `--baseline` as the folder names it: an id, or its file name (`0003_tags.sql`, a path to it). */
+function baselineId(given: string, folder: MigrationFolder, dir: string): string {
+  const m = folder.migrations.find((x) => x.id === given || x.file === given || x.file === basename(given));
+  if (!m) throw usageError(`--baseline ${given} is not a migration of ${dir}: give the id (file name without .sql) of the last migration the database already holds, e.g. ${folder.migrations.at(-1)!.id}`);
+  return m.id;
+}
+
 export function addMigrateCommand(program: Command): void {
   addTargetOptions(program.command('migrate')
     .description("apply a folder of NNNN_name.sql migration files (drizzle-kit / wrangler layout) in file-name order; each id is the file name without .sql; files it will not use are named with the reason; numbers of different widths that would run out of order (10_b before 9_a) are refused")
     .argument('<dir>', 'the folder, e.g. ./migrations')
     .argument('[org/repo]', 'the repo (or --repo / --org)')
     .option('--dry-run', 'show the SQL of the pending migrations and check them in a rolled-back transaction; changes nothing')
+    .option('--baseline <id>', "record the migrations up to this one (its id or file name) as applied without running them, because the database's content already holds them (after an import); only on a database with none recorded; the later ones run")
     .addHelpText('after', `
 Examples:
   scopebase migrate ./migrations acme/web --dry-run
+  scopebase migrate ./migrations acme/web --baseline 0003_tags
   scopebase migrate ./drizzle --url http://acme.localhost:8080 --repo web`))
-    .action(async (dir: string, repo: string | undefined, opts: TargetOptions & { dryRun?: boolean }) => {
+    .action(async (dir: string, repo: string | undefined, opts: TargetOptions & { dryRun?: boolean; baseline?: string }) => {
       if (repo !== undefined && REPO_PATH.test(dir) && !existsSync(dir)) [dir, repo] = [repo, dir]; // `migrate acme/web ./migrations`
       const folder = await readFolder(dir);
       for (const s of folder.skipped) process.stderr.write(`skipped ${s.file}: ${s.reason}\n`);
       if (folder.migrations.length === 0) {
         throw new CliError(EXIT.usage, `no migration files in ${dir}: name them NNNN_name.sql (e.g. 0001_init.sql)${folder.skipped.length ? `; ${folder.skipped.length} other file(s) skipped as listed above` : ''}`);
       }
+      const baseline = opts.baseline === undefined ? undefined : baselineId(opts.baseline, folder, dir);
       const t = connect(opts, repo);
       process.stderr.write(`read ${folder.migrations.length} migration file(s) from ${dir}\n`);
       const list = folder.migrations.map(({ id, sql }) => ({ id, sql }));
-      const r = await attempt(t, () => t.client.migrate(list, { dryRun: opts.dryRun === true }).catch((e: unknown) => {
+      const r = await attempt(t, () => t.client.migrate(list, { dryRun: opts.dryRun === true, ...(baseline ? { baseline } : {}) }).catch((e: unknown) => {
         throw namingFile(e, folder); // the server names the migration's id; a person looks for its file
       }));
       if (t.json) return printJson({ ...r, skipped: folder.skipped });
@@ -57,6 +68,10 @@ Examples:
           const m = folder.migrations.find((x) => x.id === id)!;
           process.stdout.write(`-- ${m.file}\n${m.sql.trimEnd()}\n\n`);
         }
+      }
+      if (r.baselined !== undefined) {
+        const none = r.baselined.length === 0 ? ` (none: ${baseline} is recorded already)` : `: ${r.baselined.join(', ')}`;
+        process.stdout.write(`${r.dryRun ? 'would record' : 'recorded'} as applied without running them ${r.baselined.length}${none}\n`);
       }
       const verb = r.dryRun ? 'would apply' : 'applied';
       process.stdout.write(`${verb} ${r.applied.length}: ${r.applied.join(', ') || '(none)'}; already applied ${r.alreadyApplied.length}; version ${r.version}\n`);

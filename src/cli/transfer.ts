@@ -29,7 +29,7 @@ Examples:
       if (opts.output !== undefined) checkOutputFile(opts.output, '--output'); // before the server makes the export
       const t = connect(opts, repo);
       const format = opts.format as 'sqlite' | 'sql';
-      let r: { size: number; version: number };
+      let r: { size: number; version: number; lastMigration?: string };
       if (opts.output !== undefined) {
         // Into a file: streamed, with a progress bar on a terminal.
         const output = opts.output;
@@ -45,13 +45,15 @@ Examples:
       } else {
         const got = await attempt(t, () => t.client.export({ format, timeoutMs: 600_000 }));
         process.stdout.write(got.bytes);
-        r = { size: got.bytes.length, version: got.version };
+        r = { size: got.bytes.length, version: got.version, ...(got.lastMigration ? { lastMigration: got.lastMigration } : {}) };
       }
       const what = `exported ${t.org}/${t.repo}/${t.database} at version ${r.version} (${opts.format}, ${size(r.size)})${opts.output ? ` to ${opts.output}` : ''}`;
-      const summary = { version: r.version, bytes: r.size, format: opts.format };
+      const summary = { version: r.version, bytes: r.size, format: opts.format, lastMigration: r.lastMigration ?? null };
       // Without --output, standard output is the export itself: the summary goes beside it, on stderr.
       if (t.json && opts.output !== undefined) printJson(summary);
       else process.stderr.write(t.json ? `${JSON.stringify(summary)}\n` : `${what}\n`);
+      // The copy holds no applied-migration list (an import starts with none): the one step that carries it over.
+      if (!t.json && r.lastMigration) process.stderr.write(`migrations: applied up to ${r.lastMigration}; after importing this copy, record them without running them: scopebase migrate <dir> --baseline ${r.lastMigration}\n`);
     });
 
   addTargetOptions(program.command('import')
@@ -92,6 +94,6 @@ Examples:
       const rows = r.tables.reduce((n, x) => n + x.rows, 0);
       process.stdout.write(`imported ${file} (${r.format}) into ${t.org}/${t.repo}/${r.database}: ${count(r.tables.length, 'table')}, ${count(rows, 'row')}, version ${r.version}\n`);
       // Said nowhere before: the next `migrate` then failed on "table … already exists" with no hint why.
-      process.stderr.write('migrations: none recorded (an import empties that list), so `scopebase migrate` would run every migration of a folder again (docs/backups.md)\n');
+      process.stderr.write('migrations: none recorded (an import empties that list); if the imported content already holds your migrations, record them without running them: scopebase migrate <dir> --baseline <id of the last one it holds> (docs/backups.md)\n');
     });
 }

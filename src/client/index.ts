@@ -46,7 +46,14 @@ export interface ResultSet<T = Row> {
   values: Value[][];
 }
 export interface WriteResult<T = Row> extends ResultSet<T> { rowsAffected: number; lastInsertRowid: number | bigint | null }
-export interface MigrateResult { applied: string[]; alreadyApplied: string[]; version: number; dryRun: boolean }
+/** What an export tells beside its bytes: the version, and the last migration applied at it (none: absent). */
+export interface ExportResult { version: number; lastMigration?: string }
+
+export interface MigrateResult {
+  applied: string[]; alreadyApplied: string[]; version: number; dryRun: boolean;
+  /** With `baseline`: the migrations recorded as applied without running them (none when already recorded). */
+  baselined?: string[];
+}
 export interface Status {
   database: string; exists: boolean; version?: number; sizeBytes?: number;
   tables?: { name: string; rows: number }[];
@@ -123,7 +130,10 @@ export function createClient(opts: ClientOptions) {
         if (e instanceof NoReply) throw errorFor(0, 'network', `cannot reach ${url.origin}: ${e.causeCode ?? e.message}`, { sent: e.sent, cause: e.causeCode });
         throw e;
       }
-      if (download && reply.status === 200) return { bytes: reply.bytes, size: reply.saved ?? reply.bytes.length, version: Number(reply.headers['x-db-version']) } as T;
+      if (download && reply.status === 200) {
+        const last = reply.headers['x-db-last-migration'];
+        return { bytes: reply.bytes, size: reply.saved ?? reply.bytes.length, version: Number(reply.headers['x-db-version']), ...(last ? { lastMigration: last } : {}) } as T;
+      }
       let json: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | null = null;
       try {
         json = JSON.parse(reply.body);
@@ -176,8 +186,9 @@ export function createClient(opts: ClientOptions) {
       return { results: r.results.map((w) => toWriteResult(w)), version: r.version };
     },
     /** Applies a list, or a folder of NNNN_name.sql files (Node), in order (SPEC 4.6). */
-    async migrate(list: Migration[] | string, mo: CallOptions & { dryRun?: boolean } = {}): Promise<MigrateResult> {
-      return call<MigrateResult>('migrate', { migrations: await migrationList(list), dryRun: mo.dryRun === true }, mo);
+    async migrate(list: Migration[] | string, mo: CallOptions & { dryRun?: boolean; baseline?: string } = {}): Promise<MigrateResult> {
+      const baseline = mo.baseline === undefined ? {} : { baseline: mo.baseline };
+      return call<MigrateResult>('migrate', { migrations: await migrationList(list), dryRun: mo.dryRun === true, ...baseline }, mo);
     },
     status(co?: CallOptions): Promise<Status> {
       return call<Status>('status', {}, co);
@@ -187,14 +198,17 @@ export function createClient(opts: ClientOptions) {
       const target = 'toVersion' in to ? { toVersion: to.toVersion } : { toTime: to.toTime instanceof Date ? to.toTime.toISOString() : to.toTime };
       return call<RestoreResult>('restore', { ...target, dryRun: ro.dryRun === true }, ro);
     },
-    /** Export (SPEC 4.12): a consistent copy as a clean SQLite file or a SQL dump, with the version it holds. */
-    export(eo: CallOptions & { format?: 'sqlite' | 'sql' } = {}): Promise<{ bytes: Uint8Array; version: number }> {
+    /**
+     * Export (SPEC 4.12): a consistent copy as a clean SQLite file or a SQL dump, with the version it holds and the
+     * last migration applied then (for `migrate(…, { baseline })` after importing it elsewhere).
+     */
+    export(eo: CallOptions & { format?: 'sqlite' | 'sql' } = {}): Promise<ExportResult & { bytes: Uint8Array }> {
       return call('export', { format: eo.format ?? 'sqlite' }, eo, undefined, {});
     },
     /** Export straight into a file, streamed (Node): no size limit but the disk's; `onProgress` as bytes arrive. */
-    async exportToFile(path: string, eo: CallOptions & { format?: 'sqlite' | 'sql'; onProgress?: Progress } = {}): Promise<{ size: number; version: number }> {
-      const r = await call<{ size: number; version: number }>('export', { format: eo.format ?? 'sqlite' }, eo, undefined, { saveTo: { path, ...(eo.onProgress ? { onProgress: eo.onProgress } : {}) } });
-      return { size: r.size, version: r.version };
+    async exportToFile(path: string, eo: CallOptions & { format?: 'sqlite' | 'sql'; onProgress?: Progress } = {}): Promise<ExportResult & { size: number }> {
+      const r = await call<ExportResult & { size: number }>('export', { format: eo.format ?? 'sqlite' }, eo, undefined, { saveTo: { path, ...(eo.onProgress ? { onProgress: eo.onProgress } : {}) } });
+      return { size: r.size, version: r.version, ...(r.lastMigration ? { lastMigration: r.lastMigration } : {}) };
     },
     /** Import (SPEC 4.12): a SQLite file or SQL text becomes the database's content, as one new version. */
     import(data: string | Uint8Array, io: CallOptions & { format?: 'sqlite' | 'sql'; mode?: 'create' | 'replace' } = {}): Promise<ImportResult> {

@@ -17,6 +17,9 @@ export interface DbRequest {
   upload?: { stream: Readable; query: string; contentType: string | undefined };
 }
 
+/** On an export (SPEC 4.12): the id of the last migration applied at the exported version, which the clean copy does not hold. */
+export const LAST_MIGRATION_HEADER = 'x-db-last-migration';
+
 export interface DbResponse {
   status: number;
   headers?: Record<string, string>;

@@ -8,7 +8,7 @@ import type { Layout } from './layout.ts';
 import { importBudget, type importParams, receiveBody } from './import.ts';
 import { json, notFound, replyError } from './pipeline-backend.ts';
 import { removeCopy } from './history/rebuild.ts';
-import { exportHeaders, makeFile, streamFile } from './files.ts';
+import { exportHeaders, makeFile, streamFile, type MadeFile } from './files.ts';
 
 /**
  * Imports being received and exports and snapshots being sent that one repo may have under way at once. Each holds a
@@ -129,7 +129,7 @@ export class FileEndpoints {
   }
 
   /** A file's time budget: a snapshot or export of a large database takes a while. */
-  private makeFile(header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
+  private makeFile(header: Record<string, unknown>, suffix: string): Promise<MadeFile | ExecReply> {
     return makeFile(this.parts.pool, this.parts.tmpDir, Math.max(this.parts.limits.queryTimeoutMs, 600_000), header, suffix);
   }
 }

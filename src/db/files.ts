@@ -3,7 +3,7 @@
 import { createReadStream, rm, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import type { DbResponse } from './contract.ts';
+import { LAST_MIGRATION_HEADER, type DbResponse } from './contract.ts';
 import type { ExecReply, ExecutorPool } from './executor/pool.ts';
 import { removeCopy } from './history/rebuild.ts';
 
@@ -13,7 +13,9 @@ export function tmpFile(tmpDir: string, kind: string, suffix: string): string {
 }
 
 /** The executor's file in `tmpDir` with the version it holds (the caller removes it), or the executor's refusal. */
-export async function makeFile(pool: ExecutorPool, tmpDir: string, budgetMs: number, header: Record<string, unknown>, suffix: string): Promise<{ path: string; version: number } | ExecReply> {
+export interface MadeFile { path: string; version: number; lastMigration?: string | null }
+
+export async function makeFile(pool: ExecutorPool, tmpDir: string, budgetMs: number, header: Record<string, unknown>, suffix: string): Promise<MadeFile | ExecReply> {
   const target = tmpFile(tmpDir, header.op as string, suffix);
   let res: ExecReply | null = null;
   try {
@@ -23,17 +25,19 @@ export async function makeFile(pool: ExecutorPool, tmpDir: string, budgetMs: num
     if (res?.status !== 200) [target, `${target}.sqlite`].forEach(removeCopy);
   }
   if (res.status !== 200) return res;
-  return { path: target, version: (JSON.parse(res.body.toString('utf8')) as { version: number }).version };
+  const { version, lastMigration } = JSON.parse(res.body.toString('utf8')) as MadeFile;
+  return { path: target, version, lastMigration };
 }
 
 /** The reply that streams `made.path` and then removes it; `removed` is called as its removal starts. */
-export function streamFile(made: { path: string; version: number }, headers: Record<string, string>, removed: () => void = () => {}): DbResponse {
+export function streamFile(made: MadeFile, headers: Record<string, string>, removed: () => void = () => {}): DbResponse {
   const stream = createReadStream(made.path);
   stream.on('close', () => {
     removed(); // before the unlink is seen done: a caller who sees the file gone may at once take its slot
     rm(made.path, { force: true }, () => {}); // an event handler must not throw; tmp is emptied at start
   });
-  return { status: 200, headers: { ...headers, 'x-db-version': String(made.version), 'content-length': String(statSync(made.path).size) }, body: stream };
+  const migration: Record<string, string> = made.lastMigration ? { [LAST_MIGRATION_HEADER]: made.lastMigration } : {}; // an export's (ids are header-safe: SPEC 4.6)
+  return { status: 200, headers: { ...headers, 'x-db-version': String(made.version), ...migration, 'content-length': String(statSync(made.path).size) }, body: stream };
 }
 
 /** SPEC 4.12's reply headers for an export of `database` as a clean copy or a SQL dump. */

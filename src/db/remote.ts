@@ -7,6 +7,7 @@ import type { FastifyInstance } from 'fastify';
 import { Pool, type Dispatcher } from 'undici';
 import type { Config } from '../shared/config.ts';
 import { registerImportRoute } from './import.ts';
+import { LAST_MIGRATION_HEADER } from './contract.ts';
 import { ApiError } from '../shared/errors.ts';
 import { refuseUpgrade, type ConnectionCap } from '../shared/connection-cap.ts';
 import { createHttpApp } from '../shared/http.ts';
@@ -79,7 +80,7 @@ export function createDbServer({ config, logger, db, connections }: { config: Co
 }
 
 /** The headers of the service's reply that the proxy passes on. */
-const PASSED_ON = ['content-type', 'content-disposition', 'x-db-version', 'www-authenticate', 'retry-after'];
+const PASSED_ON = ['content-type', 'content-disposition', 'x-db-version', LAST_MIGRATION_HEADER, 'www-authenticate', 'retry-after'];
 
 const NOT_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT']);
 

@@ -11,7 +11,7 @@ export { OPS, type Op } from '../shared/db-ops.ts';
 const FIELDS: Record<Op, ReadonlySet<string>> = {
   query: new Set(['database', 'sql', 'params', 'statements', 'rows']),
   execute: new Set(['database', 'sql', 'params', 'statements', 'rows']),
-  migrate: new Set(['database', 'migrations', 'dryRun']),
+  migrate: new Set(['database', 'migrations', 'dryRun', 'baseline']),
   status: new Set(['database']),
   changes: new Set(['database', 'since', 'limit']),
   snapshot: new Set(['database']),
@@ -109,6 +109,9 @@ export function validate(op: Op, req: Record<string, unknown>, maxStatements: nu
       if (seen.has(o.id)) throw new ApiError('invalid_request', `migration id ${o.id} appears twice`);
       seen.add(o.id);
     });
+    if (req.baseline !== undefined && (typeof req.baseline !== 'string' || !seen.has(req.baseline))) {
+      throw new ApiError('invalid_request', `"baseline" must be the id of one of the request's migrations: the last one the database's content already holds${typeof req.baseline === 'string' ? ` (${JSON.stringify(req.baseline.slice(0, 128))} is not among them)` : ''}`);
+    }
     if (req.dryRun !== undefined && typeof req.dryRun !== 'boolean') throw new ApiError('invalid_request', '"dryRun" must be true or false');
   } else if (op === 'export') {
     if (req.format !== undefined && req.format !== 'sqlite' && req.format !== 'sql') throw new ApiError('invalid_request', '"format" must be "sqlite" (a SQLite file) or "sql" (a SQL dump)');

@@ -178,7 +178,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
     this.authorize(req);
     validate(op, body, this.config.db.maxStatements, this.config.db.maxValueBytes);
-    if (WRITES.has(op)) return this.admittedWrite(scope, () => this.run(op, scope, body, req.body), op !== 'restore');
+    if (WRITES.has(op)) return this.admittedWrite(scope, () => this.run(op, scope, body, req.body), op !== 'restore' && !isBaseline(op, body));
     if (this.replication !== null) await this.replication.admit(scope, false);
     return this.run(op, scope, body, req.body);
   }
@@ -226,6 +226,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const path = this.layout.path(scope);
     switch (op) {
       case 'execute': case 'migrate':
+        if (isBaseline(op, body) && !this.exists(scope)) throw noBaselineTarget(scope);
         return json(await this.replicated(scope, this.pool.write(scope, path, op, raw)));
       case 'restore': {
         if (!this.exists(scope)) throw notFound(scope);
@@ -358,3 +359,8 @@ function saturated(limitMs: number): ApiError {
 export async function createDbService(opts: DbServiceOptions): Promise<DbService> {
   return new DbService(opts.config, opts.logger);
 }
+
+/** A migrate with `baseline` records migrations an existing content holds: it never creates a database. */
+const isBaseline = (op: Op, body: Record<string, unknown>): boolean => op === 'migrate' && body.baseline !== undefined;
+
+const noBaselineTarget = (scope: Scope) => new ApiError('database_not_found', `database ${JSON.stringify(scope.database)} does not exist in ${scope.org}/${scope.repo}: "baseline" records migrations a database's content already holds; import the database first, or leave out baseline to run them`);

@@ -103,11 +103,13 @@ export function exportDatabase(h: DbHandle, target: string, format: 'sqlite' | '
     copy.prepare('ATTACH DATABASE ? AS src').run(live.href);
     copy.exec('BEGIN');
     const version = Number((copy.prepare("SELECT value FROM src._scopebase_meta WHERE key = 'version'").get() as { value: number }).value);
+    // Not in the clean copy (no internal table): told beside it, so an import elsewhere can baseline up to it.
+    const last = copy.prepare('SELECT id FROM src._scopebase_migrations ORDER BY seq DESC LIMIT 1').get() as { id: string } | undefined;
     copyContent(copy, false);
     copy.exec('COMMIT');
     copy.exec('DETACH DATABASE src');
     if (format === 'sql') writeDump(copy, target);
-    return { status: 200, body: JSON.stringify({ path: target, version }) };
+    return { status: 200, body: JSON.stringify({ path: target, version, lastMigration: last?.id ?? null }) };
   } finally {
     copy.close();
     if (format === 'sql') removeCopy(file);

@@ -40,7 +40,12 @@ interface ExecuteBody {
 }
 
 const turnsOff = (b: ExecuteBody): boolean => b.foreignKeysOff === true || turnsForeignKeysOff(b.sql) || (b.statements ?? []).some((s) => turnsForeignKeysOff(s?.sql));
-interface MigrateBody { migrations: { id: string; sql: string }[]; dryRun?: boolean }
+/** `baseline`: the id of the last migration the content already holds (an import): those up to it are recorded, not run. */
+interface MigrateBody { migrations: { id: string; sql: string }[]; dryRun?: boolean; baseline?: string }
+
+/** Where the migrations to run start: after those applied, or after the baseline on a database with none applied. */
+const firstToRun = (body: MigrateBody, appliedCount: number): number =>
+  Math.max(appliedCount, body.baseline === undefined ? 0 : body.migrations.findIndex((m) => m.id === body.baseline) + 1);
 
 /** Past this, an event carries no changeset and followers take a snapshot (docs/mirrors.md). */
 export const MAX_CHANGESET_BYTES = 1024 * 1024;
@@ -277,7 +282,7 @@ const checksum = (sql: string) => createHash('sha256').update(sql, 'utf8').diges
 export function migrate(h: DbHandle, body: MigrateBody, ctx: GroupContext): Reply {
   // Decided before BEGIN, where the pragma holds: the write lane lets no other migrate in between.
   const appliedCount = Number((h.internal('SELECT count(*) AS n FROM _scopebase_migrations').get() as { n: number }).n);
-  const off = body.migrations.slice(appliedCount).some((m) => turnsForeignKeysOff(m.sql));
+  const off = body.migrations.slice(firstToRun(body, appliedCount)).some((m) => turnsForeignKeysOff(m.sql));
   return withForeignKeysOff(h, off, () => migrateInTransaction(h, body, ctx));
 }
 
@@ -296,11 +301,23 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
         return errorReply({ code: 'migration_conflict', message: why, details: { id: a.id, appliedChecksum: a.checksum, requestedChecksum: sum, ...(r && r.id !== a.id ? { requestedId: r.id } : {}) } });
       }
     }
-    const pending = requested.slice(applied.length);
+    const start = firstToRun(body, applied.length);
+    // A baseline past what is recorded says the content holds migrations that never ran here: only true of a
+    // database with none recorded (an import empties the list); else the list would skip some that did not run.
+    if (applied.length > 0 && start > applied.length) {
+      h.internal('ROLLBACK').run();
+      const latest = applied.at(-1)!;
+      return errorReply({ code: 'migration_conflict', message: `baseline ${body.baseline!} records migrations as applied only on a database with none recorded; this one has ${applied.length} (latest ${latest.id}): leave out baseline`, details: { id: latest.id, baseline: body.baseline!, applied: applied.length } });
+    }
+    const baselined = applied.length === 0 ? requested.slice(0, start) : [];
+    const pending = requested.slice(start);
     const version = h.version();
     const alreadyApplied = applied.map((a) => a.id);
-    const done = (ids: string[], v: number) => JSON.stringify({ applied: ids, alreadyApplied, version: v, dryRun: body.dryRun === true });
-    if (pending.length === 0) {
+    const done = (ids: string[], v: number) => JSON.stringify({
+      applied: ids, alreadyApplied, version: v, dryRun: body.dryRun === true,
+      ...(body.baseline === undefined ? {} : { baselined: baselined.map((m) => m.id) }),
+    });
+    if (pending.length === 0 && baselined.length === 0) {
       h.internal('ROLLBACK').run();
       return { status: 200, body: done([], version) };
     }
@@ -309,7 +326,10 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
     const tables = new Set<string>();
     // Table rebuilds (create new, copy, drop old, rename) break foreign keys midway: they are checked at the end.
     deferForeignKeys(h);
-    let current = pending[0]!;
+    const record = h.internal('INSERT INTO _scopebase_migrations (id, checksum, applied_at) VALUES (?, ?, ?)');
+    // Inside the session: a cluster follower's copy takes the records from the changeset.
+    for (const m of baselined) record.run(m.id, checksum(m.sql), new Date().toISOString());
+    let current = pending[0];
     try {
       for (const m of pending) {
         current = m;
@@ -320,7 +340,7 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
         h.writing(length, () => execMigration(h, m.sql));
         h.sandbox.mode = 'internal';
         assertSchemaClean(h.db);
-        h.internal('INSERT INTO _scopebase_migrations (id, checksum, applied_at) VALUES (?, ?, ?)').run(m.id, checksum(m.sql), new Date().toISOString());
+        record.run(m.id, checksum(m.sql), new Date().toISOString());
       }
       endDeferral(h, true);
     } catch (e) {
@@ -328,7 +348,7 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
       session.close();
       endDeferral(h, false);
       if (h.db.isTransaction) h.internal('ROLLBACK').run(); // a full disk (SQLITE_FULL) has rolled it back already
-      return failure(e, denied, undefined, { migration: current.id });
+      return failure(e, denied, undefined, current ? { migration: current.id } : undefined);
     }
     // A dry run ran every migration, so it fails exactly where the real run would; then nothing of it stays.
     if (body.dryRun) {
@@ -336,10 +356,13 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
       h.internal('ROLLBACK').run();
       return { status: 200, body: done(pending.map((m) => m.id), version) };
     }
-    const rowsAffected = totals(h).changes - before.changes - pending.length; // less our own bookkeeping rows
+    const rowsAffected = totals(h).changes - before.changes - pending.length - baselined.length; // less our own bookkeeping rows
+    // A baseline alone changes no row or schema but the applied list (status, restore, backups hold it): a version,
+    // and an event whose `migrations` (what followers replay) is empty, the recorded ones in `baselined`.
     recordChange(h, ctx, session, version + 1, {
       type: 'database.migrated', operation: 'migrate', changes: { rowsAffected, tables: [...tables].sort() },
-      migrations: pending.map((m) => ({ id: m.id, sql: m.sql })), schemaChanged: true,
+      migrations: pending.map((m) => ({ id: m.id, sql: m.sql })), schemaChanged: pending.length > 0,
+      ...(baselined.length ? { extra: { baselined: baselined.map((m) => m.id) } } : {}),
     });
     h.internal("INSERT OR REPLACE INTO _scopebase_meta (key, value) VALUES ('group', ?)").run(ctx.token);
     h.internal('COMMIT').run();
