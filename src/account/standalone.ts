@@ -40,8 +40,17 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
     return { org: h('org'), repo: h('repo'), host: h('host'), https: h('proto') === 'https', ip: h('client-ip'), token: given };
   };
 
+  /** The mark on an answer to the proxy (a request with its token): its 5xx is then told apart from a gateway's (proxy/forward-account.ts). */
+  const markOf = (raw: IncomingMessage): Record<string, string> => {
+    const r = routed.get(raw) ?? fromProxy(raw);
+    const id = raw.headers['x-request-id'];
+    return r && typeof id === 'string' ? { [ANSWER_MARK_HEADER]: answerMark(r.token, id) } : {};
+  };
+
   const app = createHttpApp({
     logger: opts.logger.child({ server: 'account' }), bodyLimit: ACCOUNT_BODY_LIMIT, connections: opts.connections,
+    // The connection cap's 503 is this service's own answer (it is busy), not a gateway's: marked as the rest are.
+    answerHeaders: markOf,
     // Called straight by a forward-auth proxy (no proxy token), the browser's scheme is its x-forwarded-proto when it is
     // listed, as at the proxy: under HTTPS the cookie is __Host-session, never the plain one a sibling host can plant.
     trustProxy: opts.config.trustedProxies.length ? opts.config.trustedProxies : false,
@@ -69,11 +78,8 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
       req.org = orgFromHost(req.headers.host, opts.config.baseDomain);
     }
   });
-  // Answers to the proxy are signed: its 5xx is then told apart from a gateway's in between (proxy/forward-account.ts).
   app.addHook('onSend', async (req, reply, payload) => {
-    const r = routed.get(req.raw);
-    const id = req.raw.headers['x-request-id'];
-    if (r && typeof id === 'string') reply.header(ANSWER_MARK_HEADER, answerMark(r.token, id));
+    reply.headers(markOf(req.raw));
     return payload;
   });
   // Every route of the plugin, so that its path without the repo can say where it is (below).

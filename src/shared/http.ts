@@ -25,6 +25,8 @@ export interface HttpOptions {
   connections: ConnectionCap;
   /** Which requests with `Upgrade` go to the server's 'upgrade' listeners; the rest are answered as plain requests. */
   shouldUpgrade?: (req: IncomingMessage) => boolean;
+  /** Headers a connection cap's 503 carries too, as the server's own answers do (the account service's mark). */
+  answerHeaders?: (req: IncomingMessage) => Record<string, string>;
 }
 
 const routeTables = new WeakMap<FastifyInstance, Set<string>>();
@@ -72,7 +74,7 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
         requireHostHeader: false, connectionsCheckingInterval: TIMEOUT_CHECK_MS,
         ...(upgrades ? { shouldUpgradeCallback: (req: IncomingMessage): boolean => server.listenerCount('upgrade') > 0 && upgrades(req) } : {}),
       }, (req, res) => {
-        if (!opts.connections.admit(req, res)) return; // a connection over a cap: answered 503
+        if (!opts.connections.admit(req, res, opts.answerHeaders)) return; // a connection over a cap: answered 503
         if (serveRaw(opts.rawRoutes, serving, req, res)) return;
         if (req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined) responses.set(req, res);
         fastifyHandler(req, res);
