@@ -40,17 +40,15 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
     return { org: h('org'), repo: h('repo'), host: h('host'), https: h('proto') === 'https', ip: h('client-ip'), token: given };
   };
 
-  /** The mark on an answer to the proxy (a request with its token): its 5xx is then told apart from a gateway's (proxy/forward-account.ts). */
-  const markOf = (raw: IncomingMessage): Record<string, string> => {
-    const r = routed.get(raw) ?? fromProxy(raw);
-    const id = raw.headers['x-request-id'];
-    return r && typeof id === 'string' ? { [ANSWER_MARK_HEADER]: answerMark(r.token, id) } : {};
-  };
-
   const app = createHttpApp({
     logger: opts.logger.child({ server: 'account' }), bodyLimit: ACCOUNT_BODY_LIMIT, connections: opts.connections,
-    // The connection cap's 503 is this service's own answer (it is busy), not a gateway's: marked as the rest are.
-    answerHeaders: markOf,
+    // Every answer to the proxy (a request with its token) is signed, those before any route (the connection cap's 503:
+    // busy) too: its 5xx is then told apart from a gateway's in between (proxy/forward-account.ts).
+    answerHeaders: (raw): Record<string, string> => {
+      const r = fromProxy(raw);
+      const id = raw.headers['x-request-id'];
+      return r && typeof id === 'string' ? { [ANSWER_MARK_HEADER]: answerMark(r.token, id) } : {};
+    },
     // Called straight by a forward-auth proxy (no proxy token), the browser's scheme is its x-forwarded-proto when it is
     // listed, as at the proxy: under HTTPS the cookie is __Host-session, never the plain one a sibling host can plant.
     trustProxy: opts.config.trustedProxies.length ? opts.config.trustedProxies : false,
@@ -77,10 +75,6 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
     } else {
       req.org = orgFromHost(req.headers.host, opts.config.baseDomain);
     }
-  });
-  app.addHook('onSend', async (req, reply, payload) => {
-    reply.headers(markOf(req.raw));
-    return payload;
   });
   // Every route of the plugin, so that its path without the repo can say where it is (below).
   const repoRoutes: { method: string; url: string }[] = [];

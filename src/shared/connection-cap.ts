@@ -193,18 +193,15 @@ export class ConnectionCap {
     return sockets.length;
   }
 
-  /**
-   * False when `req` came on a refused connection: then it has been answered 503, with `also`'s headers (the
-   * server's mark on its own answers). Else notes the connection's use.
-   */
-  admit(req: IncomingMessage, res: ServerResponse, also?: (req: IncomingMessage) => Record<string, string>): boolean {
+  /** False when `req` came on a refused connection: then it has been answered 503. Else notes the connection's use. */
+  admit(req: IncomingMessage, res: ServerResponse): boolean {
     const cap = refused.get(req.socket);
     if (cap === undefined) {
       this.touch(req.socket);
       return true;
     }
     const answer = refusal(req, cap);
-    res.writeHead(503, { ...answer.headers, ...also?.(req) });
+    res.writeHead(503, answer.headers);
     res.end(answer.body); // not sent to a HEAD: Node drops a HEAD response's body
     return false;
   }
