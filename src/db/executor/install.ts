@@ -128,7 +128,8 @@ export interface UserTable { name: string; virtual?: true; module?: string }
 
 /** SQLite's own word (`PRAGMA table_list`'s type) on which tables are virtual and which are their shadow tables, by name. */
 export function userTableList(db: DatabaseSync, schema: 'main' | 'src'): UserTable[] {
-  const rows = db.prepare(`SELECT l.name, l.type, (SELECT sql FROM ${schema}.sqlite_schema s WHERE s.type = 'table' AND s.name = l.name) AS sql
+  // The CREATE text is looked up for virtual tables only: sqlite_schema has no index by name.
+  const rows = db.prepare(`SELECT l.name, l.type, CASE l.type WHEN 'virtual' THEN (SELECT sql FROM ${schema}.sqlite_schema s WHERE s.type = 'table' AND s.name = l.name) END AS sql
     FROM pragma_table_list l WHERE l.schema = ? AND l.type IN ('table', 'virtual') ORDER BY l.name`).all(schema) as { name: string; type: string; sql: string | null }[];
   return rows.filter((r) => isUser(r.name)).map(({ name, type, sql }) => {
     if (type !== 'virtual') return { name };
