@@ -115,15 +115,16 @@ describe('the budget of bodies in flight (MAX_BODY_BYTES_IN_FLIGHT)', () => {
     qport = new URL(q.url).port;
   });
   after(() => q.close());
-  const qhead = (path: string, headers: Record<string, string>, repo = 'web') => `POST ${path} HTTP/1.1\r\nHost: acme.localhost:${qport}\r\nauthorization: Bearer ${q.secret('acme', repo)}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`;
+  const qhead = (path: string, headers: Record<string, string>, org = 'acme') => `POST ${path} HTTP/1.1\r\nHost: ${org}.localhost:${qport}\r\nauthorization: Bearer ${q.secret(org, 'web')}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`;
   const inFlight = async () => {
     const res = await request(`${q.running.adminUrl}/metrics`);
     return Number(/^scopebase_request_body_bytes_in_flight (\S+)$/m.exec(await res.body.text())![1]);
   };
 
   test('declared lengths are reserved on the headers; past the budget 503 with Retry-After at once; given back on close', async () => {
-    // Two repos' callers each declare 1 MiB and send a little: the budget (2 MiB) is taken (one repo may hold a quarter).
-    const holders = ['web', 'other'].map((repo) => partial(q.url, qhead(`/${repo}/_db/query`, { 'content-length': String(MiB) }, repo), 1024));
+    // Two orgs' callers each declare 1 MiB and send a little: the budget (2 MiB) is taken (one repo may hold a quarter,
+    // one org half).
+    const holders = ['acme', 'beta'].map((org) => partial(q.url, qhead('/web/_db/query', { 'content-length': String(MiB) }, org), 1024));
     await new Promise((r) => setTimeout(r, 200));
     assert.equal(await inFlight(), 2 * MiB);
     for (const path of ['/web/_db/execute', '/w%65b/_db/query', '/web/_db/v2/pipeline']) {

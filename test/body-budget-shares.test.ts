@@ -1,6 +1,6 @@
-// One repo, or one client address, may hold a quarter of the bodies in flight (MAX_BODY_BYTES_IN_FLIGHT): a tenant
-// that holds its bodies open, trickling, no longer takes every other org's requests down with 503. docs/security.md,
-// "Request bodies". Raw sockets on loopback against the real product.
+// One repo, or one client address, may hold a quarter of the bodies in flight (MAX_BODY_BYTES_IN_FLIGHT), and one
+// org, all its repos together, half: a tenant that holds its bodies open, trickling, no longer takes every other
+// org's requests down with 503. docs/security.md, "Request bodies". Raw sockets on loopback against the real product.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'undici';
@@ -36,11 +36,11 @@ function trickle(held: ReturnType<typeof partial>): void {
   held.socket.once('close', () => clearInterval(timer));
 }
 
-function assertShareRefusal(a: Answer | null, who: string): void {
+function assertShareRefusal(a: Answer | null, who: string, share = '1048576 bytes, a quarter'): void {
   assert.ok(a, 'answered at once, before its body');
   assert.equal(a.status, 503, a.body);
   assert.equal(a.json.error.code, 'unavailable');
-  assert.match(a.json.error.message, new RegExp(`this ${who} holds its share of the request bodies in flight \\(1048576 bytes, a quarter of MAX_BODY_BYTES_IN_FLIGHT\\)`));
+  assert.match(a.json.error.message, new RegExp(`this ${who} holds its share of the request bodies in flight \\(${share} of MAX_BODY_BYTES_IN_FLIGHT\\)`));
   assert.equal(a.json.error.details.committed, false);
   assert.equal(a.headers['retry-after'], '1');
   assert.equal(a.headers.connection, 'close');
@@ -85,4 +85,33 @@ test("a caller without the repo's secret counts in its address's share, never in
   assert.equal(await inFlight(), MiB);
   first.socket.destroy();
   await first.closed;
+});
+
+test("an org's repos together hold half the budget at most: four repos trickling bodies leave room for another org's upload", async () => {
+  const holders: { h: ReturnType<typeof partial>; answer: Answer | null | undefined }[] = [];
+  for (let i = 0; i < 250 && (await inFlight()) !== 0; i++) await new Promise((r) => setTimeout(r, 20)); // the earlier tests' bodies are given back
+  try {
+    for (const repo of ['r1', 'r2', 'r3', 'r4']) {
+      const before = await inFlight();
+      const h = partial(p.url, head('many', `/${repo}/_db/execute`, {
+        authorization: `Bearer ${p.secret('many', repo)}`, 'content-type': 'application/json', 'content-length': String(MiB),
+      }), Buffer.from('{"sql":"'));
+      const held: (typeof holders)[number] = { h, answer: undefined };
+      void h.answer.then((a) => (held.answer = a));
+      holders.push(held);
+      trickle(h);
+      // Until the server has decided on it: refused (answered), or held (its Content-Length reserved).
+      for (let i = 0; i < 250 && held.answer === undefined && (await inFlight()) === before; i++) await new Promise((r) => setTimeout(r, 20));
+    }
+    // Another org's upload of a whole share gets in (before: the four repos held all 4 MiB, and it was 503).
+    const full = await p.db('web', 'execute', { sql: `SELECT '${'x'.repeat(MiB - 100)}' AS big` }, { org: 'good' });
+    assert.equal(full.status, 200, full.text.slice(0, 300));
+    // Two repos are held, each within its own quarter, the org within its half; the next two are refused.
+    assert.deepEqual(holders.map((x) => x.answer === undefined), [true, true, false, false]);
+    for (const x of holders.slice(2)) assertShareRefusal(x.answer!, 'org', '2097152 bytes, half');
+    assert.match(await metrics(), /^scopebase_request_body_budget_refusals_total\{limit="org"\} 2$/m);
+  } finally {
+    for (const x of holders) x.h.socket.destroy();
+    await Promise.all(holders.map((x) => x.h.closed));
+  }
 });

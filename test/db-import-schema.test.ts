@@ -90,7 +90,7 @@ describe('import: schemas', () => {
   test('SQL text with full-text and R*Tree tables, as sqlite3 .dump writes them (writable_schema), imports the same content', async () => {
     const r = await upload(p, 'imp', 'database=shell', SHELL_DUMP, 'application/sql');
     assert.equal(r.status, 200, r.text);
-    assert.deepEqual(r.json.tables.filter((t: { name: string }) => ['f', 'note', 'r'].includes(t.name)), [{ name: 'f', rows: 2 }, { name: 'note', rows: 1 }, { name: 'r', rows: 2 }]);
+    assert.deepEqual(r.json.tables.filter((t: { name: string }) => ['f', 'note', 'r'].includes(t.name)), [{ name: 'f', rows: 2, virtual: true, module: 'fts5' }, { name: 'note', rows: 1 }, { name: 'r', rows: 2, virtual: true, module: 'rtree' }]);
     assert.deepEqual(await rowsOf(p, 'imp', "SELECT rowid, body FROM f WHERE f MATCH 'dog'", 'shell'), [[42, 'lazy dogs']], 'the index works, stemmed as its tokenizer says');
     assert.deepEqual(await rowsOf(p, 'imp', 'SELECT id FROM r WHERE minx <= 2.5 AND maxx >= 2.5 ORDER BY id', 'shell'), [[7], [9]]);
     assert.deepEqual(await rowsOf(p, 'imp', "SELECT sql FROM sqlite_schema WHERE name = 'f'", 'shell'), [["CREATE VIRTUAL TABLE f using fts5(body, tokenize='porter ascii')"]]);

@@ -42,6 +42,13 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
 
   const app = createHttpApp({
     logger: opts.logger.child({ server: 'account' }), bodyLimit: ACCOUNT_BODY_LIMIT, connections: opts.connections,
+    // Every answer to the proxy (a request with its token) is signed, those before any route (the connection cap's 503:
+    // busy) too: its 5xx is then told apart from a gateway's in between (proxy/forward-account.ts).
+    answerHeaders: (raw): Record<string, string> => {
+      const r = fromProxy(raw);
+      const id = raw.headers['x-request-id'];
+      return r && typeof id === 'string' ? { [ANSWER_MARK_HEADER]: answerMark(r.token, id) } : {};
+    },
     // Called straight by a forward-auth proxy (no proxy token), the browser's scheme is its x-forwarded-proto when it is
     // listed, as at the proxy: under HTTPS the cookie is __Host-session, never the plain one a sibling host can plant.
     trustProxy: opts.config.trustedProxies.length ? opts.config.trustedProxies : false,
@@ -68,13 +75,6 @@ export function createAccountServer(opts: { config: Config; logger: Logger; serv
     } else {
       req.org = orgFromHost(req.headers.host, opts.config.baseDomain);
     }
-  });
-  // Answers to the proxy are signed: its 5xx is then told apart from a gateway's in between (proxy/forward-account.ts).
-  app.addHook('onSend', async (req, reply, payload) => {
-    const r = routed.get(req.raw);
-    const id = req.raw.headers['x-request-id'];
-    if (r && typeof id === 'string') reply.header(ANSWER_MARK_HEADER, answerMark(r.token, id));
-    return payload;
   });
   // Every route of the plugin, so that its path without the repo can say where it is (below).
   const repoRoutes: { method: string; url: string }[] = [];

@@ -81,7 +81,7 @@ function printStatus(s: Status): void {
   else if (s.exists) lines.push('history: off (the server keeps none: DB_HISTORY_DAYS=0, the default on cluster nodes); restore-db has nothing to go back to');
   if (s.databases) lines.push(`databases: ${s.databases.join(', ') || '(none)'}`);
   process.stdout.write(lines.join('\n') + '\n');
-  if (s.tables && s.tables.length > 0) process.stdout.write('\n' + table(['table', 'rows'], s.tables.map((t) => [t.name, t.rows])));
+  if (s.tables && s.tables.length > 0) process.stdout.write('\n' + table(['table', 'rows'], s.tables.map((t) => [t.virtual ? `${t.name} (virtual${t.module ? `: ${t.module}` : ''})` : t.name, t.rows])));
   if (s.mirrors && s.mirrors.length > 0) {
     process.stdout.write('\n' + table(['mirror', 'delivered', 'pending', 'last error'], s.mirrors.map((m) => [m.name, m.deliveredVersion, m.pendingEvents, m.lastError ?? '-'])));
   }

@@ -54,9 +54,11 @@ export interface MigrateResult {
   /** With `baseline`: the migrations recorded as applied without running them (none when already recorded). */
   baselined?: string[];
 }
+export interface TableEntry { name: string; rows: number; virtual?: true; module?: string }
 export interface Status {
   database: string; exists: boolean; version?: number; sizeBytes?: number;
-  tables?: { name: string; rows: number }[];
+  /** A virtual table (full-text index, R*Tree) is marked, with its module; its shadow tables are not listed. */
+  tables?: TableEntry[];
   migrations?: { applied: number; latest: string | null };
   /** The oldest version restore can reach (SPEC 4.11); its fields null until history has a record; absent with history off (DB_HISTORY_DAYS=0). */
   history?: { oldestVersion: number | null; oldestTime: string | null };
@@ -259,7 +261,7 @@ async function describeFile(path: string): Promise<{ size: number; format: 'sqli
 }
 
 export interface RestoreResult { restoredTo: { version: number; committedAt: string | null }; version: number; dryRun: boolean }
-export interface ImportResult { database: string; version: number; tables: { name: string; rows: number }[] }
+export interface ImportResult { database: string; version: number; tables: TableEntry[] }
 export { ScopebaseError };
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

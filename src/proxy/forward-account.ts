@@ -89,8 +89,12 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
       await res.body.dump().catch(() => {});
       throw failed;
     }
-    const body = (await res.body.json().catch(() => null)) as { user?: ResolvedSession['user']; session?: { expiresAt: string }; org?: string } | null;
+    const body = (await res.body.json().catch(() => null)) as { user?: ResolvedSession['user']; session?: { expiresAt: string }; org?: string; error?: { message?: unknown } } | null;
     if (res.statusCode === 401) return null;
+    // Its own 5xx (busy at its connection cap, …): what it said is passed on, not taken for no answer.
+    if (res.statusCode >= 500 && typeof body?.error?.message === 'string') {
+      throw new ApiError('unavailable', `the account service could not check the session: ${body.error.message.slice(0, 200)}`, undefined, { 'retry-after': String(res.headers['retry-after'] ?? '5') });
+    }
     if (res.statusCode !== 200 || !body?.user || !body.session) throw new ApiError('unavailable', 'the account service gave no usable answer', undefined, { 'retry-after': '5' });
     // A renewal's Set-Cookie (only ever the session cookie) is handed to the app's answer, as in-process.
     const set = res.headers['set-cookie'];

@@ -2,7 +2,8 @@
 // into memory (the raw routes, Fastify's buffering parser) is counted here from its headers on: its declared
 // Content-Length is reserved before a byte of it is read (chunked: counted as it arrives), and given back when its
 // response has gone or its connection has closed. Past MAX_BODY_BYTES_IN_FLIGHT, or past its owner's share of it (a
-// quarter: one repo, or one client address), the request gets 503 `unavailable` with Retry-After, its body unread.
+// quarter: one repo, or one client address; half: one org, all its repos), the request gets 503 `unavailable` with
+// Retry-After, its body unread.
 // Bodies streamed elsewhere (an import into a file, app traffic) are not counted.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Counter, Gauge } from 'prom-client';
@@ -14,14 +15,21 @@ import { clientKey } from './trusted-peers.ts';
 const DEFAULT_BYTES = 256 * 1024 * 1024;
 
 /**
- * What one owner may hold of the budget: one repo (its secret checked on the headers) or one client address (any
- * other caller). Eight tenants' bodies held slowly took it all, and every other org's requests were 503.
+ * What one owner may hold of the budget, as a divisor of it: one repo (its secret checked on the headers) or one
+ * client address (any other caller) a quarter, and one org, all its repos together, half. Eight tenants' bodies held
+ * slowly took it all, and every other org's requests were 503; then one org's four repos did.
  */
-const SHARE_DIVISOR = 4;
+const SHARES = { repo: 4, client: 4, org: 2 } as const;
+type Kind = keyof typeof SHARES;
+const SHARE_WORDS: Record<Kind, { who: string; part: string; others: string }> = {
+  repo: { who: 'repo', part: 'a quarter', others: 'tenants\'' },
+  client: { who: 'client address', part: 'a quarter', others: 'tenants\'' },
+  org: { who: 'org', part: 'half', others: 'orgs\'' },
+};
 
 let max = DEFAULT_BYTES;
 let held = 0;
-/** Bytes held per owner (`repo org/name`, `client address`); an owner holding nothing has no entry. */
+/** Bytes held per owner (`repo org/name`, `org name`, `client address`); an owner holding nothing has no entry. */
 const heldBy = new Map<string, number>();
 
 new Gauge({
@@ -34,11 +42,11 @@ new Gauge({
 });
 const refused = new Counter({
   name: 'scopebase_request_body_budget_refusals_total',
-  help: 'Requests answered 503 because the bodies in flight would have gone past MAX_BODY_BYTES_IN_FLIGHT (limit="process"), or past the share of it one repo or one client address may hold (limit="repo", "client"), since start',
+  help: 'Requests answered 503 because the bodies in flight would have gone past MAX_BODY_BYTES_IN_FLIGHT (limit="process"), or past the share of it one repo, one org or one client address may hold (limit="repo", "org", "client"), since start',
   labelNames: ['limit'],
   registers: [metrics],
 });
-for (const limit of ['process', 'repo', 'client']) refused.inc({ limit }, 0);
+for (const limit of ['process', 'repo', 'org', 'client']) refused.inc({ limit }, 0);
 
 /** Sets the process's budget (startParts, from MAX_BODY_BYTES_IN_FLIGHT); the last caller wins: it is one process's memory. */
 export function setBodyBudget(bytes: number): void {
@@ -50,8 +58,8 @@ export function bodyBytesInFlight(): number {
   return held;
 }
 
-/** Whose share a request's body counts against, when not its client address's: its repo (chargeToRepo). */
-const owners = new WeakMap<IncomingMessage, string>();
+/** Whose shares a request's body counts against, when not its client address's: its repo and org (chargeToRepo). */
+const owners = new WeakMap<IncomingMessage, string[]>();
 
 /**
  * Counts the request's body against its repo's share: called once the repo's secret was found right on the headers.
@@ -59,41 +67,45 @@ const owners = new WeakMap<IncomingMessage, string>();
  * the holder of a repo's secret can spend that repo's share.
  */
 export function chargeToRepo(req: IncomingMessage, org: string, repo: string): void {
-  owners.set(req, `repo ${org}/${repo}`);
+  owners.set(req, [`repo ${org}/${repo}`, `org ${org}`]);
 }
 
 /** The client address a request's body is counted by, when it is not the peer's (a proxy's header it vouched for). */
 export function chargeToClient(req: IncomingMessage, address: string): void {
-  if (!owners.has(req)) owners.set(req, `client ${clientKey(address)}`);
+  if (!owners.has(req)) owners.set(req, [`client ${clientKey(address)}`]);
 }
 
 /**
- * Takes `bytes` from the budget and from `owner`'s share, or returns the refusal when that would go past either. A
- * body alone is always admitted (nothing else held: a route whose own body limit is above the budget, a cluster's
- * apply, still makes progress), and so is an owner's first body within the budget (its share may be under one body).
+ * Takes `bytes` from the budget and from each of `owner`'s shares, or returns the refusal when that would go past
+ * any. A body alone is always admitted (nothing else held: a route whose own body limit is above the budget, a
+ * cluster's apply, still makes progress), and so is an owner's first body within the budget (its share may be under
+ * one body).
  */
-function take(owner: string, bytes: number): ApiError | null {
-  const mine = heldBy.get(owner) ?? 0;
+function take(owner: string[], bytes: number): ApiError | null {
   if (held > 0 && held + bytes > max) return refuse('process', 'the server holds as many request bodies as it may (MAX_BODY_BYTES_IN_FLIGHT)');
-  const share = Math.floor(max / SHARE_DIVISOR);
-  if (mine > 0 && mine + bytes > share) {
-    const who = owner.startsWith('repo ') ? 'repo' : 'client';
-    return refuse(who, `this ${who === 'repo' ? 'repo' : 'client address'} holds its share of the request bodies in flight (${share} bytes, a quarter of MAX_BODY_BYTES_IN_FLIGHT), so that other tenants' requests still get in`);
+  for (const key of owner) {
+    const kind = key.slice(0, key.indexOf(' ')) as Kind;
+    const mine = heldBy.get(key) ?? 0;
+    const share = Math.floor(max / SHARES[kind]);
+    const words = SHARE_WORDS[kind];
+    if (mine > 0 && mine + bytes > share) return refuse(kind, `this ${words.who} holds its share of the request bodies in flight (${share} bytes, ${words.part} of MAX_BODY_BYTES_IN_FLIGHT), so that other ${words.others} requests still get in`);
   }
   held += bytes;
-  heldBy.set(owner, mine + bytes);
+  for (const key of owner) heldBy.set(key, (heldBy.get(key) ?? 0) + bytes);
   return null;
 }
 
-function give(owner: string, bytes: number): void {
+function give(owner: string[], bytes: number): void {
   if (bytes === 0) return;
   held -= bytes;
-  const left = (heldBy.get(owner) ?? 0) - bytes;
-  if (left > 0) heldBy.set(owner, left);
-  else heldBy.delete(owner);
+  for (const key of owner) {
+    const left = (heldBy.get(key) ?? 0) - bytes;
+    if (left > 0) heldBy.set(key, left);
+    else heldBy.delete(key);
+  }
 }
 
-function refuse(limit: 'process' | 'repo' | 'client', why: string): ApiError {
+function refuse(limit: 'process' | Kind, why: string): ApiError {
   refused.inc({ limit });
   return new ApiError('unavailable', `${why}: nothing of this request ran, retry after a second`, { committed: false }, { 'retry-after': '1', connection: 'close' });
 }
@@ -110,7 +122,7 @@ export function collectBody(req: IncomingMessage, res: ServerResponse, limit: nu
   if (refusal !== undefined) return collectUncounted(req, refusal, then);
   const encoded = encodedBody(req);
   if (encoded !== null) return then(encoded);
-  const owner = owners.get(req) ?? `client ${clientKey(client)}`;
+  const owner = owners.get(req) ?? [`client ${clientKey(client)}`];
   let reserved = 0;
   let settled = false;
   const release = () => {

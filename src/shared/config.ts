@@ -94,8 +94,8 @@ export interface Config {
   connections: { max: number | null; maxPerClient: number | null; maxWebSocketsPerClient: number | null };
   /**
    * MAX_BODY_BYTES_IN_FLIGHT: request-body bytes the process holds in memory at once, across its listeners (declared
-   * Content-Lengths reserved as the headers arrive); past it, or past a quarter of it for one repo or client address,
-   * 503 (src/shared/body-budget.ts, docs/security.md).
+   * Content-Lengths reserved as the headers arrive); past it, past a quarter of it for one repo or client address, or
+   * past half of it for one org, 503 (src/shared/body-budget.ts, docs/security.md).
    */
   maxBodyBytesInFlight: number;
   /** SHUTDOWN_TIMEOUT_MS: how long SIGTERM waits for requests in flight before it ends their connections. */

@@ -25,6 +25,8 @@ export interface HttpOptions {
   connections: ConnectionCap;
   /** Which requests with `Upgrade` go to the server's 'upgrade' listeners; the rest are answered as plain requests. */
   shouldUpgrade?: (req: IncomingMessage) => boolean;
+  /** Headers every answer of the server carries, those made before any route included (the account service's mark). */
+  answerHeaders?: (req: IncomingMessage) => Record<string, string>;
 }
 
 const routeTables = new WeakMap<FastifyInstance, Set<string>>();
@@ -72,6 +74,8 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
         requireHostHeader: false, connectionsCheckingInterval: TIMEOUT_CHECK_MS,
         ...(upgrades ? { shouldUpgradeCallback: (req: IncomingMessage): boolean => server.listenerCount('upgrade') > 0 && upgrades(req) } : {}),
       }, (req, res) => {
+        // Set first: the connection cap's 503 and a shutting-down 503 are the server's own answers too.
+        if (opts.answerHeaders) for (const [name, value] of Object.entries(opts.answerHeaders(req))) res.setHeader(name, value);
         if (!opts.connections.admit(req, res)) return; // a connection over a cap: answered 503
         if (serveRaw(opts.rawRoutes, serving, req, res)) return;
         if (req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined) responses.set(req, res);

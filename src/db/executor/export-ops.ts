@@ -8,7 +8,7 @@ import { pathToFileURL } from 'node:url';
 import { INTERNAL_PREFIX } from '../sandbox.ts';
 import type { DbHandle } from './handles.ts';
 import type { Reply } from './reply.ts';
-import { copiedColumns, copyContent } from './install.ts';
+import { copiedColumns, copyContent, shadowTables } from './install.ts';
 
 const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
 const isUser = (name: string) => !name.toLowerCase().startsWith(INTERNAL_PREFIX) && !name.startsWith('sqlite_');
@@ -59,11 +59,11 @@ function writeDump(copy: DatabaseSync, target: string): void {
   };
   try {
     const schema = copy.prepare('SELECT type, name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY rowid').all() as { type: string; name: string; sql: string }[];
-    const virtual = schema.filter((o) => o.type === 'table' && /^CREATE\s+VIRTUAL/i.test(o.sql)).map((o) => o.name);
-    const shadow = (name: string) => virtual.some((v) => name.startsWith(`${v}_`));
+    // SQLite's own word on shadow tables: a user table named like one (`docs_notes` beside `docs`) is the user's.
+    const shadow = shadowTables(copy);
     // SPEC 4.12: schema, then rows. Every table first; then every row; then indexes, views and triggers, in the
     // order they were made, so an import builds each index once and fires no trigger on the rows it loads.
-    const tables = schema.filter((o) => o.type === 'table' && isUser(o.name) && !shadow(o.name));
+    const tables = schema.filter((o) => o.type === 'table' && isUser(o.name) && !shadow.has(o.name));
     out('PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n');
     for (const o of tables) out(`${o.sql};\n`);
     for (const o of tables) {

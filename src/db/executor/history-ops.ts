@@ -10,11 +10,11 @@ import { committedAtOf, index, oldest, oldestIn, rebuild, removeCopy, versionAt 
 import { assertNoInternalReference, INTERNAL_PREFIX } from '../sandbox.ts';
 import { hasSecondStatement } from '../statement-end.ts';
 import type { DbHandle, ExecutorLimits } from './handles.ts';
-import { oneStatementOnly, replaceContent, userTables, withSource } from './install.ts';
+import { oneStatementOnly, replaceContent, withSource } from './install.ts';
 import { loadSql } from './load-sql.ts';
 import { failure, type Reply } from './reply.ts';
 import { recordChange, type GroupContext } from './write-ops.ts';
-import { rowCount } from './read-ops.ts';
+import { tablesWithRows } from './read-ops.ts';
 
 /** After a commit that moved the version: its page images go to the history. Never fails the write itself. */
 export function keepHistory(h: DbHandle, prevVersion: number, version: number): void {
@@ -209,7 +209,7 @@ export function importDatabase(h: DbHandle, head: ImportHeader, ctx: GroupContex
     }
     const version = install(h, source, ctx, { type: 'database.imported', operation: 'import' });
     h.sandbox.mode = 'internal';
-    const tables = userTables(h.db, 'main').sort().map((name) => ({ name, rows: rowCount(h, name) }));
+    const tables = tablesWithRows(h);
     return { status: 200, body: JSON.stringify({ database: head.database, version, tables }), version };
   } catch (e) {
     return failure(e, null);

@@ -120,9 +120,32 @@ export function copyContent(db: DatabaseSync, migrations: boolean, create: (sql:
 
 /** The user's tables as the user made them: a full-text index by its own name, not its shadow tables (`f_data`, …). */
 export function userTables(db: DatabaseSync, schema: 'main' | 'src'): string[] {
-  const rows = db.prepare("SELECT name FROM pragma_table_list WHERE schema = ? AND type IN ('table', 'virtual')").all(schema) as { name: string }[];
-  return rows.map((r) => r.name).filter(isUser);
+  return userTableList(db, schema).map((t) => t.name);
 }
+
+/** A user table; a virtual one says so, with its module when its CREATE names it plainly. */
+export interface UserTable { name: string; virtual?: true; module?: string }
+
+/** SQLite's own word (`PRAGMA table_list`'s type) on which tables are virtual and which are their shadow tables, by name. */
+export function userTableList(db: DatabaseSync, schema: 'main' | 'src'): UserTable[] {
+  // The CREATE text is looked up for virtual tables only: sqlite_schema has no index by name.
+  const rows = db.prepare(`SELECT l.name, l.type, CASE l.type WHEN 'virtual' THEN (SELECT sql FROM ${schema}.sqlite_schema s WHERE s.type = 'table' AND s.name = l.name) END AS sql
+    FROM pragma_table_list l WHERE l.schema = ? AND l.type IN ('table', 'virtual') ORDER BY l.name`).all(schema) as { name: string; type: string; sql: string | null }[];
+  return rows.filter((r) => isUser(r.name)).map(({ name, type, sql }) => {
+    if (type !== 'virtual') return { name };
+    const module = VTABLE_MODULE.exec(sql ?? '')?.[1];
+    return module === undefined ? { name, virtual: true } : { name, virtual: true, module: module.toLowerCase() };
+  });
+}
+
+/** The main schema's shadow tables (a virtual table's storage), as SQLite knows them. */
+export function shadowTables(db: DatabaseSync): Set<string> {
+  return new Set((db.prepare("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'shadow'").all() as { name: string }[]).map((r) => r.name));
+}
+
+// SQLite keeps a virtual table's CREATE as `CREATE VIRTUAL TABLE <name> USING <module>(…)`; the name may be quoted.
+const NAME = String.raw`(?:"(?:[^"]|"")*"|\[[^\]]*\]|\x60(?:[^\x60]|\x60\x60)*\x60|'(?:[^']|'')*'|[^\s.(]+)`;
+const VTABLE_MODULE = new RegExp(String.raw`^CREATE\s+VIRTUAL\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(?:${NAME}\s*\.\s*)?${NAME}\s+USING\s+(\w+)`, 'i');
 
 /**
  * The name that reaches a table's own rowid, to be copied with its rows: null when the rows carry it already (an

@@ -5,6 +5,7 @@ import { ApiError } from '../../shared/errors.ts';
 import type { DbHandle } from './handles.ts';
 import { ResultBudget, runRead, type RowShape, type StatementSpec } from './statements.ts';
 import { failure, type Reply } from './reply.ts';
+import { userTableList } from './install.ts';
 
 interface QueryBody {
   /** Set by the service for the libSQL protocol's `describe` (never by a client): that statement, prepared, not run. */
@@ -75,6 +76,11 @@ export function rowCount(h: DbHandle, name: string): number | null {
   }
 }
 
+/** SPEC 4.7's (and an import's) tables: each with its row count; a virtual table marked, its shadow tables left out. */
+export function tablesWithRows(h: DbHandle): { name: string; rows: number | null; virtual?: true; module?: string }[] {
+  return userTableList(h.db, 'main').map(({ name, ...kind }) => ({ name, rows: rowCount(h, name), ...kind }));
+}
+
 const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
 export function status(h: DbHandle, history: { oldestVersion: number | null; oldestTime: string | null } | null): Reply {
@@ -82,8 +88,7 @@ export function status(h: DbHandle, history: { oldestVersion: number | null; old
   try {
     const version = h.version();
     const pages = h.internal('SELECT page_count * page_size AS size FROM pragma_page_count, pragma_page_size').get() as { size: number };
-    const names = h.internal("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_scopebase\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name").all() as { name: string }[];
-    const tables = names.map(({ name }) => ({ name, rows: rowCount(h, name) }));
+    const tables = tablesWithRows(h);
     const applied = h.internal('SELECT count(*) AS n, (SELECT id FROM _scopebase_migrations ORDER BY seq DESC LIMIT 1) AS latest FROM _scopebase_migrations').get() as { n: number; latest: string | null };
     return { status: 200, body: JSON.stringify({ version, sizeBytes: Number(pages.size), tables, migrations: { applied: Number(applied.n), latest: applied.latest }, ...(history ? { history } : {}) }) };
   } finally {
