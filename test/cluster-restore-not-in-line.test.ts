@@ -1,0 +1,88 @@
+// docs/backups.md, "Backups of a cluster": a primary's node restored from an older backup (`scopebase restore`, with
+// the node's cluster environment) while its follower is not in line (that follower's node restarted while the
+// primary's was down). Before the fix, the restored node took the database back at the backup's versions and sent
+// its copy over the follower's: every write acknowledged after the backup was gone from both, with no error anywhere.
+// Now the restored node finds the follower's copy past its backup on the history the backup lost, gives the database
+// up to it (a line at error level naming the database), and the follower serves it with every acknowledged write.
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { NODES } from '../src/cluster/placement.ts';
+import { eventIds, clusterForSuite, type ClusterNodeProcess, type TestCluster } from './helpers/cluster.ts';
+import { assertAllAcknowledgedKept, createTables, ORG, REPO, startWriters } from './helpers/cluster-writers.ts';
+import { runCli } from './helpers/cli.ts';
+import { tempDir } from './helpers/product.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('cluster: a primary restored from a backup while its follower is not in line', () => {
+  let cluster: TestCluster;
+  // Error lines on the nodes' output: the give-up must say which database.
+  clusterForSuite({ nodes: 2, ttlS: 3, env: { LOG_LEVEL: process.env.TEST_CLUSTER_LOG ?? 'error' } }, (c) => (cluster = c));
+  const work = tempDir('scopebase-cluster-restore-');
+  after(() => rmSync(work, { recursive: true, force: true }));
+
+  /** The CLI on a node's DATA_DIR, with only the cluster variables given (an operator's shell). */
+  const cli = (node: ClusterNodeProcess, args: string[], env: Record<string, string> = {}) => {
+    const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('CLUSTER_')));
+    return runCli(args, { ...clean, DATA_DIR: node.dataDir, ...env });
+  };
+  const nodeLease = async (node: ClusterNodeProcess) => (await cluster.client.prefix(`${NODES}${node.id}`)).kvs[0]?.lease ?? null;
+
+  test('the follower, which holds the writes acknowledged after the backup, gets the database; none of them is lost', async () => {
+    const DB = 'r0';
+    await createTables(cluster, [DB]);
+    const first = (await cluster.placement(ORG, REPO, DB))!;
+    const [primary, follower] = [cluster.node(first.primary), cluster.node(first.follower!)];
+    const writers = startWriters(cluster, [DB], 2);
+    let restartedAt = 0;
+    try {
+      for (let i = 0; i < 200 && writers.acked.length < 30; i++) await sleep(50);
+      const backup = join(work, primary.id);
+      assert.equal((await cli(primary, ['backup', backup])).code, 0);
+      const backedUp = writers.acked.length;
+      for (let i = 0; i < 200 && writers.acked.length < backedUp + 40; i++) await sleep(50);
+      assert.ok(writers.acked.length >= backedUp + 40, 'writes acknowledged after the backup');
+
+      // Both nodes go; the primary's lease is revoked rather than waited for (its leader key with it).
+      const lease = (await nodeLease(primary))!;
+      cluster.kill(primary);
+      cluster.kill(follower);
+      await cluster.client.revoke(lease);
+      const lastAcked = Math.max(...writers.acked.map((a) => a.version));
+      assert.equal(Math.max(...eventIds(follower, ORG, REPO, DB).keys()) >= lastAcked, true, 'the follower\'s file holds every acknowledged version');
+      // The follower's node comes back first: not in line (a restart), it may not take over, and waits.
+      await cluster.start(follower);
+      await sleep(cluster.ttlS * 500);
+      assert.equal((await cluster.placement(ORG, REPO, DB))!.primary, primary.id, 'the follower not in line did not take over');
+
+      // The operator restores the primary's node from the backup, with the node's environment, and starts it.
+      const env = { CLUSTER_ETCD: cluster.etcd.url, CLUSTER_NODE_ID: primary.id, CLUSTER_ADVERTISE_URL: primary.url };
+      const r = await cli(primary, ['restore', '--force', backup], env);
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stderr, new RegExp(`still the recorded primary of 1 database .*\\(${ORG}/${REPO}/${DB}\\)`));
+      for (const aside of readdirSync(dirname(primary.dataDir)).filter((n) => n.startsWith(`${basename(primary.dataDir)}.before-restore-`))) {
+        rmSync(join(dirname(primary.dataDir), aside), { recursive: true, force: true });
+      }
+      await cluster.start(primary);
+      restartedAt = performance.now();
+      for (let i = 0; i < 400 && writers.acked.filter((a) => a.at > restartedAt).length < 20; i++) await sleep(50);
+    } finally {
+      await writers.stop();
+    }
+    assert.ok(writers.acked.some((a) => a.at > restartedAt), `writes got 200 again (placement ${JSON.stringify(await cluster.placement(ORG, REPO, DB))})`);
+    await assertAllAcknowledgedKept(cluster, [DB], writers.acked); // before the fix: the rows acknowledged after the backup
+    const versions = writers.acked.map((a) => a.version);
+    assert.equal(new Set(versions).size, versions.length, 'each version got at most one 200');
+    assert.equal((await cluster.placement(ORG, REPO, DB))!.primary, follower.id, 'the follower took the database');
+    const log = (primary.proc?.stdout() ?? '') + (primary.proc?.stderr() ?? '');
+    assert.match(log, new RegExp(`"level":(50|"error").*"database":"${ORG}/${REPO}/${DB}".*older than its follower's`), 'an error line names the database');
+    // The restored node is the follower now, brought in line with the follower's history: its mark is gone.
+    const p = (await cluster.placement(ORG, REPO, DB))!;
+    if (p.follower === primary.id) {
+      for (let i = 0; i < 100 && existsSync(join(primary.dataDir, 'db', ORG, REPO, `${DB}.sqlite.restored`)); i++) await sleep(50);
+      assert.ok(!existsSync(join(primary.dataDir, 'db', ORG, REPO, `${DB}.sqlite.restored`)), 'the mark went with the copy it was on');
+    }
+  });
+});
