@@ -181,7 +181,11 @@ export class Shipper {
     const path = this.db.databasePath(scope);
     const mark = readRestoredMark(path);
     if (mark === null || mark.version > version) return false;
-    const ours = (await this.db.readChanges(scope, mark.version - 1, 1).catch(() => null))?.events[0];
+    // A failed read throws (this handshake is tried again); only a log that no longer holds the event drops the mark.
+    const ours = (await this.db.readChanges(scope, mark.version - 1, 1).catch((e: unknown) => {
+      if (e instanceof ApiError && e.code === 'gone') return null;
+      throw e;
+    }))?.events[0];
     if (ours === undefined || ours.version !== mark.version || ours.id !== mark.eventId) {
       clearRestoredMark(path); // not this file's history any more (replaced, created again): nothing to hold back
       return false;
