@@ -85,6 +85,9 @@ describe('cluster: a primary restored from a backup while its follower is not in
       await writers.stop();
     }
     assert.ok(writers.acked.some((a) => a.at > restartedAt), `writes got 200 again (placement ${JSON.stringify(await cluster.placement(ORG, REPO, DB))})`);
+    const rows = await cluster.proxy.db(REPO, 'query', { database: DB, statements: [{ sql: 'SELECT writer, seq FROM t' }] });
+    const have = new Set((rows.json?.results?.[0]?.rows as [number, number][] | undefined ?? []).map(([w, q]) => `${w}/${q}`));
+    process.stderr.write(`r0: ${writers.acked.length} acknowledged, ${writers.acked.filter((a) => !have.has(`${a.writer}/${a.seq}`)).length} of them missing\n`);
     await assertAllAcknowledgedKept(cluster, [DB], writers.acked); // before the fix: the rows acknowledged after the backup
     const versions = writers.acked.map((a) => a.version);
     assert.equal(new Set(versions).size, versions.length, 'each version got at most one 200');
