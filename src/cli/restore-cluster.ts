@@ -32,5 +32,5 @@ export async function checkClusterNode(env: Env): Promise<string | null> {
   const waiting = [...view.placements].filter(([, p]) => p.primary === node).map(([key]) => key).sort();
   if (waiting.length === 0) return null;
   const named = waiting.slice(0, 5).join(', ') + (waiting.length > 5 ? ` and ${waiting.length - 5} more` : '');
-  return `node ${node} is still the recorded primary of ${waiting.length} database${waiting.length === 1 ? '' : 's'} no follower could take over (${named}): started on the restored DATA_DIR it takes them back at this backup's versions, and what was written to them after the backup is lost. If the node's own disk survived, start it on that instead.`;
+  return `node ${node} is still the recorded primary of ${waiting.length} database${waiting.length === 1 ? '' : 's'} no follower could take over (${named}): started on the restored DATA_DIR it gives each to its follower when the follower's copy holds versions written after the backup, and otherwise takes it back at this backup's versions (what was written after the backup is then lost). If the node's own disk survived, start it on that instead.`;
 }

@@ -5,7 +5,7 @@ import { chmodSync, copyFileSync, existsSync, mkdirSync, renameSync, rmSync, rmd
 import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import type { Command } from 'commander';
-import { commitBackupRestore } from '../db/backup-restored.ts';
+import { commitBackupRestore, restoredMarkPath, writeRestoredMark } from '../db/backup-restored.ts';
 import { rewindDelivery } from '../mirror/delivery/store.ts';
 import { realPath } from '../shared/paths.ts';
 import { DATA_PARTS, DataDirInUse, lockData, lockFolder, type DataLock } from '../shared/data-lock.ts';
@@ -105,8 +105,11 @@ function restartMirrors(staging: string, manifest: Manifest): void {
   for (const f of manifest.files) {
     if (f.kind !== 'database' || f.scope === undefined) continue;
     const path = join(staging, f.path);
-    held.set(key(f.scope), commitBackupRestore(path, f.scope, at).restoredVersion);
+    const mark = commitBackupRestore(path, f.scope, at);
+    held.set(key(f.scope), mark.restoredVersion);
     syncFile(path);
+    writeRestoredMark(path, mark); // a cluster primary does not send this copy over a follower holding what the backup lost
+    syncFile(restoredMarkPath(path));
   }
   for (const f of manifest.files.filter((m) => m.kind === 'mirror')) {
     rewindDelivery(join(staging, f.path), (s) => held.get(key(s)));

@@ -14,6 +14,7 @@ import { Claims } from './claims.ts';
 import { NodeLease } from './lease.ts';
 import { PlacementChanges, notHere } from './placement-changes.ts';
 import { notFound } from '../db/pipeline-backend.ts';
+import { clearRestoredMark } from '../db/backup-restored.ts';
 
 export class ClusterNode implements Replication {
   readonly etcd: Etcd;
@@ -309,6 +310,7 @@ export class ClusterNode implements Replication {
   markSynced(key: string, epoch: number, version: number): void {
     this.synced.set(key, epoch);
     this.copyVersions.set(key, version);
+    clearRestoredMark(this.db.databasePath(scopeOf(key))); // the copy is a primary's history now, restore event and all
   }
 
   /** Runs `work` after the database's earlier work (applies and promotion never interleave). */

@@ -2,6 +2,7 @@
 // follower, tagged with the epoch; a write's 200 waits for the follower's ack. One shipment per database at a time
 // carries everything committed meanwhile (group commit across requests).
 import { createReadStream, rmSync } from 'node:fs';
+import { clearRestoredMark, readRestoredMark } from '../db/backup-restored.ts';
 import { Pool } from 'undici';
 import { ApiError } from '../shared/errors.ts';
 import { StopBackoff } from '../shared/stop-backoff.ts';
@@ -55,6 +56,8 @@ export class Shipper {
   /** Databases whose shipments are snapshots for now (see SNAPSHOTS_FIRST_MS). */
   private readonly snapshotsOnly = new StopBackoff(SNAPSHOTS_FIRST_MS, SNAPSHOTS_MAX_MS);
   private readonly pools = new Map<string, Pool>();
+  /** Databases with no restore mark (src/db/backup-restored.ts): no file to look for at each shipment. */
+  private readonly unmarked = new Set<string>();
   private readonly db: DbService;
   private readonly token: string;
   private readonly timeoutMs: number;
@@ -119,6 +122,7 @@ export class Shipper {
         if (lane.acked === null) lane.acked = await this.handshake(lane);
         const target = Math.max(...lane.waiters.map((w) => w.version));
         while (lane.acked < target) lane.acked = await this.shipOnce(lane);
+        this.followerHolds(lane);
         const done = lane.waiters.filter((w) => w.version <= lane.acked!);
         lane.waiters = lane.waiters.filter((w) => w.version > lane.acked!);
         for (const w of done) w.resolve();
@@ -158,9 +162,46 @@ export class Shipper {
         if (version < state.version || event?.version === state.version) {
           throw new BehindFollower(`the follower holds version ${state.version}, which this copy (at ${version}) lacks or holds otherwise`);
         }
+      } else if (await this.restoredBelow(lane.scope, state.version)) {
+        // Not in line, but its copy goes past the backup this copy was restored from, on another history: the versions
+        // the backup lost (maybe acknowledged). It gets the database (confirmed in line) rather than this copy.
+        const confirmed = await this.post(lane, '/_cluster/confirm', { version: state.version }) as { problem?: string };
+        if (confirmed.problem !== undefined) throw new Error('the follower\'s copy moved while it was being compared; asked again');
+        throw new BehindFollower(`the follower holds version ${state.version} of the history this copy's backup lost`);
       }
     }
     return this.sendSnapshot(lane);
+  }
+
+  /**
+   * Whether this copy was restored from a backup (`scopebase restore`) at or below `version`, and no follower has held
+   * its restore event since: a copy at `version` that is not of this history then holds what the backup lost.
+   */
+  private async restoredBelow(scope: Scope, version: number): Promise<boolean> {
+    const path = this.db.databasePath(scope);
+    const mark = readRestoredMark(path);
+    if (mark === null || mark.version > version) return false;
+    // A failed read throws (this handshake is tried again); only a log that no longer holds the event drops the mark.
+    const ours = (await this.db.readChanges(scope, mark.version - 1, 1).catch((e: unknown) => {
+      if (e instanceof ApiError && e.code === 'gone') return null;
+      throw e;
+    }))?.events[0];
+    if (ours === undefined || ours.version !== mark.version || ours.id !== mark.eventId) {
+      clearRestoredMark(path); // not this file's history any more (replaced, created again): nothing to hold back
+      return false;
+    }
+    return true;
+  }
+
+  /** A follower acknowledged `acked` of this node's history: once that holds the restore event, the mark has done its work. */
+  private followerHolds(lane: Lane): void {
+    const key = scopeKey(lane.scope);
+    if (this.unmarked.has(key)) return;
+    const path = this.db.databasePath(lane.scope);
+    const mark = readRestoredMark(path);
+    if (mark !== null && lane.acked! < mark.version) return;
+    if (mark !== null) clearRestoredMark(path);
+    this.unmarked.add(key); // marks are written only by a restore, with this node stopped
   }
 
   /**

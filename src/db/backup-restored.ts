@@ -3,14 +3,15 @@
 // version into each restored copy, logged as a SPEC 4.11 `database.restored` event: every mirror receives it first
 // (delivery is in version order), and a mirror at or past its version knows the versions restarted and takes a
 // snapshot (src/mirror/DESIGN.md, "Whole-instance restore"). Run on a copy no server has open.
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
 import type { Scope } from './contract.ts';
 import { INTERNAL_SCHEMA } from './executor/schema.ts';
 import { userTables } from './executor/install.ts';
 import { eventId } from './executor/write-ops.ts';
 
-/** The version the backup held and the one the restore committed. */
-export interface RestoredMark { restoredVersion: number; version: number }
+/** The version the backup held and the one the restore committed (its event's id: `eventId`). */
+export interface RestoredMark { restoredVersion: number; version: number; eventId: string }
 
 export function commitBackupRestore(path: string, scope: Scope, at = Date.now()): RestoredMark {
   const db = new DatabaseSync(path, { enableForeignKeyConstraints: false });
@@ -32,7 +33,7 @@ export function commitBackupRestore(path: string, scope: Scope, at = Date.now())
       db.prepare("UPDATE _scopebase_meta SET value = ? WHERE key = 'version'").run(version);
       db.prepare('INSERT INTO _scopebase_changes (version, committed_at, event) VALUES (?, ?, ?)').run(version, at, JSON.stringify(event));
       db.exec('COMMIT');
-      return { restoredVersion, version };
+      return { restoredVersion, version, eventId: event.id };
     } catch (e) {
       if (db.isTransaction) db.exec('ROLLBACK');
       throw e;
@@ -40,4 +41,32 @@ export function commitBackupRestore(path: string, scope: Scope, at = Date.now())
   } finally {
     db.close();
   }
+}
+
+/**
+ * Beside a restored database file, until a cluster follower holds its restore event (src/cluster/shipper.ts): the
+ * versions the backup lost may still be on a follower, whose copy this one must not replace. Not part of a backup.
+ */
+export function restoredMarkPath(path: string): string {
+  return `${path}.restored`;
+}
+
+export function writeRestoredMark(path: string, mark: RestoredMark): void {
+  writeFileSync(restoredMarkPath(path), JSON.stringify({ version: mark.version, eventId: mark.eventId }), { mode: 0o600 });
+}
+
+/** The restore event's version and id, or null: none (or not readable: then nothing is held back). */
+export function readRestoredMark(path: string): { version: number; eventId: string } | null {
+  const file = restoredMarkPath(path);
+  if (!existsSync(file)) return null;
+  try {
+    const mark = JSON.parse(readFileSync(file, 'utf8')) as { version?: unknown; eventId?: unknown };
+    return Number.isSafeInteger(mark.version) && typeof mark.eventId === 'string' ? { version: mark.version as number, eventId: mark.eventId } : null;
+  } catch {
+    return null;
+  }
+}
+
+export function clearRestoredMark(path: string): void {
+  rmSync(restoredMarkPath(path), { force: true });
 }
