@@ -1,6 +1,6 @@
 // The order in which one repo's waiting reads are served (src/db/executor/tenant.ts): oldest first while the queue
 // is prompt, newest first while the repo is overloaded or once the oldest has waited past DB_QUEUE_TARGET_MS (adaptive
-// LIFO; the scheduler decides which, see Scheduler.lifoBefore), so that under overload the reads that are served
+// LIFO; the scheduler decides which, see Placement.lifoBefore), so that under overload the reads that are served
 // are served promptly and the stale ones are the ones refused.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,11 +1,11 @@
 // SPEC 9.1: configuration from the environment. A bad value stops the start with a message naming the variable.
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { randomBytes } from 'node:crypto';
+import { statSync } from 'node:fs';
 import { isIP } from 'node:net';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
-import { parseRootKeys } from './secrets.ts';
 import { nearestExisting } from './paths.ts';
+import { encryptionKeys, mirrorSecret, requireForProduction, rootKeys } from './config-keys.ts';
+import { clusterConfig, clusterNodeOnly, type ClusterConfig } from './config-cluster.ts';
 
 export interface Config {
   production: boolean;
@@ -115,21 +115,11 @@ export interface Config {
   warnings: string[];
 }
 
-export interface ClusterConfig {
-  etcd: string[];
-  /** This node's name in placement (a `serve db` node); null for a proxy, which only routes. */
-  nodeId: string | null;
-  /** Where the other nodes and the proxies reach this node's `serve db`. */
-  advertiseUrl: string | null;
-  leaseTtlS: number;
-  /** strict: a write's 200 waits for the follower; async: it does not (docs/scaling.md states the loss window). */
-  durability: 'strict' | 'async';
-}
-
 import { recordingReads, unknownVariables } from './config-names.ts';
 
-import { ConfigError, fail, int, mirrorSource, parseApps, parseMirrors, parseTrustedProxies, serviceUrl, str, url, whsecProblem, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
+import { ConfigError, fail, int, mirrorSource, parseApps, parseMirrors, parseTrustedProxies, serviceUrl, str, url, type AppRoute, type Env, type MirrorConfig } from './config-values.ts';
 export type { AppRoute, MirrorConfig } from './config-values.ts';
+export { clusterConfig, type ClusterConfig } from './config-cluster.ts';
 
 export { ConfigError };
 
@@ -145,60 +135,6 @@ export function parseDuration(name: string, raw: string): number {
   // Far past this, an expiry is no date (every /verify answered 500); browsers keep a cookie 400 days at most anyway.
   if (ms > MAX_DURATION_DAYS * 86_400_000) fail(name, `must be at most ${MAX_DURATION_DAYS}d (ten years), got ${JSON.stringify(raw.slice(0, 40))}`);
   return ms;
-}
-
-function keyList(env: Env, name: string, dataDir: string, production: boolean, file: string, check: (v: string) => Buffer[], generated: string[]): Buffer[] {
-  const raw = str(env, name);
-  if (raw !== undefined) {
-    try {
-      return check(raw);
-    } catch (e) {
-      fail(name, (e as Error).message);
-    }
-  }
-  if (production) fail(name, 'is required when NODE_ENV=production (no development key is generated)');
-  // Development: generate once into DATA_DIR, reuse after.
-  generated.push(name);
-  const path = join(dataDir, file);
-  if (!existsSync(path)) {
-    try {
-      mkdirSync(dataDir, { recursive: true });
-      writeFileSync(path, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
-    } catch (e) {
-      fail('DATA_DIR', `cannot write the development key ${path} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}): give a folder this user may write, or set ${name}`);
-    }
-  }
-  try {
-    return check(readFileSync(path, 'utf8').trim());
-  } catch (e) {
-    fail(name, `the generated key file ${path} is damaged: ${(e as Error).message}`);
-  }
-}
-
-/** MIRROR_SECRET, checked here so that a start stops before any part listens (it did once the proxy was up). */
-function mirrorSecret(env: Env, required: boolean): string | null {
-  const secret = str(env, 'MIRROR_SECRET');
-  if (secret === undefined && required) fail('MIRROR_SECRET', 'required to run the reference mirror (the whsec_ secret its DB_MIRRORS entry uses)');
-  const bad = secret === undefined ? null : whsecProblem(secret);
-  if (bad) fail('MIRROR_SECRET', bad);
-  return secret ?? null;
-}
-
-/** A key list a part does not use: checked when set (a typo is still named), never generated nor required. */
-function givenKeys(env: Env, name: string, check: (v: string) => Buffer[]): Buffer[] {
-  const raw = str(env, name);
-  if (raw === undefined) return [];
-  try {
-    return check(raw);
-  } catch (e) {
-    fail(name, (e as Error).message);
-  }
-}
-
-function parseEncryptionKeys(value: string): Buffer[] {
-  const parts = value.split(',').map((p) => p.trim());
-  if (parts.some((p) => !/^[0-9a-fA-F]{64}$/.test(p))) throw new Error('must be a comma-separated list of keys of exactly 64 hex digits');
-  return parts.map((p) => Buffer.from(p, 'hex'));
 }
 
 const LOG_LEVELS = ['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
@@ -292,13 +228,13 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
   if (mirrorPort && (mirrorPort === port || mirrorPort === adminPort || mirrorPort === devIdpPort)) fail('MIRROR_PORT', `must differ from PORT, ADMIN_PORT and DEV_IDP_PORT (${mirrorPort})`);
   return {
     production,
-    generatedKeys, // filled by the keyList calls below
+    generatedKeys, // filled by rootKeys and encryptionKeys below
     host,
     port,
     adminPort,
     baseDomain,
     dataDir,
-    rootKeys: keyList(env, 'RUNTIME_ROOT_KEY', dataDir, production, 'runtime-root.key', parseRootKeys, generatedKeys),
+    rootKeys: rootKeys(env, dataDir, production, generatedKeys),
     db: {
       sync,
       queryTimeoutMs: int(env, 'DB_QUERY_TIMEOUT_MS', 5000, 10, 3_600_000),
@@ -346,7 +282,7 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
     account: {
       oidc: oidcIssuer && oidcClientId ? { issuer: oidcIssuer, clientId: oidcClientId, clientSecret: oidcClientSecret } : null,
       github: ghId && ghSecret ? { clientId: ghId, clientSecret: ghSecret } : null,
-      encryptionKeys: signsIn ? keyList(env, 'ACCOUNT_ENCRYPTION_KEYS', dataDir, production, 'account-encryption.key', parseEncryptionKeys, generatedKeys) : givenKeys(env, 'ACCOUNT_ENCRYPTION_KEYS', parseEncryptionKeys),
+      encryptionKeys: encryptionKeys(env, dataDir, production, signsIn, generatedKeys),
       sessionTtlMs: parseDuration('ACCOUNT_SESSION_TTL', str(env, 'ACCOUNT_SESSION_TTL') ?? '14d'),
       loginRateLimit: {
         burst: int(env, 'ACCOUNT_LOGIN_RATE_BURST', 30, 1, 1_000_000),
@@ -375,18 +311,6 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
   };
 }
 
-/** Under NODE_ENV=production, every required setting that is missing, in one message rather than one per start. */
-function requireForProduction(env: Env, noProvider: boolean, encryption: boolean): void {
-  const keys = [['RUNTIME_ROOT_KEY', '64+ hex digits'], ...(encryption ? [['ACCOUNT_ENCRYPTION_KEYS', '64 hex digits each']] : [])].filter(([name]) => str(env, name!) === undefined);
-  const missing = [
-    ...(noProvider ? ['ACCOUNT_OIDC_ISSUER (with ACCOUNT_OIDC_CLIENT_ID) or ACCOUNT_GITHUB_CLIENT_ID (with ACCOUNT_GITHUB_CLIENT_SECRET), a sign-in provider'] : []),
-    ...keys.map(([name, what]) => `${name} (${what})`),
-  ];
-  if (missing.length > 1) throw new ConfigError(`NODE_ENV=production needs ${missing.length} settings that are missing: ${missing.join('; ')}; nothing is generated or run for development under NODE_ENV=production (docs/deploy.md)`);
-  if (noProvider) fail('ACCOUNT_OIDC_ISSUER', 'no sign-in provider is configured: set ACCOUNT_OIDC_ISSUER (with ACCOUNT_OIDC_CLIENT_ID) or ACCOUNT_GITHUB_CLIENT_ID (with ACCOUNT_GITHUB_CLIENT_SECRET); the development identity provider does not run under NODE_ENV=production');
-  // One key alone: keyList names it as before.
-}
-
 /** Connection caps (docs/reliability.md, "Connections"); unset, connection-cap.ts derives them from the open-files limit. */
 function connectionsConfig(env: Env): Config['connections'] {
   const max = str(env, 'MAX_CONNECTIONS') === undefined ? null : int(env, 'MAX_CONNECTIONS', 0, 1, 10_000_000);
@@ -395,33 +319,4 @@ function connectionsConfig(env: Env): Config['connections'] {
   const maxWebSocketsPerClient = str(env, 'MAX_WEBSOCKETS_PER_CLIENT') === undefined ? null : int(env, 'MAX_WEBSOCKETS_PER_CLIENT', 0, 1, 10_000_000);
   if (maxWebSocketsPerClient !== null && maxPerClient !== null && maxWebSocketsPerClient > maxPerClient) fail('MAX_WEBSOCKETS_PER_CLIENT', `must not be above MAX_CONNECTIONS_PER_CLIENT (${maxWebSocketsPerClient} > ${maxPerClient})`);
   return { max, maxPerClient, maxWebSocketsPerClient };
-}
-
-/** What a cluster node does not replicate yet (docs/scaling.md) is refused there rather than silently diverging. */
-function clusterNodeOnly<T extends number | unknown[]>(cluster: ClusterConfig | null, name: string, what: string, value: T): T {
-  const on = typeof value === 'number' ? value > 0 : value.length > 0;
-  if (cluster?.nodeId && on) fail(name, `${what} is not replicated in cluster mode yet (docs/scaling.md): leave it unset on cluster nodes`);
-  return value;
-}
-
-/**
- * CLUSTER_ETCD (comma-separated endpoints) turns cluster mode on; a node also needs its id and advertised URL. Reads
- * nothing else and writes nothing (`restore` checks a node with it: loadConfig may generate keys into DATA_DIR).
- */
-export function clusterConfig(env: Env): ClusterConfig | null {
-  const endpoints = str(env, 'CLUSTER_ETCD');
-  const nodeId = str(env, 'CLUSTER_NODE_ID') ?? null;
-  const advertiseUrl = serviceUrl(env, 'CLUSTER_ADVERTISE_URL', 'a node\'s `scopebase serve db`') ?? null;
-  const leaseTtlS = int(env, 'CLUSTER_LEASE_TTL_S', 10, 2, 600);
-  const durability = str(env, 'CLUSTER_DURABILITY') ?? 'strict';
-  if (durability !== 'strict' && durability !== 'async') fail('CLUSTER_DURABILITY', `must be "strict" or "async", got ${JSON.stringify(durability.slice(0, 20))}`);
-  if (endpoints === undefined) {
-    if (nodeId !== null || advertiseUrl !== null) fail('CLUSTER_ETCD', 'CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL need the etcd endpoints too');
-    return null;
-  }
-  const etcd = endpoints.split(',').map((e) => e.trim()).filter((e) => e !== '');
-  for (const e of etcd) if (!/^https?:\/\/[^\s/]+$/.test(e)) fail('CLUSTER_ETCD', `each endpoint must be http(s)://host:port, got ${JSON.stringify(e.slice(0, 60))}`);
-  if (nodeId !== null && !/^[a-z0-9][a-z0-9-]{0,62}$/.test(nodeId)) fail('CLUSTER_NODE_ID', 'must be 1-63 lowercase letters, digits or hyphens');
-  if ((nodeId === null) !== (advertiseUrl === null)) fail(nodeId === null ? 'CLUSTER_NODE_ID' : 'CLUSTER_ADVERTISE_URL', 'a cluster node needs both CLUSTER_NODE_ID and CLUSTER_ADVERTISE_URL');
-  return { etcd, nodeId, advertiseUrl, leaseTtlS, durability };
 }

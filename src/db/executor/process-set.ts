@@ -83,7 +83,7 @@ export class ProcessSet {
     this.grow(now);
   }
 
-  /** Processes to keep free: one more while a repo may go beyond its share on its runaway pass (Scheduler.allowed). */
+  /** Processes to keep free: one more while a repo may go beyond its share on its runaway pass (Placement.allowed). */
   private keepFree(): number {
     return this.opts.processes + (this.opts.passes.beyondShare ? 1 : 0);
   }
@@ -134,7 +134,7 @@ export class ProcessSet {
   /**
    * The process an interactive transaction of repo `tenant` will run on, kept until `unpin`. A statement past its
    * time limit is stopped by killing its process, and every transaction there dies with it: so a repo's transactions
-   * go to a process of their own that no other repo's work goes to (Scheduler.allowed), one it already holds or a
+   * go to a process of their own that no other repo's work goes to (Placement.allowed), one it already holds or a
    * spare one. Without a spare (`processes` must stay open to all, and no more may be spawned) it shares the least
    * held one, which is then open to all again.
    */

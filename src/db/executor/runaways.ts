@@ -70,7 +70,7 @@ export class RunawayPasses {
 
   /**
    * Whether a repo holding a pass occupies its whole share counted without passes: only then may it go beyond it
-   * (Scheduler.allowed), and one more process is kept free for that. A slow statement of a repo below its share
+   * (Placement.allowed), and one more process is kept free for that. A slow statement of a repo below its share
    * needs none: that process was spawned for each one past RUNAWAY_MS (a first write's fsync) and retired 5 s later.
    */
   get beyondShare(): boolean {

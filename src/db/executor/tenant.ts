@@ -1,6 +1,6 @@
 // One tenant's (repo's) share of the scheduler: its waiting reads and writes, oldest first, and the processes
 // its started jobs occupy. Reads are served oldest first, but newest first while the repo is overloaded (adaptive
-// LIFO, "Fail at Scale", Facebook 2015; the scheduler judges when, see Scheduler.lifoBefore): the reads served are
+// LIFO, "Fail at Scale", Facebook 2015; the scheduler judges when, see Placement.lifoBefore): the reads served are
 // then served promptly, and the old ones, which would be served late or not at all, are the ones refused.
 import type { Frame } from './protocol.ts';
 import type { ExecutorProcess } from './process.ts';
