@@ -23,7 +23,7 @@ export interface LaneHold {
 
 /** The transaction's handle: its messages all go to `proc`; `release` unpins it (and lets its lane go: `ended`). */
 export function pinTransaction(
-  scheduler: Scheduler, opts: Pick<PoolOptions, 'floor' | 'onCommit' | 'onError' | 'timeoutMs'>,
+  scheduler: Scheduler, opts: Pick<PoolOptions, 'floor' | 'onCommit' | 'onLateCommit' | 'onError' | 'timeoutMs'>,
   scope: Scope, path: string, proc: ExecutorProcess, created: (() => void) | null, ended: () => void,
 ): LaneHold {
   const tenant = tenantOfPath(path);
