@@ -2,11 +2,14 @@
 // then removes the file (still at version 0). When that probe is lost too (every executor killed, and each replacement
 // as it started), the caller is told `committed: null` and the probe is asked again in the background; that re-probe
 // never removed the file, so status said the database existed, empty, for good. It now runs in the database's write
-// lane and removes it, as the first probe would have, unless a later write used the file meanwhile.
+// lane and removes it, as the first probe would have, unless a later write used the file meanwhile. So for a libSQL
+// transaction that was creating its database.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { createClient } from '@libsql/client';
+import { viaLoopback } from './helpers/loopback-fetch.ts';
 import { startProduct, type Product } from './helpers/product.ts';
 import { executorPids, killNewExecutors } from './helpers/processes.ts';
 import { waitFor } from './helpers/mirror.ts';
@@ -24,28 +27,35 @@ before(async () => {
 });
 after(() => p.close());
 
-/** Sends the first write of `database` and kills every executor while it runs, and each replacement until it is answered. */
-async function loseFirstWrite(database: string): Promise<void> {
-  const file = join(p.dataDir, 'db', 'acme', 'web', `${database}.sqlite`);
-  const write = p.db('web', 'execute', { database, statements: LONG_FIRST_WRITE });
-  await waitFor(() => existsSync(file), 10_000, 'the file the first write makes');
+const fileOf = (database: string) => join(p.dataDir, 'db', 'acme', 'web', `${database}.sqlite`);
+
+/**
+ * Runs `send` (a first write to `database`, resolving with how it was answered) and kills every executor while it runs,
+ * and each replacement until it is answered: its probe is lost too.
+ */
+async function loseFirstWrite(database: string, send: () => Promise<void> = () => sendLong(database)): Promise<void> {
+  const sent = send();
+  await waitFor(() => existsSync(fileOf(database)), 10_000, 'the file the first write makes');
   await pause(300);
-  const killing = killNewExecutors(); // the probe's executors die too: it fails, and the caller is told committed: null
+  const killing = killNewExecutors(); // the probe's executors die too: it fails
   try {
     for (const pid of executorPids()) process.kill(pid, 'SIGKILL');
-    const res = await write;
-    assert.equal(res.status, 503, res.text);
-    assert.equal(res.json.error.details.committed, null, res.text);
-    assert.equal(existsSync(file), true, 'the file is left until an executor can answer');
+    await sent;
+    assert.equal(existsSync(fileOf(database)), true, 'the file is left until an executor can answer');
   } finally {
     killing.stop();
   }
 }
 
+async function sendLong(database: string): Promise<void> {
+  const res = await p.db('web', 'execute', { database, statements: LONG_FIRST_WRITE });
+  assert.equal(res.status, 503, res.text);
+  assert.equal(res.json.error.details.committed, null, res.text);
+}
+
 test('a first write whose reply and probe were both lost leaves no database once an executor answers (status said it existed, empty)', async () => {
   await loseFirstWrite('fresh');
-  const file = join(p.dataDir, 'db', 'acme', 'web', 'fresh.sqlite');
-  await waitFor(() => !existsSync(file), 15_000, 'the file removed by the re-probe');
+  await waitFor(() => !existsSync(fileOf('fresh')), 15_000, 'the file removed by the re-probe');
   const status = await p.db('web', 'status', { database: 'fresh' });
   assert.equal(status.status, 200, status.text);
   assert.equal(status.json.exists, false, status.text);
@@ -64,4 +74,24 @@ test('a later write that used the file before the re-probe keeps it (the databas
   await pause(3000); // the re-probe has answered
   const status = await p.db('web', 'status', { database: 'kept' });
   assert.equal(status.json.exists, true, status.text);
+});
+
+test('a libSQL transaction creating its database, lost with its process and its probe, leaves no database once an executor answers', async () => {
+  const c = createClient({ url: `http://acme.localhost:${new URL(p.url).port}/web/_db/txfresh/`, authToken: p.secret('acme', 'web'), fetch: viaLoopback });
+  try {
+    await loseFirstWrite('txfresh', async () => {
+      const tx = await c.transaction('write');
+      try {
+        await tx.execute(LONG_FIRST_WRITE[0]!.sql);
+        await assert.rejects(tx.execute(LONG_FIRST_WRITE[1]!.sql), /executor process exited/);
+      } finally {
+        tx.close();
+      }
+    });
+  } finally {
+    c.close();
+  }
+  await waitFor(() => !existsSync(fileOf('txfresh')), 15_000, 'the file removed by the re-probe');
+  const status = await p.db('web', 'status', { database: 'txfresh' });
+  assert.equal(status.json.exists, false, status.text);
 });

@@ -75,15 +75,16 @@ export async function probeCommitted(scheduler: Scheduler, timeoutMs: number, pa
 
 /**
  * The process died during a transaction's COMMIT: did it commit? (SQLite's journal makes it all or nothing.) A
- * version committed so is reported (`onCommit`: mirrors, metrics) as one answered 200 is.
+ * version committed so is reported (`onCommit`: mirrors, metrics) as one answered 200 is. `inLane`: where the
+ * re-probe of a transaction that was creating its database runs, should this probe fail.
  */
-export async function lostCommit(scheduler: Scheduler, opts: Pick<PoolOptions, 'timeoutMs' | 'onCommit' | 'onLateCommit' | 'onError'>, scope: Scope, path: string, token: string, created: boolean): Promise<ApiError> {
+export async function lostCommit(scheduler: Scheduler, opts: Pick<PoolOptions, 'timeoutMs' | 'onCommit' | 'onLateCommit' | 'onError'>, scope: Scope, path: string, token: string, created: boolean, inLane?: () => LaneProbe | undefined): Promise<ApiError> {
   let probed: Probed | null;
   try {
     probed = await probeRequests(scheduler, opts.timeoutMs, path, token, created);
   } catch {
     probed = null;
-    probeLater(scheduler, opts, scope, path, token, 1);
+    probeLater(scheduler, opts, scope, path, token, 1, inLane?.());
   }
   const message = 'the executor stopped during this transaction\'s commit; ';
   if (probed?.committed(0)) {

@@ -133,7 +133,8 @@ export class WriteLanes {
       item.reject(overloaded('no executor process is running'));
       return;
     }
-    await new Promise<void>((ended) => item.held!(pinTransaction(this.scheduler, this.opts, lane.scope, path, proc, created, ended)));
+    const inLane = (token: string, release: () => void) => this.probeInLane(lane.scope, path, token, release);
+    await new Promise<void>((ended) => item.held!(pinTransaction(this.scheduler, this.opts, lane.scope, path, proc, created, ended, inLane)));
   }
 
   private take(lane: Lane): WriteItem[] {
