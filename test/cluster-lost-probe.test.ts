@@ -2,6 +2,9 @@
 // replacement as it started) is told `committed: null`; the probe is asked again in the background. A version it then
 // finds committed reached mirrors but not the follower, which got it only with the database's next write: a failover
 // before that lost a committed write. It is now replicated as a 200's is (src/db/service.ts, `onLateCommit`).
+// The kill may also fall after the executor's reply, while the node ships it (reading its change log on an executor):
+// then the follower's confirmation fails (`committed: null` too), and that version was not shipped again either; it
+// now is, as async durability's are (src/cluster/node.ts, `replicated`).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
@@ -20,7 +23,7 @@ clusterForSuite({ nodes: 2, env: { DB_QUEUE_TIMEOUT_MS: '1000' } }, (c) => {
 /** 24 MB in one commit: SQLite checkpoints it after the commit, so the version is on disk well before the reply leaves. */
 const BIG = 'INSERT INTO big WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 96) SELECT randomblob(262144) FROM n';
 
-test('cluster: a version found committed by the background re-probe reaches the follower with no further write', async () => {
+test('cluster: a version found committed by the background re-probe reaches the follower with no further write', async (t) => {
   const setup = await cluster.proxy.db('web', 'execute', { database: 'late', sql: 'CREATE TABLE big(x BLOB)' });
   assert.equal(setup.status, 200, setup.text);
   const placement = (await cluster.placement('acme', 'web', 'late'))!;
@@ -40,6 +43,7 @@ test('cluster: a version found committed by the background re-probe reaches the 
       if (res.status !== 200) {
         assert.equal(res.json?.error?.details?.committed, null, res.text);
         lost = version;
+        t.diagnostic(`lost at version ${version}: ${res.json.error.message}`); // which of the two ways
       }
     } finally {
       killing.stop();

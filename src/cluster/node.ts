@@ -157,7 +157,14 @@ export class ClusterNode implements Replication {
     if (this.config.durability === 'async') return this.replicatedLater(scope, version);
     const url = p.follower === null ? undefined : view.nodes.get(p.follower);
     if (url === undefined) throw new ApiError('unavailable', 'the database has no live follower to confirm this write (strict durability); whether it survives a failover is unknown', { committed: null }, { 'retry-after': '1' });
-    await this.shipper.ensure(scope, version, p.epoch, p.follower!, url);
+    try {
+      await this.shipper.ensure(scope, version, p.epoch, p.follower!, url);
+    } catch (e) {
+      // Its caller is told `committed: null`, but the write is on disk here: shipped again (while primary) until the
+      // follower holds it, as async durability's are, not at the database's next write (a failover then lost it).
+      this.reshipLater(key);
+      throw e;
+    }
     this.grantDelivery(scope, version);
   }
 
