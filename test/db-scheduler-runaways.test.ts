@@ -143,6 +143,28 @@ describe('a repo\'s runaways on some of its databases', () => {
     assert.deepEqual(rows.json.results[0].rows, [[0]], 'the refused write never ran');
   });
 
+  test('past DB_EXECUTORS_PER_REPO libSQL transactions each running a long statement (a third), its next write waits for its share: a transaction\'s long statement counts toward its repo\'s share (untagged, none counted, and the write ran beside them)', async () => {
+    const clients = ['d0', 'd1', 'd2'].map((database) => createClient({ url: `http://acme.localhost:${new URL(p.url).port}/web/_db/${database}/`, authToken: p.secret('acme', 'web'), fetch: viaLoopback }));
+    const long: Promise<void>[] = [];
+    try {
+      for (const [i, c] of clients.entries()) {
+        const tx = await c.transaction('write');
+        long.push(tx.execute(RUNAWAY).then(() => assert.fail('it ends only at its limit'), (e: Error) => assert.match(e.message, /ran past 2500 ms/)).finally(() => tx.close()));
+        const slow = () => executorPids().filter(niced).length > i; // pinned to a process of its own, as above
+        await waitFor(async () => slow() && (await pause(100), slow()), 3000, 'its statement running slow');
+      }
+      const first = firstEnd(long);
+      const write = await p.db('web', 'execute', { database: 'd5', sql: 'INSERT INTO t VALUES (1)' });
+      // Refused at its queue limit, or (on a loaded host) run once a transaction's statement ended: never beside all three.
+      if (write.status === 503) assert.equal(write.json.error.details.committed, false, write.text);
+      else assert.ok(first.at <= performance.now(), `served (${write.status}) while the three transactions' statements all ran`);
+    } finally {
+      await Promise.allSettled(long); // a failed test leaves none to the next
+      for (const c of clients) c.close();
+    }
+    await Promise.all(long);
+  });
+
   test('runaways on all 10 of its databases take no process from other repos: another org is served throughout, and the processes stay bounded', async () => {
     const executors = p.config.db.executors;
     const runaways = databases.map((database) => p.db('web', 'query', { database, sql: RUNAWAY }));

@@ -153,16 +153,29 @@ export class ClusterNode implements Replication {
     const key = scopeKey(scope);
     const p = view.placements.get(key);
     if (!p || !this.primaryHere(view, key, p)) throw notHere('this node stopped being its primary during the write');
+    // The 200 does not wait: the follower gets the events as soon as it can (the loss window, docs/scaling.md).
+    if (this.config.durability === 'async') return this.replicatedLater(scope, version);
     const url = p.follower === null ? undefined : view.nodes.get(p.follower);
-    if (this.config.durability === 'async') {
-      // The 200 does not wait: the follower gets the events as soon as it can (the loss window, docs/scaling.md).
-      if (url !== undefined) this.shipAsync(key, version, p, url);
-      else if (p.follower === null) this.grantDelivery(scope, version); // no follower: no other node can take over with less
-      return;
-    }
     if (url === undefined) throw new ApiError('unavailable', 'the database has no live follower to confirm this write (strict durability); whether it survives a failover is unknown', { committed: null }, { 'retry-after': '1' });
-    await this.shipper.ensure(scope, version, p.epoch, p.follower!, url);
+    try {
+      await this.shipper.ensure(scope, version, p.epoch, p.follower!, url);
+    } catch (e) {
+      // Its caller is told `committed: null`, but the write is on disk here: shipped again (while primary) until the
+      // follower holds it, as async durability's are, not at the database's next write (a failover then lost it).
+      this.reshipLater(key);
+      throw e;
+    }
     this.grantDelivery(scope, version);
+  }
+
+  replicatedLater(scope: Scope, version: number): void {
+    const view = this.watch.view;
+    const key = scopeKey(scope);
+    const p = view.placements.get(key);
+    if (!p || !this.primaryHere(view, key, p)) return; // no longer primary: placement brings the next one in line
+    const url = p.follower === null ? undefined : view.nodes.get(p.follower);
+    if (url !== undefined) this.shipAsync(key, version, p, url);
+    else if (p.follower === null) this.grantDelivery(scope, version); // no follower: no other node can take over with less
   }
 
   /** Async durability: ships `version` without a caller waiting; a failure is shipped again by a timer (`reshipLater`). */

@@ -103,6 +103,8 @@ export interface Replication {
   settled(scope: Scope): Promise<void>;
   /** After a write committed `version`: resolves once the follower holds it durably; throws a 503 ApiError otherwise. */
   replicated(scope: Scope, version: number): Promise<void>;
+  /** A version committed with no caller to wait for it (a background re-probe found it): shipped, and shipped again after a failure, as async durability's are. */
+  replicatedLater(scope: Scope, version: number): void;
   /** The repo's databases wherever the cluster placed them, sorted: what `status` lists (a node's files are only its own). */
   databases(org: string, repo: string): string[];
 }

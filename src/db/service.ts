@@ -76,15 +76,10 @@ export class DbService implements DbHandler, ChangeFeed {
       onError: (e) => this.logger.error({ err: e }, 'executor scheduler error (the request it concerned may have failed; serving goes on)'),
       beforeCreate: (scope, path) => this.databases.beforeCreate(scope, path),
       floor: (scope) => this.mirrors?.acknowledgedFloor(scope) ?? null,
-      onCommit: (scope, version) => {
-        for (const l of this.listeners) {
-          try {
-            l(scope, version);
-          } catch (e) {
-            // The write committed: a listener's failure must not turn its reply into an error, nor stop the server.
-            this.logger.error({ err: e }, 'commit listener failed');
-          }
-        }
+      onCommit: (scope, version) => this.committed(scope, version),
+      onLateCommit: (scope, version) => {
+        this.committed(scope, version);
+        this.replication?.replicatedLater(scope, version); // found by the background re-probe: on the follower now, not at the next write
       },
       onRestart: (pid, reason) => {
         restarts.inc();
@@ -111,6 +106,18 @@ export class DbService implements DbHandler, ChangeFeed {
 
   attachReplication(replication: Replication): void {
     this.replication = replication;
+  }
+
+  /** A version committed: told to the listeners (mirror delivery, metrics). */
+  private committed(scope: Scope, version: number): void {
+    for (const l of this.listeners) {
+      try {
+        l(scope, version);
+      } catch (e) {
+        // The write committed: a listener's failure must not turn its reply into an error, nor stop the server.
+        this.logger.error({ err: e }, 'commit listener failed');
+      }
+    }
   }
 
   private exists(scope: Scope): boolean {

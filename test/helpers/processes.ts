@@ -10,8 +10,8 @@ function read(path: string): string | null {
   }
 }
 
-/** Descendant pids of this test process that are executors (not the reaper's shell: src/db/executor/reaper.ts). */
-export function executorPids(): number[] {
+/** Descendant pids of `root` (this test process, or a cluster node's) that are executors (not the reaper's shell: src/db/executor/reaper.ts). */
+export function executorPids(root = process.pid): number[] {
   const out: number[] = [];
   const walk = (pid: number) => {
     let tasks: string[];
@@ -28,7 +28,7 @@ export function executorPids(): number[] {
       }
     }
   };
-  walk(process.pid);
+  walk(root);
   return out;
 }
 
@@ -67,11 +67,11 @@ export async function busiestExecutor(ms = 200): Promise<number | undefined> {
 }
 
 /** Sends `signal` to every executor spawned from now on, as soon as it is seen, until `stop`; returns those signalled. */
-function signalNewExecutors(signal: NodeJS.Signals): { stop(): number[] } {
-  const known = new Set(executorPids());
+function signalNewExecutors(signal: NodeJS.Signals, root = process.pid): { stop(): number[] } {
+  const known = new Set(executorPids(root));
   const sent: number[] = [];
   const timer = setInterval(() => {
-    for (const pid of executorPids()) {
+    for (const pid of executorPids(root)) {
       if (known.has(pid)) continue;
       known.add(pid);
       try {
@@ -98,7 +98,7 @@ export function holdNewExecutors(): { release(): void } {
   };
 }
 
-/** Kills (SIGKILL) every executor spawned from now on, as soon as it is seen, until `stop`. */
-export function killNewExecutors(): { stop(): void } {
-  return signalNewExecutors('SIGKILL');
+/** Kills (SIGKILL) every executor spawned from now on under `root`, as soon as it is seen, until `stop`. */
+export function killNewExecutors(root = process.pid): { stop(): void } {
+  return signalNewExecutors('SIGKILL', root);
 }

@@ -37,19 +37,31 @@ export async function probeRequests(scheduler: Scheduler, timeoutMs: number, pat
 /** When a failed probe is asked again in the background (ms after it failed, each after the one before). */
 const LATE_PROBES_MS = [1000, 2000, 4000, 8000, 15_000, 30_000, 30_000, 30_000, 30_000, 30_000];
 
+/** A background re-probe run by its database's write lane (a write that was creating it: write-lanes.ts). */
+export interface LaneProbe {
+  /** Asks the probe in the lane, `created` while no other write has run there since. */
+  probe(): Promise<Probed>;
+  /** The re-probe is over, answered or given up: the creation it held is let go. */
+  done(): void;
+}
+
 /**
  * The probe failed (its executors lost again, or none free in time), so the caller was told `committed: null`; but a
- * version that did commit must reach mirrors now, not at the database's next write. Asked again in the background
- * until it answers (about 3 minutes at most; then the next write or restart reports it). Never `created`: by then a
- * later write may be making the database. Nothing here throws: it runs from timers.
+ * version that did commit must reach mirrors and a cluster's follower now (`onLateCommit`), not at the database's
+ * next write. Asked again in the background until it answers (about 3 minutes at most; then the next write or restart
+ * reports it). `created` only through `lane`, which runs it where no later write can be making the database. Nothing
+ * here throws: it runs from timers.
  */
-export function probeLater(scheduler: Scheduler, opts: Pick<PoolOptions, 'timeoutMs' | 'onCommit' | 'onError'>, scope: Scope, path: string, token: string, requests: number): void {
+export function probeLater(scheduler: Scheduler, opts: Pick<PoolOptions, 'timeoutMs' | 'onCommit' | 'onLateCommit' | 'onError'>, scope: Scope, path: string, token: string, requests: number, lane?: LaneProbe): void {
+  const ask = lane?.probe ?? (() => probeRequests(scheduler, opts.timeoutMs, path, token, false));
   const attempt = (n: number) => {
-    if (n >= LATE_PROBES_MS.length) return;
+    if (n >= LATE_PROBES_MS.length) return lane?.done();
     setTimeout(() => {
-      if (scheduler.closing) return;
-      probeRequests(scheduler, opts.timeoutMs, path, token, false).then(({ committed, version }) => {
-        for (let i = 0; i < requests; i++) if (committed(i)) return opts.onCommit(scope, version);
+      if (scheduler.closing) return lane?.done();
+      ask().then(({ committed, version }) => {
+        lane?.done();
+        const report = opts.onLateCommit ?? opts.onCommit; // replicated too: no 200 or 503 of its own ships it
+        for (let i = 0; i < requests; i++) if (committed(i)) return report(scope, version);
       }, () => attempt(n + 1)).catch((e: unknown) => opts.onError?.(e));
     }, LATE_PROBES_MS[n]).unref();
   };
@@ -63,15 +75,16 @@ export async function probeCommitted(scheduler: Scheduler, timeoutMs: number, pa
 
 /**
  * The process died during a transaction's COMMIT: did it commit? (SQLite's journal makes it all or nothing.) A
- * version committed so is reported (`onCommit`: mirrors, metrics) as one answered 200 is.
+ * version committed so is reported (`onCommit`: mirrors, metrics) as one answered 200 is. `inLane`: where the
+ * re-probe of a transaction that was creating its database runs, should this probe fail.
  */
-export async function lostCommit(scheduler: Scheduler, opts: Pick<PoolOptions, 'timeoutMs' | 'onCommit' | 'onError'>, scope: Scope, path: string, token: string, created: boolean): Promise<ApiError> {
+export async function lostCommit(scheduler: Scheduler, opts: Pick<PoolOptions, 'timeoutMs' | 'onCommit' | 'onLateCommit' | 'onError'>, scope: Scope, path: string, token: string, created: boolean, inLane?: () => LaneProbe | undefined): Promise<ApiError> {
   let probed: Probed | null;
   try {
     probed = await probeRequests(scheduler, opts.timeoutMs, path, token, created);
   } catch {
     probed = null;
-    probeLater(scheduler, opts, scope, path, token, 1);
+    probeLater(scheduler, opts, scope, path, token, 1, inLane?.());
   }
   const message = 'the executor stopped during this transaction\'s commit; ';
   if (probed?.committed(0)) {

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { LostError, type ExecutorProcess } from './process.ts';
 import type { Scheduler } from './scheduler.ts';
 import { tenantOfPath, transactionLost } from './pool-errors.ts';
-import { lostCommit, probeCommitted } from './commit-probe.ts';
+import { lostCommit, probeCommitted, probeLater, type LaneProbe } from './commit-probe.ts';
 import type { ExecReply, PoolOptions } from './pool.ts';
 import type { Scope } from '../contract.ts';
 import { ApiError } from '../../shared/errors.ts';
@@ -21,14 +21,25 @@ export interface LaneHold {
   release(): void;
 }
 
-/** The transaction's handle: its messages all go to `proc`; `release` unpins it (and lets its lane go: `ended`). */
+/**
+ * The transaction's handle: its messages all go to `proc`; `release` unpins it (and lets its lane go: `ended`).
+ * `inLane`: the lane's re-probe (WriteLanes.probeInLane) of a transaction creating its database whose probe failed.
+ */
 export function pinTransaction(
-  scheduler: Scheduler, opts: Pick<PoolOptions, 'floor' | 'onCommit' | 'onError' | 'timeoutMs'>,
+  scheduler: Scheduler, opts: Pick<PoolOptions, 'floor' | 'onCommit' | 'onLateCommit' | 'onError' | 'timeoutMs'>,
   scope: Scope, path: string, proc: ExecutorProcess, created: (() => void) | null, ended: () => void,
+  inLane?: (token: string, release: () => void) => LaneProbe,
 ): LaneHold {
   const tenant = tenantOfPath(path);
   // What every message of the transaction carries: where, whose, and the token a lost commit is probed by.
   const common = { path, scope, create: created !== null, floor: opts.floor(scope), token: randomBytes(12).toString('base64url') };
+  // The creation goes to the lane's re-probe, which lets it go once it has removed a file nothing committed to.
+  const handOver = (): LaneProbe | undefined => {
+    if (created === null || inLane === undefined) return undefined;
+    const release = created;
+    created = null;
+    return inLane(common.token, release);
+  };
   let released = false;
   return {
     create: created !== null,
@@ -41,10 +52,13 @@ export function pinTransaction(
         return { status: frame.header.s as number, body: frame.body, version };
       } catch (e) {
         // A COMMIT that ran may have committed before the process died: asked. One that never ran did not.
-        if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await lostCommit(scheduler, opts, scope, path, common.token, common.create);
+        if (header.op === 'tx.commit' && e instanceof LostError && e.reason !== 'unstarted') throw await lostCommit(scheduler, opts, scope, path, common.token, common.create, handOver);
         // The transaction died with its process. One that was creating its database leaves none (the probe
-        // removes it at version 0), as a first write killed before its commit does; the lane is still held here.
-        if (e instanceof LostError && common.create) await probeCommitted(scheduler, opts.timeoutMs, path, common.token, true).catch(() => null);
+        // removes it at version 0, or its re-probe), as a first write killed before its commit does; the lane is still held here.
+        if (e instanceof LostError && common.create) {
+          const probed = await probeCommitted(scheduler, opts.timeoutMs, path, common.token, true).catch(() => null);
+          if (probed === null) probeLater(scheduler, opts, scope, path, common.token, 1, handOver());
+        }
         throw transactionLost(e, budgetMs, proc, scheduler.closing);
       }
     },

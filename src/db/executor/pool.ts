@@ -51,6 +51,11 @@ export interface PoolOptions {
   /** Lowest version every mirror acknowledged, for change-log retention. */
   floor(scope: Scope): number | null;
   onCommit(scope: Scope, version: number): void;
+  /**
+   * A version the background re-probe found committed (`probeLater`): no caller's reply carries it, so besides what
+   * `onCommit` does it must be replicated as a 200's is (a cluster's follower). Defaults to `onCommit`.
+   */
+  onLateCommit?(scope: Scope, version: number): void;
   onRestart(pid: number | undefined, reason: string): void;
   /** An error caught in a timer or event of the pool, which must never stop the process. */
   onError?(e: unknown): void;

@@ -30,8 +30,8 @@ export interface Job {
   urgent?: boolean;
 }
 
-/** Reruns of a read whose process died under it (runAgain). */
-const MAX_CRASH_RERUNS = 3;
+/** Reruns of a read whose process died under it (runAgain), or of a write that did not commit (write-lanes.ts). */
+export const MAX_CRASH_RERUNS = 3;
 
 /**
  * May a read whose process died under it (not stopped for its own limits: those are its doing) run again? While its

@@ -3,17 +3,18 @@ import { randomBytes } from 'node:crypto';
 import { LostError } from './process.ts';
 import type { Scheduler } from './scheduler.ts';
 import { LostCommitError, lostToApiError, overloaded, tenantOfPath } from './pool-errors.ts';
-import { probeLater, probeRequests, type Probed } from './commit-probe.ts';
+import { probeLater, probeRequests, type LaneProbe, type Probed } from './commit-probe.ts';
 import { pinTransaction, type LaneHold } from './pinned-transaction.ts';
 import type { ExecReply, PoolOptions } from './pool.ts';
 import type { Scope } from '../contract.ts';
+import { MAX_CRASH_RERUNS } from './tenant.ts';
 import { ApiError } from '../../shared/errors.ts';
 
 /** Writes that go through a database's lane; only executes are grouped. */
 export type WriteOp = 'execute' | 'migrate' | 'restore' | 'import';
 
 interface WriteItem {
-  op: WriteOp | 'hold';
+  op: WriteOp | 'hold' | 'probe';
   body: Buffer;
   /** When it reached the lane: its wait for an executor counts from here. */
   at: number;
@@ -21,8 +22,12 @@ interface WriteItem {
   reject: (e: unknown) => void;
   /** For a hold: hands over the held lane. */
   held?: (hold: LaneHold) => void;
-  /** Already run once more after its process died under it without committing it. */
-  retried?: boolean;
+  /** For a background re-probe: runs it (answering the re-probe, never resolve or reject). */
+  probe?: () => Promise<void>;
+  /** Times it ran again after its process died under it without committing it. */
+  crashes?: number;
+  /** When its run began, kept through its reruns after a crash: they have what is left of its budget (its deadline). */
+  firstRunAt?: number;
   /** Its own time budget (an import's, by its size), and the refusal when it runs past it. */
   budget?: WriteBudget;
 }
@@ -50,6 +55,12 @@ export interface LaneLimits {
 
 export class WriteLanes {
   private readonly lanes = new Map<string, Lane>();
+  /**
+   * Databases a first write may have made at version 0, its reply and probe lost: the token its re-probe asks. Any
+   * later write or transaction there forgets it (it used the file, which is then the database's); until then the
+   * re-probe may remove the file, as the first probe would have.
+   */
+  private readonly unsettled = new Map<string, string>();
   private readonly scheduler: Scheduler;
   private readonly opts: PoolOptions;
   private readonly maxLane: number;
@@ -122,7 +133,8 @@ export class WriteLanes {
       item.reject(overloaded('no executor process is running'));
       return;
     }
-    await new Promise<void>((ended) => item.held!(pinTransaction(this.scheduler, this.opts, lane.scope, path, proc, created, ended)));
+    const inLane = (token: string, release: () => void) => this.probeInLane(lane.scope, path, token, release);
+    await new Promise<void>((ended) => item.held!(pinTransaction(this.scheduler, this.opts, lane.scope, path, proc, created, ended, inLane)));
   }
 
   private take(lane: Lane): WriteItem[] {
@@ -144,7 +156,9 @@ export class WriteLanes {
     while (lane.queue.length > 0) {
       const items = this.take(lane);
       const startedAt = performance.now();
-      if (items[0]!.op === 'hold') {
+      if (items[0]!.op !== 'probe') this.unsettled.delete(path);
+      if (items[0]!.op === 'probe') await items[0]!.probe!();
+      else if (items[0]!.op === 'hold') {
         lane.heldSince = startedAt;
         lane.holds++;
         for (const waiting of lane.queue) this.waitBehindHold(lane, waiting);
@@ -174,9 +188,9 @@ export class WriteLanes {
       op: items[0]!.op, path, create: release !== null, scope: lane.scope, floor: this.opts.floor(lane.scope), token,
       lens: items.map((it) => it.body.length),
     };
-    // A restore or an import rebuilds or copies a whole database: given the time a snapshot is. Each statement of an
-    // imported SQL text is held to the statement limit, as any statement (the executor restarts the clock for each).
-    const budget = items[0]!.budget?.ms ?? (items[0]!.op === 'restore' || items[0]!.op === 'import' ? Math.max(this.opts.timeoutMs, 600_000) : this.opts.timeoutMs);
+    const now = performance.now();
+    for (const it of items) if (!it.crashes) it.firstRunAt = now; // a rerun after a crash keeps its deadline
+    const budget = items[0]!.crashes ? this.timeLeft(items[0]!, now) : this.fullBudget(items[0]!);
     if (items[0]!.op === 'import') Object.assign(header, { statementMs: this.opts.timeoutMs, budgetMs: budget });
     try {
       const body = items.length === 1 ? items[0]!.body : Buffer.concat(items.map((it) => it.body));
@@ -194,7 +208,7 @@ export class WriteLanes {
       // A change no changeset can carry ended the group early: the rest go first in the next one (credited its time).
       if (replies.length < items.length) lane.queue.unshift(...items.slice(replies.length));
     } catch (e) {
-      await this.recover(path, lane, items, splittable, token, e, release !== null);
+      if (await this.recover(path, lane, items, splittable, token, e, release)) release = null; // its re-probe lets it go
     } finally {
       release?.();
     }
@@ -204,22 +218,25 @@ export class WriteLanes {
    * A group got no reply. Each request that committed is told so; the others rerun one by one, which finds the
    * runaway (a group may have committed part of its requests: some ran again alone under its token, write-ops.ts).
    */
-  private async recover(path: string, lane: Lane, items: WriteItem[], splittable: boolean, token: string, e: unknown, created: boolean): Promise<void> {
+  private async recover(path: string, lane: Lane, items: WriteItem[], splittable: boolean, token: string, e: unknown, release: (() => void) | null): Promise<boolean> {
     if (!(e instanceof LostError) || this.closing) {
       for (const it of items) it.reject(this.lostError(it, e));
-      return;
+      return false;
     }
     let probed: Probed | null;
     try {
-      probed = await probeRequests(this.scheduler, this.opts.timeoutMs, path, token, created);
+      probed = await probeRequests(this.scheduler, this.opts.timeoutMs, path, token, release !== null);
     } catch {
       probed = null; // the probe failed too: rerunning could apply the writes twice, so nothing reruns
-      probeLater(this.scheduler, this.opts, lane.scope, path, token, items.length); // what committed reaches mirrors when known
     }
     if (probed === null) {
+      // What committed reaches mirrors and the follower when known. A write that was creating the database keeps its
+      // creation until then: its re-probe runs in the lane and removes a file nothing committed to, as this one would have.
+      const creating = release === null ? undefined : this.probeInLane(lane.scope, path, token, release);
+      probeLater(this.scheduler, this.opts, lane.scope, path, token, items.length, creating);
       const message = 'the executor stopped and whether this write committed is unknown: read the data back before retrying';
       for (const it of items) it.reject(new ApiError('unavailable', message, { committed: null }, { 'retry-after': '1' }));
-      return;
+      return creating !== undefined;
     }
     const { committed, version } = probed;
     // What committed is reported as a 200's version is (mirrors, metrics), before the rest run again.
@@ -227,19 +244,56 @@ export class WriteLanes {
     const message = 'the executor stopped after this write committed, and its reply was lost: read the data back before retrying';
     for (const [i, it] of items.entries()) if (committed(i)) it.reject(new LostCommitError(message, version));
     const rest = items.filter((_, i) => !committed(i));
-    if (rest.length === 0) return;
+    if (rest.length === 0) return false;
     if (splittable) {
       for (const it of rest) await this.runGroup(path, lane, [it], false);
-      return;
+      return false;
     }
-    // Not committed, and its process died under it, not at its time limit (killed from outside, out of memory):
-    // it runs once more, as a lost read does; a second loss is reported (it may be the request's own doing).
-    if (rest.length === 1 && e.reason === 'crash' && !rest[0]!.retried) {
-      rest[0]!.retried = true;
+    // Certainly not committed (the probe said so), and its process died under it, not at its own limits (killed from
+    // outside, out of memory): it runs again while its deadline allows, MAX_CRASH_RERUNS times at most, as a lost
+    // read does; past that the loss is reported (a statement that crashes its process itself takes one per run).
+    const it = rest[0]!;
+    if (rest.length === 1 && e.reason === 'crash' && (it.crashes ?? 0) < MAX_CRASH_RERUNS && this.timeLeft(it, performance.now()) > 0) {
+      it.crashes = (it.crashes ?? 0) + 1;
+      it.at = performance.now(); // it waits for an executor afresh: its first wait was long over
       await this.runGroup(path, lane, rest, false);
-      return;
+      return false;
     }
     for (const it of rest) it.reject(this.lostError(it, e));
+    return false;
+  }
+
+  /**
+   * The re-probe of a first write whose reply and probe were lost, each time through the database's lane: no write runs
+   * beside it, and it is `created` (removes a file nothing committed to, still at version 0) while no later write or
+   * transaction has used the file. `release` (the creation, counted toward the repo's databases) goes when it is over.
+   */
+  private probeInLane(scope: Scope, path: string, token: string, release: () => void): LaneProbe {
+    this.unsettled.set(path, token);
+    return {
+      probe: () => new Promise<Probed>((answer, fail) => this.enqueue(scope, path, {
+        op: 'probe', body: Buffer.alloc(0), at: performance.now(), resolve: () => {}, reject: fail,
+        probe: () => probeRequests(this.scheduler, this.opts.timeoutMs, path, token, this.unsettled.get(path) === token).then(answer, fail),
+      })),
+      done: () => {
+        if (this.unsettled.get(path) === token) this.unsettled.delete(path);
+        release();
+      },
+    };
+  }
+
+  /**
+   * The time a run of `it` has. A restore or an import rebuilds or copies a whole database: given the time a snapshot
+   * is. Each statement of an imported SQL text is held to the statement limit, as any statement (the executor
+   * restarts the clock for each).
+   */
+  private fullBudget(it: WriteItem): number {
+    return it.budget?.ms ?? (it.op === 'restore' || it.op === 'import' ? Math.max(this.opts.timeoutMs, 600_000) : this.opts.timeoutMs);
+  }
+
+  /** What is left of `it`'s deadline: its budget from the run a crash first cut short. */
+  private timeLeft(it: WriteItem, now: number): number {
+    return Math.floor(it.firstRunAt! + this.fullBudget(it) - now);
   }
 
   /** A write stopped at its own budget (not at one statement's limit) is refused as that budget says. */
