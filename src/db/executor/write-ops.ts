@@ -3,7 +3,7 @@
 // reply only after COMMIT. Each changing request gets its own version, changeset and change-log event.
 import { createHash, randomBytes } from 'node:crypto';
 import type { DbHandle } from './handles.ts';
-import { assertSchemaClean } from '../sandbox.ts';
+import { assertSchemaClean, ordinaryTables } from '../sandbox.ts';
 import { replyTooLarge, ResultBudget, runWrite, type RowShape, type StatementSpec } from './statements.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { ApiError } from '../../shared/errors.ts';
@@ -334,12 +334,13 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
       for (const m of pending) {
         current = m;
         const length = h.writeLength(h.schemaVersion()); // before the sandbox's fields are set: it may prepare
+        const ordinary = ordinaryTables(h.db); // a full-text table may take one over (sandbox.ts assertNoTakeover)
         h.sandbox.mode = 'write';
         h.sandbox.denied = null;
         h.sandbox.written = tables;
         h.writing(length, () => execMigration(h, m.sql));
         h.sandbox.mode = 'internal';
-        assertSchemaClean(h.db);
+        assertSchemaClean(h.db, ordinary);
         record.run(m.id, checksum(m.sql), new Date().toISOString());
       }
       endDeferral(h, true);
