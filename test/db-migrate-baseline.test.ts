@@ -146,6 +146,20 @@ test('refusals: an id not in the list, a database that does not exist (none is m
   assert.deepEqual((await p.db('refuse', 'status', {})).json.migrations, { applied: 1, latest: '0001_init' });
 });
 
+test('a baseline on a database that holds no table, view, index or trigger is refused: its content holds no migration', async () => {
+  // Made and emptied (an import forgotten or into another database): recording 0001-0002 would have status claim them.
+  assert.equal((await p.db('empty', 'execute', { statements: [{ sql: 'CREATE TABLE t (a)' }, { sql: 'DROP TABLE t' }] })).status, 200);
+  // Up to the last one: nothing runs after it that would fail on the missing tables (with M3, SQLite's 400 did).
+  const r = await p.db('empty', 'migrate', { migrations: [M1, M2], baseline: '0002_tags' });
+  assert.equal(r.status, 409, r.text);
+  assert.equal(r.json.error.code, 'migration_conflict');
+  assert.match(r.json.error.message, /holds no table, view, index or trigger.*leave out baseline to run them/);
+  assert.deepEqual((await p.db('empty', 'status', {})).json.migrations, { applied: 0, latest: null });
+  const run = await p.db('empty', 'migrate', { migrations: [M1, M2, M3] });
+  assert.equal(run.status, 200, run.text);
+  assert.deepEqual(run.json.applied, ['0001_init', '0002_tags', '0003_done']);
+});
+
 test('CLI: export, import, then `migrate --baseline` with the same folder; the import names the way', async () => {
   const env = { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, BASE_DOMAIN: p.config.baseDomain };
   const cli = (args: string[]) => runCli([...args, '--url', p.url], env);

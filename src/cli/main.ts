@@ -4,7 +4,7 @@ import { productVersion } from '../shared/version.ts';
 import { flushCompileCache } from 'node:module';
 import { Argument, Command, CommanderError } from 'commander';
 import { ConfigError } from '../shared/config.ts';
-import { CliError, EXIT, printJson } from './output.ts';
+import { CliError, EXIT, printJson, visible } from './output.ts';
 import { addSecretCommand } from './secret.ts';
 import { addDatabaseCommands } from './database.ts';
 import { addMigrateCommand } from './migrate.ts';
@@ -113,7 +113,7 @@ export async function main(argv: string[]): Promise<number> {
     // Help or the version as asked (exit 0), or a command group's help for want of its command (`cluster`).
     if (e instanceof CommanderError && (e.exitCode === 0 || e.code === 'commander.help')) return e.exitCode === 0 ? EXIT.ok : EXIT.usage;
     const f = failure(e, program, argv);
-    process.stderr.write(`scopebase: ${f.message}\n`);
+    process.stderr.write(`scopebase: ${visible(f.message)}\n`); // it may quote a tenant's names
     if (process.env.SCOPEBASE_DEBUG) process.stderr.write(`${(e as Error).stack}\n`);
     const options = argv.includes('--') ? argv.slice(0, argv.indexOf('--')) : argv; // after --, "--json" is an argument
     if (options.includes('--json') && !f.jsonPrinted) printJson(f.json());

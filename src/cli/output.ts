@@ -44,8 +44,16 @@ export function showValue(v: Value): string {
     const hex = Buffer.from(v.subarray(0, 32)).toString('hex');
     return `x'${hex}'${v.length > 32 ? `… (${v.length} bytes)` : ''}`;
   }
-  return String(v).replace(/\r?\n/g, '\\n');
+  return visible(String(v).replace(/\r?\n/g, '\\n'));
 }
+
+/**
+ * A text from the server (a tenant's values, names, an error quoting them) with the control characters a terminal
+ * acts on shown as escapes: ESC sequences set the title, write the clipboard (OSC 52) or link text elsewhere, and a
+ * lone CR rewrites the line, so what is printed looks like other data. Tabs and line feeds stay.
+ */
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+export const visible = (s: string): string => s.replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
 
 /** A value as SPEC 4.2 writes it, for --json. */
 export function wireValue(v: Value): unknown {
@@ -59,10 +67,10 @@ const width = (s: string) => [...s].length;
 /** Columns padded to their widest cell, a rule under the header; numbers right-aligned. */
 export function table(columns: string[], rows: Value[][]): string {
   const cells = rows.map((r) => r.map(showValue));
-  const widths = columns.map((c, i) => Math.max(width(c), ...cells.map((r) => width(r[i] ?? ''))));
+  const widths = columns.map((c, i) => Math.max(width(visible(c)), ...cells.map((r) => width(r[i] ?? ''))));
   const numeric = columns.map((_, i) => rows.length > 0 && rows.every((r) => typeof r[i] === 'number' || typeof r[i] === 'bigint' || r[i] === null));
   const line = (r: string[]) => r.map((s, i) => (numeric[i] ? s.padStart(widths[i]!) : s.padEnd(widths[i]!))).join('  ').trimEnd();
-  return [line(columns), widths.map((w) => '-'.repeat(w)).join('  '), ...cells.map(line)].join('\n') + '\n';
+  return [line(columns.map(visible)), widths.map((w) => '-'.repeat(w)).join('  '), ...cells.map(line)].join('\n') + '\n';
 }
 
 export function printJson(value: unknown): void {

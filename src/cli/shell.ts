@@ -8,7 +8,7 @@ import type { Command } from 'commander';
 import { ScopebaseError } from '../client/index.ts';
 import { splitStatements } from '../db/statement-end.ts';
 import { addTargetOptions, attempt, connect, type Target, type TargetOptions } from './target.ts';
-import { CliError, EXIT, explain, printJson, table } from './output.ts';
+import { CliError, EXIT, explain, printJson, table, visible } from './output.ts';
 import { printRows, printWrite, resultJson } from './database.ts';
 import { describeIoError } from './files.ts';
 
@@ -56,7 +56,7 @@ async function dotCommand(t: Target, line: string): Promise<boolean> {
     process.stdout.write(s.tables && s.tables.length ? table(['table', 'rows'], s.tables.map((x) => [x.name, x.rows])) : '(no tables)\n');
   } else if (cmd === '.schema') {
     const r = await t.client.query("SELECT sql FROM sqlite_schema WHERE sql IS NOT NULL AND (?1 IS NULL OR tbl_name = ?1) ORDER BY tbl_name, type DESC, name", [arg ?? null]);
-    process.stdout.write(r.values.map((v) => `${v[0]};\n`).join('') || '(nothing)\n');
+    process.stdout.write(r.values.map((v) => `${visible(String(v[0]))};\n`).join('') || '(nothing)\n');
   } else if (cmd === '.status') {
     const s = await t.client.status();
     process.stdout.write(`database ${s.database}: ${s.exists ? `version ${s.version}, ${s.sizeBytes} bytes, ${s.migrations?.applied ?? 0} migrations` : 'does not exist yet'}\n`);
@@ -86,7 +86,7 @@ export function addShellCommand(program: Command): void {
       const report = (e: unknown) => {
         if (!(e instanceof ScopebaseError)) throw e;
         failures++;
-        process.stderr.write(`${explain(e, t).message}\n`);
+        process.stderr.write(`${visible(explain(e, t).message)}\n`);
       };
       // Ctrl-C drops what is typed so far; on an empty prompt it leaves.
       rl.on('SIGINT', () => {

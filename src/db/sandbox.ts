@@ -223,12 +223,31 @@ export function assertNoInternalReference(db: DatabaseSync): void {
  * internal table (SPEC 4.8: by any path), and any object other than the internal tables under the reserved prefix
  * (a table renamed into it, a virtual table's shadow tables).
  */
-export function assertSchemaClean(db: DatabaseSync): void {
+export function assertSchemaClean(db: DatabaseSync, ordinaryBefore?: ReadonlySet<string>): void {
   assertNoInternalReference(db);
+  if (ordinaryBefore !== undefined) assertNoTakeover(db, ordinaryBefore);
   // Defensive mode refuses these only when the shadow table is one as the trigger is made; a file's schema may order
   // them otherwise. Such a schema no connection loads again (a database beyond repair, backups failing on it).
   const onShadow = db.prepare("SELECT s.name AS name, s.tbl_name AS tbl FROM main.sqlite_schema s JOIN pragma_table_list l ON l.schema = 'main' AND l.name = s.tbl_name WHERE s.type = 'trigger' AND l.type = 'shadow' LIMIT 1").get() as { name: string; tbl: string } | undefined;
   if (onShadow) throw new ApiError('not_allowed', `trigger ${onShadow.name} is on ${onShadow.tbl}, a virtual table's shadow table: triggers may not be made on those`);
   const reserved = db.prepare(`SELECT name FROM main.sqlite_schema WHERE lower(name) LIKE '\\${INTERNAL_PREFIX.slice(0, -1)}\\_%' ESCAPE '\\' AND name NOT IN (${INTERNAL_TABLES.map((t) => `'${t}'`).join(', ')}) LIMIT 1`).get() as { name: string } | undefined;
   if (reserved) throw new ApiError('not_allowed', `the ${INTERNAL_PREFIX} name prefix is reserved (${reserved.name})`);
+}
+
+/** The main schema's ordinary tables (PRAGMA table_list's 'table'), before a statement that may change the schema. */
+export function ordinaryTables(db: DatabaseSync): Set<string> {
+  return new Set((db.prepare("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table'").all() as { name: string }[]).map((r) => r.name));
+}
+
+/**
+ * fts3/fts4 take an existing `<name>_stat` (fts3 `_docsize` too) as their storage, at CREATE VIRTUAL TABLE or at a
+ * rename onto `<name>`: the user's table became a shadow table, unlisted, unwritable, left out of SQL exports and
+ * dropped with the full-text table. Such a statement is refused (its caller rolls it back).
+ */
+function assertNoTakeover(db: DatabaseSync, ordinaryBefore: ReadonlySet<string>): void {
+  const list = db.prepare("SELECT name, type FROM pragma_table_list WHERE schema = 'main' AND type IN ('shadow', 'virtual')").all() as { name: string; type: string }[];
+  const taken = list.find((t) => t.type === 'shadow' && ordinaryBefore.has(t.name));
+  if (taken === undefined) return;
+  const owner = list.find((t) => t.type === 'virtual' && taken.name.toLowerCase().startsWith(`${t.name.toLowerCase()}_`))?.name ?? 'a virtual table';
+  throw new ApiError('not_allowed', `table ${taken.name} would become the storage (a shadow table) of full-text table ${owner}: it would no longer be listed, written or exported as yours, and would be dropped with ${owner}; rename ${taken.name} first, or give the full-text table another name`, { table: taken.name, virtualTable: owner });
 }

@@ -65,8 +65,12 @@ function writeDump(copy: DatabaseSync, target: string): void {
     // order they were made, so an import builds each index once and fires no trigger on the rows it loads.
     const tables = schema.filter((o) => o.type === 'table' && isUser(o.name) && !shadow.has(o.name));
     out('PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n');
-    for (const o of tables) out(`${o.sql};\n`);
     for (const o of tables) {
+      if (CONTENTLESS.test(o.sql)) dumpWithShadows(copy, o, schema.filter((s) => shadow.has(s.name) && isShadowOf(s.name, o.name)), out);
+      else out(`${o.sql};\n`);
+    }
+    for (const o of tables) {
+      if (CONTENTLESS.test(o.sql)) continue; // its rows are its shadow tables', dumped with it
       // Rows keep their rowids; a virtual table's go in through the table itself (its index is rebuilt).
       const list = copiedColumns(copy, o.name);
       const stmt = copy.prepare(`SELECT ${list.map(asRead).join(', ')} FROM ${q(o.name)}`);
@@ -85,6 +89,32 @@ function writeDump(copy: DatabaseSync, target: string): void {
   } finally {
     closeSync(fd);
   }
+}
+
+/**
+ * A full-text table that keeps no copy of its text (`content=''`): its rows read back as NULL (fts5) or not at all
+ * (fts4), so dumped as rows its index was lost (or the export failed): it is dumped as sqlite3 .dump does, below.
+ */
+const CONTENTLESS = /^CREATE\s+VIRTUAL\s+TABLE\b[\s\S]*?\bUSING\s+["'`[]?fts[345]\b[\s\S]*\bcontent\s*=\s*(?:''|""|``)/i;
+
+/** A shadow table of `table` by its name: `<table>_<suffix>`, the suffix one word (`f_x_data` is `f_x`'s). */
+const isShadowOf = (name: string, table: string) => name.toLowerCase().startsWith(`${table.toLowerCase()}_`) && /^[a-z0-9]+$/i.test(name.slice(table.length + 1));
+
+/**
+ * sqlite3 .dump's form of a virtual table: its schema row written under writable_schema, then its shadow tables and
+ * their rows, which hold the index (the import reads this form: load-sql.ts).
+ */
+function dumpWithShadows(copy: DatabaseSync, o: { name: string; sql: string }, shadows: { name: string; sql: string }[], out: (line: string) => void): void {
+  out(`PRAGMA writable_schema=ON;\nINSERT INTO sqlite_schema(type,name,tbl_name,rootpage,sql)VALUES('table',${sqlLiteral(o.name)},${sqlLiteral(o.name)},0,${sqlLiteral(o.sql)});\n`);
+  for (const s of shadows) {
+    out(`${s.sql.replace(/^CREATE\s+TABLE\s+/i, 'CREATE TABLE IF NOT EXISTS ')};\n`);
+    const cols = (copy.prepare('SELECT name FROM pragma_table_xinfo(?) WHERE hidden = 0').all(s.name) as { name: string }[]).map((c) => q(c.name));
+    const stmt = copy.prepare(`SELECT ${cols.map(asRead).join(', ')} FROM ${q(s.name)}`);
+    stmt.setReadBigInts(true);
+    stmt.setReturnArrays(true);
+    for (const row of stmt.iterate() as Iterable<unknown[]>) out(`INSERT INTO ${q(s.name)} VALUES(${row.map(dumpLiteral).join(',')});\n`);
+  }
+  out('PRAGMA writable_schema=OFF;\n');
 }
 
 /**

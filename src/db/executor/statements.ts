@@ -5,7 +5,7 @@ import { decodeParams, encodeRow, encodeValue, type Params } from '../values.ts'
 import type { DbHandle, Prepared } from './handles.ts';
 import { bindNamed, checkParams, type ParamSlots } from '../params.ts';
 import { deferForeignKeys } from './foreign-keys.ts';
-import { assertSchemaClean } from '../sandbox.ts';
+import { assertSchemaClean, ordinaryTables } from '../sandbox.ts';
 import { MENTIONS, alterColumn } from './alter-column.ts';
 import { hranaCols, hranaEmpty, hranaResult, hranaRow } from './hrana-result.ts';
 import type { KeyWatch } from './key-cover.ts';
@@ -252,6 +252,11 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   if (p.defersForeignKeys) deferForeignKeys(h);
   if (p.inserts && (p.rewrites || p.noRowid)) markNoInsert(h);
   beforeRun?.(p);
+  let ordinary: Set<string> | undefined;
+  if (p.checksSchema) {
+    h.sandbox.mode = 'internal';
+    ordinary = ordinaryTables(h.db); // a full-text table may take one over (sandbox.ts assertNoTakeover)
+  }
   const length = h.writeLength(p.schema); // DB_MAX_VALUE_BYTES with a record's room, not the connection's 18 KB
   h.sandbox.mode = 'write'; // the internal statements above switched it: a re-prepare while this runs is a write's
   if (p.returnsRows) {
@@ -271,7 +276,7 @@ export function runWrite(h: DbHandle, spec: StatementSpec, index: number, shape:
   const r = h.writing(length, () => p.stmt.run(...(args as [])));
   if (p.checksSchema) {
     h.sandbox.mode = 'internal';
-    assertSchemaClean(h.db);
+    assertSchemaClean(h.db, ordinary);
   }
   const changes = p.dml ? Number(r.changes) : 0;
   const rowid = insertedRowid(p, changes, () => r.lastInsertRowid);

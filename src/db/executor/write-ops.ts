@@ -3,7 +3,7 @@
 // reply only after COMMIT. Each changing request gets its own version, changeset and change-log event.
 import { createHash, randomBytes } from 'node:crypto';
 import type { DbHandle } from './handles.ts';
-import { assertSchemaClean } from '../sandbox.ts';
+import { assertSchemaClean, INTERNAL_PREFIX, ordinaryTables } from '../sandbox.ts';
 import { replyTooLarge, ResultBudget, runWrite, type RowShape, type StatementSpec } from './statements.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
 import { ApiError } from '../../shared/errors.ts';
@@ -278,6 +278,10 @@ const isForeignKeyFailure = (e: unknown): boolean => (e as { errcode?: unknown }
 
 const checksum = (sql: string) => createHash('sha256').update(sql, 'utf8').digest('hex');
 
+/** Whether the main schema holds any object of the user's (not an internal or SQLite's own). */
+const holdsUserObjects = (h: DbHandle): boolean =>
+  h.internal(`SELECT 1 FROM main.sqlite_schema WHERE lower(name) NOT LIKE '\\${INTERNAL_PREFIX.slice(0, -1)}\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' LIMIT 1`).get() !== undefined;
+
 /** SPEC 4.6: the applied list must be a prefix of the request's; pending migrations apply in one transaction. */
 export function migrate(h: DbHandle, body: MigrateBody, ctx: GroupContext): Reply {
   // Decided before BEGIN, where the pragma holds: the write lane lets no other migrate in between.
@@ -310,6 +314,11 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
       return errorReply({ code: 'migration_conflict', message: `baseline ${body.baseline!} records migrations as applied only on a database with none recorded; this one has ${applied.length} (latest ${latest.id}): leave out baseline`, details: { id: latest.id, baseline: body.baseline!, applied: applied.length } });
     }
     const baselined = applied.length === 0 ? requested.slice(0, start) : [];
+    // No object of the user's: its content holds no migration, and recording some would have status claim them.
+    if (baselined.length > 0 && !holdsUserObjects(h)) {
+      h.internal('ROLLBACK').run();
+      return errorReply({ code: 'migration_conflict', message: `baseline ${body.baseline!} records migrations a database's content already holds, and this one holds no table, view, index or trigger (was the import made into another database?): import first, or leave out baseline to run them`, details: { baseline: body.baseline!, applied: 0 } });
+    }
     const pending = requested.slice(start);
     const version = h.version();
     const alreadyApplied = applied.map((a) => a.id);
@@ -334,12 +343,13 @@ function migrateInTransaction(h: DbHandle, body: MigrateBody, ctx: GroupContext)
       for (const m of pending) {
         current = m;
         const length = h.writeLength(h.schemaVersion()); // before the sandbox's fields are set: it may prepare
+        const ordinary = ordinaryTables(h.db); // a full-text table may take one over (sandbox.ts assertNoTakeover)
         h.sandbox.mode = 'write';
         h.sandbox.denied = null;
         h.sandbox.written = tables;
         h.writing(length, () => execMigration(h, m.sql));
         h.sandbox.mode = 'internal';
-        assertSchemaClean(h.db);
+        assertSchemaClean(h.db, ordinary);
         record.run(m.id, checksum(m.sql), new Date().toISOString());
       }
       endDeferral(h, true);
