@@ -9,6 +9,7 @@ import { ANSWER_MARK_HEADER, answerMark, type ResolvedSession, type SessionResol
 import { readCookie, SESSION_COOKIE } from '../account/cookies.ts';
 import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, urlUnder } from './forward.ts';
 import { trustedPeers } from '../shared/trusted-peers.ts';
+import { PART_POOL_CONNECTIONS } from '../shared/connection-cap.ts';
 import { requestIdOf } from '../shared/raw-route.ts';
 
 export interface RemoteAccountOptions { accountUrl: string; proxyToken: string; trustedProxies: string[] }
@@ -47,7 +48,8 @@ export interface RemoteAccount {
 }
 
 export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
-  const agent = createAgent();
+  // Bounded: unbounded, a burst opened more connections than `serve account` takes from one address, and it refused them.
+  const agent = createAgent(PART_POOL_CONNECTIONS);
   const renewed = new WeakMap<IncomingMessage, string>();
   const isTrusted = trustedPeers(opts.trustedProxies);
   const base = opts.accountUrl.replace(/\/+$/, '');

@@ -111,8 +111,9 @@ export function streamBodies(app: FastifyInstance): void {
 /** How long an upstream (an app, `serve account`) may take to begin its answer, as nginx's proxy_read_timeout. */
 const UPSTREAM_HEADERS_TIMEOUT_MS = 60_000;
 
-export function createAgent(): Agent {
-  return new Agent({ connect: { timeout: 5_000 }, headersTimeout: UPSTREAM_HEADERS_TIMEOUT_MS, bodyTimeout: 300_000, keepAliveTimeout: 10_000 });
+/** `connections`: at most this many to each origin, more requests wait in the pool (undici's default: no bound). */
+export function createAgent(connections?: number): Agent {
+  return new Agent({ connect: { timeout: 5_000 }, headersTimeout: UPSTREAM_HEADERS_TIMEOUT_MS, bodyTimeout: 300_000, keepAliveTimeout: 10_000, connections });
 }
 
 const ENCODED_DOT_SEGMENT = /(^|[/\\])\.\.?([/\\]|$)/;
