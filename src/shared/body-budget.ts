@@ -76,7 +76,7 @@ const PRODUCT: string[] = [];
 /**
  * Counts a request's body as the product's own (a follower's `/_cluster/*`, behind a node's token): held to a
  * tenant's share, a busy org's replication was refused, and its writes, committed, were answered 503 as unknown. It
- * is bounded where it is sent (a node's pool of 8 connections to a peer, a page of events each).
+ * is bounded where it is sent: a node's pool of 8 connections to a peer, a shipment of about 32 MiB of events each.
  */
 export function chargeToProduct(req: IncomingMessage): void {
   owners.set(req, PRODUCT);
