@@ -54,7 +54,7 @@ test(`${REQUESTS} sign-outs in flight through the proxy at once: none is refused
     const statuses = answers.map((a) => a?.status ?? 0);
     assert.deepEqual([...new Set(statuses)], [303], answers.find((a) => a?.status !== 303)?.body ?? 'a call got no answer');
     assert.equal(await turnedAway(), 0, 'the service turned away none of the proxy\'s connections');
-    assert.equal(open, PART_POOL_CONNECTIONS, 'the proxy opened as many as its pool holds, no more');
+    assert.ok(open <= PART_POOL_CONNECTIONS, `the proxy opened ${open} connections to the service: no more than its pool holds`);
   } finally {
     for (const c of calls) c.socket.destroy();
   }
