@@ -1,8 +1,9 @@
 // `scopebase serve account` behind the proxy (docs/deploy.md, "Parts behind the proxy"): every proxied request comes
 // from the proxy's one address. The proxy's pool to the service opened a connection per request in flight (undici's
 // default: no bound), past the service's per-client limit (a quarter of MAX_CONNECTIONS), and the service refused
-// them: users got 503 "this client has too many connections" relayed, with the service idle. Now the pool holds at
-// most PART_POOL_CONNECTIONS (more requests wait in it) and a part's per-client limit is derived no lower than that.
+// them: users got 503 "the account service is not reachable right now", with the service idle. Now the pool holds at
+// most PART_POOL_CONNECTIONS (more requests wait in it), a part's per-client limit is derived no lower than that, and
+// the proxy reads a body before it takes one of the pool's connections (a slow sender cannot hold them all).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
@@ -10,6 +11,7 @@ import { startAccounts, type AccountsProduct } from './helpers/accounts.ts';
 import { partial, type Answer } from './helpers/partial-body.ts';
 import { spawnProduct, tempDir, testEnv, type SpawnedProduct } from './helpers/product.ts';
 import { freePort } from './helpers/ports.ts';
+import { bodyBytesInFlight } from '../src/shared/body-budget.ts';
 
 const dir = tempDir('scopebase-account-pool-');
 let account: SpawnedProduct;
@@ -39,15 +41,16 @@ const openOnService = () => metric(/^scopebase_connections_open\{pool="public"\}
 /** Connections of the proxy the service refused or closed at its per-client limit (a new one takes an idle one's place). */
 const turnedAway = async () => (await metric(/^scopebase_connections_refused_total\{pool="public",cap="per_client"\} (\d+)/m)) + (await metric(/^scopebase_connections_closed_idle_total\{pool="public",cap="per_client"\} (\d+)/m));
 
-test(`${REQUESTS} sign-outs in flight through the proxy at once: none is refused by the account service, each is answered`, async () => {
-  // Each sign-out's body is still coming: its request holds its connection from the proxy to the service.
+test(`${REQUESTS} sign-outs whose bodies are still coming through the proxy: a sign-in is answered meanwhile, none is turned away`, async () => {
   const form = 'return_to=%2Fweb%2F_account%2F';
   const head = `POST /web/_account/logout HTTP/1.1\r\nhost: acme.localhost:${p.port}\r\norigin: http://acme.localhost:${p.port}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: ${form.length}\r\n\r\n`;
-  const sent = Buffer.from(form.slice(0, 1));
-  const calls = Array.from({ length: REQUESTS }, () => partial(p.url, head, sent, 30_000));
+  const calls = Array.from({ length: REQUESTS }, () => partial(p.url, head, Buffer.from(form.slice(0, 1)), 30_000));
   try {
-    // Until the service holds as many as the proxy's pool opens, or turned one away: then every request left waits.
-    for (let i = 0; i < 200 && (await openOnService()) < PART_POOL_CONNECTIONS && (await turnedAway()) === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    // Until the proxy holds every body (read there first), or the service holds what the pool opens, or turned one away.
+    for (let i = 0; i < 200 && bodyBytesInFlight() < REQUESTS * form.length && (await openOnService()) < PART_POOL_CONNECTIONS && (await turnedAway()) === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    // A slow client holds its own connection to the proxy, not one of the proxy's to the service: sign-in still works.
+    const login = await partial(p.url, `GET /web/_account/login HTTP/1.1\r\nhost: acme.localhost:${p.port}\r\n\r\n`, 0, 10_000).answer;
+    assert.equal(login?.status, 302, login ? login.body : 'the sign-in got no answer within 10 s');
     const open = await openOnService();
     for (const c of calls) c.socket.write(form.slice(1));
     const answers = (await Promise.all(calls.map((c) => c.answer))) as (Answer | null)[];

@@ -10,6 +10,8 @@ import { readCookie, SESSION_COOKIE } from '../account/cookies.ts';
 import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, urlUnder } from './forward.ts';
 import { trustedPeers } from '../shared/trusted-peers.ts';
 import { PART_POOL_CONNECTIONS } from '../shared/connection-cap.ts';
+import { collectBody, declaresBody } from '../shared/body-budget.ts';
+import { ACCOUNT_BODY_LIMIT } from '../account/service.ts';
 import { requestIdOf } from '../shared/raw-route.ts';
 
 export interface RemoteAccountOptions { accountUrl: string; proxyToken: string; trustedProxies: string[] }
@@ -37,6 +39,11 @@ export function routingHeaders(req: FastifyRequest, repo: string, proxyToken: st
   };
 }
 
+/** A request's body, up to the account service's own limit, counted in the budget as its client's (an error: answered with connection: close). */
+function readBody(req: FastifyRequest, reply: FastifyReply): Promise<Buffer> {
+  return new Promise((resolve, reject) => collectBody(req.raw, reply.raw, ACCOUNT_BODY_LIMIT, (body) => (body instanceof ApiError ? reject(body) : resolve(body)), req.ip));
+}
+
 export interface RemoteAccount {
   plugin: FastifyPluginAsync;
   resolveSession: SessionResolver;
@@ -62,8 +69,10 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
       ...forwardedHeaders(req.raw, isTrusted(req.socket.remoteAddress), `/${req.params.repo}/_account`),
       ...routingHeaders(req, repo, opts.proxyToken),
     };
+    // The body is read here first: streamed, a client sending it slowly held one of the pool's connections for as long.
+    const body = declaresBody(req.raw) ? await readBody(req, reply) : undefined;
     return forwardHttp(req, reply, urlUnder(base, rest.startsWith('/') ? rest : `/${rest}`), headers, agent, 'account service', [],
-      (res, id) => gatewayFailure(res.statusCode, res.headers[ANSWER_MARK_HEADER], id, opts.proxyToken));
+      (res, id) => gatewayFailure(res.statusCode, res.headers[ANSWER_MARK_HEADER], id, opts.proxyToken), body);
   };
 
   const plugin: FastifyPluginAsync = async (app) => {

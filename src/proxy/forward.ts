@@ -140,8 +140,8 @@ export function urlUnder(base: string, rest: string): URL {
 /** Looks at the upstream's answer before it is relayed: an ApiError replaces it (its body is dropped), null relays it. */
 export type AnswerCheck = (res: Dispatcher.ResponseData, requestId: string) => ApiError | null;
 
-/** Streams the request to `target` and the answer back; an unreachable upstream is 503 unavailable. */
-export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string, privateCookies: string[] = [], check?: AnswerCheck): Promise<FastifyReply> {
+/** Streams the request to `target` (`read`: its body, read already) and the answer back; an unreachable upstream is 503 unavailable. */
+export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string, privateCookies: string[] = [], check?: AnswerCheck, read?: Buffer): Promise<FastifyReply> {
   const abort = new AbortController();
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort();
@@ -150,7 +150,8 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
   // of the body unread and the socket stopped: the connection hung, and the client's next request on it was never
   // answered. So it gets a pipe, and on failure the rest of the body is read and dropped (as Node does with a body
   // nobody read) before the 503 goes out on a connection that still works.
-  const body = declaresBody(req.raw) ? req.raw.pipe(new PassThrough()) : undefined;
+  const piped = read === undefined && declaresBody(req.raw) ? req.raw.pipe(new PassThrough()) : undefined;
+  const body = read ?? piped;
   let res: Dispatcher.ResponseData;
   try {
     res = await request(target, {
@@ -158,8 +159,8 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
       method: req.method as Dispatcher.HttpMethod, headers: { ...headers, 'x-request-id': req.id }, dispatcher, signal: abort.signal, body,
     });
   } catch (err) {
-    if (body && !req.raw.readableEnded) {
-      req.raw.unpipe(body);
+    if (piped && !req.raw.readableEnded) {
+      req.raw.unpipe(piped);
       req.raw.resume();
     }
     const code = (err as { code?: string }).code;
