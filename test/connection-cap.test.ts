@@ -8,7 +8,7 @@ import { createServer } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from '../src/shared/config.ts';
-import { connectionLimits, openFilesLimit } from '../src/shared/connection-cap.ts';
+import { connectionLimits, openFilesLimit, PRODUCT_CONNECTIONS } from '../src/shared/connection-cap.ts';
 import { clientKey } from '../src/shared/trusted-peers.ts';
 import { askFrom as ask, metric as adminMetric, type Answer } from './helpers/ask-from.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
@@ -243,6 +243,10 @@ test('the defaults: from the open-files limit, a quarter of it per client; IPv6 
   assert.equal(connectionLimits({ ...unset, maxWebSocketsPerClient: 1_000_000 }, 1024).webSocketsPerClient, 108, 'never above the per-client limit');
   assert.equal(connectionLimits({ ...unset, max: 20, maxPerClient: 5, maxWebSocketsPerClient: 5 }).webSocketsPerClient, 5, 'as set, up to the per-client limit');
   assert.equal(connectionLimits({ ...unset, max: 4, maxPerClient: 1 }).webSocketsPerClient, 1);
+  // A part the proxy reaches (serve db, serve account): never derived below what the product's own parts open to it.
+  assert.equal(connectionLimits({ ...unset, max: 120 }, 20_000, PRODUCT_CONNECTIONS).perClient, PRODUCT_CONNECTIONS);
+  assert.equal(connectionLimits({ ...unset, max: 40 }, 20_000, PRODUCT_CONNECTIONS).perClient, 40, 'never above the total');
+  assert.equal(connectionLimits({ ...unset, max: 120, maxPerClient: 10 }, 20_000, PRODUCT_CONNECTIONS).perClient, 10, 'as set');
   assert.ok(openFilesLimit() > 0);
   assert.equal(clientKey('::ffff:192.0.2.7'), '192.0.2.7');
   assert.equal(clientKey('2001:db8:1:2:aaaa::1'), clientKey('2001:0db8:0001:0002:ffff:1:2:3'));

@@ -48,7 +48,7 @@ export async function startParts(part: Part, config: Config, logger: Logger, hos
   try {
     // The admin port first: taken, it stops the start before any part has started (and logged that it did).
     const adminAddress = await admin.listen({ port: config.adminPort, host });
-    const connections = publicConnections(config, logger);
+    const connections = publicConnections(config, logger, part === 'db' || part === 'account');
     const { main, url, mirrorUrl, devIdpUrl } = await startMain(part, config, logger, host, closers, connections);
     started = true;
     return {

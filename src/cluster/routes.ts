@@ -5,7 +5,7 @@ import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { chargeToRepo } from '../shared/body-budget.ts';
+import { chargeToProduct } from '../shared/body-budget.ts';
 import { ApiError } from '../shared/errors.ts';
 import { checkDatabase, checkOrg, checkRepo } from '../shared/names.ts';
 import type { Scope } from '../db/contract.ts';
@@ -45,12 +45,12 @@ export function registerFollowerRoutes(app: FastifyInstance, node: ClusterNode, 
   };
 
   // On the headers, before a body is read: another node's token, the scope and epoch; its body then counts in the
-  // share of the repo it replicates (body-budget.ts), as the write that made it did, not in the sending node's address.
+  // budget as the product's own (body-budget.ts), in no tenant's share: a refusal would fail writes already committed.
   const admitted = new WeakMap<FastifyRequest, Target>();
   const onRequest = async (req: FastifyRequest): Promise<void> => {
     const t = target(req);
     admitted.set(req, t);
-    chargeToRepo(req.raw, t.scope.org, t.scope.repo);
+    chargeToProduct(req.raw);
   };
   const targetOf = (req: FastifyRequest): Target => admitted.get(req) ?? target(req);
 

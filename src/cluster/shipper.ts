@@ -6,6 +6,7 @@ import { clearRestoredMark, readRestoredMark } from '../db/backup-restored.ts';
 import { Pool } from 'undici';
 import { ApiError } from '../shared/errors.ts';
 import { StopBackoff } from '../shared/stop-backoff.ts';
+import { PEER_POOL_CONNECTIONS } from '../shared/connection-cap.ts';
 import type { Scope } from '../db/contract.ts';
 import type { DbService } from '../db/service.ts';
 import { scopeKey } from './placement.ts';
@@ -279,7 +280,7 @@ export class Shipper {
 
   private pool(url: string): Pool {
     let pool = this.pools.get(url);
-    if (!pool) this.pools.set(url, (pool = new Pool(url, { connections: 8 })));
+    if (!pool) this.pools.set(url, (pool = new Pool(url, { connections: PEER_POOL_CONNECTIONS })));
     return pool;
   }
 

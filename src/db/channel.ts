@@ -12,6 +12,7 @@ import { checkOrg, checkRepo } from '../shared/names.ts';
 import type { DbHandler, DbRequest, DbResponse } from './contract.ts';
 import { encodeFrame, FrameDecoder, type Frame } from './executor/protocol.ts';
 import { errorReply, logAccess } from '../shared/raw-route.ts';
+import { CHANNEL_CONNECTIONS } from '../shared/connection-cap.ts';
 
 export const CHANNEL_PATH = '/_scopebase/db-channel';
 export const CHANNEL_PROTOCOL = 'scopebase-db/1';
@@ -192,7 +193,7 @@ export class ChannelClient {
     this.url = new URL(opts.url);
     this.token = opts.token;
     this.tokenHeader = opts.tokenHeader;
-    this.size = opts.connections ?? 2;
+    this.size = opts.connections ?? CHANNEL_CONNECTIONS;
   }
 
   /** A request over the channel, or null when no connection is ready (the caller uses HTTP meanwhile). */

@@ -9,7 +9,7 @@ import type { Config } from '../shared/config.ts';
 import { registerImportRoute } from './import.ts';
 import { LAST_MIGRATION_HEADER } from './contract.ts';
 import { ApiError } from '../shared/errors.ts';
-import { refuseUpgrade, type ConnectionCap } from '../shared/connection-cap.ts';
+import { PART_POOL_CONNECTIONS, refuseUpgrade, type ConnectionCap } from '../shared/connection-cap.ts';
 import { createHttpApp } from '../shared/http.ts';
 import type { RawRoute } from '../shared/raw-route.ts';
 import { admitDbHeaders } from './admit.ts';
@@ -92,7 +92,7 @@ function remoteFailure(err: unknown): ApiError {
 
 /** The proxy's side: requests go over the channel (channel.ts), over HTTP while it connects; snapshots always over HTTP. */
 export function createRemoteDb({ url, rootKey }: { url: string; rootKey: Buffer }): DbHandler & { close(): Promise<void> } {
-  const pool = new Pool(url, { connections: 64, pipelining: 1 });
+  const pool = new Pool(url, { connections: PART_POOL_CONNECTIONS, pipelining: 1 });
   const token = proxyToken(rootKey);
   const channel = new ChannelClient({ url, token, tokenHeader: PROXY_TOKEN_HEADER });
   return {

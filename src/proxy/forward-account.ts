@@ -9,6 +9,9 @@ import { ANSWER_MARK_HEADER, answerMark, type ResolvedSession, type SessionResol
 import { readCookie, SESSION_COOKIE } from '../account/cookies.ts';
 import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, urlUnder } from './forward.ts';
 import { trustedPeers } from '../shared/trusted-peers.ts';
+import { PART_POOL_CONNECTIONS } from '../shared/connection-cap.ts';
+import { collectBody, declaresBody } from '../shared/body-budget.ts';
+import { ACCOUNT_BODY_LIMIT } from '../account/service.ts';
 import { requestIdOf } from '../shared/raw-route.ts';
 
 export interface RemoteAccountOptions { accountUrl: string; proxyToken: string; trustedProxies: string[] }
@@ -36,6 +39,11 @@ export function routingHeaders(req: FastifyRequest, repo: string, proxyToken: st
   };
 }
 
+/** A request's body, up to the account service's own limit, counted in the budget as its client's (an error: answered with connection: close). */
+function readBody(req: FastifyRequest, reply: FastifyReply): Promise<Buffer> {
+  return new Promise((resolve, reject) => collectBody(req.raw, reply.raw, ACCOUNT_BODY_LIMIT, (body) => (body instanceof ApiError ? reject(body) : resolve(body)), req.ip));
+}
+
 export interface RemoteAccount {
   plugin: FastifyPluginAsync;
   resolveSession: SessionResolver;
@@ -47,7 +55,8 @@ export interface RemoteAccount {
 }
 
 export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
-  const agent = createAgent();
+  // Bounded: unbounded, a burst opened more connections than `serve account` takes from one address, and it refused them.
+  const agent = createAgent(PART_POOL_CONNECTIONS);
   const renewed = new WeakMap<IncomingMessage, string>();
   const isTrusted = trustedPeers(opts.trustedProxies);
   const base = opts.accountUrl.replace(/\/+$/, '');
@@ -60,8 +69,10 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
       ...forwardedHeaders(req.raw, isTrusted(req.socket.remoteAddress), `/${req.params.repo}/_account`),
       ...routingHeaders(req, repo, opts.proxyToken),
     };
+    // The body is read here first: streamed, a client sending it slowly held one of the pool's connections for as long.
+    const body = declaresBody(req.raw) ? await readBody(req, reply) : undefined;
     return forwardHttp(req, reply, urlUnder(base, rest.startsWith('/') ? rest : `/${rest}`), headers, agent, 'account service', [],
-      (res, id) => gatewayFailure(res.statusCode, res.headers[ANSWER_MARK_HEADER], id, opts.proxyToken));
+      (res, id) => gatewayFailure(res.statusCode, res.headers[ANSWER_MARK_HEADER], id, opts.proxyToken), body);
   };
 
   const plugin: FastifyPluginAsync = async (app) => {

@@ -111,8 +111,9 @@ export function streamBodies(app: FastifyInstance): void {
 /** How long an upstream (an app, `serve account`) may take to begin its answer, as nginx's proxy_read_timeout. */
 const UPSTREAM_HEADERS_TIMEOUT_MS = 60_000;
 
-export function createAgent(): Agent {
-  return new Agent({ connect: { timeout: 5_000 }, headersTimeout: UPSTREAM_HEADERS_TIMEOUT_MS, bodyTimeout: 300_000, keepAliveTimeout: 10_000 });
+/** `connections`: at most this many to each origin, more requests wait in the pool (undici's default: no bound). */
+export function createAgent(connections?: number): Agent {
+  return new Agent({ connect: { timeout: 5_000 }, headersTimeout: UPSTREAM_HEADERS_TIMEOUT_MS, bodyTimeout: 300_000, keepAliveTimeout: 10_000, connections });
 }
 
 const ENCODED_DOT_SEGMENT = /(^|[/\\])\.\.?([/\\]|$)/;
@@ -139,8 +140,8 @@ export function urlUnder(base: string, rest: string): URL {
 /** Looks at the upstream's answer before it is relayed: an ApiError replaces it (its body is dropped), null relays it. */
 export type AnswerCheck = (res: Dispatcher.ResponseData, requestId: string) => ApiError | null;
 
-/** Streams the request to `target` and the answer back; an unreachable upstream is 503 unavailable. */
-export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string, privateCookies: string[] = [], check?: AnswerCheck): Promise<FastifyReply> {
+/** Streams the request to `target` (`read`: its body, read already) and the answer back; an unreachable upstream is 503 unavailable. */
+export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, target: URL, headers: Record<string, string | string[]>, dispatcher: Dispatcher, what: string, privateCookies: string[] = [], check?: AnswerCheck, read?: Buffer): Promise<FastifyReply> {
   const abort = new AbortController();
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort();
@@ -149,7 +150,8 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
   // of the body unread and the socket stopped: the connection hung, and the client's next request on it was never
   // answered. So it gets a pipe, and on failure the rest of the body is read and dropped (as Node does with a body
   // nobody read) before the 503 goes out on a connection that still works.
-  const body = declaresBody(req.raw) ? req.raw.pipe(new PassThrough()) : undefined;
+  const piped = read === undefined && declaresBody(req.raw) ? req.raw.pipe(new PassThrough()) : undefined;
+  const body = read ?? piped;
   let res: Dispatcher.ResponseData;
   try {
     res = await request(target, {
@@ -157,8 +159,8 @@ export async function forwardHttp(req: FastifyRequest, reply: FastifyReply, targ
       method: req.method as Dispatcher.HttpMethod, headers: { ...headers, 'x-request-id': req.id }, dispatcher, signal: abort.signal, body,
     });
   } catch (err) {
-    if (body && !req.raw.readableEnded) {
-      req.raw.unpipe(body);
+    if (piped && !req.raw.readableEnded) {
+      req.raw.unpipe(piped);
       req.raw.resume();
     }
     const code = (err as { code?: string }).code;

@@ -70,6 +70,18 @@ export function chargeToRepo(req: IncomingMessage, org: string, repo: string): v
   owners.set(req, [`repo ${org}/${repo}`, `org ${org}`]);
 }
 
+/** The product's own traffic between nodes (a cluster's replication): counted in the budget, held to no share, never refused. */
+const PRODUCT: string[] = [];
+
+/**
+ * Counts a request's body as the product's own (a follower's `/_cluster/*`, behind a node's token): held to a
+ * tenant's share, a busy org's replication was refused, and its writes, committed, were answered 503 as unknown. It
+ * is bounded where it is sent: a node's pool of 8 connections to a peer, a shipment of about 32 MiB of events each.
+ */
+export function chargeToProduct(req: IncomingMessage): void {
+  owners.set(req, PRODUCT);
+}
+
 /** The client address a request's body is counted by, when it is not the peer's (a proxy's header it vouched for). */
 export function chargeToClient(req: IncomingMessage, address: string): void {
   if (!owners.has(req)) owners.set(req, [`client ${clientKey(address)}`]);
@@ -82,6 +94,10 @@ export function chargeToClient(req: IncomingMessage, address: string): void {
  * one body).
  */
 function take(owner: string[], bytes: number): ApiError | null {
+  if (owner === PRODUCT) {
+    held += bytes;
+    return null;
+  }
   if (held > 0 && held + bytes > max) return refuse('process', 'the server holds as many request bodies as it may (MAX_BODY_BYTES_IN_FLIGHT)');
   for (const key of owner) {
     const kind = key.slice(0, key.indexOf(' ')) as Kind;

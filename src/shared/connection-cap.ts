@@ -34,6 +34,17 @@ const WEBSOCKETS_PER_CLIENT = 64;
 export const WEBSOCKET_QUIET_MS = 5_000;
 /** How often a WebSocket's last activity is noted at most (its place in the quiet order): per chunk would cost more. */
 const ACTIVITY_GRAIN_MS = 1_000;
+/** Connections the proxy's HTTP pool opens to a part (`serve db`, `serve account`) at most: more requests wait in it. */
+export const PART_POOL_CONNECTIONS = 64;
+/** The proxy's channel connections to `serve db` (src/db/channel.ts). */
+export const CHANNEL_CONNECTIONS = 2;
+/** Connections a cluster node's shipper opens to one peer at most (src/cluster/shipper.ts). */
+export const PEER_POOL_CONNECTIONS = 8;
+/**
+ * What the product's own parts open to a part from one address at most (the proxy's pool and channel, a peer's
+ * shipper): a part's per-client limit is never derived below it, so its own proxy, one address, is never refused there.
+ */
+export const PRODUCT_CONNECTIONS = PART_POOL_CONNECTIONS + CHANNEL_CONNECTIONS + PEER_POOL_CONNECTIONS;
 
 /** The soft RLIMIT_NOFILE as this process runs with it (Node raises the soft limit to the hard one at start). */
 export function openFilesLimit(): number {
@@ -70,23 +81,32 @@ export interface ConnectionLimits {
 /**
  * The public listeners' limits: MAX_CONNECTIONS, else half of the open-files limit left after the reserve and the
  * admin port (a request proxied to an app or to `serve db`, or a WebSocket, holds a second descriptor upstream);
- * MAX_CONNECTIONS_PER_CLIENT, else a quarter of the total (at least four clients share it), never above the total;
+ * MAX_CONNECTIONS_PER_CLIENT, else a quarter of the total (at least four clients share it), and on a part the proxy
+ * reaches (`floor`: PRODUCT_CONNECTIONS) never below what the product's own parts open to it, never above the total;
  * MAX_WEBSOCKETS_PER_CLIENT, else 64 or half of the per-client limit if that is less, never above the per-client limit.
  */
-export function connectionLimits(given: Config['connections'], fdLimit = openFilesLimit()): ConnectionLimits & { fdLimit: number; fits: number } {
+export function connectionLimits(given: Config['connections'], fdLimit = openFilesLimit(), floor = 1): ConnectionLimits & { fdLimit: number; fits: number } {
   const fits = Math.max(16, Math.floor((fdLimit - RESERVED_FDS - ADMIN_CONNECTIONS) / 2));
   const total = given.max ?? Math.min(fits, 10_000_000);
-  const perClient = Math.min(total, given.maxPerClient ?? Math.max(1, Math.floor(total / 4)));
+  const perClient = Math.min(total, given.maxPerClient ?? Math.max(floor, Math.floor(total / 4)));
   const webSocketsPerClient = Math.min(perClient, given.maxWebSocketsPerClient ?? Math.max(1, Math.min(WEBSOCKETS_PER_CLIENT, Math.floor(perClient / 2))));
   return { total, perClient, webSocketsPerClient, fdLimit, fits };
 }
 
-/** The cap every public listener of one product shares (descriptors are the process's), with the limits logged once. */
-export function publicConnections(config: Pick<Config, 'connections' | 'trustedProxies'>, logger: Logger): ConnectionCap {
-  const limits = connectionLimits(config.connections);
+/**
+ * The cap every public listener of one product shares (descriptors are the process's), with the limits logged once.
+ * `reachedByProxy` (`serve db`, `serve account`): every proxied request comes from the proxy's one address, so the
+ * per-client limit is derived no lower than PRODUCT_CONNECTIONS, and a start that sets it lower says so.
+ */
+export function publicConnections(config: Pick<Config, 'connections' | 'trustedProxies'>, logger: Logger, reachedByProxy = false): ConnectionCap {
+  const limits = connectionLimits(config.connections, undefined, reachedByProxy ? PRODUCT_CONNECTIONS : 1);
   const fields = { maxConnections: limits.total, maxConnectionsPerClient: limits.perClient, maxWebSocketsPerClient: limits.webSocketsPerClient, openFilesLimit: limits.fdLimit };
   if (limits.total > limits.fits) logger.warn(fields, `MAX_CONNECTIONS is above the ${limits.fits} connections the open-files limit leaves room for: raise the limit (ulimit -n, LimitNOFILE) or lower MAX_CONNECTIONS`);
   else logger.info(fields, `connections: at most ${limits.total} open, ${limits.perClient} per client, of them ${limits.webSocketsPerClient} app WebSockets (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT, MAX_WEBSOCKETS_PER_CLIENT)`);
+  if (reachedByProxy && limits.perClient < PRODUCT_CONNECTIONS && config.trustedProxies.length === 0) {
+    const name = limits.perClient < limits.total ? 'MAX_CONNECTIONS_PER_CLIENT' : 'MAX_CONNECTIONS';
+    logger.warn(fields, `${name} allows ${limits.perClient} connections from one address, under the ${PRODUCT_CONNECTIONS} the proxy may open to this part from its one address: under load users get 503s the proxy relays; list the proxy's address in TRUSTED_PROXIES (held to MAX_CONNECTIONS only) or raise ${name} (docs/deploy.md)`);
+  }
   return new ConnectionCap('public', limits, trustedPeers(config.trustedProxies), logger);
 }
 
