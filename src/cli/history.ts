@@ -38,7 +38,7 @@ export function addHistoryCommands(program: Command): void {
     .option('--dry-run', 'say which version it would restore, change nothing')
     .addHelpText('after', `
 Examples:
-  scopebase status acme/web                     # "history: versions from 12" shows how far back
+  scopebase status acme/web                     # "history: restorable from version 12" shows how far back
   scopebase restore-db acme/web --to-version 41 --dry-run
   scopebase restore-db acme/web --to-time 2026-11-22T10:00:00Z`))
     .action(async (repo: string | undefined, opts: RestoreOptions) => {

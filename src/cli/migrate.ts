@@ -29,6 +29,17 @@ function namingFile(e: unknown, folder: MigrationFolder): unknown {
   return e;
 }
 
+/**
+ * The first migration failing on "already exists" means none is recorded and the database holds what it makes: an
+ * import (which records none). Said so, since the remedy is an option the error cannot name.
+ */
+function importHint(e: unknown, folder: MigrationFolder, dir: string): unknown {
+  const err = e as { code?: unknown; details?: { migration?: unknown } };
+  if (err.code !== 'sql_error' || err.details?.migration !== folder.migrations[0]!.id || !(e instanceof Error) || !/already exists/.test(e.message)) return e;
+  e.message += `; the database holds it already (an import?) with no migration recorded: record the ones it holds without running them, e.g. scopebase migrate ${dir} --baseline <the last one it holds> (docs/backups.md, "Keep migrating after an import")`;
+  return e;
+}
+
 /** `--baseline` as the folder names it: an id, or its file name (`0003_tags.sql`, a path to it). */
 function baselineId(given: string, folder: MigrationFolder, dir: string): string {
   const m = folder.migrations.find((x) => x.id === given || x.file === given || x.file === basename(given));
@@ -60,7 +71,7 @@ Examples:
       process.stderr.write(`read ${folder.migrations.length} migration file(s) from ${dir}\n`);
       const list = folder.migrations.map(({ id, sql }) => ({ id, sql }));
       const r = await attempt(t, () => t.client.migrate(list, { dryRun: opts.dryRun === true, ...(baseline ? { baseline } : {}) }).catch((e: unknown) => {
-        throw namingFile(e, folder); // the server names the migration's id; a person looks for its file
+        throw namingFile(baseline ? e : importHint(e, folder, dir), folder); // the server names the migration's id; a person looks for its file
       }));
       if (t.json) return printJson({ ...r, skipped: folder.skipped });
       if (r.dryRun) {
