@@ -12,10 +12,10 @@ let p: Product;
 let port: string;
 const work = tempDir('scopebase-cli-move-');
 
-function cli(args: string[]): Promise<Run> {
+function cli(args: string[], input?: string): Promise<Run> {
   const env: Record<string, string | undefined> = { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, PORT: port, BASE_DOMAIN: 'localhost', DATA_DIR: join(work, 'no-data') };
   for (const k of Object.keys(env)) if (k.startsWith('SCOPEBASE_')) delete env[k];
-  return runCli(args, env);
+  return runCli(args, { ...env, SCOPEBASE_HISTORY: join(work, 'history') }, input);
 }
 
 before(async () => {
@@ -91,4 +91,18 @@ test("restore-db's help quotes the history line status really prints", async () 
   assert.ok(quoted, 'the help quotes a status line'); // it quoted "history: versions from 12", which status never printed
   assert.equal((await cli(['execute', 'acme/quoted', 'CREATE TABLE t(x)'])).code, 0);
   assert.match((await cli(['status', 'acme/quoted'])).stdout, new RegExp(`^${quoted}0 `, 'm'));
+});
+
+test('status and .tables say a full-text table whose content= table is gone is unreadable, not NULL rows', async () => {
+  assert.equal((await cli(['execute', 'acme/fts', "CREATE VIRTUAL TABLE notes USING fts5(body, content='gone')"])).code, 0);
+  assert.equal((await cli(['execute', 'acme/fts', "CREATE VIRTUAL TABLE ok USING fts5(body)"])).code, 0);
+  const s = await cli(['status', 'acme/fts']);
+  assert.equal(s.code, 0, s.stderr);
+  assert.match(s.stdout, /^notes \(virtual: fts5\) +unreadable$/m);
+  assert.match(s.stdout, /^ok \(virtual: fts5\) +0$/m);
+  assert.match(s.stdout, /^\(unreadable: SQLite could not count its rows, e\.g\. a full-text table whose content= table is gone\)$/m);
+  assert.doesNotMatch(s.stdout, /NULL/);
+  assert.equal(JSON.parse((await cli(['status', 'acme/fts', '--json'])).stdout).tables[0].rows, null);
+  const shell = await cli(['shell', 'acme/fts'], '.tables\n');
+  assert.match(shell.stdout, /^notes \(virtual: fts5\) +unreadable$/m);
 });

@@ -143,7 +143,7 @@ Examples:
         }
       }
       if (t.json) return printJson({ database: r.database, version: r.version, tables: r.tables });
-      const rows = r.tables.reduce((n, x) => n + x.rows, 0);
+      const rows = r.tables.reduce((n, x) => n + (x.rows ?? 0), 0);
       process.stdout.write(`imported ${file} (${r.format}) into ${t.org}/${t.repo}/${r.database}: ${count(r.tables.length, 'table')}, ${count(rows, 'row')}, version ${r.version}\n`);
       // Said nowhere before: the next `migrate` then failed on "table … already exists" with no hint why.
       const known = await knownBaseline(t, r.tables);
