@@ -54,6 +54,21 @@ test('after an import, a plain migrate that trips on what the import brought say
   const plain = await cli(['migrate', dir, 'acme/moved']);
   assert.equal(plain.code, 1);
   assert.match(plain.stderr, /0001_init\.sql: table todos already exists; the database holds it already \(an import\?\) with no migration recorded: record the ones it holds without running them, e.g\. scopebase migrate .*migrations --baseline <the last one it holds>/);
+  // A baseline short of what the import brought: the same error, naming the remedy.
+  const dump2 = join(work, 'todos2.sql');
+  writeFileSync(dump2, 'CREATE TABLE todos(id INTEGER PRIMARY KEY, title TEXT);\nCREATE TABLE tags(x);\n');
+  writeFileSync(join(dir, '0002_done.sql'), 'CREATE TABLE tags(x);\n');
+  assert.equal((await cli(['import', 'acme/moved3', dump2])).code, 0);
+  const short2 = await cli(['migrate', dir, 'acme/moved3', '--baseline', '0001_init']);
+  assert.equal(short2.code, 1);
+  assert.match(short2.stderr, /0002_done\.sql: table tags already exists; the database holds it already: give --baseline the last migration its content holds, a later one than 0001_init/);
+  writeFileSync(join(dir, '0002_done.sql'), 'ALTER TABLE todos ADD done INTEGER NOT NULL DEFAULT 0;\n');
+  // A baseline for a database not imported yet: the server says to import it; no hint that migrate would create it.
+  const missing = await cli(['migrate', dir, 'acme/moved', '--database', 'nothere', '--baseline', '0001_init']);
+  assert.equal(missing.code, 1);
+  assert.match(missing.stderr, /404 database_not_found: .*import the database first/);
+  assert.doesNotMatch(missing.stderr, /creates it/);
+
   const baselined = await cli(['migrate', dir, 'acme/moved', '--baseline', '0001_init']);
   assert.equal(baselined.code, 0, baselined.stderr);
   assert.match(baselined.stdout, /applied 1: 0002_done/);
