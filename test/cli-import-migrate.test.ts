@@ -121,3 +121,19 @@ test('status and .tables say a full-text table whose content= table is gone is u
   const shell = await cli(['shell', 'acme/fts'], '.tables\n');
   assert.match(shell.stdout, /^notes \(virtual: fts5\) +unreadable$/m);
 });
+
+test('restore-db past a bad migration says it is undone and that the next migrate applies it again', async () => {
+  const dir = join(work, 'tt-migrations');
+  mkdirSync(dir);
+  writeFileSync(join(dir, '0001_init.sql'), 'CREATE TABLE posts(id INTEGER PRIMARY KEY, body TEXT);\n');
+  assert.equal((await cli(['migrate', dir, 'acme/tt'])).code, 0);
+  assert.equal((await cli(['execute', 'acme/tt', "INSERT INTO posts(body) VALUES ('kept')"])).code, 0);
+  const good = JSON.parse((await cli(['status', 'acme/tt', '--json'])).stdout).version;
+  writeFileSync(join(dir, '0002_oops.sql'), 'DELETE FROM posts;\n');
+  assert.equal((await cli(['migrate', dir, 'acme/tt'])).code, 0);
+  const r = await cli(['restore-db', 'acme/tt', '--to-version', String(good)]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^migrations: 1 applied now, latest 0001_init; undone 1: 0002_oops, which the next migrate applies again: fix or remove its file first$/m);
+  const dry = await cli(['restore-db', 'acme/tt', '--to-version', String(good), '--dry-run']);
+  assert.doesNotMatch(dry.stdout, /migrations:/);
+});

@@ -44,6 +44,8 @@ Examples:
     .action(async (repo: string | undefined, opts: RestoreOptions) => {
       const to = restoreTarget(opts);
       const t = connect(opts, repo);
+      // The applied migrations before and after: a restore past a migration undoes it, and the next migrate runs it again.
+      const before = opts.dryRun || t.json ? undefined : (await t.client.status().catch(() => undefined))?.migrations;
       const r = await attempt(t, () => t.client.restore(to, { dryRun: opts.dryRun === true }));
       if (t.json) return printJson(r);
       const when = r.restoredTo.committedAt ? ` (committed ${r.restoredTo.committedAt})` : '';
@@ -52,5 +54,10 @@ Examples:
         : r.restoredTo.version === r.version
           ? `${t.org}/${t.repo}/${t.database} is at version ${r.version}${when} already: nothing changed\n`
           : `restored ${t.org}/${t.repo}/${t.database} to version ${r.restoredTo.version}${when}, as version ${r.version}\n`);
+      const after = before && r.version !== r.restoredTo.version ? (await t.client.status().catch(() => undefined))?.migrations : undefined;
+      if (before && after && after.applied < before.applied) {
+        const undone = before.applied - after.applied;
+        process.stdout.write(`migrations: ${after.applied} applied now${after.latest ? `, latest ${after.latest}` : ''}; undone ${undone}${undone > 1 ? `, up to ${before.latest}` : `: ${before.latest}`}, which the next migrate applies again: fix or remove ${undone > 1 ? 'their files' : 'its file'} first\n`);
+      }
     });
 }
