@@ -57,7 +57,7 @@ Examples:
       const after = before && r.version !== r.restoredTo.version ? (await t.client.status().catch(() => undefined))?.migrations : undefined;
       if (before && after && after.applied < before.applied) {
         const undone = before.applied - after.applied;
-        process.stdout.write(`migrations: ${after.applied} applied now${after.latest ? `, latest ${after.latest}` : ''}; undone ${undone}${undone > 1 ? `, up to ${before.latest}` : `: ${before.latest}`}, which the next migrate applies again: fix or remove ${undone > 1 ? 'their files' : 'its file'} first\n`);
+        process.stdout.write(`migrations: ${after.applied} applied now${after.latest ? `, latest ${after.latest}` : ''}; undone ${undone}${undone > 1 ? `, up to ${before.latest}; the next migrate applies them` : `: ${before.latest}; the next migrate applies it`} again (fix or remove a bad one's file first)\n`);
       }
     });
 }
