@@ -6,7 +6,7 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, ROOT_KEY, type Product } from './helpers/product.ts';
-import { runCli, type Run } from './helpers/cli.ts';
+import { oneLine, runCli, type Run } from './helpers/cli.ts';
 
 let p: Product;
 let port: string;
@@ -136,4 +136,11 @@ test('restore-db past a bad migration says it is undone and that the next migrat
   assert.match(r.stdout, /^migrations: 1 applied now, latest 0001_init; undone 1: 0002_oops; the next migrate applies it again \(fix or remove a bad one's file first\)$/m);
   const dry = await cli(['restore-db', 'acme/tt', '--to-version', String(good), '--dry-run']);
   assert.doesNotMatch(dry.stdout, /migrations:/);
+});
+
+test('`restore` given --to-time or --to-version (time travel is restore-db) names the command to run', async () => {
+  const r = await cli(['restore', 'acme/tt', '--to-version', '3']);
+  assert.equal(r.code, 2);
+  oneLine(r, /^scopebase: restore fills DATA_DIR from a whole-instance backup; to bring a database back to a version or a time, use restore-db: scopebase restore-db acme\/tt --to-version 3$/); // was "Did you mean --version?"
+  oneLine(await cli(['restore', '--to-time', '2026-11-22 10:00:00+00:00', 'acme/tt']), /scopebase restore-db --to-time '2026-11-22 10:00:00\+00:00' acme\/tt$/);
 });

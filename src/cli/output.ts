@@ -65,6 +65,11 @@ export function table(columns: string[], rows: Value[][]): string {
   return [line(columns), widths.map((w) => '-'.repeat(w)).join('  '), ...cells.map(line)].join('\n') + '\n';
 }
 
+/** A value as one shell word (a DATA_DIR with spaces stays one argument when pasted). */
+export function shellWord(v: string): string {
+  return /^[\w@%+=:,./-]+$/.test(v) ? v : `'${v.replaceAll("'", `'\\''`)}'`;
+}
+
 export function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value) + '\n');
 }
