@@ -86,6 +86,7 @@ test("import names the --baseline that a D1 file's d1_migrations or a drizzle fi
     CREATE TABLE users(id INTEGER PRIMARY KEY, email TEXT);
     INSERT INTO d1_migrations(name) VALUES ('0001_init.sql'), ('0002_users.sql')`);
   a.close();
+  assert.match((await cli(['status', 'acme/d1'])).stdout, /^database main: does not exist yet \(execute, migrate or import creates it\)$/m);
   const fromD1 = await cli(['import', 'acme/d1', d1]);
   assert.equal(fromD1.code, 0, fromD1.stderr);
   assert.match(fromD1.stderr, /^migrations: none recorded \(an import empties that list\); its d1_migrations table \(wrangler's\) ends at 0002_users\.sql: record the migrations up to it without running them: scopebase migrate <dir> --baseline 0002_users\.sql \(docs\/backups\.md\)$/m);
