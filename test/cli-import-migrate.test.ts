@@ -54,15 +54,13 @@ test('after an import, a plain migrate that trips on what the import brought say
   const plain = await cli(['migrate', dir, 'acme/moved']);
   assert.equal(plain.code, 1);
   assert.match(plain.stderr, /0001_init\.sql: table todos already exists; the database holds it already \(an import\?\) with no migration recorded: record the ones it holds without running them, e.g\. scopebase migrate .*migrations --baseline <the last one it holds>/);
-  // A baseline short of what the import brought: the same error, naming the remedy.
+  // A baseline short of what the import brought (a tool's stale record of its migrations): the same error, naming the remedy.
   const dump2 = join(work, 'todos2.sql');
-  writeFileSync(dump2, 'CREATE TABLE todos(id INTEGER PRIMARY KEY, title TEXT);\nCREATE TABLE tags(x);\n');
-  writeFileSync(join(dir, '0002_done.sql'), 'CREATE TABLE tags(x);\n');
-  assert.equal((await cli(['import', 'acme/moved3', dump2])).code, 0);
-  const short2 = await cli(['migrate', dir, 'acme/moved3', '--baseline', '0001_init']);
-  assert.equal(short2.code, 1);
-  assert.match(short2.stderr, /0002_done\.sql: table tags already exists; the database holds it already: give --baseline the last migration its content holds, a later one than 0001_init/);
-  writeFileSync(join(dir, '0002_done.sql'), 'ALTER TABLE todos ADD done INTEGER NOT NULL DEFAULT 0;\n');
+  writeFileSync(dump2, 'CREATE TABLE todos(id INTEGER PRIMARY KEY, title TEXT, done INTEGER NOT NULL DEFAULT 0);\n');
+  assert.equal((await cli(['import', 'acme/moved2', dump2])).code, 0);
+  const short = await cli(['migrate', dir, 'acme/moved2', '--baseline', '0001_init']);
+  assert.equal(short.code, 1);
+  assert.match(short.stderr, /0002_done\.sql: duplicate column name: done; the database holds it already: give --baseline the last migration its content holds, a later one than 0001_init/);
   // A baseline for a database not imported yet: the server says to import it; no hint that migrate would create it.
   const missing = await cli(['migrate', dir, 'acme/moved', '--database', 'nothere', '--baseline', '0001_init']);
   assert.equal(missing.code, 1);
@@ -89,7 +87,7 @@ test("import names the --baseline that a D1 file's d1_migrations or a drizzle fi
   assert.match((await cli(['status', 'acme/d1'])).stdout, /^database main: does not exist yet \(execute, migrate or import creates it\)$/m);
   const fromD1 = await cli(['import', 'acme/d1', d1]);
   assert.equal(fromD1.code, 0, fromD1.stderr);
-  assert.match(fromD1.stderr, /^migrations: none recorded \(an import empties that list\); its d1_migrations table \(wrangler's\) ends at 0002_users\.sql: record the migrations up to it without running them: scopebase migrate <dir> --baseline 0002_users\.sql \(docs\/backups\.md\)$/m);
+  assert.match(fromD1.stderr, /^migrations: none recorded \(an import empties that list\); its d1_migrations table \(wrangler's\) ends at 0002_users\.sql: if wrangler applied every migration the content holds \(scopebase migrate does not write that table\), record them without running them: scopebase migrate <dir> --baseline 0002_users\.sql --dry-run, then without --dry-run \(docs\/backups\.md\)$/m);
 
   const dz = join(work, 'from-drizzle.db');
   const b = new DatabaseSync(dz);
@@ -99,7 +97,7 @@ test("import names the --baseline that a D1 file's d1_migrations or a drizzle fi
   b.close();
   const fromDrizzle = await cli(['import', 'acme/dz', dz]);
   assert.equal(fromDrizzle.code, 0, fromDrizzle.stderr);
-  assert.match(fromDrizzle.stderr, /its __drizzle_migrations table \(drizzle-kit's\) records 3 applied: record them without running them: scopebase migrate <dir> --baseline <file 3 of the folder: drizzle-kit numbers from 0000, so 0002_…>/);
+  assert.match(fromDrizzle.stderr, /its __drizzle_migrations table \(drizzle-kit's\) records 3 applied: if drizzle-kit applied every migration the content holds .*: scopebase migrate <dir> --baseline <file 3 of the folder: drizzle-kit numbers from 0000, so 0002_…> --dry-run, then without --dry-run/);
 });
 
 test("restore-db's help quotes the history line status really prints", async () => {

@@ -30,13 +30,13 @@ function namingFile(e: unknown, folder: MigrationFolder): unknown {
 }
 
 /**
- * The first migration to run failing on "already exists" means the database holds what it makes: an import (which
+ * The first migration to run failing on "already exists" (or "duplicate column name") means the database holds what it makes: an import (which
  * records none), or a --baseline short of what the import brought. Said so, since the remedy is an option.
  */
 function importHint(e: unknown, folder: MigrationFolder, dir: string, baseline: string | undefined): unknown {
   const err = e as { code?: unknown; details?: { migration?: unknown } };
   const first = folder.migrations[baseline === undefined ? 0 : folder.migrations.findIndex((m) => m.id === baseline) + 1];
-  if (err.code !== 'sql_error' || first === undefined || err.details?.migration !== first.id || !(e instanceof Error) || !/already exists/.test(e.message)) return e;
+  if (err.code !== 'sql_error' || first === undefined || err.details?.migration !== first.id || !(e instanceof Error) || !/already exists|duplicate column name/.test(e.message)) return e;
   e.message += baseline === undefined
     ? `; the database holds it already (an import?) with no migration recorded: record the ones it holds without running them, e.g. scopebase migrate ${dir} --baseline <the last one it holds> (docs/backups.md, "Keep migrating after an import")`
     : `; the database holds it already: give --baseline the last migration its content holds, a later one than ${baseline}`;

@@ -50,15 +50,18 @@ async function walCopy(file: string): Promise<{ path: string; remove: () => void
   return { path: copy, remove };
 }
 
+/** That tool's record is stale once `scopebase migrate` ran migrations (it writes only its own): said, not assumed. */
+const SAME_TOOL = (tool: string) => `if ${tool} applied every migration the content holds (scopebase migrate does not write that table), record them without running them`;
+
 /** The `--baseline` that a D1 or drizzle database's own record of its migrations names (docs/backups.md, "Which id"). */
 async function knownBaseline(t: Target, tables: TableEntry[]): Promise<string | undefined> {
   if (tables.some((x) => x.name === 'd1_migrations')) {
     const last = (await t.client.query('SELECT name FROM d1_migrations ORDER BY id DESC LIMIT 1').catch(() => undefined))?.values[0]?.[0];
-    if (typeof last === 'string') return `its d1_migrations table (wrangler's) ends at ${last}: record the migrations up to it without running them: scopebase migrate <dir> --baseline ${last}`;
+    if (typeof last === 'string') return `its d1_migrations table (wrangler's) ends at ${last}: ${SAME_TOOL('wrangler')}: scopebase migrate <dir> --baseline ${last} --dry-run, then without --dry-run`;
   }
   const n = tables.find((x) => x.name === '__drizzle_migrations')?.rows;
   if (typeof n === 'number' && n > 0) {
-    return `its __drizzle_migrations table (drizzle-kit's) records ${n} applied: record them without running them: scopebase migrate <dir> --baseline <file ${n} of the folder: drizzle-kit numbers from 0000, so ${String(n - 1).padStart(4, '0')}_…>`;
+    return `its __drizzle_migrations table (drizzle-kit's) records ${n} applied: ${SAME_TOOL('drizzle-kit')}: scopebase migrate <dir> --baseline <file ${n} of the folder: drizzle-kit numbers from 0000, so ${String(n - 1).padStart(4, '0')}_…> --dry-run, then without --dry-run`;
   }
   return undefined;
 }
