@@ -1,7 +1,7 @@
 // `scopebase query|execute|status`: SQL against a repo's database over the HTTP API (SPEC 4.3, 4.4, 4.7).
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import type { Params, ResultSet, Status, WriteResult } from '../client/index.ts';
+import type { Params, ResultSet, Status, TableEntry, WriteResult } from '../client/index.ts';
 import { splitStatements } from '../db/statement-end.ts';
 import { addTargetOptions, attempt, connect, type Target, type TargetOptions } from './target.ts';
 import { count, printJson, table, usageError, wireValue } from './output.ts';
@@ -74,14 +74,22 @@ function readSqlFile(file: string): string[] {
   return statements;
 }
 
+/** status's tables as rows of `table name | rows`: a virtual one marked, a count SQLite could not make said so (not NULL). */
+export function tableRows(tables: TableEntry[]): [string, number | string][] {
+  return tables.map((t) => [t.virtual ? `${t.name} (virtual${t.module ? `: ${t.module}` : ''})` : t.name, t.rows ?? 'unreadable']);
+}
+
 function printStatus(s: Status): void {
-  const lines = [`database ${s.database}: ${s.exists ? `version ${s.version}, ${s.sizeBytes} bytes` : 'does not exist yet (execute or migrate creates it)'}`];
+  const lines = [`database ${s.database}: ${s.exists ? `version ${s.version}, ${s.sizeBytes} bytes` : 'does not exist yet (execute, migrate or import creates it)'}`];
   if (s.migrations) lines.push(`migrations: ${s.migrations.applied} applied${s.migrations.latest ? `, latest ${s.migrations.latest}` : ''}`);
   if (s.history) lines.push(`history: ${s.history.oldestVersion === null ? 'none kept yet (it begins with the next write)' : `restorable from version ${s.history.oldestVersion} (${s.history.oldestTime})`}`);
   else if (s.exists) lines.push('history: off (the server keeps none: DB_HISTORY_DAYS=0, the default on cluster nodes); restore-db has nothing to go back to');
   if (s.databases) lines.push(`databases: ${s.databases.join(', ') || '(none)'}`);
   process.stdout.write(lines.join('\n') + '\n');
-  if (s.tables && s.tables.length > 0) process.stdout.write('\n' + table(['table', 'rows'], s.tables.map((t) => [t.virtual ? `${t.name} (virtual${t.module ? `: ${t.module}` : ''})` : t.name, t.rows])));
+  if (s.tables && s.tables.length > 0) {
+    process.stdout.write('\n' + table(['table', 'rows'], tableRows(s.tables)));
+    if (s.tables.some((t) => t.rows === null)) process.stdout.write('(unreadable: SQLite could not count its rows, e.g. a full-text table whose content= table is gone)\n');
+  }
   if (s.mirrors && s.mirrors.length > 0) {
     process.stdout.write('\n' + table(['mirror', 'delivered', 'pending', 'last error'], s.mirrors.map((m) => [m.name, m.deliveredVersion, m.pendingEvents, m.lastError ?? '-'])));
   }

@@ -38,12 +38,14 @@ export function addHistoryCommands(program: Command): void {
     .option('--dry-run', 'say which version it would restore, change nothing')
     .addHelpText('after', `
 Examples:
-  scopebase status acme/web                     # "history: versions from 12" shows how far back
+  scopebase status acme/web                     # "history: restorable from version 12" shows how far back
   scopebase restore-db acme/web --to-version 41 --dry-run
   scopebase restore-db acme/web --to-time 2026-11-22T10:00:00Z`))
     .action(async (repo: string | undefined, opts: RestoreOptions) => {
       const to = restoreTarget(opts);
       const t = connect(opts, repo);
+      // The applied migrations before and after: a restore past a migration undoes it, and the next migrate runs it again.
+      const before = opts.dryRun || t.json ? undefined : (await t.client.status().catch(() => undefined))?.migrations;
       const r = await attempt(t, () => t.client.restore(to, { dryRun: opts.dryRun === true }));
       if (t.json) return printJson(r);
       const when = r.restoredTo.committedAt ? ` (committed ${r.restoredTo.committedAt})` : '';
@@ -52,5 +54,10 @@ Examples:
         : r.restoredTo.version === r.version
           ? `${t.org}/${t.repo}/${t.database} is at version ${r.version}${when} already: nothing changed\n`
           : `restored ${t.org}/${t.repo}/${t.database} to version ${r.restoredTo.version}${when}, as version ${r.version}\n`);
+      const after = before && r.version !== r.restoredTo.version ? (await t.client.status().catch(() => undefined))?.migrations : undefined;
+      if (before && after && after.applied < before.applied) {
+        const undone = before.applied - after.applied;
+        process.stdout.write(`migrations: ${after.applied} applied now${after.latest ? `, latest ${after.latest}` : ''}; undone ${undone}${undone > 1 ? `, up to ${before.latest}; the next migrate applies them` : `: ${before.latest}; the next migrate applies it`} again (fix or remove a bad one's file first)\n`);
+      }
     });
 }

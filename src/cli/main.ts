@@ -4,7 +4,7 @@ import { productVersion } from '../shared/version.ts';
 import { flushCompileCache } from 'node:module';
 import { Argument, Command, CommanderError } from 'commander';
 import { ConfigError } from '../shared/config.ts';
-import { CliError, EXIT, printJson, visible } from './output.ts';
+import { CliError, EXIT, printJson, shellWord, visible } from './output.ts';
 import { addSecretCommand } from './secret.ts';
 import { addDatabaseCommands } from './database.ts';
 import { addMigrateCommand } from './migrate.ts';
@@ -85,6 +85,10 @@ function nestedHelp(program: Command, words: string[]): string[] {
 
 /** Any failure as one CliError. */
 function failure(e: unknown, program: Command, argv: string[]): CliError {
+  // `restore` (a whole backup into DATA_DIR) taken for time travel: commander would ask "Did you mean --version?".
+  if (e instanceof CommanderError && e.code === 'commander.unknownOption' && argv[0] === 'restore' && /'--to-(time|version)'/.test(e.message)) {
+    return new CliError(EXIT.usage, `restore fills DATA_DIR from a whole-instance backup; to bring a database back to a version or a time, use restore-db: scopebase restore-db ${argv.slice(1).map(shellWord).join(' ')}`);
+  }
   if (e instanceof CommanderError) {
     // One line: commander's "error: " prefix and its "\n(Did you mean …?)" folded in, and where to read the usage.
     return new CliError(EXIT.usage, `${e.message.replace(/^error: /, '').replace(/\s*\n\s*/g, ' ')} (${helpFor(program, argv)} for usage)`);

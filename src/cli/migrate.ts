@@ -29,6 +29,20 @@ function namingFile(e: unknown, folder: MigrationFolder): unknown {
   return e;
 }
 
+/**
+ * The first migration to run failing on "already exists" (or "duplicate column name") means the database holds what it makes: an import (which
+ * records none), or a --baseline short of what the import brought. Said so, since the remedy is an option.
+ */
+function importHint(e: unknown, folder: MigrationFolder, dir: string, baseline: string | undefined): unknown {
+  const err = e as { code?: unknown; details?: { migration?: unknown } };
+  const first = folder.migrations[baseline === undefined ? 0 : folder.migrations.findIndex((m) => m.id === baseline) + 1];
+  if (err.code !== 'sql_error' || first === undefined || err.details?.migration !== first.id || !(e instanceof Error) || !/already exists|duplicate column name/.test(e.message)) return e;
+  e.message += baseline === undefined
+    ? `; the database holds it already (an import?) with no migration recorded: record the ones it holds without running them, e.g. scopebase migrate ${dir} --baseline <the last one it holds> (docs/backups.md, "Keep migrating after an import")`
+    : `; the database holds it already: give --baseline the last migration its content holds, a later one than ${baseline}`;
+  return e;
+}
+
 /** `--baseline` as the folder names it: an id, or its file name (`0003_tags.sql`, a path to it). */
 function baselineId(given: string, folder: MigrationFolder, dir: string): string {
   const m = folder.migrations.find((x) => x.id === given || x.file === given || x.file === basename(given));
@@ -60,7 +74,7 @@ Examples:
       process.stderr.write(`read ${folder.migrations.length} migration file(s) from ${dir}\n`);
       const list = folder.migrations.map(({ id, sql }) => ({ id, sql }));
       const r = await attempt(t, () => t.client.migrate(list, { dryRun: opts.dryRun === true, ...(baseline ? { baseline } : {}) }).catch((e: unknown) => {
-        throw namingFile(e, folder); // the server names the migration's id; a person looks for its file
+        throw namingFile(importHint(e, folder, dir, baseline), folder); // the server names the migration's id; a person looks for its file
       }));
       if (t.json) return printJson({ ...r, skipped: folder.skipped });
       if (r.dryRun) {

@@ -73,6 +73,11 @@ export function table(columns: string[], rows: Value[][]): string {
   return [line(columns.map(visible)), widths.map((w) => '-'.repeat(w)).join('  '), ...cells.map(line)].join('\n') + '\n';
 }
 
+/** A value as one shell word (a DATA_DIR with spaces stays one argument when pasted). */
+export function shellWord(v: string): string {
+  return /^[\w@%+=:,./-]+$/.test(v) ? v : `'${v.replaceAll("'", `'\\''`)}'`;
+}
+
 export function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value) + '\n');
 }
@@ -80,7 +85,8 @@ export function printJson(value: unknown): void {
 /** The server speaks of its HTTP API; a person at the CLI needs the command that does it. */
 function cliHint(e: ScopebaseError): string {
   if (e.code === 'read_only') return '; writes go through `scopebase execute`';
-  if (e.code === 'database_not_found') return '; `scopebase execute` or `scopebase migrate` with this --database creates it';
+  // A migrate --baseline never creates one (the server says to import it first): no hint that it would.
+  if (e.code === 'database_not_found') return /"baseline"/.test(e.message) ? '' : '; `scopebase execute` or `scopebase migrate` with this --database creates it';
   if (/holds more than one statement/.test(e.message)) return '; several statements: `scopebase execute --file script.sql` (or `-` for standard input), or `scopebase shell`';
   if (e.code === 'migration_conflict') return '; an applied migration is never edited: put the change in a new file (the next number)';
   if (e.code === 'invalid_request' && /mode=replace/.test(e.message)) return '; with the CLI: --mode replace';

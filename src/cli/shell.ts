@@ -9,7 +9,7 @@ import { ScopebaseError } from '../client/index.ts';
 import { splitStatements } from '../db/statement-end.ts';
 import { addTargetOptions, attempt, connect, type Target, type TargetOptions } from './target.ts';
 import { CliError, EXIT, explain, printJson, table, visible } from './output.ts';
-import { printRows, printWrite, resultJson } from './database.ts';
+import { printRows, printWrite, resultJson, tableRows } from './database.ts';
 import { describeIoError } from './files.ts';
 
 const HISTORY_LINES = 500;
@@ -53,7 +53,7 @@ async function dotCommand(t: Target, line: string): Promise<boolean> {
   if (cmd === '.help') process.stdout.write(HELP);
   else if (cmd === '.tables') {
     const s = await t.client.status();
-    process.stdout.write(s.tables && s.tables.length ? table(['table', 'rows'], s.tables.map((x) => [x.name, x.rows])) : '(no tables)\n');
+    process.stdout.write(s.tables && s.tables.length ? table(['table', 'rows'], tableRows(s.tables)) : '(no tables)\n');
   } else if (cmd === '.schema') {
     const r = await t.client.query("SELECT sql FROM sqlite_schema WHERE sql IS NOT NULL AND (?1 IS NULL OR tbl_name = ?1) ORDER BY tbl_name, type DESC, name", [arg ?? null]);
     process.stdout.write(r.values.map((v) => `${visible(String(v[0]))};\n`).join('') || '(nothing)\n');

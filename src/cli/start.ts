@@ -16,6 +16,7 @@ import { accountAlone } from '../account/wiring.ts';
 import { accountForProxy } from '../proxy/account-wiring.ts';
 import { startClusterNode, startClusterRouter } from '../cluster/wiring.ts';
 import { describeIoError } from './files.ts';
+import { shellWord } from './output.ts';
 import { DataDirInUse, lockData, lockFolder, START_WAIT_MS, type DataLock, type DataPart } from '../shared/data-lock.ts';
 
 export type Part = 'all' | 'proxy' | 'db' | 'account' | 'mirror';
@@ -215,11 +216,6 @@ export async function startCommand(part: Part): Promise<number> {
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
   return 0;
-}
-
-/** A value as one shell word (a DATA_DIR with spaces stays one argument when pasted). */
-function shellWord(v: string): string {
-  return /^[\w@%+=:,./-]+$/.test(v) ? v : `'${v.replaceAll("'", `'\\''`)}'`;
 }
 
 /** The root key as the banner's lines name it when it came from the environment: never its value. */

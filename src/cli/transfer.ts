@@ -1,17 +1,70 @@
 // `scopebase export` and `scopebase import`: a database to a file and back (SPEC 4.12) over the HTTP API.
-import { readFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
+import { backup, DatabaseSync } from 'node:sqlite';
 import type { Command } from 'commander';
-import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
-import { CliError, count, printJson, usageError } from './output.ts';
-import { checkInputFile, checkOutputFile, ioFailure } from './files.ts';
+import { addTargetOptions, attempt, connect, type Target, type TargetOptions } from './target.ts';
+import { CliError, count, EXIT, printJson, usageError } from './output.ts';
+import { checkInputFile, checkOutputFile, describeIoError, ioFailure } from './files.ts';
 import { REPO_PATH } from './database.ts';
 import { byteProgress } from './progress.ts';
-import { formatOf } from '../client/index.ts';
+import { formatOf, type TableEntry } from '../client/index.ts';
 
 type ImportOptions = TargetOptions & { mode?: string; format?: string };
 type ExportOptions = TargetOptions & { format?: string; output?: string };
 
 const size = (n: number) => (n >= 1048576 ? `${(n / 1048576).toFixed(1)} MiB` : `${(n / 1024).toFixed(1)} KiB`);
+
+/**
+ * A WAL-mode SQLite file whose `-wal` beside it holds commits (D1's under .wrangler/state, an app still running or
+ * not closed cleanly): the file alone lacks them, and imported as an empty or old database. It is read through
+ * SQLite (file and -wal) into a copy, which is imported instead; undefined when the file holds everything.
+ */
+async function walCopy(file: string): Promise<{ path: string; remove: () => void } | undefined> {
+  const wal = statSync(`${file}-wal`, { throwIfNoEntry: false });
+  if (!wal?.isFile() || wal.size === 0) return undefined;
+  const head = Buffer.alloc(20);
+  const fd = openSync(file, 'r');
+  try {
+    readSync(fd, head, 0, 20, 0);
+  } finally {
+    closeSync(fd);
+  }
+  if (formatOf(head) !== 'sqlite' || head[18] !== 2) return undefined; // not WAL mode: SQLite itself ignores a -wal
+  const dir = mkdtempSync(join(tmpdir(), 'scopebase-import-'));
+  const remove = () => rmSync(dir, { recursive: true, force: true });
+  const copy = join(dir, basename(file));
+  try {
+    const db = new DatabaseSync(file, { readOnly: true });
+    try {
+      await backup(db, copy);
+    } finally {
+      db.close();
+    }
+  } catch (e) {
+    remove();
+    throw new CliError(EXIT.usage, `cannot read ${file} with the commits in its -wal: ${describeIoError(e, file)}; stop the app that uses it, then fold them in with sqlite3 ${file} 'PRAGMA wal_checkpoint(TRUNCATE)' and import again`);
+  }
+  process.stderr.write(`${file} is in WAL mode and ${basename(file)}-wal beside it holds ${size(wal.size)} of commits not yet in it: importing a copy read through SQLite, with them\n`);
+  return { path: copy, remove };
+}
+
+/** That tool's record is stale once `scopebase migrate` ran migrations (it writes only its own): said, not assumed. */
+const SAME_TOOL = (tool: string) => `if ${tool} applied every migration the content holds (scopebase migrate does not write that table), record them without running them`;
+
+/** The `--baseline` that a D1 or drizzle database's own record of its migrations names (docs/backups.md, "Which id"). */
+async function knownBaseline(t: Target, tables: TableEntry[]): Promise<string | undefined> {
+  if (tables.some((x) => x.name === 'd1_migrations')) {
+    const last = (await t.client.query('SELECT name FROM d1_migrations ORDER BY id DESC LIMIT 1').catch(() => undefined))?.values[0]?.[0];
+    if (typeof last === 'string') return `its d1_migrations table (wrangler's) ends at ${last}: ${SAME_TOOL('wrangler')}: scopebase migrate <dir> --baseline ${last} --dry-run, then without --dry-run`;
+  }
+  const n = tables.find((x) => x.name === '__drizzle_migrations')?.rows;
+  if (typeof n === 'number' && n > 0) {
+    return `its __drizzle_migrations table (drizzle-kit's) records ${n} applied: ${SAME_TOOL('drizzle-kit')}: scopebase migrate <dir> --baseline <file ${n} of the folder: drizzle-kit numbers from 0000, so ${String(n - 1).padStart(4, '0')}_…> --dry-run, then without --dry-run`;
+  }
+  return undefined;
+}
 
 export function addTransferCommands(program: Command): void {
   addTargetOptions(program.command('export')
@@ -83,17 +136,20 @@ Examples:
       } else {
         // From a file: streamed, with a progress bar on a terminal.
         checkInputFile(file, 'the file to import');
+        const copy = format === 'sql' ? undefined : await walCopy(file);
         const progress = byteProgress('importing', t.json);
         try {
-          r = await attempt(t, () => t.client.importFile(file, { ...(format ? { format } : {}), mode, timeoutMs: 600_000, onProgress: progress.update }));
+          r = await attempt(t, () => t.client.importFile(copy?.path ?? file, { ...(format ? { format } : {}), mode, timeoutMs: 600_000, onProgress: progress.update }));
         } finally {
           progress.stop();
+          copy?.remove();
         }
       }
       if (t.json) return printJson({ database: r.database, version: r.version, tables: r.tables });
-      const rows = r.tables.reduce((n, x) => n + x.rows, 0);
+      const rows = r.tables.reduce((n, x) => n + (x.rows ?? 0), 0);
       process.stdout.write(`imported ${file} (${r.format}) into ${t.org}/${t.repo}/${r.database}: ${count(r.tables.length, 'table')}, ${count(rows, 'row')}, version ${r.version}\n`);
       // Said nowhere before: the next `migrate` then failed on "table … already exists" with no hint why.
-      process.stderr.write('migrations: none recorded (an import empties that list); if the imported content already holds your migrations, record them without running them: scopebase migrate <dir> --baseline <id of the last one it holds> (docs/backups.md)\n');
+      const known = await knownBaseline(t, r.tables);
+      process.stderr.write(`migrations: none recorded (an import empties that list); ${known ?? 'if the imported content already holds your migrations, record them without running them: scopebase migrate <dir> --baseline <id of the last one it holds>'} (docs/backups.md)\n`);
     });
 }

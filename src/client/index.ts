@@ -54,7 +54,8 @@ export interface MigrateResult {
   /** With `baseline`: the migrations recorded as applied without running them (none when already recorded). */
   baselined?: string[];
 }
-export interface TableEntry { name: string; rows: number; virtual?: true; module?: string }
+/** `rows` is null when SQLite cannot count them (a full-text table whose `content=` table is gone): status still answers. */
+export interface TableEntry { name: string; rows: number | null; virtual?: true; module?: string }
 export interface Status {
   database: string; exists: boolean; version?: number; sizeBytes?: number;
   /** A virtual table (full-text index, R*Tree) is marked, with its module; its shadow tables are not listed. */
