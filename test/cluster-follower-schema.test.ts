@@ -76,7 +76,9 @@ describe('cluster: a tenant\'s schema does not stall its follower node', () => {
         const res = await cluster.proxy.db(REPO, 'execute', { database, sql: "INSERT INTO log VALUES ('x')" });
         if (res.status === 200) acked.get(database)!.push(res.json.version as number);
         else {
-          if (res.status !== 503 || !res.headers['retry-after']) unexpected.push(`${res.status} ${res.text.slice(0, 300)}`);
+          // 422 query_timeout: the tenant's own statement stopped at its limit (nothing applied), as CI saw at load 18.
+          const timedOut = res.status === 422 && res.json?.error?.code === 'query_timeout';
+          if (!timedOut && (res.status !== 503 || !res.headers['retry-after'])) unexpected.push(`${res.status} ${res.text.slice(0, 300)}`);
           await sleep(50);
         }
       }
@@ -97,7 +99,7 @@ describe('cluster: a tenant\'s schema does not stall its follower node', () => {
     const writes = [...acked.values()].map((a) => a.length).join('+');
     const report = `baseline max ${max(baseline).toFixed(0)} ms; while replicating max ${max(during).toFixed(0)} ms over ${during.length} reads; ${writes} of the tenant's writes acknowledged`;
     process.stderr.write(`${report}\n`);
-    assert.deepEqual(unexpected, [], 'the tenant gets 200 or 503 with Retry-After');
+    assert.deepEqual(unexpected, [], 'the tenant gets 200, 503 with Retry-After, or 422 query_timeout');
     assert.deepEqual(statuses.filter((s) => s !== 200), [], `every read of the other org answered 200 (${report})`);
     assert.ok(max(during) < max(baseline) + 1000, `the other org's reads on the follower node stay quick (${report})`);
     const leaseAfter = (await nodeKey(victim.primary))!;

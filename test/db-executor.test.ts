@@ -50,7 +50,7 @@ describe('isolation and recovery', () => {
     // Normal latency here is a few ms; one that waited for the stuck statement took its 2000 ms. Half of that is the
     // bound: a loaded machine (load ~12) stalled one round 590 ms.
     assert.ok(p99 < 1000, `p99 of the other database was ${p99.toFixed(1)} ms over ${latencies.length} rounds`);
-    assert.ok(writes > 10);
+    assert.ok(writes >= 3, `${writes} rounds in 1.5 s`); // 10 or more on a quiet machine; CI at load 18 made fewer than 11
     assert.equal((await p.db('web', 'query', { database: 'stuck', sql: 'SELECT count(*) FROM t' })).status, 200, 'the stuck database answers again');
   });
 
