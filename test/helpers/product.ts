@@ -140,17 +140,16 @@ export function spawnProduct(env: Record<string, string>, args: string[] = ['sta
       const m = /\n {2}address: (http:\/\/[^\s]+)/.exec(err);
       if (m) {
         clearTimeout(timer);
+        // A group already gone (the file's leftovers hook, registered first, may have run first) is stopped: no ESRCH.
         const killAll = () => {
           leftovers.delete(stopped);
-          process.kill(-child.pid!, 'SIGKILL');
-        };
-        const stopped = async () => {
           try {
-            killAll();
-          } catch {
-            // the whole group is gone already
+            process.kill(-child.pid!, 'SIGKILL');
+          } catch (e) {
+            if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
           }
         };
+        const stopped = async () => killAll();
         leftovers.add(stopped);
         resolve({ child, url: m[1]!, stderr: () => err, stdout: () => out, killAll });
       }
