@@ -30,9 +30,7 @@ before(async () => {
 });
 after(async () => {
   await p.close();
-  try {
-    account.killAll();
-  } catch { /* already stopped by the helpers' own cleanup */ }
+  account.killAll();
   rmSync(dir, { recursive: true, force: true });
 });
 

@@ -7,18 +7,14 @@ import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:f
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { startProduct, tempDir, ROOT_KEY, type Product } from './helpers/product.ts';
-import { oneLine, runCli, type Run } from './helpers/cli.ts';
+import { cliAgainst, oneLine, type Run } from './helpers/cli.ts';
 
 let p: Product;
 let port: string;
 const work = tempDir('scopebase-cli-');
 
 /** The CLI against the product under test, with a clean SCOPEBASE_* environment. */
-function cli(args: string[], env: Record<string, string | undefined> = {}, input?: string): Promise<Run> {
-  const base: Record<string, string | undefined> = { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, PORT: port, BASE_DOMAIN: 'localhost', DATA_DIR: join(work, 'no-data'), SCOPEBASE_HISTORY: join(work, 'history') };
-  for (const k of Object.keys(base)) if (k.startsWith('SCOPEBASE_') && k !== 'SCOPEBASE_HISTORY') delete base[k];
-  return runCli(args, { ...base, ...env }, input);
-}
+const cli = cliAgainst(work, () => port, ROOT_KEY);
 
 before(async () => {
   p = await startProduct();

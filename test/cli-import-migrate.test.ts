@@ -6,17 +6,13 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { startProduct, tempDir, ROOT_KEY, type Product } from './helpers/product.ts';
-import { oneLine, runCli, type Run } from './helpers/cli.ts';
+import { cliAgainst, oneLine } from './helpers/cli.ts';
 
 let p: Product;
 let port: string;
 const work = tempDir('scopebase-cli-move-');
 
-function cli(args: string[], input?: string): Promise<Run> {
-  const env: Record<string, string | undefined> = { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, PORT: port, BASE_DOMAIN: 'localhost', DATA_DIR: join(work, 'no-data') };
-  for (const k of Object.keys(env)) if (k.startsWith('SCOPEBASE_')) delete env[k];
-  return runCli(args, { ...env, SCOPEBASE_HISTORY: join(work, 'history') }, input);
-}
+const cli = cliAgainst(work, () => port, ROOT_KEY);
 
 before(async () => {
   p = await startProduct();
@@ -117,7 +113,7 @@ test('status and .tables say a full-text table whose content= table is gone is u
   assert.match(s.stdout, /^\(unreadable: SQLite could not count its rows, e\.g\. a full-text table whose content= table is gone\)$/m);
   assert.doesNotMatch(s.stdout, /NULL/);
   assert.equal(JSON.parse((await cli(['status', 'acme/fts', '--json'])).stdout).tables[0].rows, null);
-  const shell = await cli(['shell', 'acme/fts'], '.tables\n');
+  const shell = await cli(['shell', 'acme/fts'], {}, '.tables\n');
   assert.match(shell.stdout, /^notes \(virtual: fts5\) +unreadable$/m);
 });
 

@@ -1,6 +1,7 @@
 // Runs the `scopebase` command as a subprocess (asynchronously: a product under test in this process keeps answering).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { join } from 'node:path';
 
 export interface Run { code: number; stdout: string; stderr: string }
 
@@ -13,6 +14,18 @@ export function runCli(args: string[], env: Record<string, string | undefined>, 
   child.stderr.on('data', (d) => (stderr += d));
   child.stdin.end(input ?? '');
   return new Promise((resolve) => child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr })));
+}
+
+/**
+ * The CLI against a product under test on `port()` with a clean SCOPEBASE_* environment: its history file under
+ * `work`, no DATA_DIR of its own; `env` added last.
+ */
+export function cliAgainst(work: string, port: () => string, rootKey: string): (args: string[], env?: Record<string, string | undefined>, input?: string) => Promise<Run> {
+  return (args, env = {}, input) => {
+    const base: Record<string, string | undefined> = { ...process.env, RUNTIME_ROOT_KEY: rootKey, PORT: port(), BASE_DOMAIN: 'localhost', DATA_DIR: join(work, 'no-data') };
+    for (const k of Object.keys(base)) if (k.startsWith('SCOPEBASE_')) delete base[k];
+    return runCli(args, { ...base, SCOPEBASE_HISTORY: join(work, 'history'), ...env }, input);
+  };
 }
 
 /** An ordinary failure: exactly one line on stderr (matched without its newline), no stack trace. */
