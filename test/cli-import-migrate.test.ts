@@ -113,8 +113,11 @@ test('status and .tables say a full-text table whose content= table is gone is u
   assert.match(s.stdout, /^\(unreadable: SQLite could not count its rows, e\.g\. a full-text table whose content= table is gone\)$/m);
   assert.doesNotMatch(s.stdout, /NULL/);
   assert.equal(JSON.parse((await cli(['status', 'acme/fts', '--json'])).stdout).tables[0].rows, null);
-  const shell = await cli(['shell', 'acme/fts'], {}, '.tables\n');
+  const shell = await cli(['shell', 'acme/fts'], {}, '.tables\n.schema\n');
   assert.match(shell.stdout, /^notes \(virtual: fts5\) +unreadable$/m);
+  // .schema shows what the user made, as .tables and status do: not the full-text tables' shadow tables.
+  assert.match(shell.stdout, /^CREATE VIRTUAL TABLE ok USING fts5\(body\);$/m);
+  assert.doesNotMatch(shell.stdout, /ok_data|ok_idx|ok_config|ok_docsize|notes_data/);
 });
 
 test('restore-db past a bad migration says it is undone and that the next migrate applies it again', async () => {

@@ -55,7 +55,8 @@ async function dotCommand(t: Target, line: string): Promise<boolean> {
     const s = await t.client.status();
     process.stdout.write(s.tables && s.tables.length ? table(['table', 'rows'], tableRows(s.tables)) : '(no tables)\n');
   } else if (cmd === '.schema') {
-    const r = await t.client.query("SELECT sql FROM sqlite_schema WHERE sql IS NOT NULL AND (?1 IS NULL OR tbl_name = ?1) ORDER BY tbl_name, type DESC, name", [arg ?? null]);
+    // A virtual table's shadow tables are its storage, not the user's (as .tables and status leave them out).
+    const r = await t.client.query("SELECT sql FROM sqlite_schema WHERE sql IS NOT NULL AND (?1 IS NULL OR tbl_name = ?1) AND tbl_name NOT IN (SELECT name FROM pragma_table_list WHERE type = 'shadow') ORDER BY tbl_name, type DESC, name", [arg ?? null]);
     process.stdout.write(r.values.map((v) => `${visible(String(v[0]))};\n`).join('') || '(nothing)\n');
   } else if (cmd === '.status') {
     const s = await t.client.status();
