@@ -3,7 +3,8 @@
 import { Socket } from 'node:net';
 import { flushCompileCache } from 'node:module';
 import { encodeFrame, FrameDecoder, type Frame } from './protocol.ts';
-import { HandleCache, type DbHandle, type ExecutorLimits } from './handles.ts';
+import type { DbHandle, ExecutorLimits } from './handles.ts';
+import { HandleCache } from './handle-cache.ts';
 import { changes, query, snapshot, status } from './read-ops.ts';
 import { committedUnder, executeGroup, migrate, type GroupContext } from './write-ops.ts';
 import { errorReply, failure, type Reply } from './reply.ts';
