@@ -170,7 +170,7 @@ export class Shipper {
   private async retryRefused(e: Refused, since: number): Promise<boolean> {
     const left = REFUSED_RETRY_MS - (performance.now() - since);
     if (left < 100 || this.closed) return false;
-    await new Promise((resolve) => setTimeout(resolve, Math.min(e.retryAfterMs, left)));
+    await new Promise((resolve) => setTimeout(resolve, Math.max(100, Math.min(e.retryAfterMs, left)))); // a Retry-After of 0: not a loop of requests
     return !this.closed;
   }
 
