@@ -36,6 +36,16 @@ export class Superseded extends Error {}
  */
 export class BehindFollower extends Error {}
 
+/** The follower refused a request before running it (503 with Retry-After or `committed: false`): nothing of it applied. */
+class Refused extends Error {
+  readonly retryAfterMs: number;
+
+  constructor(message: string, retryAfterMs: number) {
+    super(message);
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
 /** What a follower's /_cluster/state answers: its copy, and whether it was brought in line under the epoch asked with. */
 interface FollowerState { version: number; lastEventId: string | null; inLine?: boolean }
 
@@ -51,6 +61,11 @@ const MAX_EVENTS = 256;
  */
 const SNAPSHOTS_FIRST_MS = 10_000;
 const SNAPSHOTS_MAX_MS = 300_000;
+/**
+ * How long a write waits in all for a follower that refused its shipment for a passing reason (its executors busy, its
+ * connection cap: Refused), trying again after each Retry-After: its caller then gets the 200 rather than 503 `committed: null`.
+ */
+const REFUSED_RETRY_MS = 2_000;
 
 export class Shipper {
   private readonly lanes = new Map<string, Lane>();
@@ -59,6 +74,8 @@ export class Shipper {
   private readonly pools = new Map<string, Pool>();
   /** Databases with no restore mark (src/db/backup-restored.ts): no file to look for at each shipment. */
   private readonly unmarked = new Set<string>();
+  /** Closing: a refused shipment is not tried again. */
+  private closed = false;
   private readonly db: DbService;
   private readonly token: string;
   private readonly timeoutMs: number;
@@ -118,6 +135,7 @@ export class Shipper {
 
   private async run(lane: Lane): Promise<void> {
     lane.running = true;
+    let refusedSince: number | null = null;
     while (lane.waiters.length > 0) {
       try {
         if (lane.acked === null) lane.acked = await this.handshake(lane);
@@ -127,7 +145,11 @@ export class Shipper {
         const done = lane.waiters.filter((w) => w.version <= lane.acked!);
         lane.waiters = lane.waiters.filter((w) => w.version > lane.acked!);
         for (const w of done) w.resolve();
+        refusedSince = null;
       } catch (e) {
+        // Nothing applied (lane.acked still holds): the same shipment again once the follower said to, within the bound.
+        if (e instanceof Refused && await this.retryRefused(e, (refusedSince ??= performance.now()))) continue;
+        refusedSince = null;
         lane.acked = null;
         const waiters = lane.waiters;
         lane.waiters = [];
@@ -142,6 +164,14 @@ export class Shipper {
       }
     }
     lane.running = false;
+  }
+
+  /** Waits the follower's Retry-After, cut to what is left of REFUSED_RETRY_MS since the first refusal; false: none left. */
+  private async retryRefused(e: Refused, since: number): Promise<boolean> {
+    const left = REFUSED_RETRY_MS - (performance.now() - since);
+    if (left < 100 || this.closed) return false;
+    await new Promise((resolve) => setTimeout(resolve, Math.max(100, Math.min(e.retryAfterMs, left)))); // a Retry-After of 0: not a loop of requests
+    return !this.closed;
   }
 
   /**
@@ -241,7 +271,7 @@ export class Shipper {
         method: 'POST', path: `/_cluster/snapshot?${this.query(lane)}${this.cursorsQuery(lane)}`, body: createReadStream(path),
         headers: { 'x-scopebase-proxy-token': this.token, 'content-type': 'application/vnd.sqlite3' }, signal: AbortSignal.timeout(Math.max(this.timeoutMs, 60_000)),
       });
-      return ((await this.answer(res.statusCode, await res.body.text())) as { version: number }).version;
+      return ((await this.answer(res.statusCode, await res.body.text(), res.headers['retry-after'])) as { version: number }).version;
     } finally {
       rmSync(path, { force: true });
     }
@@ -263,17 +293,24 @@ export class Shipper {
       method: 'POST', path: `${path}?${this.query(lane)}${extraQuery}`, body: Buffer.isBuffer(body) ? body : JSON.stringify(body),
       headers: { 'x-scopebase-proxy-token': this.token, 'content-type': 'application/json' }, signal: AbortSignal.timeout(this.timeoutMs),
     });
-    return this.answer(res.statusCode, await res.body.text());
+    return this.answer(res.statusCode, await res.body.text(), res.headers['retry-after']);
   }
 
-  private answer(status: number, text: string): unknown {
+  private answer(status: number, text: string, retryAfter: string | string[] | undefined): unknown {
     if (status === 410) throw new Superseded(text.slice(0, 200));
     if (status !== 200) {
-      let code = '';
+      let error: { code?: string; details?: { committed?: unknown } } | undefined;
       try {
-        code = ` ${(JSON.parse(text) as { error?: { code?: string } }).error?.code ?? ''}`;
+        error = (JSON.parse(text) as { error?: typeof error }).error;
       } catch { /* not ours */ }
-      throw new Error(`follower answered ${status}${code}`); // the code only: a message may name the follower's paths
+      const said = `follower answered ${status}${error?.code === undefined ? '' : ` ${error.code}`}`; // the code only: a message may name the follower's paths
+      const committed = error?.details?.committed;
+      // A 503 that ran nothing: `committed: false`, or Retry-After with no word of a commit (a connection cap, a shutdown).
+      if (status === 503 && (committed === false || (committed === undefined && retryAfter !== undefined))) {
+        const seconds = Number(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter);
+        throw new Refused(`${said}, still after ${REFUSED_RETRY_MS} ms of retries`, Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : 1000);
+      }
+      throw new Error(said);
     }
     return JSON.parse(text);
   }
@@ -285,6 +322,7 @@ export class Shipper {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     await Promise.all([...this.pools.values()].map((p) => p.close()));
   }
 }
