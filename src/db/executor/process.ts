@@ -300,7 +300,7 @@ export class ExecutorProcess {
   }
 
   /** The limit it was stopped for, in bytes (DB_MEMORY_MAX_BYTES or DB_TEMP_MAX_BYTES). */
-  private limitBytes(): number | undefined {
+  limitBytes(): number | undefined {
     return this.killedFor === 'memory' ? this.limits.memoryMaxBytes : this.limits.tempMaxBytes;
   }
 

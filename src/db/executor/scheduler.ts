@@ -267,7 +267,12 @@ export class Scheduler {
    * the message is not sent ('unstarted': it did not die of this message's limits, which were another's).
    */
   runOn(p: ExecutorProcess, tenantKey: string, header: object, body: Buffer | undefined, budgetMs: number): Promise<Frame> {
-    if (!p.alive || this.closing) return Promise.reject(new LostError('unstarted'));
+    if (!p.alive || this.closing) {
+      // Stopped for the temporary files or memory its transactions held (this repo's alone, measured between messages
+      // too): that limit is theirs to hear. A runaway or a crash was another message's: this one never started.
+      const limit = !this.closing && (p.stoppedFor === 'temp_space' || p.stoppedFor === 'memory') ? p.stoppedFor : null;
+      return Promise.reject(limit ? new LostError(limit, p.limitBytes()) : new LostError('unstarted'));
+    }
     const t = this.tenant(tenantKey);
     // Tagged with its repo: a long statement of a transaction holds the repo's runaway pass as a job's does.
     return p.send(header, body, budgetMs, new PinnedMessage(t)).finally(this.occupy(t, p));
