@@ -97,17 +97,23 @@ function watchBodies(server: Server): void {
     if (req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined) return;
     const now = Date.now();
     watched.set(req, { start: now, lastByteAt: now, bytesRead: req.socket.bytesRead, received: 0 });
-    // Let go once the body is in: kept until the next sweep, 2 s of requests would outlive their turn (GC pauses).
-    req.once('end', () => watched.delete(req));
+    // Let go once the body is in, or the request is gone: kept until the next sweep, 2 s of requests would outlive
+    // their turn (GC pauses).
+    const forget = () => watched.delete(req);
+    req.once('end', forget);
+    req.once('close', forget);
   });
   const timer = setInterval(() => {
     const now = Date.now();
     for (const [req, w] of watched) {
-      if (req.complete || req.socket.destroyed) {
+      // A body a failed pipeline destroyed has no socket left (req.socket is null): a cluster follower whose disk
+      // filled while it received a snapshot stopped here, every org with it.
+      const socket = req.socket as IncomingMessage['socket'] | null;
+      if (req.complete || socket === null || socket.destroyed) {
         watched.delete(req);
         continue;
       }
-      const read = req.socket.bytesRead;
+      const read = socket.bytesRead;
       if (read > w.bytesRead) {
         w.received += read - w.bytesRead;
         w.bytesRead = read;
@@ -118,9 +124,9 @@ function watchBodies(server: Server): void {
       if (!stalled && !trickling) continue;
       watched.delete(req);
       try {
-        server.emit('clientError', Object.assign(new Error('request body timeout'), { code: BODY_TIMEOUT }), req.socket);
+        server.emit('clientError', Object.assign(new Error('request body timeout'), { code: BODY_TIMEOUT }), socket);
       } catch {
-        req.socket.destroy(); // a throw in this timer would stop the process (every org): the slow client just goes
+        socket.destroy(); // a throw in this timer would stop the process (every org): the slow client just goes
       }
     }
   }, TIMEOUT_CHECK_MS).unref();
