@@ -27,6 +27,11 @@ export async function listenReferenceMirror(config: Config, logger: Logger, host
   const sourceUrl = config.mirror.sourceUrl ?? fallbackSource;
   if (sourceUrl === null) throw new ConfigError(MIRROR_SOURCE_REQUIRED);
   const mirror = createReferenceMirror({ config, logger, sourceUrl, connections });
-  const url = await mirror.app.listen({ port: config.mirror.port ?? config.port, host });
-  return { mirror, url };
+  try {
+    return { mirror, url: await mirror.app.listen({ port: config.mirror.port ?? config.port, host }) };
+  } catch (e) {
+    // Its executors are running already: left so, a start that failed here (MIRROR_PORT taken) never let its process exit.
+    await mirror.close().catch(() => {});
+    throw e;
+  }
 }
