@@ -51,7 +51,7 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext): Repl
     const first = oldest(idx);
     const gone = () => new ApiError('gone', first
       ? `that is older than the history kept: the oldest restorable version is ${first.version} (${new Date(first.time).toISOString()})`
-      : 'no history is kept for this database yet: it begins with the next write', { oldestVersion: first?.version ?? null, oldestTime: first ? new Date(first.time).toISOString() : null });
+      : 'no history is kept for this database now (none yet, or the repo\'s history cap, DB_HISTORY_MAX_BYTES_PER_REPO, dropped it while the database was idle): it begins with the next write', { oldestVersion: first?.version ?? null, oldestTime: first ? new Date(first.time).toISOString() : null });
     let target: number;
     if (body.toVersion !== undefined) {
       target = body.toVersion;
