@@ -100,6 +100,10 @@ test('a repo\'s idle databases are brought under DB_HISTORY_MAX_BYTES_PER_REPO, 
   const gone = await db(r, 'restore', { database: 'd1', toVersion: 5 });
   assert.equal(gone.status, 410, gone.text);
   assert.match(gone.json.error.message, /DB_HISTORY_MAX_BYTES_PER_REPO/);
+  // A time inside the window, since its last write (an hour ago on the product's clock), is still its version: a no-op.
+  const since = await db(r, 'restore', { database: 'd1', toTime: new Date(Date.now() + HOUR).toISOString(), dryRun: true });
+  assert.equal(since.status, 200, since.text);
+  assert.equal(since.json.restoredTo.version, since.json.version);
   // The next writes begin it again (an executor's archiver may still hold the dropped segment open): restorable, exactly.
   const rows = async () => (await db(r, 'query', { database: 'd1', sql: 'SELECT count(*) FROM big' })).json.results[0].rows[0][0];
   const w1 = await db(r, 'execute', { database: 'd1', sql: 'INSERT INTO big VALUES (2, x\'00\')' });
