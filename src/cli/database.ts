@@ -82,7 +82,7 @@ export function tableRows(tables: TableEntry[]): [string, number | string][] {
 function printStatus(s: Status): void {
   const lines = [`database ${s.database}: ${s.exists ? `version ${s.version}, ${s.sizeBytes} bytes` : 'does not exist yet (execute, migrate or import creates it)'}`];
   if (s.migrations) lines.push(`migrations: ${s.migrations.applied} applied${s.migrations.latest ? `, latest ${s.migrations.latest}` : ''}`);
-  if (s.history) lines.push(`history: ${s.history.oldestVersion === null ? 'none kept yet (it begins with the next write)' : `restorable from version ${s.history.oldestVersion} (${s.history.oldestTime})`}`);
+  if (s.history) lines.push(`history: ${s.history.oldestVersion === null ? 'none kept now (none yet, or dropped for the repo\'s cap while idle; it begins with the next write)' : `restorable from version ${s.history.oldestVersion} (${s.history.oldestTime})`}`);
   else if (s.exists) lines.push('history: off (the server keeps none: DB_HISTORY_DAYS=0, the default on cluster nodes); restore-db has nothing to go back to');
   if (s.databases) lines.push(`databases: ${s.databases.join(', ') || '(none)'}`);
   process.stdout.write(lines.join('\n') + '\n');
