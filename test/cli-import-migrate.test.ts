@@ -168,3 +168,18 @@ test('migrate and shell\'s .status count one migration as one (they printed "1 m
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stdout, /^database main: version 1, \d+ bytes, 1 migration$/m);
 });
+
+test('a golang-migrate or dbmate folder: down migrations are not applied (named as skipped), only the up part of a file holding both', async () => {
+  const dir = join(work, 'updown');
+  mkdirSync(dir);
+  writeFileSync(join(dir, '000001_users.up.sql'), 'CREATE TABLE users(id INTEGER PRIMARY KEY, email TEXT);\n');
+  writeFileSync(join(dir, '000001_users.down.sql'), 'DROP TABLE users;\n');
+  writeFileSync(join(dir, '000002_tags.sql'), '-- migrate:up\nCREATE TABLE tags(id INTEGER PRIMARY KEY);\n\n-- migrate:down\nDROP TABLE tags;\n');
+  const r = await cli(['migrate', dir, 'acme/updown']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stderr, /skipped 000001_users\.down\.sql: a down migration/);
+  const tables = JSON.parse((await cli(['query', 'acme/updown', "SELECT name FROM sqlite_schema WHERE type = 'table' AND name IN ('users', 'tags') ORDER BY name", '--json'])).stdout).rows;
+  assert.deepEqual(tables, [['tags'], ['users']]); // before: the down file dropped nothing yet and failed, or dropped what its up made
+  const again = await cli(['migrate', dir, 'acme/updown']);
+  assert.equal(again.code, 0, again.stderr); // the same ids and checksums: nothing to do
+});
