@@ -73,6 +73,15 @@ describe('no such route is 404 not_found, an unknown /_db/<op> included', () => 
   });
 });
 
+describe('413 payload_too_large at the body limit exactly', () => {
+  test('a body of DB_MAX_BODY_BYTES is read; one byte more is 413', async () => {
+    const sized = (n: number) => `{"sql":"SELECT 1"${' '.repeat(n - 18)}}`; // JSON whitespace: n bytes in all
+    const at = await p.db('web', 'query', undefined, { rawBody: sized(64 * 1024) });
+    assert.equal(at.status, 200, at.text);
+    assertSpecError(await p.db('web', 'query', undefined, { rawBody: sized(64 * 1024 + 1) }), 413, 'payload_too_large');
+  });
+});
+
 describe('the example of SPEC 3: a UNIQUE violation in a batch', () => {
   test('409 constraint_violation, SQLite\'s message, details.statement and details.sqliteCode', async () => {
     const r = await p.db('web', 'execute', { statements: [{ sql: "INSERT INTO users(email) VALUES ('a@example.com')" }, { sql: "INSERT INTO users(email) VALUES ('a@example.com')" }] });

@@ -5,10 +5,11 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startProduct, type Product } from './helpers/product.ts';
 import { assertSpecError } from './helpers/spec-error.ts';
+import { upload } from './helpers/imports.ts';
 
 let p: Product;
 before(async () => {
-  p = await startProduct({ DB_QUERY_TIMEOUT_MS: '1000', DB_MAX_SIZE_BYTES: String(256 * 1024), DB_MAX_VALUE_BYTES: String(4096) });
+  p = await startProduct({ DB_QUERY_TIMEOUT_MS: '1000', DB_MAX_SIZE_BYTES: String(256 * 1024), DB_MAX_VALUE_BYTES: String(4096), DB_MAX_DATABASES_PER_REPO: '6' });
   const setup = await p.db('web', 'execute', { statements: [{ sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }, { sql: 'CREATE INDEX t_v ON t(v)' }, { sql: 'CREATE TABLE c(p REFERENCES t(id))' }] });
   assert.equal(setup.status, 200, setup.text);
 });
@@ -104,6 +105,18 @@ describe('limits are refused cleanly', () => {
     const rows = (await p.db('web', 'query', { database: 'full', sql: 'SELECT count(*) FROM f' })).json.results[0].rows[0][0];
     assert.equal(rows % 10, 0, 'the refused batch left none of its rows');
     assert.equal((await p.db('web', 'status', { database: 'full' })).status, 200);
+  });
+  test('the database past DB_MAX_DATABASES_PER_REPO is 507 by every way of making one (execute, migrate, a dry run, an import) and is not made', async () => {
+    for (let i = 0; i < 6; i++) assert.equal((await p.db('few', 'execute', { database: `d${i}`, sql: 'CREATE TABLE t(x)' })).status, 200);
+    const one = [{ id: '0001', sql: 'CREATE TABLE t(x);' }];
+    assertSpecError(await p.db('few', 'execute', { database: 'extra', sql: 'CREATE TABLE t(x)' }), 507, 'quota_exceeded', 'execute');
+    assertSpecError(await p.db('few', 'migrate', { database: 'extra', migrations: one }), 507, 'quota_exceeded', 'migrate');
+    assertSpecError(await p.db('few', 'migrate', { database: 'extra', migrations: one, dryRun: true }), 507, 'quota_exceeded', 'a dry run fails where the real run does');
+    assertSpecError(await upload(p, 'few', 'database=extra&mode=create', 'CREATE TABLE t(x);\n', 'application/sql'), 507, 'quota_exceeded', 'import');
+    const s = await p.db('few', 'status', { database: 'extra' });
+    assert.equal(s.json.exists, false);
+    assert.equal(s.json.databases.length, 6);
+    assert.equal((await p.db('few', 'query', { database: 'd0', sql: 'SELECT count(*) FROM t' })).status, 200, 'reads go on');
   });
 });
 
