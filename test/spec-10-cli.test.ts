@@ -68,3 +68,17 @@ test('migrate, export, import and restore-db take the repo in the other forms to
   assert.equal(wrongSecret.code, 1, 'the server said no');
   assert.equal(wrongSecret.stderr.trim().split('\n').length, 1, wrongSecret.stderr);
 });
+
+test('the positional org/repo may come after the SQL or the file, as before it (it was refused as naming no repo)', async () => {
+  const wrote = await cli(['execute', 'INSERT INTO n VALUES (\'after\')', 'acme/web', '--database', 'notes', '--json']);
+  assert.equal(wrote.code, 0, wrote.stderr);
+  assert.equal(JSON.parse(wrote.stdout).results[0].rowsAffected, 1);
+  const read = await cli(['query', "SELECT count(*) FROM n WHERE body = 'after'", 'acme/web', '--database', 'notes', '--json']);
+  assert.equal(read.code, 0, read.stderr);
+  assert.deepEqual(JSON.parse(read.stdout).rows, [[1]]);
+  const dump = join(work, 'after.sql');
+  writeFileSync(dump, "CREATE TABLE a(x);\nINSERT INTO a VALUES ('file first');\n");
+  const imported = await cli(['import', dump, 'acme/web', '--database', 'after', '--json']);
+  assert.equal(imported.code, 0, imported.stderr);
+  assert.deepEqual(JSON.parse((await cli(['query', 'acme/web', 'SELECT x FROM a', '--database', 'after', '--json'])).stdout).rows, [['file first']]);
+});

@@ -7,7 +7,7 @@ import type { Command } from 'commander';
 import { addTargetOptions, attempt, connect, type Target, type TargetOptions } from './target.ts';
 import { CliError, count, EXIT, printJson, usageError } from './output.ts';
 import { checkInputFile, checkOutputFile, describeIoError, ioFailure } from './files.ts';
-import { REPO_PATH } from './database.ts';
+import { REPO_PATH, repoAndOther } from './database.ts';
 import { byteProgress } from './progress.ts';
 import { formatOf, type TableEntry } from '../client/index.ts';
 
@@ -121,7 +121,7 @@ Examples:
   scopebase import acme/web dump.sql --database restored
   scopebase import acme/web app.db --mode replace`))
     .action(async (first: string | undefined, second: string | undefined, opts: ImportOptions) => {
-      const [repo, file] = second !== undefined ? [first, second] : first !== undefined && REPO_PATH.test(first) ? [first, undefined] : [undefined, first];
+      const [repo, file] = second !== undefined ? repoAndOther(first!, second) : first !== undefined && REPO_PATH.test(first) ? [first, undefined] : [undefined, first];
       if (file === undefined) throw usageError('give the file to import: scopebase import acme/web dump.sql');
       if (opts.mode !== 'create' && opts.mode !== 'replace') throw usageError('--mode must be create or replace');
       if (opts.format !== undefined && opts.format !== 'sqlite' && opts.format !== 'sql') throw usageError('--format must be sqlite or sql');
