@@ -9,7 +9,7 @@ import { upload } from './helpers/imports.ts';
 
 let p: Product;
 before(async () => {
-  p = await startProduct({ DB_QUERY_TIMEOUT_MS: '1000', DB_MAX_SIZE_BYTES: String(256 * 1024), DB_MAX_VALUE_BYTES: String(4096), DB_MAX_DATABASES_PER_REPO: '6' });
+  p = await startProduct({ DB_QUERY_TIMEOUT_MS: '1500', DB_MAX_SIZE_BYTES: String(256 * 1024), DB_MAX_VALUE_BYTES: String(4096), DB_MAX_DATABASES_PER_REPO: '6' });
   const setup = await p.db('web', 'execute', { statements: [{ sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }, { sql: 'CREATE INDEX t_v ON t(v)' }, { sql: 'CREATE TABLE c(p REFERENCES t(id))' }] });
   assert.equal(setup.status, 200, setup.text);
 });
@@ -69,17 +69,15 @@ describe('the statement time limit', () => {
   test('a statement past DB_QUERY_TIMEOUT_MS gets 422 query_timeout, while requests to other databases go on', async () => {
     assert.equal((await p.db('web', 'execute', { database: 'other', sql: 'CREATE TABLE o(x)' })).status, 200);
     const started = Date.now();
-    const slow = p.db('web', 'query', { sql: runaway });
-    const quick: number[] = [];
+    let stopped = false;
+    const slow = p.db('web', 'query', { sql: runaway }).finally(() => (stopped = true));
     for (let i = 0; i < 5; i++) {
-      const t0 = Date.now();
       const r = await p.db('web', 'execute', { database: 'other', sql: 'INSERT INTO o VALUES (?)', params: [i] });
       assert.equal(r.status, 200, r.text);
-      quick.push(Date.now() - t0);
     }
+    assert.equal(stopped, false, 'five writes to another database were answered while the runaway still ran: they did not wait for it');
     assertSpecError(await slow, 422, 'query_timeout');
     assert.ok(Date.now() - started < 5000, 'stopped near its limit');
-    assert.ok(Math.max(...quick) < 600, `other databases were not held: ${quick.join(', ')} ms`);
     const w = await p.db('web', 'execute', { sql: `INSERT INTO t(v) ${runaway}` });
     assertSpecError(w, 422, 'query_timeout');
     assert.equal((await p.db('web', 'query', { sql: 'SELECT 1' })).status, 200, 'the database answers again');
