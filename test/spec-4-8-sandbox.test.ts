@@ -9,7 +9,7 @@ import { upload } from './helpers/imports.ts';
 
 let p: Product;
 before(async () => {
-  p = await startProduct({ DB_QUERY_TIMEOUT_MS: '1500', DB_MAX_SIZE_BYTES: String(256 * 1024), DB_MAX_VALUE_BYTES: String(4096), DB_MAX_DATABASES_PER_REPO: '6' });
+  p = await startProduct({ DB_QUERY_TIMEOUT_MS: '1500', DB_MAX_SIZE_BYTES: String(256 * 1024), DB_MAX_VALUE_BYTES: String(4096), DB_MAX_DATABASES_PER_REPO: '6', DB_QUEUE_TIMEOUT_MS: '10000' });
   const setup = await p.db('web', 'execute', { statements: [{ sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }, { sql: 'CREATE INDEX t_v ON t(v)' }, { sql: 'CREATE TABLE c(p REFERENCES t(id))' }] });
   assert.equal(setup.status, 200, setup.text);
 });
