@@ -1,5 +1,5 @@
 // `scopebase query|execute|status`: SQL against a repo's database over the HTTP API (SPEC 4.3, 4.4, 4.7).
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import type { Params, ResultSet, Status, TableEntry, WriteResult } from '../client/index.ts';
 import { splitStatements } from '../db/statement-end.ts';
@@ -12,9 +12,21 @@ type SqlOptions = TargetOptions & { params?: string; file?: string };
 /** What a positional `org/repo` looks like (no SQL or folder name a user types reads like this). */
 export const REPO_PATH = /^[a-z0-9][a-z0-9-]*\/[a-z0-9][a-z0-9._-]*$/i;
 
+/**
+ * Two positionals, the repo and the SQL (or a file), in either order: SPEC 10 fixes none, and `query "SELECT 1" acme/web`
+ * was refused as naming no repo. The repo is the one that reads as `org/repo` and is no existing path; else the first.
+ */
+export function repoAndOther(first: string, second: string): [string, string] {
+  const isRepo = (s: string) => REPO_PATH.test(s) && !existsSync(s);
+  return !isRepo(first) && isRepo(second) ? [second, first] : [first, second];
+}
+
 /** `[org/repo] [sql]`: one positional is the SQL, unless it can only be a repo (no SQL reads `acme/web`). */
 function repoAndSql(first: string | undefined, second: string | undefined): { repo?: string; sql?: string } {
-  if (second !== undefined) return { repo: first, sql: second };
+  if (second !== undefined) {
+    const [repo, sql] = repoAndOther(first!, second);
+    return { repo, sql };
+  }
   return first !== undefined && REPO_PATH.test(first) ? { repo: first } : { sql: first };
 }
 

@@ -1,5 +1,5 @@
 // `scopebase export` and `scopebase import`: a database to a file and back (SPEC 4.12) over the HTTP API.
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { backup, DatabaseSync } from 'node:sqlite';
@@ -7,7 +7,7 @@ import type { Command } from 'commander';
 import { addTargetOptions, attempt, connect, type Target, type TargetOptions } from './target.ts';
 import { CliError, count, EXIT, printJson, usageError } from './output.ts';
 import { checkInputFile, checkOutputFile, describeIoError, ioFailure } from './files.ts';
-import { REPO_PATH } from './database.ts';
+import { REPO_PATH, repoAndOther } from './database.ts';
 import { byteProgress } from './progress.ts';
 import { formatOf, type TableEntry } from '../client/index.ts';
 
@@ -122,9 +122,7 @@ Examples:
   scopebase import acme/web app.db --mode replace
   scopebase import dump.sql acme/web            # the file first, as migrate takes its folder, works too`))
     .action(async (first: string | undefined, second: string | undefined, opts: ImportOptions) => {
-      let [repo, file] = second !== undefined ? [first, second] : first !== undefined && REPO_PATH.test(first) ? [first, undefined] : [undefined, first];
-      // `import dump.sql acme/web`, in the order `migrate ./migrations acme/web` takes (it was "dump.sql is not org/repo").
-      if (second !== undefined && REPO_PATH.test(second) && !existsSync(second) && (first === '-' || !REPO_PATH.test(first!) || existsSync(first!))) [repo, file] = [second, first];
+      const [repo, file] = second !== undefined ? repoAndOther(first!, second) : first !== undefined && REPO_PATH.test(first) ? [first, undefined] : [undefined, first];
       if (file === undefined) throw usageError('give the file to import: scopebase import acme/web dump.sql');
       if (opts.mode !== 'create' && opts.mode !== 'replace') throw usageError('--mode must be create or replace');
       if (opts.format !== undefined && opts.format !== 'sqlite' && opts.format !== 'sql') throw usageError('--format must be sqlite or sql');

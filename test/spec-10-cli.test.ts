@@ -1,0 +1,84 @@
+// SPEC 10 from the outside: every command that talks to a running instance takes the repo in each of the forms SPEC
+// names (--org/--repo, --repo org/repo, a positional org/repo, the org from a *.localhost host in --url), --database
+// and an explicit --secret; --params as an array or an object. The `scopebase` command as a subprocess.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startProduct, tempDir, ROOT_KEY, type Product } from './helpers/product.ts';
+import { cliAgainst } from './helpers/cli.ts';
+
+let p: Product;
+let port: string;
+const work = tempDir('scopebase-spec10-');
+const cli = cliAgainst(work, () => port, ROOT_KEY);
+
+before(async () => {
+  p = await startProduct();
+  port = new URL(p.url).port;
+  assert.equal((await p.db('web', 'execute', { database: 'notes', sql: 'CREATE TABLE n(body TEXT)' })).status, 200);
+});
+after(async () => {
+  await p.close();
+  rmSync(work, { recursive: true, force: true });
+});
+
+/** The repo acme/web in each form SPEC 10 names. */
+const forms = (): string[][] => [
+  ['--org', 'acme', '--repo', 'web'],
+  ['--repo', 'acme/web'],
+  ['acme/web'],
+  ['--url', `http://acme.localhost:${port}`, '--repo', 'web'],
+];
+
+test('status, query and execute take the repo in every form, with --database', async () => {
+  for (const repo of forms()) {
+    const status = await cli(['status', ...repo, '--database', 'notes', '--json']);
+    assert.equal(status.code, 0, `${repo.join(' ')}: ${status.stderr}`);
+    assert.equal(JSON.parse(status.stdout).database, 'notes');
+    const wrote = await cli(['execute', ...repo, '--database', 'notes', 'INSERT INTO n VALUES (?)', '--params', JSON.stringify([repo.join(' ')]), '--json']);
+    assert.equal(wrote.code, 0, `${repo.join(' ')}: ${wrote.stderr}`);
+    const read = await cli(['query', ...repo, '--database', 'notes', 'SELECT count(*) AS c FROM n WHERE body = :b', '--params', JSON.stringify({ b: repo.join(' ') }), '--json']);
+    assert.equal(read.code, 0, `${repo.join(' ')}: ${read.stderr}`);
+    assert.deepEqual(JSON.parse(read.stdout).rows, [[1]]);
+  }
+});
+
+test('migrate, export, import and restore-db take the repo in the other forms too; --secret is used as given', async () => {
+  const dir = join(work, 'migrations');
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, '0010_later.sql'), 'INSERT INTO m VALUES (2);\n');
+  writeFileSync(join(dir, '0002_first.sql'), 'CREATE TABLE m(x);\n');
+  const [orgRepo, slash, , viaUrl] = forms();
+  const migrated = await cli(['migrate', dir, ...orgRepo!, '--database', 'mig', '--json']);
+  assert.equal(migrated.code, 0, migrated.stderr);
+  assert.deepEqual(JSON.parse(migrated.stdout).applied, ['0002_first', '0010_later'], 'in file-name order');
+  const out = join(work, 'mig.sql');
+  const exported = await cli(['export', ...slash!, '--database', 'mig', '--format', 'sql', '--output', out]);
+  assert.equal(exported.code, 0, exported.stderr);
+  const imported = await cli(['import', out, ...viaUrl!, '--database', 'copy']);
+  assert.equal(imported.code, 0, imported.stderr);
+  const restored = await cli(['restore-db', ...viaUrl!, '--database', 'mig', '--to-version', '1', '--dry-run', '--json']);
+  assert.equal(restored.code, 0, restored.stderr);
+  assert.equal(JSON.parse(restored.stdout).restoredTo.version, 1);
+  const withSecret = await cli(['query', 'acme/web', '--database', 'copy', 'SELECT x FROM m', '--secret', p.secret('acme', 'web'), '--json'], { RUNTIME_ROOT_KEY: '' });
+  assert.equal(withSecret.code, 0, withSecret.stderr);
+  assert.deepEqual(JSON.parse(withSecret.stdout).rows, [[2]]);
+  const wrongSecret = await cli(['query', 'acme/web', 'SELECT 1', '--secret', p.secret('acme', 'other')]);
+  assert.equal(wrongSecret.code, 1, 'the server said no');
+  assert.equal(wrongSecret.stderr.trim().split('\n').length, 1, wrongSecret.stderr);
+});
+
+test('the positional org/repo may come after the SQL or the file, as before it (it was refused as naming no repo)', async () => {
+  const wrote = await cli(['execute', 'INSERT INTO n VALUES (\'after\')', 'acme/web', '--database', 'notes', '--json']);
+  assert.equal(wrote.code, 0, wrote.stderr);
+  assert.equal(JSON.parse(wrote.stdout).results[0].rowsAffected, 1);
+  const read = await cli(['query', "SELECT count(*) FROM n WHERE body = 'after'", 'acme/web', '--database', 'notes', '--json']);
+  assert.equal(read.code, 0, read.stderr);
+  assert.deepEqual(JSON.parse(read.stdout).rows, [[1]]);
+  const dump = join(work, 'after.sql');
+  writeFileSync(dump, "CREATE TABLE a(x);\nINSERT INTO a VALUES ('file first');\n");
+  const imported = await cli(['import', dump, 'acme/web', '--database', 'after', '--json']);
+  assert.equal(imported.code, 0, imported.stderr);
+  assert.deepEqual(JSON.parse((await cli(['query', 'acme/web', 'SELECT x FROM a', '--database', 'after', '--json'])).stdout).rows, [['file first']]);
+});
