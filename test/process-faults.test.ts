@@ -37,8 +37,9 @@ test('a stray rejection is logged and counted, and the process keeps serving eve
     const [line] = logLines(p.stdout(), /unhandled promise rejection/);
     assert.ok(line, `no log line for the rejection: ${p.stdout().slice(-600)}`);
     assert.equal(line.level, 50); // error
-    assert.equal(line.err.message, 'a stray rejection the test made');
-    assert.match(line.err.stack, /fault-preload\.ts/);
+    assert.equal(line.error.type, 'Error');
+    assert.equal(line.error.message, 'a stray rejection the test made');
+    assert.match(line.error.stack, /fault-preload\.ts/);
   } finally {
     p.killAll();
   }
@@ -54,7 +55,7 @@ test('an uncaught exception is logged and the process exits 70 for its superviso
     const [line] = logLines(p.stdout(), /uncaught exception/);
     assert.ok(line, `no log line for the exception: ${p.stdout().slice(-600)}`);
     assert.equal(line.level, 60); // fatal
-    assert.equal(line.err.message, 'an uncaught exception the test made');
+    assert.equal(line.error.message, 'an uncaught exception the test made');
   } finally {
     p.killAll();
   }

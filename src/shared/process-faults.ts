@@ -17,8 +17,8 @@ const unhandledRejections = new Counter({
 });
 
 /**
- * What is logged of a fault: its type, message, code and stack. Not the error object itself: pino would write its
- * every property, and one may hold a request's headers or a configuration (secrets).
+ * What is logged of a fault (as `error`, not `err`, whose serializer would name its type Object): its type, message,
+ * code and stack. Not the error itself: pino would write its every property, and one may hold headers or secrets.
  */
 function described(fault: unknown): Record<string, unknown> {
   if (!(fault instanceof Error)) return { type: typeof fault, message: String(fault).slice(0, 500) };
@@ -31,11 +31,11 @@ export function handleProcessFaults(logger: Logger): void {
   unhandledRejections.inc(0);
   process.on('unhandledRejection', (reason) => {
     unhandledRejections.inc();
-    logger.error({ err: described(reason) }, 'unhandled promise rejection (a bug): logged, counted in scopebase_unhandled_rejections_total, the process keeps serving');
+    logger.error({ error: described(reason) }, 'unhandled promise rejection (a bug): logged, counted in scopebase_unhandled_rejections_total, the process keeps serving');
   });
   process.on('uncaughtException', (err) => {
     try {
-      logger.fatal({ err: described(err) }, `uncaught exception (a bug): the process exits with ${UNCAUGHT_EXIT} for its supervisor to restart it`);
+      logger.fatal({ error: described(err) }, `uncaught exception (a bug): the process exits with ${UNCAUGHT_EXIT} for its supervisor to restart it`);
     } finally {
       process.exit(UNCAUGHT_EXIT); // pino writes what it holds on exit
     }
