@@ -147,8 +147,11 @@ class ChannelConnection {
       for (const f of framesOf(decoder, socket, chunk)) {
         const p = this.pending.get(f.seq);
         if (!p) continue;
+        const status = f.header.status;
+        // No HTTP status: writing the answer would throw, and its request would wait for ever. Cut as malformed.
+        if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599) return void socket.destroy();
         this.pending.delete(f.seq);
-        p.resolve({ status: Number(f.header.status), headers: f.header.headers as Record<string, string>, body: f.body });
+        p.resolve({ status, headers: f.header.headers as Record<string, string>, body: f.body });
       }
     };
     socket.on('error', () => {});
