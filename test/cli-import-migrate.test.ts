@@ -142,3 +142,44 @@ test('`restore` given --to-time or --to-version (time travel is restore-db) name
   oneLine(r, /^scopebase: restore fills DATA_DIR from a whole-instance backup; to bring a database back to a version or a time, use restore-db: scopebase restore-db acme\/tt --to-version 3$/); // was "Did you mean --version?"
   oneLine(await cli(['restore', '--to-time', '2026-11-22 10:00:00+00:00', 'acme/tt']), /scopebase restore-db --to-time '2026-11-22 10:00:00\+00:00' acme\/tt$/);
 });
+
+test('import takes the file first too, as migrate takes its folder (it said "dump.sql is not org/repo"), and history shows the import', async () => {
+  const dump = join(work, 'dump.sql');
+  writeFileSync(dump, "CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT);\nINSERT INTO notes(body) VALUES ('x');\n");
+  const r = await cli(['import', dump, 'acme/order']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^imported .*dump\.sql \(sql\) into acme\/order\/main: 1 table, 1 row, version 1$/m);
+  const missing = await cli(['import', join(work, 'nope.sql'), 'acme/order']);
+  assert.equal(missing.code, 2);
+  oneLine(missing, /^scopebase: cannot read the file to import: .*nope\.sql/);
+  const h = await cli(['history', 'acme/order']);
+  assert.equal(h.code, 0, h.stderr);
+  assert.match(h.stdout, /^ +1 {2}\S+ {2}import +0 {2}notes$/m);
+});
+
+test('migrate and shell\'s .status count one migration as one (they printed "1 migration file(s)", "1 migrations")', async () => {
+  const dir = join(work, 'one-migration');
+  mkdirSync(dir);
+  writeFileSync(join(dir, '0001_init.sql'), 'CREATE TABLE t(x);\n');
+  const m = await cli(['migrate', dir, 'acme/one']);
+  assert.equal(m.code, 0, m.stderr);
+  assert.match(m.stderr, /^read 1 migration file from /m);
+  const r = await cli(['shell', 'acme/one'], {}, '.status\n');
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^database main: version 1, \d+ bytes, 1 migration$/m);
+});
+
+test('a golang-migrate or dbmate folder: down migrations are not applied (named as skipped), only the up part of a file holding both', async () => {
+  const dir = join(work, 'updown');
+  mkdirSync(dir);
+  writeFileSync(join(dir, '000001_users.up.sql'), 'CREATE TABLE users(id INTEGER PRIMARY KEY, email TEXT);\n');
+  writeFileSync(join(dir, '000001_users.down.sql'), 'DROP TABLE users;\n');
+  writeFileSync(join(dir, '000002_tags.sql'), '-- migrate:up\nCREATE TABLE tags(id INTEGER PRIMARY KEY);\n\n-- migrate:down\nDROP TABLE tags;\n');
+  const r = await cli(['migrate', dir, 'acme/updown']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stderr, /skipped 000001_users\.down\.sql: a down migration/);
+  const tables = JSON.parse((await cli(['query', 'acme/updown', "SELECT name FROM sqlite_schema WHERE type = 'table' AND name IN ('users', 'tags') ORDER BY name", '--json'])).stdout).rows;
+  assert.deepEqual(tables, [['tags'], ['users']]); // before: the down file dropped nothing yet and failed, or dropped what its up made
+  const again = await cli(['migrate', dir, 'acme/updown']);
+  assert.equal(again.code, 0, again.stderr); // the same ids and checksums: nothing to do
+});

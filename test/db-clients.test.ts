@@ -53,7 +53,7 @@ test('`scopebase migrate <dir>` sends NNNN_name.sql files in file-name order and
     assert.match(dry.stdout, /would apply 2: 0001_init, 0002_tags; already applied 0; version 0/);
     const first = await run();
     assert.equal(first.status, 0, first.stderr);
-    assert.match(first.stderr, /read 2 migration file\(s\)/);
+    assert.match(first.stderr, /read 2 migration files/);
     assert.match(first.stdout, /applied 2: 0001_init, 0002_tags; already applied 0; version 1/);
     const again = await run();
     assert.match(again.stdout, /applied 0: \(none\); already applied 2; version 1/);

@@ -79,11 +79,17 @@ export function tableRows(tables: TableEntry[]): [string, number | string][] {
   return tables.map((t) => [t.virtual ? `${t.name} (virtual${t.module ? `: ${t.module}` : ''})` : t.name, t.rows ?? 'unreadable']);
 }
 
+/** status's `history:` line (what restore-db can reach), also printed by `scopebase history`; null for a database not made yet. */
+export function historyLine(s: Status): string | null {
+  if (s.history) return `history: ${s.history.oldestVersion === null ? 'none kept now (none yet, or dropped for the repo\'s cap while idle; it begins with the next write)' : `restorable from version ${s.history.oldestVersion} (${s.history.oldestTime})`}`;
+  return s.exists ? 'history: off (the server keeps none: DB_HISTORY_DAYS=0, the default on cluster nodes); restore-db has nothing to go back to' : null;
+}
+
 function printStatus(s: Status): void {
   const lines = [`database ${s.database}: ${s.exists ? `version ${s.version}, ${s.sizeBytes} bytes` : 'does not exist yet (execute, migrate or import creates it)'}`];
   if (s.migrations) lines.push(`migrations: ${s.migrations.applied} applied${s.migrations.latest ? `, latest ${s.migrations.latest}` : ''}`);
-  if (s.history) lines.push(`history: ${s.history.oldestVersion === null ? 'none kept yet (it begins with the next write)' : `restorable from version ${s.history.oldestVersion} (${s.history.oldestTime})`}`);
-  else if (s.exists) lines.push('history: off (the server keeps none: DB_HISTORY_DAYS=0, the default on cluster nodes); restore-db has nothing to go back to');
+  const history = historyLine(s);
+  if (history) lines.push(history);
   if (s.databases) lines.push(`databases: ${s.databases.join(', ') || '(none)'}`);
   process.stdout.write(lines.join('\n') + '\n');
   if (s.tables && s.tables.length > 0) {

@@ -5,7 +5,7 @@ import { basename } from 'node:path';
 import type { Command } from 'commander';
 import { MigrationOrderError, readMigrationFolder, type MigrationFolder } from '../client/index.ts';
 import { addTargetOptions, attempt, connect, type TargetOptions } from './target.ts';
-import { CliError, EXIT, printJson, usageError } from './output.ts';
+import { CliError, count, EXIT, printJson, usageError } from './output.ts';
 import { REPO_PATH } from './database.ts';
 import { unreadable } from './files.ts';
 
@@ -67,11 +67,11 @@ Examples:
       const folder = await readFolder(dir);
       for (const s of folder.skipped) process.stderr.write(`skipped ${s.file}: ${s.reason}\n`);
       if (folder.migrations.length === 0) {
-        throw new CliError(EXIT.usage, `no migration files in ${dir}: name them NNNN_name.sql (e.g. 0001_init.sql)${folder.skipped.length ? `; ${folder.skipped.length} other file(s) skipped as listed above` : ''}`);
+        throw new CliError(EXIT.usage, `no migration files in ${dir}: name them NNNN_name.sql (e.g. 0001_init.sql)${folder.skipped.length ? `; ${count(folder.skipped.length, 'other file')} skipped as listed above` : ''}`);
       }
       const baseline = opts.baseline === undefined ? undefined : baselineId(opts.baseline, folder, dir);
       const t = connect(opts, repo);
-      process.stderr.write(`read ${folder.migrations.length} migration file(s) from ${dir}\n`);
+      process.stderr.write(`read ${count(folder.migrations.length, 'migration file')} from ${dir}\n`);
       const list = folder.migrations.map(({ id, sql }) => ({ id, sql }));
       const r = await attempt(t, () => t.client.migrate(list, { dryRun: opts.dryRun === true, ...(baseline ? { baseline } : {}) }).catch((e: unknown) => {
         throw namingFile(importHint(e, folder, dir, baseline), folder); // the server names the migration's id; a person looks for its file

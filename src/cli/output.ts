@@ -90,6 +90,8 @@ function cliHint(e: ScopebaseError): string {
   if (/holds more than one statement/.test(e.message)) return '; several statements: `scopebase execute --file script.sql` (or `-` for standard input), or `scopebase shell`';
   if (e.code === 'migration_conflict') return '; an applied migration is never edited: put the change in a new file (the next number)';
   if (e.code === 'invalid_request' && /mode=replace/.test(e.message)) return '; with the CLI: --mode replace';
+  // restore-db's version out of reach (SPEC 4.11): the versions there are to pick from.
+  if ((e.code === 'gone' && /restorable/.test(e.message)) || (e.code === 'invalid_request' && /is not reached yet/.test(e.message))) return '; `scopebase history` lists the versions with their times';
   return '';
 }
 

@@ -8,7 +8,7 @@ import type { Command } from 'commander';
 import { ScopebaseError } from '../client/index.ts';
 import { splitStatements } from '../db/statement-end.ts';
 import { addTargetOptions, attempt, connect, type Target, type TargetOptions } from './target.ts';
-import { CliError, EXIT, explain, printJson, table, visible } from './output.ts';
+import { CliError, count, EXIT, explain, printJson, table, visible } from './output.ts';
 import { printRows, printWrite, resultJson, tableRows } from './database.ts';
 import { describeIoError } from './files.ts';
 
@@ -60,7 +60,7 @@ async function dotCommand(t: Target, line: string): Promise<boolean> {
     process.stdout.write(r.values.map((v) => `${visible(String(v[0]))};\n`).join('') || '(nothing)\n');
   } else if (cmd === '.status') {
     const s = await t.client.status();
-    process.stdout.write(`database ${s.database}: ${s.exists ? `version ${s.version}, ${s.sizeBytes} bytes, ${s.migrations?.applied ?? 0} migrations` : 'does not exist yet'}\n`);
+    process.stdout.write(`database ${s.database}: ${s.exists ? `version ${s.version}, ${s.sizeBytes} bytes, ${count(s.migrations?.applied ?? 0, 'migration')}` : 'does not exist yet'}\n`);
   } else process.stdout.write(`unknown command ${cmd}: try .help\n`);
   return true;
 }

@@ -1,5 +1,5 @@
 // `scopebase export` and `scopebase import`: a database to a file and back (SPEC 4.12) over the HTTP API.
-import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { backup, DatabaseSync } from 'node:sqlite';
@@ -119,9 +119,12 @@ Examples:
     .addHelpText('after', `
 Examples:
   scopebase import acme/web dump.sql --database restored
-  scopebase import acme/web app.db --mode replace`))
+  scopebase import acme/web app.db --mode replace
+  scopebase import dump.sql acme/web            # the file first, as migrate takes its folder, works too`))
     .action(async (first: string | undefined, second: string | undefined, opts: ImportOptions) => {
-      const [repo, file] = second !== undefined ? [first, second] : first !== undefined && REPO_PATH.test(first) ? [first, undefined] : [undefined, first];
+      let [repo, file] = second !== undefined ? [first, second] : first !== undefined && REPO_PATH.test(first) ? [first, undefined] : [undefined, first];
+      // `import dump.sql acme/web`, in the order `migrate ./migrations acme/web` takes (it was "dump.sql is not org/repo").
+      if (second !== undefined && REPO_PATH.test(second) && !existsSync(second) && (first === '-' || !REPO_PATH.test(first!) || existsSync(first!))) [repo, file] = [second, first];
       if (file === undefined) throw usageError('give the file to import: scopebase import acme/web dump.sql');
       if (opts.mode !== 'create' && opts.mode !== 'replace') throw usageError('--mode must be create or replace');
       if (opts.format !== undefined && opts.format !== 'sqlite' && opts.format !== 'sql') throw usageError('--format must be sqlite or sql');

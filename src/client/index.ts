@@ -103,7 +103,7 @@ export function resolveTarget(opts: Pick<ClientOptions, 'url' | 'baseUrl' | 'org
   return { base, host };
 }
 
-const SAFE_TO_REPEAT = new Set(['query', 'status', 'migrate', 'export']); // migrate: a repeat of an applied list changes nothing (SPEC 4.6)
+const SAFE_TO_REPEAT = new Set(['query', 'status', 'changes', 'migrate', 'export']); // migrate: a repeat of an applied list changes nothing (SPEC 4.6)
 
 export function createClient(opts: ClientOptions) {
   const { base, host } = resolveTarget(opts);
@@ -196,6 +196,10 @@ export function createClient(opts: ClientOptions) {
     status(co?: CallOptions): Promise<Status> {
       return call<Status>('status', {}, co);
     },
+    /** The change log (SPEC 4.9): the events after version `since`, oldest first, at most `limit` (a page ends sooner past ~32 MiB). */
+    changes(since: number, co: CallOptions & { limit?: number } = {}): Promise<ChangesPage> {
+      return call<ChangesPage>('changes', { since, ...(co.limit === undefined ? {} : { limit: co.limit }) }, co);
+    },
     /** Time travel (SPEC 4.11): the database back to a version, or to the one in force at a time, as a new version. */
     restore(to: { toVersion: number } | { toTime: string | Date }, ro: CallOptions & { dryRun?: boolean } = {}): Promise<RestoreResult> {
       const target = 'toVersion' in to ? { toVersion: to.toVersion } : { toTime: to.toTime instanceof Date ? to.toTime.toISOString() : to.toTime };
@@ -263,6 +267,22 @@ async function describeFile(path: string): Promise<{ size: number; format: 'sqli
 
 export interface RestoreResult { restoredTo: { version: number; committedAt: string | null }; version: number; dryRun: boolean }
 export interface ImportResult { database: string; version: number; tables: TableEntry[] }
+/** A change event (SPEC 5) as the change log keeps it: one per version. */
+export interface ChangeEvent {
+  id: string; type: 'database.changed' | 'database.migrated' | 'database.restored' | 'database.imported';
+  org: string; repo: string; database: string; version: number; previousVersion: number;
+  operation: 'execute' | 'migrate' | 'restore' | 'import'; committedAt: string;
+  changes: { rowsAffected: number; tables: string[] };
+  /** A SQLite session changeset in base64; null when none carries the change (a bulk write, a restore, an import). */
+  changeset: string | null;
+  /** A migrate's: the migrations it ran; `baselined`, those it recorded as applied without running them. */
+  migrations?: { id: string; sql: string }[];
+  baselined?: string[];
+  /** A restore's: the version it brought back (SPEC 4.11). */
+  restoredVersion?: number;
+}
+/** `version` is the database's current one. */
+export interface ChangesPage { events: ChangeEvent[]; version: number }
 export { ScopebaseError };
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -17,6 +17,8 @@ function whyNot(name: string, isFile: boolean): string | null {
   if (!name.toLowerCase().endsWith('.sql')) return 'not a .sql file';
   if (!name.endsWith('.sql')) return 'the extension must be lowercase .sql';
   if (!FILE.test(name)) return 'the name does not start with digits and an underscore (NNNN_name.sql)';
+  // golang-migrate's layout: applied in file-name order, `x.down.sql` would run before `x.up.sql` and undo earlier work.
+  if (/\.down\.sql$/.test(name)) return 'a down migration (it undoes its .up.sql; migrate only applies)';
   if (!ID.test(name.slice(0, -4))) return 'its id (the name without .sql) may hold only letters, digits, ".", "_" and "-", at most 128';
   return null;
 }
@@ -31,7 +33,7 @@ export async function readMigrationFolder(dir: string): Promise<MigrationFolder>
   for (const entry of entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
     const reason = whyNot(entry.name, entry.isFile() || entry.isSymbolicLink());
     if (reason) skipped.push({ file: entry.name, reason });
-    else migrations.push({ file: entry.name, id: entry.name.slice(0, -4), sql: await readFile(join(dir, entry.name), 'utf8') });
+    else migrations.push({ file: entry.name, id: entry.name.slice(0, -4), sql: upPart(await readFile(join(dir, entry.name), 'utf8')) });
   }
   for (let i = 1; i < migrations.length; i++) {
     const [a, b] = [migrations[i - 1]!.file, migrations[i]!.file];
@@ -43,3 +45,12 @@ export async function readMigrationFolder(dir: string): Promise<MigrationFolder>
 }
 
 const number = (file: string): bigint => BigInt(file.slice(0, file.indexOf('_')));
+
+/**
+ * dbmate's layout keeps both directions in one file, after `-- migrate:up` and `-- migrate:down` lines: sent whole, a
+ * migration would create its table and drop it again at once. Only its up part is the migration.
+ */
+export function upPart(sql: string): string {
+  const down = /^--\s*migrate:down\b.*$/m.exec(sql);
+  return down ? sql.slice(0, down.index) : sql;
+}

@@ -23,6 +23,7 @@ import { removeCopy } from './history/rebuild.ts';
 import { tmpFile } from './files.ts';
 import { FileEndpoints } from './file-endpoints.ts';
 import { TEMP_SPACE_WATCHED } from './executor/temp-space.ts';
+import { HistorySweep } from './history-sweep.ts';
 
 export interface DbServiceOptions {
   config: Config;
@@ -47,6 +48,8 @@ export class DbService implements DbHandler, ChangeFeed {
   private readonly limiter: RateLimiter | null;
   private readonly unwatchLoop = watchLoopDelay();
   private readonly hrana: Hrana;
+  /** Prunes idle databases' histories (null with history off). */
+  private readonly historySweep: HistorySweep | null;
 
   private readonly config: Config;
   private readonly logger: Logger;
@@ -94,6 +97,7 @@ export class DbService implements DbHandler, ChangeFeed {
     this.databases = new KnownDatabases(this.layout, this.pool, db.maxDatabasesPerRepo);
     this.changeLog = new ChangeLog({ pool: this.pool, layout: this.layout, exists: (s) => this.exists(s) });
     this.hrana = new Hrana(db);
+    this.historySweep = db.historyDays > 0 ? new HistorySweep({ layout: this.layout, pool: this.pool, everyMs: db.historySweepMs, logger }) : null;
     this.files = new FileEndpoints({
       pool: this.pool, layout: this.layout, tmpDir: this.tmpDir, limits: db,
       exists: (s) => this.exists(s), admittedWrite: (s, work) => this.admittedWrite(s, work), replicated: (s, res) => this.replicated(s, res),
@@ -352,6 +356,7 @@ export class DbService implements DbHandler, ChangeFeed {
     pools.delete(this.pool);
     this.unwatchLoop();
     this.hrana.close();
+    await this.historySweep?.close();
     await this.pool.close();
   }
 }

@@ -69,8 +69,10 @@ export interface Config {
     /** Time travel (SPEC 4.11): days of versions kept restorable (0: no history), and the bytes a database's history may take. */
     historyDays: number;
     historyMaxBytes: number;
-    /** The bytes every database's history in a repo may take together (oldest first of the database being written). */
+    /** The bytes every database's history in a repo may take together (the repo's oldest history goes first). */
     historyMaxBytesPerRepo: number;
+    /** How often the background sweep visits the next databases' histories (src/db/history-sweep.ts). */
+    historySweepMs: number;
     mirrors: MirrorConfig[];
     /** Delivery tuning (SPEC 5): per-attempt timeout, backoff cap, stall threshold, concurrent deliveries per mirror. */
     mirrorDelivery: { timeoutMs: number; maxBackoffMs: number; stallAfterMs: number; concurrency: number };
@@ -271,6 +273,7 @@ function readConfig(env: Env, part: ConfigPart): Omit<Config, 'warnings'> {
       historyDays: clusterNodeOnly(cluster, 'DB_HISTORY_DAYS', 'time travel', int(env, 'DB_HISTORY_DAYS', cluster?.nodeId ? 0 : 7, 0, 3650)),
       historyMaxBytes,
       historyMaxBytesPerRepo,
+      historySweepMs: int(env, 'DB_HISTORY_SWEEP_MS', 30_000, 100, 86_400_000),
       mirrors: parseMirrors(str(env, 'DB_MIRRORS')), // on a cluster node only a database's primary delivers (src/cluster/DESIGN.md)
       mirrorDelivery: {
         timeoutMs: int(env, 'DB_MIRROR_TIMEOUT_MS', 10_000, 50, 600_000),

@@ -13,7 +13,8 @@ import { historyOf, importDatabase, restore } from './history-ops.ts';
 import { exportDatabase } from './export-ops.ts';
 import { checkSnapshotFile, CopyCache, prepareReplicaFile } from './copy-ops.ts';
 import { openReplica } from '../apply-event.ts';
-import { dropHistory } from '../history/archive.ts';
+import { dropHistory, historyDirOf } from '../history/archive.ts';
+import { prune } from '../history/prune.ts';
 import { removeCopy } from '../history/rebuild.ts';
 import { mkdirSync, statSync } from 'node:fs';
 import type { ChangeEvent } from '../contract.ts';
@@ -208,6 +209,9 @@ function handle(frame: Frame): Buffer {
     case 'replica.prepare':
       // A downloaded snapshot, before the mirror renames it into place: opened here, and closed.
       return encodeFrame(frame.seq, { s: 200 }, JSON.stringify(prepareReplicaFile(path)));
+    case 'history.prune':
+      // The background sweep's visit, in the database's lane (no write or restore of it runs meanwhile): history/prune.ts.
+      return encodeFrame(frame.seq, { s: 200 }, JSON.stringify({ freed: limits.history ? prune(limits.history, historyDirOf(limits.history, path), true) : 0 }));
     case 'forget':
       handles.forget(path);
       copies.forget(path);

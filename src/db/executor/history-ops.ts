@@ -51,15 +51,18 @@ export function restore(h: DbHandle, body: RestoreBody, ctx: GroupContext): Repl
     const first = oldest(idx);
     const gone = () => new ApiError('gone', first
       ? `that is older than the history kept: the oldest restorable version is ${first.version} (${new Date(first.time).toISOString()})`
-      : 'no history is kept for this database yet: it begins with the next write', { oldestVersion: first?.version ?? null, oldestTime: first ? new Date(first.time).toISOString() : null });
+      : 'no history is kept for this database now (none yet, or the repo\'s history cap, DB_HISTORY_MAX_BYTES_PER_REPO, dropped it while the database was idle): it begins with the next write', { oldestVersion: first?.version ?? null, oldestTime: first ? new Date(first.time).toISOString() : null });
     let target: number;
     if (body.toVersion !== undefined) {
       target = body.toVersion;
       if (target > current) throw new ApiError('invalid_request', `version ${target} is not reached yet: the database is at version ${current}`, { version: current });
     } else {
-      const at = versionAt(idx, Date.parse(body.toTime!));
-      if (!at) throw gone();
-      target = at.version;
+      const time = Date.parse(body.toTime!);
+      const at = versionAt(idx, time);
+      // No record that early (none yet, or the cap took an idle database's): a time since its last commit is its version.
+      const since = at ? null : loggedAt(h, current);
+      if (!at && !(since && since.committedAt <= time)) throw gone();
+      target = at ? at.version : current;
     }
     if (target === current) {
       // Restoring the version it is at changes nothing (SPEC 4.5): no new version, no event, no history record. Its

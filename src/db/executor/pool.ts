@@ -114,6 +114,11 @@ export class ExecutorPool {
     return this.lanes.write(scope, path, op, body, budget);
   }
 
+  /** Background upkeep of a database's files on an executor, in its lane (WriteLanes.upkeep). */
+  upkeep(scope: Scope, path: string, header: object): Promise<ExecReply> {
+    return this.lanes.upkeep(scope, path, header);
+  }
+
   /** Waits for the writes queued ahead, then holds the database's lane until `release()` (Hrana streams). */
   holdLane(scope: Scope, path: string): Promise<LaneHold> {
     return this.lanes.holdLane(scope, path);

@@ -14,7 +14,7 @@ import { ApiError } from '../../shared/errors.ts';
 export type WriteOp = 'execute' | 'migrate' | 'restore' | 'import';
 
 interface WriteItem {
-  op: WriteOp | 'hold' | 'probe';
+  op: WriteOp | 'hold' | 'probe' | 'upkeep';
   body: Buffer;
   /** When it reached the lane: its wait for an executor counts from here. */
   at: number;
@@ -22,8 +22,8 @@ interface WriteItem {
   reject: (e: unknown) => void;
   /** For a hold: hands over the held lane. */
   held?: (hold: LaneHold) => void;
-  /** For a background re-probe: runs it (answering the re-probe, never resolve or reject). */
-  probe?: () => Promise<void>;
+  /** For a background re-probe or upkeep: runs it (answering its caller, never resolve or reject). */
+  task?: () => Promise<void>;
   /** Times it ran again after its process died under it without committing it. */
   crashes?: number;
   /** When its run began, kept through its reruns after a crash: they have what is left of its budget (its deadline). */
@@ -156,8 +156,8 @@ export class WriteLanes {
     while (lane.queue.length > 0) {
       const items = this.take(lane);
       const startedAt = performance.now();
-      if (items[0]!.op !== 'probe') this.unsettled.delete(path);
-      if (items[0]!.op === 'probe') await items[0]!.probe!();
+      if (!items[0]!.task) this.unsettled.delete(path); // a re-probe or upkeep does not use the file as the database's
+      if (items[0]!.task) await items[0]!.task();
       else if (items[0]!.op === 'hold') {
         lane.heldSince = startedAt;
         lane.holds++;
@@ -273,13 +273,26 @@ export class WriteLanes {
     return {
       probe: () => new Promise<Probed>((answer, fail) => this.enqueue(scope, path, {
         op: 'probe', body: Buffer.alloc(0), at: performance.now(), resolve: () => {}, reject: fail,
-        probe: () => probeRequests(this.scheduler, this.opts.timeoutMs, path, token, this.unsettled.get(path) === token).then(answer, fail),
+        task: () => probeRequests(this.scheduler, this.opts.timeoutMs, path, token, this.unsettled.get(path) === token).then(answer, fail),
       })),
       done: () => {
         if (this.unsettled.get(path) === token) this.unsettled.delete(path);
         release();
       },
     };
+  }
+
+  /**
+   * Background upkeep of a database's files (history/prune.ts): run on an executor as a write of its repo, in the
+   * database's lane, so none of its writes or restores runs beside it. Resolves with the executor's reply, or rejects
+   * when it could not run (refused by the scheduler, shutting down, its executor lost).
+   */
+  upkeep(scope: Scope, path: string, header: object): Promise<ExecReply> {
+    return new Promise((resolve, reject) => this.enqueue(scope, path, {
+      op: 'upkeep', body: Buffer.alloc(0), at: performance.now(), resolve: () => {}, reject,
+      task: () => this.scheduler.run(tenantOfPath(path), true, { ...header, path }, undefined, this.opts.timeoutMs)
+        .then((frame) => resolve({ status: frame.header.s as number, body: frame.body }), reject),
+    }));
   }
 
   /**

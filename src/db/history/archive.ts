@@ -2,11 +2,12 @@
 // wrote to the log of the current segment (log.ts). Runs inside the writer, synchronously after COMMIT, while no
 // other connection can write or checkpoint (writes are serialized per database; only a committing connection
 // checkpoints), so the log file it reads holds exactly what the commit wrote.
-import { closeSync, copyFileSync, mkdirSync, openSync, readdirSync, rmSync, statSync } from 'node:fs';
-import { dirname, join, relative } from 'node:path';
+import { closeSync, copyFileSync, fstatSync, mkdirSync, openSync, rmSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { DatabaseSync } from 'node:sqlite';
-import { appendRecord, lastRecord, readRecords, segmentName, segments } from './log.ts';
+import { appendRecord, lastRecord, segmentName, segments } from './log.ts';
+import { prune } from './prune.ts';
 import { readCommitted, readWalHeader } from './wal.ts';
 
 export interface HistoryOptions {
@@ -18,8 +19,8 @@ export interface HistoryOptions {
   /** A database's history is cut (oldest segments first) past this many bytes (DB_HISTORY_MAX_BYTES). */
   maxBytes: number;
   /**
-   * The repo's histories together, past which the database being written loses its oldest segments too
-   * (DB_HISTORY_MAX_BYTES_PER_REPO): 64 databases of 8 GiB each could fill a disk.
+   * The repo's histories together, past which its oldest history goes, whichever database's (DB_HISTORY_MAX_BYTES_PER_REPO,
+   * prune.ts): 64 databases of 8 GiB each could fill a disk.
    */
   repoMaxBytes: number;
 }
@@ -72,6 +73,8 @@ export class Archiver {
    */
   record(prevVersion: number, version: number, committedAt: number, prevCommittedAt: () => number | null = () => null): void {
     this.walFd ??= openSync(`${this.dbPath}-wal`, 'r');
+    // The sweep dropped the segment it was appending to (an idle database's, for the repo's cap): start anew.
+    if (this.log && fstatSync(this.log.fd).nlink === 0) this.forgetLog();
     const header = readWalHeader(this.walFd);
     if (!header) return; // a commit always leaves its log: nothing to read means nothing can be kept exactly
     // Another connection (another process, an interactive transaction) may have recorded commits since.
@@ -108,7 +111,7 @@ export class Archiver {
       salt1: header.salt1, salt2: header.salt2, walEnd: commit.end,
     }, commit.frames);
     this.cursor = { segment, version, salt1: header.salt1, salt2: header.salt2, walEnd: commit.end, logBytes };
-    if (fresh) prune(this.opts, this.dir);
+    if (fresh) prune(this.opts, this.dir, false);
   }
 
   /** Forgets where it was: the next commit finds its place from the files (after a failure). */
@@ -116,11 +119,16 @@ export class Archiver {
     this.cursor = null;
   }
 
+  private forgetLog(): void {
+    closeQuietly(this.log?.fd ?? null);
+    this.log = null;
+    this.cursor = null;
+  }
+
   close(): void {
     closeQuietly(this.walFd);
-    closeQuietly(this.log?.fd ?? null);
     this.walFd = null;
-    this.log = null;
+    this.forgetLog();
   }
 }
 
@@ -136,47 +144,6 @@ function baseVersion(base: string): number | null {
     return null;
   } finally {
     db?.close();
-  }
-}
-
-function segmentBytes(dir: string): number {
-  let n = 0;
-  for (const f of ['base', 'log']) n += statSync(join(dir, f), { throwIfNoEntry: false })?.size ?? 0;
-  return n;
-}
-
-const historyBytes = (dir: string) => segments(dir).reduce((n, s) => n + segmentBytes(join(dir, s)), 0);
-
-/** Bytes of the histories of every database of the repo whose database's history is `dir`. */
-function repoBytes(dir: string): number {
-  const repoDir = dirname(dir);
-  let entries: string[];
-  try {
-    entries = readdirSync(repoDir);
-  } catch {
-    return 0;
-  }
-  return entries.reduce((n, name) => n + historyBytes(join(repoDir, name)), 0);
-}
-
-/**
- * Drops old segments: those whose successor began before the window (kept states are all later), and past the size
- * caps, the database's and its repo's. Only this database's own, oldest first, never its last: its writer is the one
- * running, so no other database's restore reads a segment as it goes, and a write is never refused for history.
- */
-export function prune(opts: HistoryOptions, dir: string): void {
-  const all = segments(dir);
-  const cutoff = Date.now() - opts.days * 86_400_000;
-  let total = historyBytes(dir);
-  let repo = repoBytes(dir);
-  for (let i = 0; i < all.length - 1; i++) {
-    const next = readRecords(join(dir, all[i + 1]!))[0];
-    const outOfWindow = next !== undefined && next.committedAt < cutoff;
-    if (!outOfWindow && total <= opts.maxBytes && repo <= opts.repoMaxBytes) break;
-    const bytes = segmentBytes(join(dir, all[i]!));
-    total -= bytes;
-    repo -= bytes;
-    rmSync(join(dir, all[i]!), { recursive: true, force: true });
   }
 }
 

@@ -112,22 +112,34 @@ export function readRecords(segmentDir: string): RecordMeta[] {
   }
 }
 
-/** The last record of a segment, read from its trailer (no scan); falls back to a scan when the tail is torn. */
-export function lastRecord(segmentDir: string): { meta: RecordMeta; logBytes: number } | null {
-  const path = join(segmentDir, 'log');
-  if (!existsSync(path)) return null;
-  const fd = openSync(path, 'r');
-  let size: number;
+/**
+ * The last record of a segment, read from its trailer (no scan, nothing written); null when the tail is not whole (a
+ * crash mid-append, or an append under way when another database's prune reads it).
+ */
+export function peekLastRecord(segmentDir: string): { meta: RecordMeta; logBytes: number } | null {
+  let fd: number;
   try {
-    size = fstatSync(fd).size;
+    fd = openSync(join(segmentDir, 'log'), 'r');
+  } catch {
+    return null;
+  }
+  try {
+    const size = fstatSync(fd).size;
     const t = size >= HEADER + 4 ? readAt(fd, 4, size - 4) : null;
     const len = t?.readUInt32BE(0) ?? 0;
     const h = len >= HEADER + 4 && len <= size ? readAt(fd, HEADER, size - len) : null;
     const meta = h && decode(h, size - len);
-    if (meta && HEADER + meta.payload + 4 === len) return { meta, logBytes: size };
+    return meta && HEADER + meta.payload + 4 === len ? { meta, logBytes: size } : null;
   } finally {
     closeSync(fd);
   }
+}
+
+/** The last record of a segment, read from its trailer; falls back to a scan (which cuts a torn tail) when the tail is torn. */
+export function lastRecord(segmentDir: string): { meta: RecordMeta; logBytes: number } | null {
+  if (!existsSync(join(segmentDir, 'log'))) return null;
+  const peeked = peekLastRecord(segmentDir);
+  if (peeked) return peeked;
   const all = readRecords(segmentDir);
   const last = all.at(-1);
   return last ? { meta: last, logBytes: last.offset + HEADER + last.payload + 4 } : null;
