@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import { chmodSync, mkdirSync } from 'node:fs';
 import { ConfigError, loadConfig, type Config } from '../shared/config.ts';
 import { createLogger, logDestination, type Logger } from '../shared/log.ts';
+import { handleProcessFaults } from '../shared/process-faults.ts';
 import { createAdminServer } from '../shared/admin.ts';
 import { publicConnections, type ConnectionCap } from '../shared/connection-cap.ts';
 import { setBodyBudget } from '../shared/body-budget.ts';
@@ -192,6 +193,7 @@ export async function startCommand(part: Part): Promise<number> {
   const config = loadConfig(process.env, part);
   ownerOnly(config.dataDir);
   const logger = createLogger(config.logLevel, await logDestination(config.logFormat ?? undefined));
+  handleProcessFaults(logger); // before any part starts: its timers and handlers run from then on
   for (const warning of config.warnings) logger.warn(warning);
   let running: Running;
   try {

@@ -66,14 +66,7 @@ export class ChannelServer {
     const decoder = new FrameDecoder(this.opts.maxBodyBytes + HEADER_ROOM);
     const write = corkedWriter(socket);
     const onData = (chunk: Buffer) => {
-      let frames: Frame[];
-      try {
-        frames = decoder.push(chunk);
-      } catch {
-        socket.destroy(); // a malformed or oversized frame: the stream cannot be resynchronized
-        return;
-      }
-      for (const frame of frames) this.serve(socket, state, frame, write);
+      for (const frame of framesOf(decoder, socket, chunk)) this.serve(socket, state, frame, write);
     };
     if (head.length) onData(head);
     socket.on('data', onData);
@@ -117,6 +110,16 @@ export class ChannelServer {
   }
 }
 
+/** The whole frames of `chunk`; none, and the connection cut, when the peer sent a malformed or oversized frame (no resync is possible). */
+function framesOf(decoder: FrameDecoder, socket: Socket, chunk: Buffer): Frame[] {
+  try {
+    return decoder.push(chunk);
+  } catch {
+    socket.destroy();
+    return [];
+  }
+}
+
 function refuse(socket: Socket, status: number, text: string): void {
   socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
 }
@@ -138,17 +141,22 @@ class ChannelConnection {
     this.write = corkedWriter(socket);
     socket.setNoDelay(true);
     const decoder = new FrameDecoder();
+    // A frame that does not parse (a peer of another version, or no `serve db` at all) cuts the connection: its
+    // requests are answered 503 on close. Thrown from this handler, it stopped the proxy, and every org with it.
     const onData = (chunk: Buffer) => {
-      for (const f of decoder.push(chunk)) {
+      for (const f of framesOf(decoder, socket, chunk)) {
         const p = this.pending.get(f.seq);
         if (!p) continue;
+        const status = f.header.status;
+        // No HTTP status: writing the answer would throw, and its request would wait for ever. Cut as malformed.
+        if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599) return void socket.destroy();
         this.pending.delete(f.seq);
-        p.resolve({ status: Number(f.header.status), headers: f.header.headers as Record<string, string>, body: f.body });
+        p.resolve({ status, headers: f.header.headers as Record<string, string>, body: f.body });
       }
     };
+    socket.on('error', () => {});
     if (head.length) onData(head);
     socket.on('data', onData);
-    socket.on('error', () => {});
     socket.on('close', () => {
       // These requests were sent: whether a write among them committed is not known here.
       for (const p of this.pending.values()) p.reject(outcomeUnknown());

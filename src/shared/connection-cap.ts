@@ -203,7 +203,12 @@ export class ConnectionCap {
 
   /** Holds `server`'s connections to the caps; its request handler must call `admit` first. */
   watch(server: Server): void {
-    server.on('connection', (socket: Socket) => this.accept(socket));
+    server.on('connection', (socket: Socket) => {
+      // Node takes its own 'error' listener off a socket it hands to 'connect' and 'upgrade' listeners: a client's
+      // reset on one answered there (CONNECT's 400, a refused upgrade) was an uncaught error that stopped the process.
+      socket.on('error', () => {});
+      this.accept(socket);
+    });
   }
 
   /** Ends every connection still open, requests in flight included (a drain past its deadline); how many there were. */

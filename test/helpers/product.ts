@@ -124,10 +124,11 @@ export interface SpawnedProduct {
 
 /**
  * Runs `scopebase start` (or `serve <part>`) as a real child process; resolves once its banner names the URL.
- * `openFiles` starts it under `ulimit -n` (soft and hard), as a host with a low open-files limit would.
+ * `openFiles` starts it under `ulimit -n` (soft and hard), as a host with a low open-files limit would; `nodeArgs` go
+ * to its Node (`--import` of a test's preload), not to its executors.
  */
-export function spawnProduct(env: Record<string, string>, args: string[] = ['start'], opts: { openFiles?: number } = {}): Promise<SpawnedProduct> {
-  const argv = [process.execPath, 'src/cli/main.ts', ...args];
+export function spawnProduct(env: Record<string, string>, args: string[] = ['start'], opts: { openFiles?: number; nodeArgs?: string[] } = {}): Promise<SpawnedProduct> {
+  const argv = [process.execPath, ...(opts.nodeArgs ?? []), 'src/cli/main.ts', ...args];
   const [command, ...rest] = opts.openFiles === undefined ? argv : ['sh', '-c', `ulimit -n ${opts.openFiles} && exec "$@"`, 'sh', ...argv];
   const child = spawn(command!, rest, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let err = '';

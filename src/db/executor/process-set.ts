@@ -107,7 +107,8 @@ export class ProcessSet {
       try {
         this.all.push(this.spawn());
       } catch (e) {
-        this.opts.onError(e); // e.g. EAGAIN: the next tick tries again
+        this.opts.onError(e); // e.g. EAGAIN, EMFILE: tried again after a pause, not at every 10-ms tick
+        this.spawnAfter = now + RESPAWN_PAUSE_MS;
         break;
       }
       free++;

@@ -123,12 +123,21 @@ export class ExecutorProcess {
     // SQLite reads SQLITE_TMPDIR when it starts: its temporary files go where DATA_DIR is, not to /tmp or /var/tmp.
     const env = limits.tempDir === undefined ? childEnv() : { ...childEnv(), SQLITE_TMPDIR: limits.tempDir };
     this.child = spawn(process.execPath, [...nodeArgs(), CHILD, JSON.stringify(limits)], { stdio: ['ignore', 'inherit', 'inherit', 'pipe'], env });
+    // A failed spawn (EAGAIN, ENOMEM, EMFILE) is an 'error' event, on the next tick: heard before anything here can
+    // throw, or, unhandled, it would stop the whole server.
+    this.child.on('error', () => {
+      this.channel?.destroy();
+      this.die();
+    });
+    // Out of file descriptors (EMFILE), Node sets up no pipes at all: refused here (the caller retries at its next tick).
+    const channel = this.child.stdio?.[3] as Socket | null | undefined;
+    if (!channel) throw new Error('an executor process could not be started: no file descriptor is left for its pipe (EMFILE)');
+    this.channel = channel;
     const pid = this.child.pid;
     watchExecutor(pid); // killed if this process dies without stopping it (reaper.ts)
     this.child.once('exit', () => forgetExecutor(pid));
     this.tempSpace = limits.tempMaxBytes === undefined || this.child.pid === undefined ? null : new TempSpaceMeter(this.child.pid, limits.tempMaxBytes);
     this.memory = limits.memoryMaxBytes === undefined || this.child.pid === undefined ? null : new MemoryMeter(this.child.pid, limits.memoryMaxBytes);
-    this.channel = this.child.stdio[3] as Socket;
     this.channel.on('data', (chunk: Buffer) => {
       const frames = this.decoder.push(chunk);
       for (const frame of frames) this.settle(frame);
@@ -139,11 +148,6 @@ export class ExecutorProcess {
     this.channel.on('close', () => this.die());
     this.child.on('exit', () => {
       if (this.alive && this.channel.destroyed) this.die();
-    });
-    // A failed spawn (EAGAIN, ENOMEM) is an 'error' event: unhandled, it would stop the whole server.
-    this.child.on('error', () => {
-      this.channel.destroy();
-      this.die();
     });
   }
 

@@ -29,14 +29,16 @@ function shell(): ChildProcess | null {
     return null; // executors are then stopped by their parent only, as before
   }
   reaper.on('error', () => {});
-  reaper.stdin!.on('error', () => {}); // the shell gone meanwhile: 'exit' starts another
+  // Out of file descriptors (EMFILE) Node sets up no pipe: no shell this time, the next executor started tries again.
+  if (!reaper.stdin) return null;
+  reaper.stdin.on('error', () => {}); // the shell gone meanwhile: 'exit' starts another
   // Killed by someone while executors live: another takes their list (it ends only when this process does).
   reaper.once('exit', () => {
     if (live.size > 0) shell();
   });
   reaper.unref();
   (reaper.stdin as unknown as { unref?: () => void }).unref?.();
-  if (live.size > 0) reaper.stdin!.write([...live].map((pid) => `+${pid}\n`).join(''));
+  if (live.size > 0) reaper.stdin.write([...live].map((pid) => `+${pid}\n`).join(''));
   return reaper;
 }
 
