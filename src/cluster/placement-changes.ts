@@ -59,7 +59,7 @@ export class PlacementChanges {
     if (under !== undefined) return under;
     const n = this.node;
     const max = n.maxDatabasesPerRepo;
-    if (databasesIn(n.watch.view, scope.org, scope.repo) >= max) throw new ApiError('quota_exceeded', `the repo already has ${max} databases (DB_MAX_DATABASES_PER_REPO)`);
+    if (databasesIn(n.watch.view, scope.org, scope.repo) >= max) throw new ApiError('quota_exceeded', `the repo already has ${max === 1 ? '1 database' : `${max} databases`} (DB_MAX_DATABASES_PER_REPO)`);
     if (!n.claims.reserve(key)) {
       throw new ApiError('rate_limited', `this repo has ${UNWRITTEN_PER_REPO} new databases on this node whose first write has not succeeded yet (a failed one's name is freed after ${GIVE_BACK_IDLE_MS / 1000} s without writes); nothing ran, retry after a second`, { committed: false }, { 'retry-after': '1' });
     }

@@ -41,7 +41,7 @@ export class KnownDatabases {
     const names = new Set([...this.layout.databases(scope.org, scope.repo), ...underWay.keys()]);
     const max = this.maxPerRepo;
     if (!names.has(scope.database) && names.size >= max) {
-      throw new ApiError('quota_exceeded', `the repo already has ${max} databases (DB_MAX_DATABASES_PER_REPO)`);
+      throw new ApiError('quota_exceeded', `the repo already has ${max === 1 ? '1 database' : `${max} databases`} (DB_MAX_DATABASES_PER_REPO)`);
     }
     mkdirSync(dir, { recursive: true });
     underWay.set(scope.database, (underWay.get(scope.database) ?? 0) + 1);
