@@ -126,7 +126,11 @@ export class Pipeline {
         return { type: 'sequence' };
       case 'describe': {
         const sql = this.sqlOf(req as HranaStmt, where);
-        return { type: 'describe', result: this.stream.tx ? await this.stream.tx.describe(sql) : await this.backend.describe(sql) };
+        this.checkAllowance();
+        const result = this.stream.tx ? await this.stream.tx.describe(sql) : await this.backend.describe(sql);
+        // Its columns are named after the statement's text: a stored text described by sql_id over and over grew the reply without bound.
+        this.resultBytesLeft -= Buffer.byteLength(JSON.stringify(result));
+        return { type: 'describe', result };
       }
       case 'store_sql':
         if (typeof req.sql_id !== 'number' || typeof req.sql !== 'string') throw new ApiError('invalid_request', `${where}: store_sql takes "sql_id" (a number) and "sql"`);
