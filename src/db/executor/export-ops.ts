@@ -80,8 +80,10 @@ function writeDump(copy: DatabaseSync, target: string): void {
       for (const row of stmt.iterate() as Iterable<unknown[]>) out(`${into}${row.map(dumpLiteral).join(',')});\n`);
     }
     if (schema.some((o) => o.name === 'sqlite_sequence')) {
-      const seq = copy.prepare('SELECT name, seq FROM sqlite_sequence').all() as { name: string; seq: number }[];
-      if (seq.length) out(`DELETE FROM sqlite_sequence;\n${seq.map((r) => `INSERT INTO sqlite_sequence VALUES(${sqlLiteral(r.name)},${r.seq});\n`).join('')}`);
+      const counters = copy.prepare('SELECT name, seq FROM sqlite_sequence');
+      counters.setReadBigInts(true); // a counter past 2^53 read as a number came back lower: an import then reused ids
+      const seq = counters.all() as { name: string; seq: unknown }[];
+      if (seq.length) out(`DELETE FROM sqlite_sequence;\n${seq.map((r) => `INSERT INTO sqlite_sequence VALUES(${sqlLiteral(r.name)},${sqlLiteral(r.seq)});\n`).join('')}`);
     }
     for (const o of schema) if ((o.type === 'index' || o.type === 'trigger' || o.type === 'view') && isUser(o.name)) out(`${o.sql};\n`);
     out('COMMIT;\n');
