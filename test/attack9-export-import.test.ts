@@ -2,6 +2,7 @@
 // JavaScript numbers, unquoted: a counter past 2^53 came back lower (after export → import the next row took a deleted
 // row's id), and a counter a user had set to text was written as SQL, run by the import. A file whose integrity
 // check SQLite cannot finish (a table with root page 0) was answered 500, as if the repo's own database were damaged.
+// A schema text ending in a comment took the dump's `;` into the comment: the import lost every object after it.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -71,4 +72,18 @@ test('a file listing a table whose root page is 0: 400 naming the integrity chec
   assert.equal(res.json.error.code, 'invalid_request');
   assert.match(res.json.error.message, /^the file fails SQLite's integrity check: database disk image is malformed/);
   assert.equal((await p.db('web', 'status', { database: 'crafted' })).json.exists, false);
+});
+
+test('a schema text ending in a comment: the dump closes it before its ";", and the import keeps every object after it', async () => {
+  const setup = ['CREATE TABLE t(a)', 'CREATE VIEW v AS SELECT a FROM t /* open', 'CREATE VIEW w AS SELECT a FROM t -- line', 'CREATE UNIQUE INDEX i ON t(a)', 'CREATE TRIGGER tr BEFORE INSERT ON t BEGIN SELECT 1; END', 'INSERT INTO t VALUES (1)'];
+  const made = await p.db('web', 'execute', { database: 'comments', statements: setup.map((sql) => ({ sql })) });
+  assert.equal(made.status, 200, made.text);
+  const text = await dump('comments');
+  assert.match(text, /^CREATE VIEW v AS SELECT a FROM t \/\* open\*\/;$/m);
+  assert.match(text, /^CREATE VIEW w AS SELECT a FROM t -- line\n;$/m);
+  const imported = await upload(p, 'web', 'database=commentscopy', text, 'application/sql');
+  assert.equal(imported.status, 200, imported.text);
+  const schema = async (database: string) => (await p.db('web', 'query', { database, sql: "SELECT type, name FROM sqlite_schema WHERE name NOT LIKE '\\_%' ESCAPE '\\' ORDER BY name" })).json.results[0].rows;
+  assert.deepEqual(await schema('commentscopy'), await schema('comments'));
+  assert.deepEqual((await p.db('web', 'execute', { database: 'commentscopy', sql: 'INSERT INTO t VALUES (1)' })).json.error?.code, 'constraint_violation', 'the unique index came with it');
 });
