@@ -1,7 +1,9 @@
 // Attack round 9, the libSQL protocol (SPEC 4.10): what one pipeline answers grew without bound. A pipeline of `{}`
 // requests got one ~200-byte error each (30 MB of them: 10 million results, 136 s of one core and 3.8 GB, then a
 // 500); and `describe` results, named after the statement's text, were not counted against DB_MAX_RESULT_BYTES,
-// so one stored text described by its sql_id over and over made a reply many times the limit.
+// so one stored text described by its sql_id over and over made a reply many times the limit. And stored SQL named
+// by sql_id was read on the event loop at every use: 3,000 `sequence` requests naming one 900 KB text held every
+// org's requests 47 s.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startProduct, type Product } from './helpers/product.ts';
@@ -57,4 +59,33 @@ test('so do those of a transaction\'s describe', async () => {
   assert.ok(results.filter((r) => r.type === 'ok').length <= Math.ceil(MAX_RESULT / name.length) + 1);
   assert.equal(results.at(-1)!.error?.code, 'SQLITE_TOOBIG');
   assert.ok(Buffer.byteLength(res.text) < 2 * MAX_RESULT, `a reply of ${Buffer.byteLength(res.text)} bytes`);
+});
+
+test('stored SQL read by sql_id counts against DB_MAX_BODY_BYTES across the pipeline, and other orgs are answered meanwhile', async () => {
+  const text = 'SELECT 1;'.repeat(100_000); // 900,000 characters, stored once, named by 3,000 requests: 2.7 billion to read
+  const requests = [{ type: 'store_sql', sql_id: 1, sql: text }, ...Array.from({ length: 3000 }, () => ({ type: 'sequence', sql_id: 1 })), { type: 'close' }];
+  let worst = 0;
+  let polling = true;
+  const poll = (async () => {
+    while (polling) {
+      const t = performance.now();
+      const r = await p.db('other', 'status', {}, { org: 'else' });
+      assert.equal(r.status, 200, r.text);
+      worst = Math.max(worst, performance.now() - t);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  })();
+  const res = await pipeline({ baton: null, requests });
+  polling = false;
+  await poll;
+  assert.equal(res.status, 200, res.text.slice(0, 300));
+  const results = res.json.results.slice(1, -1) as { type: string; error?: { code: string; message: string } }[];
+  const uses = Math.floor(p.config.db.maxBodyBytes / text.length);
+  // Each use runs as a write of 100,000 statements, refused (DB_MAX_STATEMENTS): the text was read for it all the same.
+  for (const r of results.slice(0, uses)) assert.match(r.error!.message, /at most 100 statements/);
+  for (const r of results.slice(uses)) {
+    assert.equal(r.error?.code, 'SQLITE_TOOBIG');
+    assert.match(r.error.message, /named by sql_id come to more than DB_MAX_BODY_BYTES/);
+  }
+  assert.ok(worst < 2000, `another org's status waited ${Math.round(worst)} ms`);
 });
