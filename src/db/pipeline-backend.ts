@@ -11,7 +11,7 @@ import { validate } from './request.ts';
 export interface PipelineParts {
   pool: ExecutorPool;
   replication: Replication | null;
-  limits: Pick<Config['db'], 'maxStatements' | 'maxValueBytes' | 'transactionMaxMs' | 'maxResultBytes'>;
+  limits: Pick<Config['db'], 'maxStatements' | 'maxValueBytes' | 'transactionMaxMs' | 'maxResultBytes' | 'maxBodyBytes'>;
   exists(scope: Scope): boolean;
   reportBug(e: unknown): void;
   /** A write's reply once it is on the follower too (cluster mode); a lost reply's `committed: true` too. */
@@ -101,6 +101,7 @@ export function pipelineBackend(scope: Scope, path: string, parts: PipelineParts
     transactionMaxMs: limits.transactionMaxMs,
     maxStatements: limits.maxStatements,
     maxResultBytes: limits.maxResultBytes,
+    maxBodyBytes: limits.maxBodyBytes,
     reportBug: parts.reportBug,
   };
 }

@@ -185,6 +185,19 @@ export function* statementStarts(sql: string): Generator<number> {
   }
 }
 
+/**
+ * One statement as sqlite_schema keeps it, ended by a `;` that is read as its end: one that ends in a `--` or an
+ * unclosed `/*` comment gets the comment closed first, as sqlite3's .dump does (shell.c printSchemaLine). Without
+ * that a dump's `;` fell inside the comment, and an import lost every statement after it.
+ */
+export function terminated(sql: string): string {
+  for (const close of ['', '*/', '\n']) {
+    const text = `${sql}${close};`;
+    if (terminatedEnd(text) === text.length) return text;
+  }
+  return `${sql};`;
+}
+
 /** The complete (`;`-ended) statements of a text, and the unfinished rest (the CLI's --file and shell). */
 export function splitStatements(sql: string): { statements: string[]; rest: string } {
   const statements: string[] = [];

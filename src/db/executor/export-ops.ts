@@ -9,6 +9,7 @@ import { INTERNAL_PREFIX } from '../sandbox.ts';
 import type { DbHandle } from './handles.ts';
 import type { Reply } from './reply.ts';
 import { copiedColumns, copyContent, shadowTables } from './install.ts';
+import { terminated } from '../statement-end.ts';
 
 const q = (name: string) => `"${name.replaceAll('"', '""')}"`;
 const isUser = (name: string) => !name.toLowerCase().startsWith(INTERNAL_PREFIX) && !name.startsWith('sqlite_');
@@ -67,7 +68,7 @@ function writeDump(copy: DatabaseSync, target: string): void {
     out('PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n');
     for (const o of tables) {
       if (CONTENTLESS.test(o.sql)) dumpWithShadows(copy, o, schema.filter((s) => shadow.has(s.name) && isShadowOf(s.name, o.name)), out);
-      else out(`${o.sql};\n`);
+      else out(`${terminated(o.sql)}\n`);
     }
     for (const o of tables) {
       if (CONTENTLESS.test(o.sql)) continue; // its rows are its shadow tables', dumped with it
@@ -80,10 +81,12 @@ function writeDump(copy: DatabaseSync, target: string): void {
       for (const row of stmt.iterate() as Iterable<unknown[]>) out(`${into}${row.map(dumpLiteral).join(',')});\n`);
     }
     if (schema.some((o) => o.name === 'sqlite_sequence')) {
-      const seq = copy.prepare('SELECT name, seq FROM sqlite_sequence').all() as { name: string; seq: number }[];
-      if (seq.length) out(`DELETE FROM sqlite_sequence;\n${seq.map((r) => `INSERT INTO sqlite_sequence VALUES(${sqlLiteral(r.name)},${r.seq});\n`).join('')}`);
+      const counters = copy.prepare('SELECT name, seq FROM sqlite_sequence');
+      counters.setReadBigInts(true); // a counter past 2^53 read as a number came back lower: an import then reused ids
+      const seq = counters.all() as { name: string; seq: unknown }[];
+      if (seq.length) out(`DELETE FROM sqlite_sequence;\n${seq.map((r) => `INSERT INTO sqlite_sequence VALUES(${sqlLiteral(r.name)},${sqlLiteral(r.seq)});\n`).join('')}`);
     }
-    for (const o of schema) if ((o.type === 'index' || o.type === 'trigger' || o.type === 'view') && isUser(o.name)) out(`${o.sql};\n`);
+    for (const o of schema) if ((o.type === 'index' || o.type === 'trigger' || o.type === 'view') && isUser(o.name)) out(`${terminated(o.sql)}\n`);
     out('COMMIT;\n');
     flush();
   } finally {
@@ -107,7 +110,7 @@ const isShadowOf = (name: string, table: string) => name.toLowerCase().startsWit
 function dumpWithShadows(copy: DatabaseSync, o: { name: string; sql: string }, shadows: { name: string; sql: string }[], out: (line: string) => void): void {
   out(`PRAGMA writable_schema=ON;\nINSERT INTO sqlite_schema(type,name,tbl_name,rootpage,sql)VALUES('table',${sqlLiteral(o.name)},${sqlLiteral(o.name)},0,${sqlLiteral(o.sql)});\n`);
   for (const s of shadows) {
-    out(`${s.sql.replace(/^CREATE\s+TABLE\s+/i, 'CREATE TABLE IF NOT EXISTS ')};\n`);
+    out(`${terminated(s.sql.replace(/^CREATE\s+TABLE\s+/i, 'CREATE TABLE IF NOT EXISTS '))}\n`);
     const cols = (copy.prepare('SELECT name FROM pragma_table_xinfo(?) WHERE hidden = 0').all(s.name) as { name: string }[]).map((c) => q(c.name));
     const stmt = copy.prepare(`SELECT ${cols.map(asRead).join(', ')} FROM ${q(s.name)}`);
     stmt.setReadBigInts(true);

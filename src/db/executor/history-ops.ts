@@ -13,6 +13,7 @@ import type { DbHandle, ExecutorLimits } from './handles.ts';
 import { oneStatementOnly, replaceContent, withSource } from './install.ts';
 import { loadSql } from './load-sql.ts';
 import { failure, type Reply } from './reply.ts';
+import { isSqliteError } from '../sqlite-errors.ts';
 import { recordChange, type GroupContext } from './write-ops.ts';
 import { tablesWithRows } from './read-ops.ts';
 
@@ -151,10 +152,8 @@ function checkImport(source: string): void {
   try {
     const encoding = (db.prepare('PRAGMA encoding').get() as { encoding: string }).encoding;
     if (encoding !== 'UTF-8') throw new ApiError('invalid_request', `the file stores text as ${encoding}, and scopebase databases are UTF-8: import its SQL text instead (sqlite3 file .dump > dump.sql), which converts it`);
-    const check = db.prepare('PRAGMA integrity_check(20)').all() as { integrity_check: string }[];
-    if (check.length !== 1 || check[0]!.integrity_check !== 'ok') {
-      throw new ApiError('invalid_request', `the file fails SQLite's integrity check: ${check.map((r) => r.integrity_check).join('; ').slice(0, 300)}`);
-    }
+    const check = integrityProblems(db);
+    if (check.length !== 1 || check[0] !== 'ok') throw new ApiError('invalid_request', `the file fails SQLite's integrity check: ${check.join('; ').slice(0, 300)}`);
     for (const o of db.prepare('SELECT type, name, tbl_name, sql FROM sqlite_schema').all() as { type: string; name: string; tbl_name: string; sql: string | null }[]) {
       for (const name of [o.name, o.tbl_name]) {
         if (name.toLowerCase().startsWith(INTERNAL_PREFIX)) throw new ApiError('not_allowed', `the file holds ${o.type} ${o.name}${name === o.name ? '' : ` on ${name}`}: the ${INTERNAL_PREFIX}* names are reserved`);
@@ -175,6 +174,22 @@ function checkImport(source: string): void {
     db.close();
   }
   loadsAttached(source);
+}
+
+/** SQLITE_CORRUPT and SQLITE_NOTADB. */
+const DAMAGED = new Set([11, 26]);
+
+/**
+ * SQLite's integrity check of an upload. A check SQLite cannot finish (a table whose root page is 0) fails it too:
+ * thrown, it was answered 500 as if the repo's own database were damaged.
+ */
+function integrityProblems(db: DatabaseSync): string[] {
+  try {
+    return (db.prepare('PRAGMA integrity_check(20)').all() as { integrity_check: string }[]).map((r) => r.integrity_check);
+  } catch (e) {
+    if (!isSqliteError(e) || !DAMAGED.has(e.errcode & 0xff)) throw e; // the server's own trouble (memory, disk) stays its own
+    return [String(e.message).slice(0, 200)];
+  }
 }
 
 /**

@@ -32,6 +32,12 @@ export function probeDatabase(op: string): string | null {
 
 const isBaton = (b: unknown): boolean => b === undefined || b === null || typeof b === 'string';
 
+/**
+ * Requests one pipeline may hold. Each answer costs ~100–700 bytes even when nothing runs: without a bound, 32 MiB of
+ * `{}` made 10 million error results: 136 s of one core, 3.8 GB held, then a 500 (docs/security.md).
+ */
+export const MAX_PIPELINE_REQUESTS = 10_000;
+
 export interface HranaLimits {
   /** DB_STREAM_IDLE_MS, DB_MAX_STREAMS, DB_MAX_TRANSACTIONS. */
   streamIdleMs: number;
@@ -57,6 +63,9 @@ export class Hrana {
     const body = parseJsonObject(raw);
     if (!Array.isArray(body.requests) || !isBaton(body.baton)) {
       throw new ApiError('invalid_request', 'a pipeline request is {"baton": string | null, "requests": [...]}');
+    }
+    if (body.requests.length > MAX_PIPELINE_REQUESTS) {
+      throw new ApiError('payload_too_large', `a pipeline holds at most ${MAX_PIPELINE_REQUESTS} requests, got ${body.requests.length}; nothing of it ran: send them in several pipelines`);
     }
     const done = await this.run(streamKey, backend, body.baton, body.requests);
     return `{"baton":${JSON.stringify(done.baton)},"base_url":null,"results":[${done.results.join(',')}]}`;

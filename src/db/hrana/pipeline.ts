@@ -35,6 +35,8 @@ export interface HranaBackend {
   /** SPEC 4.4's limits: steps per batch (DB_MAX_STATEMENTS), and bytes of results per pipeline (DB_MAX_RESULT_BYTES). */
   maxStatements: number;
   maxResultBytes: number;
+  /** DB_MAX_BODY_BYTES: the SQL text a pipeline may name by sql_id, in all (what its body could have carried itself). */
+  maxBodyBytes: number;
   /** An error that is no ApiError is a bug: answered SQLITE_INTERNAL in the pipeline, and reported here (logged). */
   reportBug(e: unknown): void;
 }
@@ -83,19 +85,31 @@ export class Pipeline {
   private readonly quota: TxQuota;
   /** What is left of the pipeline's results allowance (DB_MAX_RESULT_BYTES, across its requests, as /_db/query's). */
   private resultBytesLeft: number;
+  /**
+   * Characters of stored SQL its requests may still read by sql_id (DB_MAX_BODY_BYTES in all): each read scans it on
+   * this event loop, so 10,000 `sequence` requests naming one 2 MB text held every org's requests for over 5 minutes.
+   */
+  private storedCharsLeft: number;
 
   constructor(backend: HranaBackend, stream: StreamState, quota: TxQuota) {
     this.backend = backend;
     this.stream = stream;
     this.quota = quota;
     this.resultBytesLeft = backend.maxResultBytes;
+    this.storedCharsLeft = backend.maxBodyBytes;
   }
 
   /** Runs every request in order (each one's failure is its own): each result as JSON text, and whether the stream closed. */
   async run(requests: unknown[]): Promise<{ results: string[]; closed: boolean }> {
     const results: string[] = [];
     let closed = false;
+    let turn = performance.now();
     for (const [i, r] of requests.entries()) {
+      // Requests that fail before any I/O never give the event loop back: other orgs' requests get a turn every 20 ms.
+      if (performance.now() - turn > 20) {
+        await new Promise(setImmediate);
+        turn = performance.now();
+      }
       if (closed) {
         results.push(JSON.stringify({ type: 'error', error: { message: 'the stream is closed', code: 'STREAM_CLOSED' } }));
         continue;
@@ -126,7 +140,11 @@ export class Pipeline {
         return { type: 'sequence' };
       case 'describe': {
         const sql = this.sqlOf(req as HranaStmt, where);
-        return { type: 'describe', result: this.stream.tx ? await this.stream.tx.describe(sql) : await this.backend.describe(sql) };
+        this.checkAllowance();
+        const result = this.stream.tx ? await this.stream.tx.describe(sql) : await this.backend.describe(sql);
+        // Its columns are named after the statement's text: a stored text described by sql_id over and over grew the reply without bound.
+        this.resultBytesLeft -= Buffer.byteLength(JSON.stringify(result));
+        return { type: 'describe', result };
       }
       case 'store_sql':
         if (typeof req.sql_id !== 'number' || typeof req.sql !== 'string') throw new ApiError('invalid_request', `${where}: store_sql takes "sql_id" (a number) and "sql"`);
@@ -154,12 +172,17 @@ export class Pipeline {
     await this.runAs('write', all.map((sql) => ({ sql }))); // with the stream's PRAGMA foreign_keys, as its other writes
   }
 
+  /** The statement's text; a stored one is charged each time it is read (a batch reads its steps twice). */
   private sqlOf(stmt: HranaStmt, where: string): string {
     if (stmt?.sql !== undefined && stmt?.sql !== null && stmt?.sql_id !== undefined && stmt?.sql_id !== null) throw new ApiError('invalid_request', `${where}: a statement has "sql" or "sql_id", not both`);
     if (typeof stmt?.sql === 'string') return stmt.sql;
     if (typeof stmt?.sql_id === 'number') {
       const sql = this.stream.sql(stmt.sql_id);
       if (sql === undefined) throw new ApiError('invalid_request', `${where}: no SQL is stored as sql_id ${stmt.sql_id}`);
+      if (sql.length > this.storedCharsLeft) {
+        throw new ApiError('payload_too_large', `${where}: this pipeline's statements named by sql_id come to more than DB_MAX_BODY_BYTES (${this.backend.maxBodyBytes}) characters of SQL text, what its body could carry itself; this statement did not run: send the rest in another pipeline`);
+      }
+      this.storedCharsLeft -= sql.length;
       return sql;
     }
     throw new ApiError('invalid_request', `${where}: a statement needs "sql" or "sql_id"`);
