@@ -1,6 +1,7 @@
 // Attack round 10, SPEC 8 apps: a dot segment with `;parameters` (`..;`), which Tomcat, Jetty and Spring read as
 // `..`, reached the app as sent, so such an upstream served `/web/..;/x` from outside web's base path — another app
-// on the same upstream (here acme/private, requireSession, at its root) without a session.
+// on the same upstream (here acme/private, requireSession, at its root) without a session. And the paths the product
+// keeps for itself (`/_db`, `/_account`) reached the app when written `/./_account/…`, `/x/../_db/…` or `//_account/…`.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client } from 'undici';
@@ -40,5 +41,25 @@ describe('a dot segment with ;parameters never reaches an app', () => {
     await assert.rejects(upgrade('/web/..;/ws', p), /no upgrade: 400 .*invalid_request/);
     const ok = await upgrade('/web/a;b/ws', p);
     assert.equal(JSON.parse(ok.message).url, '/base/a;b/ws');
+  });
+});
+
+describe('the product\'s own paths never reach an app, however they are written', () => {
+  test('dot segments, escapes and doubled slashes before /_account or /_db: 404, nothing sent to the app', async () => {
+    const client = new Client(p.url);
+    try {
+      for (const path of ['/web/./_account/verify', '/web/x/../_account/', '/web/%2e/_db/query', '/web//_account/verify', '/web/_account%2fverify', '/web/.//_db']) {
+        const res = await client.request({ method: 'GET', path, headers: { host: `acme.localhost:${p.port}`, accept: 'application/json' } });
+        const body = await res.body.json() as { error?: { code: string }; url?: string };
+        assert.equal(res.statusCode, 404, `${path}: ${JSON.stringify(body).slice(0, 120)}`);
+        assert.equal(body.error?.code, 'not_found', path);
+      }
+      // A page whose name only starts like them is the app's.
+      const own = await client.request({ method: 'GET', path: '/web/./_accounts/x', headers: { host: `acme.localhost:${p.port}` } });
+      assert.equal(((await own.body.json()) as { url: string }).url, '/base/_accounts/x');
+    } finally {
+      await client.close();
+    }
+    await assert.rejects(upgrade('/web/./_account/ws', p), /no upgrade: 404 .*not_found/);
   });
 });
