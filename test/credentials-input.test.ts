@@ -59,6 +59,23 @@ describe('expiresAt', () => {
     const century = await put('/credentials/gh/date', JSON.stringify({ value: 'x', expiresAt: '2100-02-29T00:00:00Z' }));
     assert.equal(century.status, 400, '2100 is not a leap year');
   });
+
+  test('past the year 9999 in UTC is 400: stored, it came back as `+010000-…`, which no RFC 3339 reader takes (attack round 10)', async () => {
+    for (const expiresAt of ['9999-12-31T23:59:60Z', '9999-12-31T23:59:59-00:01', '9999-12-31T12:00:00-23:59']) {
+      const r = await put('/credentials/gh/far', JSON.stringify({ value: 'x', expiresAt }));
+      assert.equal(r.status, 400, `${expiresAt} -> ${r.status} ${r.text}`);
+      assert.equal(r.json.error.code, 'invalid_request');
+      assert.match(r.json.error.message, /9999-12-31T23:59:59Z/);
+    }
+    const last = await put('/credentials/gh/far', JSON.stringify({ value: 'x', expiresAt: '9999-12-31T23:59:59.999Z' }));
+    assert.equal(last.status, 201, last.text);
+    assert.equal(last.json.expiresAt, '9999-12-31T23:59:59.999Z');
+    // What the server wrote, sent back as it is (a client's read-modify-write), is taken again.
+    const again = await put('/credentials/gh/far', JSON.stringify({ value: 'y', expiresAt: last.json.expiresAt }));
+    assert.equal(again.status, 200, again.text);
+    const listed = await p.call(`${base}/credentials`, { headers: { cookie: alice.cookie } });
+    assert.equal(listed.json.credentials.find((c: { name: string }) => c.name === 'far').expiresAt, '9999-12-31T23:59:59.999Z');
+  });
 });
 
 describe('names with an encoded slash', () => {

@@ -48,6 +48,11 @@ export function repoSegment(raw: string): string {
 
 export interface AppTarget { route: AppRoute; repo: string; rawRepo: string; rest: string }
 
+/** A path as an upstream reads it: dot segments resolved (as urlUnder sends it), escapes decoded, `//` merged (nginx). */
+function asUpstreamReads(path: string): string {
+  return safeDecode(new URL(`http://app.invalid${path}`).pathname).replace(/\/{2,}/g, '/');
+}
+
 /** Splits `/{repo}{rest}?query` and finds the app for (org, repo); throws SPEC 3 errors otherwise. */
 export function appTarget(org: string, url: string, apps: Map<string, AppRoute>): AppTarget {
   const m = /^\/([^/?]*)([^?]*)(\?.*)?$/.exec(url);
@@ -56,7 +61,7 @@ export function appTarget(org: string, url: string, apps: Map<string, AppRoute>)
   if (rawRepo === '') throw new ApiError('not_found', `this is the host of the organization ${org}: each repository is at /{repo}/, e.g. /web/`);
   const repo = repoSegment(rawRepo);
   const rest = m[2] || '/';
-  if (RESERVED.test(rest)) throw new ApiError('not_found', `no route for ${url.split('?')[0]!.slice(0, 200)}`);
+  if (RESERVED.test(rest) || RESERVED.test(asUpstreamReads(rest))) throw new ApiError('not_found', `no route for ${url.split('?')[0]!.slice(0, 200)}`);
   const route = apps.get(`${org}/${repo}`);
   if (!route) {
     // A libSQL client given `…/{repo}/_db` without its trailing `/` asks for `/{repo}/v2/pipeline` (SPEC 4.10).

@@ -117,6 +117,8 @@ export function createAgent(connections?: number): Agent {
 }
 
 const ENCODED_DOT_SEGMENT = /(^|[/\\])\.\.?([/\\]|$)/;
+/** `..;x` and `.;x`: Tomcat, Jetty and Spring drop a segment's `;parameters` before resolving dot segments. */
+const PARAMETER_DOT_SEGMENT = /(^|[/\\])\.\.?;/;
 
 /**
  * `rest` (a request's path and query, as sent) under the path of `base` (an app's URL, ACCOUNT_SERVICE_URL). The path
@@ -131,6 +133,8 @@ export function urlUnder(base: string, rest: string): URL {
   // `..%2F` or `%2F..` survive that normalization, and an upstream that decodes `%2F` before resolving dot segments
   // (nginx, many frameworks) would climb out of the base path there: refused, as no real page needs them.
   if (ENCODED_DOT_SEGMENT.test(safeDecode(normalized))) throw new ApiError('invalid_request', 'the path has a dot segment hidden behind an encoded / or \\');
+  // The same climb for upstreams that read `/base/..;/x` as `/x` (a known Tomcat bypass); no real page needs it.
+  if (PARAMETER_DOT_SEGMENT.test(safeDecode(normalized))) throw new ApiError('invalid_request', 'the path has a dot segment with ;parameters (`..;`), which Java servers read as `..`');
   const url = new URL(root.origin);
   url.pathname = root.pathname.replace(/\/+$/, '') + normalized; // the pathname setter never changes the host
   url.search = q === -1 ? '' : rest.slice(q);

@@ -61,12 +61,16 @@ export function rfc3339Time(raw: string, field: string): number {
   return t;
 }
 
+/** The last instant RFC 3339 can write: past it toISOString gives a six-digit year (`+010000-…`), which no client reads. */
+const LAST_RFC3339_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+
 /** expiresAt: absent/null for never, else an RFC 3339 date-time in the future; stored normalized to UTC. */
 export function checkExpiresAt(raw: unknown, now = Date.now()): string | null {
   if (raw === undefined || raw === null) return null;
   if (typeof raw !== 'string') throw new ApiError('invalid_request', '"expiresAt" must be an RFC 3339 date-time such as 2030-01-31T12:00:00Z, or null');
   const t = rfc3339Time(raw, '"expiresAt"');
   if (t <= now) throw new ApiError('invalid_request', '"expiresAt" is in the past');
+  if (t > LAST_RFC3339_MS) throw new ApiError('invalid_request', '"expiresAt" is past 9999-12-31T23:59:59Z (UTC), the last instant RFC 3339 can write; null (or no expiresAt) is never');
   return new Date(t).toISOString();
 }
 
