@@ -80,3 +80,8 @@ test('changes: the events after since, oldest first, and the current version', a
 test('changes with since missing or not a non-negative integer is 400 invalid_request', async () => {
   for (const body of [{}, { since: -1 }, { since: '3' }, { since: 1.5 }, { since: null }]) assertSpecError(await p.db('web', 'changes', body), 400, 'invalid_request', JSON.stringify(body));
 });
+
+test('changes of a database that does not exist is 404 database_not_found naming it (it said only "the database does not exist")', async () => {
+  const e = assertSpecError(await p.db('web', 'changes', { database: 'nope', since: 0 }), 404, 'database_not_found');
+  assert.match(e.message, /"nope" does not exist in acme\/web/);
+});
