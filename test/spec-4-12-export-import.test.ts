@@ -69,6 +69,7 @@ test('export sql: schema, then rows; importing it (create) gives the same conten
 test('import sqlite replace: the database then holds exactly the file\'s content, as one new version', async () => {
   assert.equal((await p.db('web', 'execute', { database: 'target', statements: [{ sql: 'CREATE TABLE old(a)' }, { sql: 'INSERT INTO old VALUES (1)' }] })).status, 200);
   const file = (await exportOf('sqlite')).bytes;
+  assert.ok(file.length > 4096, 'larger than DB_MAX_BODY_BYTES');
   const r = await importOf('database=target&mode=replace', 'application/vnd.sqlite3', file);
   assert.equal(r.status, 200, JSON.stringify(r.json));
   assert.deepEqual(r.json, { database: 'target', version: 2, tables: [{ name: 'todos', rows: 3 }] });

@@ -4,7 +4,8 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
-import { startProduct, type Product } from './helpers/product.ts';
+import { rmSync } from 'node:fs';
+import { startProduct, tempDir, type Product } from './helpers/product.ts';
 import { newSecret, Receiver, waitFor, type Received } from './helpers/mirror.ts';
 
 let p: Product;
@@ -81,4 +82,29 @@ test('a mirror that fails gets the same event again, and nothing later before it
   assert.deepEqual(tries, [5, 5, 5, 6, 7], 'v5 retried until acknowledged, then 6 and 7');
   assert.equal(new Set(b.all.slice(before, before + 3).map((r) => r.event.id)).size, 1);
   assert.deepEqual(a.versions(), [1, 2, 3, 4, 5, 6, 7], 'the other mirror was not held back');
+});
+
+test('kept across a restart and never lost while a mirror is down: every version arrives once it is back, in order', async () => {
+  const dataDir = tempDir();
+  const down = new Receiver();
+  await down.start();
+  const port = down.port;
+  await down.stop(); // connection refused from now on
+  const mirrors = JSON.stringify([{ name: 'late', url: `http://127.0.0.1:${port}/hook`, secret: secrets.a }]);
+  const first = await startProduct({ DATA_DIR: dataDir, DB_MIRRORS: mirrors });
+  for (const sql of ['CREATE TABLE t(a)', 'INSERT INTO t VALUES (1)', 'INSERT INTO t VALUES (2)']) assert.equal((await first.db('web', 'execute', { sql })).status, 200);
+  await first.close();
+  const back = new Receiver();
+  await back.start(port);
+  const second = await startProduct({ DATA_DIR: dataDir, DB_MIRRORS: mirrors });
+  try {
+    assert.equal((await second.db('web', 'execute', { sql: 'INSERT INTO t VALUES (3)' })).status, 200);
+    await waitFor(() => back.versions().includes(4), 30_000, 'caught up after the restart');
+    assert.deepEqual([...new Set(back.versions())], [1, 2, 3, 4]);
+    for (const r of back.acked) verify(r, secrets.a);
+  } finally {
+    await second.close();
+    await back.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
 });
