@@ -42,6 +42,9 @@ test('missing, wrong, another repo\'s, another org\'s secret, the root key itsel
     ['other org', { authorization: `Bearer ${secretOf(NEW, 'other', 'web')}` }],
     ['root key', { authorization: `Bearer ${NEW}` }],
     ['old root key', { authorization: `Bearer ${OLD}` }],
+    ['root key bytes as base64url', { authorization: `Bearer ${Buffer.from(NEW, 'hex').toString('base64url')}` }],
+    ['root key bytes as base64', { authorization: `Bearer ${Buffer.from(NEW, 'hex').toString('base64')}` }],
+    ['empty bearer', { authorization: 'Bearer ' }],
     ['basic', { authorization: `Basic ${Buffer.from(`x:${secretOf(NEW, 'acme', 'web')}`).toString('base64')}` }],
   ];
   for (const [op, body] of ops) {
