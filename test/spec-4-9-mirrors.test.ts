@@ -85,3 +85,20 @@ test('changes of a database that does not exist is 404 database_not_found naming
   const e = assertSpecError(await p.db('web', 'changes', { database: 'nope', since: 0 }), 404, 'database_not_found');
   assert.match(e.message, /"nope" does not exist in acme\/web/);
 });
+
+test('a snapshot or changes read while a libSQL transaction holds uncommitted writes shows only what committed', async () => {
+  const auth = { authorization: `Bearer ${p.secret('acme', 'web')}` };
+  const open = await p.call('/web/_db/v2/pipeline', { method: 'POST', headers: auth, body: { baton: null, requests: [
+    { type: 'execute', stmt: { sql: 'BEGIN' } }, { type: 'execute', stmt: { sql: 'INSERT INTO t(a) VALUES (99)' } },
+  ] } });
+  assert.equal(open.status, 200, open.text);
+  try {
+    const version = (await p.db('web', 'status', {})).json.version;
+    const s = await snapshot({}, 50);
+    assert.deepEqual(s, { version, rows: version - 1 });
+    assert.equal((await p.db('web', 'changes', { since: version - 1 })).json.events.length, 1);
+  } finally {
+    const done = await p.call('/web/_db/v2/pipeline', { method: 'POST', headers: auth, body: { baton: open.json.baton, requests: [{ type: 'execute', stmt: { sql: 'ROLLBACK' } }, { type: 'close' }] } });
+    assert.equal(done.status, 200, done.text);
+  }
+});
