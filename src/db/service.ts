@@ -255,6 +255,7 @@ export class DbService implements DbHandler, ChangeFeed {
       case 'status':
         return this.status(scope, path);
       case 'changes': {
+        if (!this.exists(scope)) throw notFound(scope); // the executor's own 404 could not name the database
         const res = await this.pool.read({ op: 'changes', path, since: body.since, limit: body.limit ?? MAX_CHANGES_PAGE });
         return json(res);
       }
