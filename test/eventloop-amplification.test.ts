@@ -3,18 +3,26 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { call, ROOT_KEY, spawnProduct, tempDir, testEnv, type HttpResult, type SpawnedProduct } from './helpers/product.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 
 // A process of its own: the test's own work (bodies of 30 MB) must not be what holds the loop measured.
 let p: SpawnedProduct;
+let app: Server;
 const dataDir = tempDir();
 before(async () => {
-  p = await spawnProduct(testEnv(dataDir, { DB_QUERY_TIMEOUT_MS: '2000' }));
+  app = createServer((req, res) => res.end(JSON.stringify({ prefix: req.headers['x-forwarded-prefix'] ?? null })));
+  await new Promise<void>((r) => app.listen(0, '127.0.0.1', r));
+  const apps = JSON.stringify({ 'acme/web': `http://127.0.0.1:${(app.address() as AddressInfo).port}` });
+  p = await spawnProduct(testEnv(dataDir, { DB_QUERY_TIMEOUT_MS: '2000', APPS: apps, TRUSTED_PROXIES: '127.0.0.1' }));
 });
-after(() => {
+after(async () => {
   p.killAll();
   rmSync(dataDir, { recursive: true, force: true });
+  app.closeAllConnections();
+  await new Promise<void>((r) => app.close(() => r()));
 });
 
 function db(org: string, repo: string, op: string, body: Buffer): Promise<HttpResult> {
@@ -54,8 +62,20 @@ async function pipeline(request: unknown): Promise<{ result: HttpResult; worstMs
 }
 
 test('a libSQL RELEASE outside a transaction, then 15 million words: its error named the word by splitting the whole text (1.5 s for 30 MB)', async () => {
-  const { result, worstMs, tookMs } = await pipeline({ type: 'execute', stmt: { sql: `RELEASE ${'a '.repeat(15_000_000)}` } });
+  const words = 'a '.repeat(15_000_000);
+  // The same body with the words in a comment: what receiving and parsing 30 MB costs this loop, on this machine now.
+  const floor = await pipeline({ type: 'execute', stmt: { sql: `RELEASE a /* ${words} */` } });
+  const { result, worstMs, tookMs } = await pipeline({ type: 'execute', stmt: { sql: `RELEASE ${words}` } });
   assert.equal(result.status, 200, result.text.slice(0, 300));
   assert.equal(result.json.results[0].error.message, 'RELEASE only inside a transaction: BEGIN first (a request outside one is its own transaction)');
-  assert.ok(worstMs < LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms)`);
+  assert.ok(worstMs < floor.worstMs + 800, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms; ${Math.round(floor.worstMs)} ms with the words in a comment)`);
+});
+
+test('a trusted proxy\'s x-forwarded-prefix of 15,000 slashes and one more character: /\\/+$/ tried at every slash (quadratic: 250 ms a request)', async () => {
+  const prefix = `${'/'.repeat(15_000)}x/`;
+  const ask = () => call(p.url, 'localhost', '/web/page', { org: 'acme', headers: { 'x-forwarded-prefix': prefix } });
+  const { result, worstMs, tookMs } = await whileQuietWaits(() => Promise.all(Array.from({ length: 8 }, ask)));
+  for (const r of result) assert.equal(r.status, 200, r.text.slice(0, 300));
+  assert.equal(result[0]!.json.prefix, `${'/'.repeat(15_000)}x/web`, 'its own trailing slashes dropped, as before');
+  assert.ok(worstMs < LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the requests took ${Math.round(tookMs)} ms)`);
 });
