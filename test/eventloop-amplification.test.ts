@@ -79,3 +79,11 @@ test('a trusted proxy\'s x-forwarded-prefix of 15,000 slashes and one more chara
   assert.equal(result[0]!.json.prefix, `${'/'.repeat(15_000)}x/web`, 'its own trailing slashes dropped, as before');
   assert.ok(worstMs < LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the requests took ${Math.round(tookMs)} ms)`);
 });
+
+test('a body nesting 16 million arrays is refused before it is parsed (JSON.parse of it held the loop 7 s, then a walk refused it)', async () => {
+  const body = Buffer.from(`{"sql":"SELECT 1","params":${'['.repeat(16_000_000)}${']'.repeat(16_000_000)}}`);
+  const { result, worstMs, tookMs } = await whileQuietWaits(() => db('acme', 'web', 'query', body));
+  assert.equal(result.status, 400, result.text.slice(0, 300));
+  assert.equal(result.json.error.message, 'the JSON body nests deeper than 64 levels');
+  assert.ok(worstMs < LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms)`);
+});
