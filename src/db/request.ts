@@ -64,7 +64,10 @@ function checkSqlAndParams(o: Record<string, unknown>, where: string, index: num
   if (typeof o.sql !== 'string' || o.sql.trim() === '') throw new ApiError('invalid_request', `${where}.sql must be a non-empty string`, statement);
   if (hasSecondStatement(o.sql)) throw new ApiError('sql_error', `${where}.sql holds more than one statement: send one per entry of "statements" (they run as one transaction)`, statement);
   if (o.params !== undefined && o.params !== null && typeof o.params !== 'object') throw new ApiError('invalid_request', `${where}.params must be an array or an object`, statement);
-  if (o.params) for (const [k, v] of Object.entries(o.params)) checkValueSize(v, `${where}.params${Array.isArray(o.params) ? `[${k}]` : `.${k}`}`, index, maxValueBytes);
+  // Named only for an error: a name made for each of 10 million params was most of the check's time.
+  const at = (k: string | number) => `${where}.params${Array.isArray(o.params) ? `[${k}]` : `.${k}`}`;
+  if (Array.isArray(o.params)) for (let k = 0; k < o.params.length; k++) checkValueSize(o.params[k], at, k, index, maxValueBytes);
+  else if (o.params) for (const k in o.params) checkValueSize((o.params as Record<string, unknown>)[k], at, k, index, maxValueBytes);
 }
 
 /** The bytes a base64 text decodes to: its `=` padding is no byte (a blob of exactly the limit was counted 2 over). */
@@ -74,10 +77,10 @@ function blobBytes(base64: string): number {
 }
 
 /** A value over DB_MAX_VALUE_BYTES is refused here, at once, rather than by SQLite after it crossed to an executor. */
-function checkValueSize(v: unknown, where: string, index: number, max: number): void {
+function checkValueSize(v: unknown, at: (k: string | number) => string, k: string | number, index: number, max: number): void {
   const bytes = typeof v === 'string' ? (v.length * 3 > max ? Buffer.byteLength(v) : 0)
     : typeof (v as { $blob?: unknown } | null)?.$blob === 'string' ? blobBytes((v as { $blob: string }).$blob) : 0;
-  if (bytes > max) throw new ApiError('quota_exceeded', `${where} is ${bytes} bytes, over the length limit of ${max} (DB_MAX_VALUE_BYTES)`, { statement: index, sqliteCode: 'SQLITE_TOOBIG' }); // SQLite's code for a value too long, as one computed in SQL gets
+  if (bytes > max) throw new ApiError('quota_exceeded', `${at(k)} is ${bytes} bytes, over the length limit of ${max} (DB_MAX_VALUE_BYTES)`, { statement: index, sqliteCode: 'SQLITE_TOOBIG' }); // SQLite's code for a value too long, as one computed in SQL gets
 }
 
 /** Checks the rest of the request once the caller is authenticated. */

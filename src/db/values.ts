@@ -72,9 +72,27 @@ export function decodeParams(raw: unknown, where: string, reals = false): Params
 export const NEG_ZERO: unknown = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON('-0.0');
 export const isNegZero = (v: unknown): boolean => v === 0 && 1 / (v as number) < 0;
 
-/** JSON.parse whose result, stringified again, keeps each -0.0 (the service passing on an executor's results). */
+/**
+ * JSON.parse whose result, stringified again, keeps each -0.0 (the service passing on an executor's results). The -0s
+ * are replaced by a walk after the parse, not a reviver: one called for every value took 9 times as long (a result of
+ * 15 MB with `'-0.0'` in a text held every org's requests a second).
+ */
 export function parseKeepingNegZero(text: string): unknown {
-  return text.includes('-0.0') ? JSON.parse(text, (_key, v: unknown) => (isNegZero(v) ? NEG_ZERO : v)) : JSON.parse(text);
+  const root: unknown = JSON.parse(text);
+  if (!text.includes('-0.0') || typeof root !== 'object' || root === null) return isNegZero(root) ? NEG_ZERO : root;
+  type Node = Record<string | number, unknown>;
+  const stack = [root as Node];
+  const visit = (o: Node, k: string | number) => {
+    const v = o[k];
+    if (typeof v === 'object' && v !== null) stack.push(v as Node);
+    else if (isNegZero(v)) o[k] = NEG_ZERO;
+  };
+  while (stack.length > 0) {
+    const o = stack.pop()!;
+    if (Array.isArray(o)) for (let i = 0; i < o.length; i++) visit(o, i); // rows: an index loop, for…in is twice as slow
+    else for (const k in o) visit(o, k);
+  }
+  return root;
 }
 
 /** Encodes one result value for JSON; returns the value itself when no encoding is needed. */

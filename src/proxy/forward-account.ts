@@ -4,7 +4,7 @@ import type { IncomingMessage } from 'node:http';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { request } from 'undici';
 import { ApiError } from '../shared/errors.ts';
-import { checkRepo } from '../shared/names.ts';
+import { checkRepo, withoutTrailingSlashes } from '../shared/names.ts';
 import { ANSWER_MARK_HEADER, answerMark, type ResolvedSession, type SessionResolver } from '../account/contract.ts';
 import { readCookie, SESSION_COOKIE } from '../account/cookies.ts';
 import { createAgent, endToEndHeaders, forwardedHeaders, forwardHttp, streamBodies, urlUnder } from './forward.ts';
@@ -59,7 +59,7 @@ export function createRemoteAccount(opts: RemoteAccountOptions): RemoteAccount {
   const agent = createAgent(PART_POOL_CONNECTIONS);
   const renewed = new WeakMap<IncomingMessage, string>();
   const isTrusted = trustedPeers(opts.trustedProxies);
-  const base = opts.accountUrl.replace(/\/+$/, '');
+  const base = withoutTrailingSlashes(opts.accountUrl);
 
   const handler = async (req: FastifyRequest<{ Params: { repo: string } }>, reply: FastifyReply) => {
     const repo = checkRepo(req.params.repo);

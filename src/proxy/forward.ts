@@ -5,7 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError } from '../shared/errors.ts';
 import { FORWARDED_TRANSPORT, INTERNAL_PREFIX, isForwarding, isProxyOnly } from '../shared/headers.ts';
-import { safeDecode } from '../shared/names.ts';
+import { safeDecode, withoutTrailingSlashes } from '../shared/names.ts';
 import { declaresBody } from '../shared/body-budget.ts';
 
 /** `expect` too: Node answered 100-continue to the client already, and undici refuses to send it (every such request was 503). */
@@ -30,7 +30,7 @@ export function forwardedHeaders(req: IncomingMessage, trusted: boolean, prefix:
     'x-forwarded-for': xff ? `${xff}, ${peer}` : peer,
     'x-forwarded-proto': proto ?? ('encrypted' in req.socket ? 'https' : 'http'),
     'x-forwarded-host': host ?? String(h.host ?? ''),
-    'x-forwarded-prefix': `${(pre ?? '').replace(/\/+$/, '')}${prefix}`,
+    'x-forwarded-prefix': `${withoutTrailingSlashes(pre ?? '')}${prefix}`,
   };
   for (const name of trusted ? FORWARDED_TRANSPORT : []) {
     const value = first(h[name]);
@@ -136,7 +136,7 @@ export function urlUnder(base: string, rest: string): URL {
   // The same climb for upstreams that read `/base/..;/x` as `/x` (a known Tomcat bypass); no real page needs it.
   if (PARAMETER_DOT_SEGMENT.test(safeDecode(normalized))) throw new ApiError('invalid_request', 'the path has a dot segment with ;parameters (`..;`), which Java servers read as `..`');
   const url = new URL(root.origin);
-  url.pathname = root.pathname.replace(/\/+$/, '') + normalized; // the pathname setter never changes the host
+  url.pathname = withoutTrailingSlashes(root.pathname) + normalized; // the pathname setter never changes the host
   url.search = q === -1 ? '' : rest.slice(q);
   return url;
 }

@@ -1,7 +1,7 @@
 // Values of the environment as SPEC 9.1 reads them: whole numbers, URLs, and the JSON lists (mirrors, apps) and
 // address lists a setting holds. A bad one throws ConfigError naming the variable.
 import { isIP } from 'node:net';
-import { isOrgName, isRepoName } from './names.ts';
+import { isOrgName, isRepoName, withoutTrailingSlashes } from './names.ts';
 
 export interface MirrorConfig { name: string; url: string; secret: string }
 export interface AppRoute { url: string; requireSession: boolean }
@@ -37,7 +37,7 @@ export function url(env: Env, name: string): string | undefined {
   } catch {
     fail(name, 'must be an http(s) URL');
   }
-  return v.replace(/\/+$/, '');
+  return withoutTrailingSlashes(v);
 }
 
 /**

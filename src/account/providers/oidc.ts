@@ -3,6 +3,7 @@ import * as oidc from 'openid-client';
 import type { AuthorizationRequest, CallbackInput, SignInProvider, SignedIn } from './types.ts';
 import { providerError } from './errors.ts';
 import { boundedFetch } from './bounded-fetch.ts';
+import { withoutTrailingSlashes } from '../../shared/names.ts';
 
 export interface OidcOptions {
   id: string;
@@ -51,7 +52,7 @@ export function createOidcProvider(o: OidcOptions): SignInProvider {
       // The issuer is compared exactly, and ACCOUNT_OIDC_ISSUER is read without a trailing `/`: one whose identifier
       // has it (authentik's `…/application/o/{slug}/`) is taken as its discovery states it, when that is all that differs.
       const stated = issuerStated(err);
-      if (stated !== null && stated.replace(/\/+$/, '') === o.issuer.replace(/\/+$/, '')) return discover(new URL(stated));
+      if (stated !== null && withoutTrailingSlashes(stated) === withoutTrailingSlashes(o.issuer)) return discover(new URL(stated));
       throw err;
     }).catch((err) => {
       discovered = null;

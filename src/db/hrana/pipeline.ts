@@ -244,7 +244,7 @@ export class Pipeline {
       await tx.rollback().catch(() => undefined); // an ended transaction has nothing left to undo
     } else {
       // SAVEPOINT, RELEASE, ROLLBACK TO: statements of the open transaction, run on its connection.
-      if (!tx || !s) throw new ApiError('sql_error', `${sql.trim().split(/\s+/)[0]!.toUpperCase()} only inside a transaction: BEGIN first (a request outside one is its own transaction)`);
+      if (!tx || !s) throw new ApiError('sql_error', `${/^\s*(\S*)/.exec(sql)![1]!.toUpperCase()} only inside a transaction: BEGIN first (a request outside one is its own transaction)`);
       await tx.exec(s);
     }
     return EMPTY;

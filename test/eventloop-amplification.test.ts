@@ -1,0 +1,105 @@
+// Work a crafted request puts on the main process's event loop (every org's requests wait behind it): each case cost
+// far more per byte than reading its body does. A quiet org's status is timed back to back while the crafted one runs.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { call, ROOT_KEY, spawnProduct, tempDir, testEnv, type HttpResult, type SpawnedProduct } from './helpers/product.ts';
+import { repoSecret } from '../src/shared/secrets.ts';
+
+// A process of its own: the test's own work (bodies of 30 MB) must not be what holds the loop measured.
+let p: SpawnedProduct;
+let app: Server;
+const dataDir = tempDir();
+before(async () => {
+  app = createServer((req, res) => res.end(JSON.stringify({ prefix: req.headers['x-forwarded-prefix'] ?? null })));
+  await new Promise<void>((r) => app.listen(0, '127.0.0.1', r));
+  const apps = JSON.stringify({ 'acme/web': `http://127.0.0.1:${(app.address() as AddressInfo).port}` });
+  p = await spawnProduct(testEnv(dataDir, { DB_QUERY_TIMEOUT_MS: '10000', DB_MAX_RESULT_BYTES: String(32 * 1024 * 1024), APPS: apps, TRUSTED_PROXIES: '127.0.0.1' }));
+});
+after(async () => {
+  p.killAll();
+  rmSync(dataDir, { recursive: true, force: true });
+  app.closeAllConnections();
+  await new Promise<void>((r) => app.close(() => r()));
+});
+
+function db(org: string, repo: string, op: string, body: Buffer): Promise<HttpResult> {
+  return call(p.url, 'localhost', `/${repo}/_db/${op}`, { org, method: 'POST', rawBody: body, headers: { authorization: `Bearer ${repoSecret(Buffer.from(ROOT_KEY, 'hex'), org, repo)}`, 'content-type': 'application/json' } });
+}
+
+/** The attack's answer, and the longest a quiet org went without an answer while it ran. */
+async function whileQuietWaits<T>(attack: () => Promise<T>): Promise<{ result: T; worstMs: number; tookMs: number }> {
+  const status = Buffer.from('{}');
+  let done = false;
+  let worstMs = 0;
+  const probe = (async () => {
+    let since = performance.now();
+    while (!done) {
+      const r = await db('other', 'quiet', 'status', status);
+      if (r.status !== 200 && r.status !== 503) assert.fail(r.text);
+      if (r.status === 503) continue;
+      worstMs = Math.max(worstMs, performance.now() - since);
+      since = performance.now();
+    }
+  })();
+  await new Promise((r) => setTimeout(r, 50));
+  const t = performance.now();
+  const result = await attack();
+  const tookMs = performance.now() - t;
+  done = true;
+  await probe;
+  return { result, worstMs, tookMs };
+}
+
+const LIMIT_MS = 1000;
+
+/** One libSQL pipeline of `request` then close, timed against a quiet org's status. */
+async function pipeline(request: unknown): Promise<{ result: HttpResult; worstMs: number; tookMs: number }> {
+  const body = Buffer.from(JSON.stringify({ requests: [request, { type: 'close' }] }));
+  return whileQuietWaits(() => db('acme', 'web', 'v2/pipeline', body));
+}
+
+test('a libSQL RELEASE outside a transaction, then 15 million words: its error named the word by splitting the whole text (1.5 s for 30 MB)', async () => {
+  const words = 'a '.repeat(15_000_000);
+  // The same body with the words in a comment: what receiving and parsing 30 MB costs this loop, on this machine now.
+  const floor = await pipeline({ type: 'execute', stmt: { sql: `RELEASE a /* ${words} */` } });
+  const { result, worstMs, tookMs } = await pipeline({ type: 'execute', stmt: { sql: `RELEASE ${words}` } });
+  assert.equal(result.status, 200, result.text.slice(0, 300));
+  assert.equal(result.json.results[0].error.message, 'RELEASE only inside a transaction: BEGIN first (a request outside one is its own transaction)');
+  assert.ok(worstMs < floor.worstMs + 800, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms; ${Math.round(floor.worstMs)} ms with the words in a comment)`);
+});
+
+test('a trusted proxy\'s x-forwarded-prefix of 15,000 slashes and one more character: /\\/+$/ tried at every slash (quadratic: 250 ms a request)', async () => {
+  const prefix = `${'/'.repeat(15_000)}x/`;
+  const ask = () => call(p.url, 'localhost', '/web/page', { org: 'acme', headers: { 'x-forwarded-prefix': prefix } });
+  const { result, worstMs, tookMs } = await whileQuietWaits(() => Promise.all(Array.from({ length: 8 }, ask)));
+  for (const r of result) assert.equal(r.status, 200, r.text.slice(0, 300));
+  assert.equal(result[0]!.json.prefix, `${'/'.repeat(15_000)}x/web`, 'its own trailing slashes dropped, as before');
+  assert.ok(worstMs < LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the requests took ${Math.round(tookMs)} ms)`);
+});
+
+test('a body nesting 16 million arrays is refused before it is parsed (JSON.parse of it held the loop 7 s, then a walk refused it)', async () => {
+  const body = Buffer.from(`{"sql":"SELECT 1","params":${'['.repeat(16_000_000)}${']'.repeat(16_000_000)}}`);
+  const { result, worstMs, tookMs } = await whileQuietWaits(() => db('acme', 'web', 'query', body));
+  assert.equal(result.status, 400, result.text.slice(0, 300));
+  assert.equal(result.json.error.message, 'the JSON body nests deeper than 64 levels');
+  assert.ok(worstMs < LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms)`);
+});
+
+test('a libSQL result of 25 MB with \'-0.0\' in a text, its rows dropped: parsed with a reviver for every value (2 s)', async () => {
+  const sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 145000) SELECT '-0.0', x, x, x, x FROM c";
+  const { result, worstMs, tookMs } = await pipeline({ type: 'execute', stmt: { sql, want_rows: false } });
+  assert.equal(result.status, 200, result.text.slice(0, 300));
+  assert.equal(result.json.results[0].type, 'ok', result.text.slice(0, 300));
+  assert.ok(worstMs < LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms)`);
+});
+
+test('a /_db/query of 10 million params named each one for an error it might raise (4.4 s for 30 MB)', async () => {
+  const body = Buffer.from(`{"sql":"SELECT 1","params":[${'"",'.repeat(10_000_000)}""]}`);
+  const { result, worstMs, tookMs } = await whileQuietWaits(() => db('acme', 'web', 'query', body));
+  assert.equal(result.status, 404, result.text.slice(0, 300)); // the checks passed: no such database
+  // JSON.parse of 10 million strings alone holds the loop 0.8 s or more (GC): the bound is for what came on top (3.6 s).
+  assert.ok(worstMs < 2 * LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms)`);
+});
