@@ -6,8 +6,9 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { rmSync } from 'node:fs';
-import { call, ROOT_KEY, spawnProduct, tempDir, testEnv, type HttpResult, type SpawnedProduct } from './helpers/product.ts';
+import { ROOT_KEY, spawnProduct, tempDir, testEnv, type HttpResult, type SpawnedProduct } from './helpers/product.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
+import { rawDb, whileQuietWaits as quietWaits } from './helpers/quiet-org.ts';
 
 // A process of its own: the test's own work (bodies of 30 MB) must not be what holds the loop measured.
 let p: SpawnedProduct;
@@ -21,34 +22,9 @@ after(() => {
 });
 
 /** POST /{repo}/_db/{op} of org `org` with a body already serialized (made before any timing starts). */
-function db(org: string, repo: string, op: string, body: Buffer): Promise<HttpResult> {
-  return call(p.url, 'localhost', `/${repo}/_db/${op}`, { org, method: 'POST', rawBody: body, headers: { authorization: `Bearer ${repoSecret(Buffer.from(ROOT_KEY, 'hex'), org, repo)}`, 'content-type': 'application/json' } });
-}
+const db = (org: string, repo: string, op: string, body: Buffer): Promise<HttpResult> => rawDb(p.url, org, repo, op, body);
 
-/**
- * The attack's answer, and the longest a quiet org went without an answer while it ran: its status asked back to back,
- * the time from one answered status to the next (one the server shed as overloaded is no answer).
- */
-async function whileQuietWaits<T>(attack: () => Promise<T>): Promise<{ result: T; worstMs: number }> {
-  const status = Buffer.from('{}');
-  let done = false;
-  let worstMs = 0;
-  const probe = (async () => {
-    let since = performance.now();
-    while (!done) {
-      const r = await db('other', 'quiet', 'status', status);
-      if (r.status !== 200 && r.status !== 503) assert.fail(r.text);
-      if (r.status === 503) continue;
-      worstMs = Math.max(worstMs, performance.now() - since);
-      since = performance.now();
-    }
-  })();
-  await new Promise((r) => setTimeout(r, 50)); // the probe is going before the attack arrives
-  const result = await attack();
-  done = true;
-  await probe;
-  return { result, worstMs };
-}
+const whileQuietWaits = <T>(attack: () => Promise<T>) => quietWaits(p.url, attack);
 
 const pipeline = (requests: unknown[]): Promise<HttpResult & { worstMs: number }> => {
   const body = Buffer.from(JSON.stringify({ requests }));

@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { call, ROOT_KEY, spawnProduct, tempDir, testEnv, type HttpResult, type SpawnedProduct } from './helpers/product.ts';
-import { repoSecret } from '../src/shared/secrets.ts';
+import { call, spawnProduct, tempDir, testEnv, type HttpResult, type SpawnedProduct } from './helpers/product.ts';
+import { rawDb, whileQuietWaits as quietWaits } from './helpers/quiet-org.ts';
 
 // A process of its own: the test's own work (bodies of 30 MB) must not be what holds the loop measured.
 let p: SpawnedProduct;
@@ -25,33 +25,9 @@ after(async () => {
   await new Promise<void>((r) => app.close(() => r()));
 });
 
-function db(org: string, repo: string, op: string, body: Buffer): Promise<HttpResult> {
-  return call(p.url, 'localhost', `/${repo}/_db/${op}`, { org, method: 'POST', rawBody: body, headers: { authorization: `Bearer ${repoSecret(Buffer.from(ROOT_KEY, 'hex'), org, repo)}`, 'content-type': 'application/json' } });
-}
+const db = (org: string, repo: string, op: string, body: Buffer): Promise<HttpResult> => rawDb(p.url, org, repo, op, body);
 
-/** The attack's answer, and the longest a quiet org went without an answer while it ran. */
-async function whileQuietWaits<T>(attack: () => Promise<T>): Promise<{ result: T; worstMs: number; tookMs: number }> {
-  const status = Buffer.from('{}');
-  let done = false;
-  let worstMs = 0;
-  const probe = (async () => {
-    let since = performance.now();
-    while (!done) {
-      const r = await db('other', 'quiet', 'status', status);
-      if (r.status !== 200 && r.status !== 503) assert.fail(r.text);
-      if (r.status === 503) continue;
-      worstMs = Math.max(worstMs, performance.now() - since);
-      since = performance.now();
-    }
-  })();
-  await new Promise((r) => setTimeout(r, 50));
-  const t = performance.now();
-  const result = await attack();
-  const tookMs = performance.now() - t;
-  done = true;
-  await probe;
-  return { result, worstMs, tookMs };
-}
+const whileQuietWaits = <T>(attack: () => Promise<T>) => quietWaits(p.url, attack);
 
 const LIMIT_MS = 1000;
 
