@@ -48,6 +48,8 @@ export class DbService implements DbHandler, ChangeFeed {
   private readonly limiter: RateLimiter | null;
   private readonly unwatchLoop = watchLoopDelay();
   private readonly hrana: Hrana;
+  /** The database a parsed request named: a failure's log names its file without parsing the body again. */
+  private readonly databaseOfRequest = new WeakMap<DbRequest, string>();
   /** Prunes idle databases' histories (null with history off). */
   private readonly historySweep: HistorySweep | null;
 
@@ -163,13 +165,12 @@ export class DbService implements DbHandler, ChangeFeed {
 
   /** A server-side failure (a damaged file, an I/O error) is logged with the file it concerns: the reply names no path. */
   private logFailure(req: DbRequest, op: string, res: DbResponse): void {
-    let database = 'main';
+    let database = this.databaseOfRequest.get(req) ?? pipelineDatabase(req.op) ?? 'main';
     try {
       // An import names its database in the query string: its body is the upload, not JSON.
-      database = req.upload ? importParams(req.upload.query, req.upload.contentType).database
-        : pipelineDatabase(req.op) ?? databaseOf(req.body.length ? JSON.parse(req.body.toString('utf8')) : {});
+      if (req.upload) database = importParams(req.upload.query, req.upload.contentType).database;
     } catch {
-      // a body that is not JSON names no database
+      // a query naming no valid database: the file is main's
     }
     const file = this.layout.path({ org: req.org, repo: req.repo, database });
     const error = typeof res.body === 'string' || Buffer.isBuffer(res.body) ? res.body.toString().slice(0, 500) : undefined;
@@ -187,6 +188,7 @@ export class DbService implements DbHandler, ChangeFeed {
     const op = name as Op;
     const body = parseBody(op, req.body);
     const scope: Scope = { org: req.org, repo: req.repo, database: databaseOf(body) };
+    this.databaseOfRequest.set(req, scope.database);
     this.authorize(req);
     validate(op, body, this.config.db.maxStatements, this.config.db.maxValueBytes);
     if (WRITES.has(op)) return this.admittedWrite(scope, () => this.run(op, scope, body, req.body), op !== 'restore' && !isBaseline(op, body));
