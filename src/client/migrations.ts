@@ -50,7 +50,7 @@ const number = (file: string): bigint => BigInt(file.slice(0, file.indexOf('_'))
  * dbmate's layout keeps both directions in one file, after `-- migrate:up` and `-- migrate:down` lines: sent whole, a
  * migration would create its table and drop it again at once. Only its up part is the migration.
  */
-export function upPart(sql: string): string {
+function upPart(sql: string): string {
   const down = /^--\s*migrate:down\b.*$/m.exec(sql);
   return down ? sql.slice(0, down.index) : sql;
 }
