@@ -1,28 +1,17 @@
 // SPEC 10: the `scopebase` command as a subprocess against the real product on loopback: every command, its
 // --help (the same as `help <command>`), --json, and the exit codes 0/1/2/3/78 with one-line failures.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
-import { startProduct, tempDir, ROOT_KEY, type Product } from './helpers/product.ts';
-import { cliAgainst, oneLine, type Run } from './helpers/cli.ts';
+import { ROOT_KEY, tempDir, type Product } from './helpers/product.ts';
+import { cliForFile, oneLine, type Run } from './helpers/cli.ts';
 
 let p: Product;
-let port: string;
-const work = tempDir('scopebase-cli-');
-
-/** The CLI against the product under test, with a clean SCOPEBASE_* environment. */
-const cli = cliAgainst(work, () => port, ROOT_KEY);
-
-before(async () => {
-  p = await startProduct();
-  port = new URL(p.url).port;
-});
-after(async () => {
-  await p.close();
-  rmSync(work, { recursive: true, force: true });
+const { cli, work, port } = cliForFile('scopebase-cli-', (product) => {
+  p = product;
 });
 
 test('every command: `<command> --help` and `help <command>` print the same description, and start --help starts nothing', async () => {
@@ -77,10 +66,10 @@ test('execute, query and status print tables, --json is SPEC 4.2 JSON, and value
 });
 
 test('the repo from an org host in --url (a *.localhost name the CLI resolves itself), its path, or the environment', async () => {
-  const viaHost = await cli(['query', '--url', `http://acme.localhost:${port}`, '--repo', 'web', 'SELECT 1 AS one', '--json']);
+  const viaHost = await cli(['query', '--url', `http://acme.localhost:${port()}`, '--repo', 'web', 'SELECT 1 AS one', '--json']);
   assert.equal(viaHost.code, 0, viaHost.stderr);
   assert.deepEqual(JSON.parse(viaHost.stdout).rows, [[1]]);
-  const viaPath = await cli(['query', '--url', `http://acme.localhost:${port}/web`, 'SELECT 2 AS two', '--json']);
+  const viaPath = await cli(['query', '--url', `http://acme.localhost:${port()}/web`, 'SELECT 2 AS two', '--json']);
   assert.deepEqual(JSON.parse(viaPath.stdout).rows, [[2]], viaPath.stderr);
   const viaEnv = await cli(['query', 'SELECT 3 AS three', '--json'], { SCOPEBASE_URL: p.url, SCOPEBASE_REPO: 'acme/web' });
   assert.deepEqual(JSON.parse(viaEnv.stdout).rows, [[3]], viaEnv.stderr);
@@ -301,7 +290,7 @@ test('a bad or stale value from SCOPEBASE_URL, _REPO, _DATABASE or _SECRET is na
 
   const stale = await cli(['status', 'acme/web'], { SCOPEBASE_SECRET: 'sb_stale_value' });
   assert.equal(stale.code, 1, stale.stderr);
-  oneLine(stale, new RegExp(`^scopebase: the server at http://127\\.0\\.0\\.1:${port} refused the secret in SCOPEBASE_SECRET for acme/web: set SCOPEBASE_SECRET to "\\$\\(npx scopebase secret acme/web\\)" run where the server runs, or unset it to derive the secret here`));
+  oneLine(stale, new RegExp(`^scopebase: the server at http://127\\.0\\.0\\.1:${port()} refused the secret in SCOPEBASE_SECRET for acme/web: set SCOPEBASE_SECRET to "\\$\\(npx scopebase secret acme/web\\)" run where the server runs, or unset it to derive the secret here`));
   assert.doesNotMatch(stale.stderr, /sb_stale_value/);
   const viaUrl = await cli(['status', 'acme/web'], { SCOPEBASE_URL: p.url, SCOPEBASE_SECRET: 'sb_stale_value' });
   oneLine(viaUrl, /refused the secret in SCOPEBASE_SECRET .*another server: set SCOPEBASE_URL to its URL, or pass --url$/);
@@ -327,7 +316,7 @@ test('exit 1 when the server says no, 3 when it cannot be reached, 78 for config
   oneLine(await cli(['query', 'acme/web', '--database', 'nosuch', 'SELECT 1']), /database_not_found: .*; `scopebase execute` or `scopebase migrate` with this --database creates it\n?$/);
   const wrongSecret = await cli(['status', 'acme/web', '--secret', 'wrong']);
   assert.equal(wrongSecret.code, 1);
-  oneLine(wrongSecret, new RegExp(`^scopebase: the server at http://127\\.0\\.0\\.1:${port} refused the --secret given for acme/web: pass --secret .*another server: export its PORT here, or pass --url$`));
+  oneLine(wrongSecret, new RegExp(`^scopebase: the server at http://127\\.0\\.0\\.1:${port()} refused the --secret given for acme/web: pass --secret .*another server: export its PORT here, or pass --url$`));
   assert.doesNotMatch(wrongSecret.stderr, /wrong/);
 
   const closed = createServer();
@@ -384,7 +373,7 @@ test('logs: JSON lines for collectors; one readable line each with LOG_FORMAT=pr
 });
 
 test('output piped into a reader that stops early (`| head`) ends quietly, without a stack trace', async () => {
-  const env = { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, PORT: port, BASE_DOMAIN: 'localhost', DATA_DIR: join(work, 'no-data') };
+  const env = { ...process.env, RUNTIME_ROOT_KEY: ROOT_KEY, PORT: port(), BASE_DOMAIN: 'localhost', DATA_DIR: join(work, 'no-data') };
   const child = spawn(process.execPath, ['src/cli/main.ts', 'execute', 'acme/web', 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 50000) SELECT x, x * 2 FROM c'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => (stderr += d));

@@ -1,22 +1,14 @@
 // `scopebase history`: a database's versions newest first, read from POST /_db/changes (SPEC 4.9), so a user can pick
 // restore-db's --to-version (SPEC 4.11) without curl. Against the real product over HTTP, as a user runs it.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startProduct, tempDir, ROOT_KEY, type Product } from './helpers/product.ts';
-import { cliAgainst, failedInOneLine, oneLine } from './helpers/cli.ts';
+import { cliForFile, failedInOneLine, oneLine } from './helpers/cli.ts';
 
 const TITLE = '\x1b]0;owned\x07'; // an ESC sequence in a table name would set the terminal's title
 
-let p: Product;
-let port: string;
-const work = tempDir('scopebase-cli-history-');
-const cli = cliAgainst(work, () => port, ROOT_KEY);
-
-before(async () => {
-  p = await startProduct();
-  port = new URL(p.url).port;
+const { cli, work } = cliForFile('scopebase-cli-history-', async () => {
   const migrations = join(work, 'migrations');
   mkdirSync(migrations);
   writeFileSync(join(migrations, '0001_todos.sql'), 'CREATE TABLE todos(id INTEGER PRIMARY KEY, title TEXT NOT NULL)\n');
@@ -31,10 +23,6 @@ before(async () => {
     const r = await cli(args);
     assert.equal(r.code, 0, `${args.join(' ')}: ${r.stderr}`);
   }
-});
-after(async () => {
-  await p.close();
-  rmSync(work, { recursive: true, force: true });
 });
 
 test('history lists the versions newest first: time, what made each, rows, tables and migration ids', async () => {

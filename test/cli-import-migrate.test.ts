@@ -1,27 +1,13 @@
 // Moving an app onto scopebase with the CLI, as a newcomer does: import a D1 or drizzle database, then keep
 // deploying the same migration folder (docs/backups.md, "Keep migrating after an import"); time travel; status.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
-import { startProduct, tempDir, ROOT_KEY, type Product } from './helpers/product.ts';
-import { cliAgainst, oneLine } from './helpers/cli.ts';
+import { cliForFile, oneLine } from './helpers/cli.ts';
 
-let p: Product;
-let port: string;
-const work = tempDir('scopebase-cli-move-');
-
-const cli = cliAgainst(work, () => port, ROOT_KEY);
-
-before(async () => {
-  p = await startProduct();
-  port = new URL(p.url).port;
-});
-after(async () => {
-  await p.close();
-  rmSync(work, { recursive: true, force: true });
-});
+const { cli, work } = cliForFile('scopebase-cli-move-', () => {});
 
 test('a WAL-mode file whose commits are still in its -wal (D1 under .wrangler/state, a running app) imports with them', async () => {
   const file = join(work, 'd1.sqlite');

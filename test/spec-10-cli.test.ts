@@ -1,26 +1,17 @@
 // SPEC 10 from the outside: every command that talks to a running instance takes the repo in each of the forms SPEC
 // names (--org/--repo, --repo org/repo, a positional org/repo, the org from a *.localhost host in --url), --database
 // and an explicit --secret; --params as an array or an object. The `scopebase` command as a subprocess.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startProduct, tempDir, ROOT_KEY, type Product } from './helpers/product.ts';
-import { cliAgainst } from './helpers/cli.ts';
+import { type Product } from './helpers/product.ts';
+import { cliForFile } from './helpers/cli.ts';
 
 let p: Product;
-let port: string;
-const work = tempDir('scopebase-spec10-');
-const cli = cliAgainst(work, () => port, ROOT_KEY);
-
-before(async () => {
-  p = await startProduct();
-  port = new URL(p.url).port;
+const { cli, work, port } = cliForFile('scopebase-spec10-', async (product) => {
+  p = product;
   assert.equal((await p.db('web', 'execute', { database: 'notes', sql: 'CREATE TABLE n(body TEXT)' })).status, 200);
-});
-after(async () => {
-  await p.close();
-  rmSync(work, { recursive: true, force: true });
 });
 
 /** The repo acme/web in each form SPEC 10 names. */
@@ -28,7 +19,7 @@ const forms = (): string[][] => [
   ['--org', 'acme', '--repo', 'web'],
   ['--repo', 'acme/web'],
   ['acme/web'],
-  ['--url', `http://acme.localhost:${port}`, '--repo', 'web'],
+  ['--url', `http://acme.localhost:${port()}`, '--repo', 'web'],
 ];
 
 test('status, query and execute take the repo in every form, with --database', async () => {
