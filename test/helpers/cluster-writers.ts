@@ -56,7 +56,7 @@ export async function assertAllAcknowledgedKept(cluster: TestCluster, databases:
     assert.deepEqual(versions, Array.from({ length: versions.length }, (_, i) => i + 1), `${database}: no version gap`);
     const mine = acked.filter((a) => a.database === database);
     for (const a of mine) assert.ok(ids.has(a.version), `${database}: version ${a.version} got a 200 and is on the primary`);
-    const rows = await readOnce(cluster, database);
+    const rows = await readAllRows(cluster, database);
     assert.equal(rows.status, 200, rows.text);
     const have = new Set((rows.json.results[0].rows as [number, number][]).map(([w, q]) => `${w}/${q}`));
     for (const a of mine) assert.ok(have.has(`${a.writer}/${a.seq}`), `${database}: row ${a.writer}/${a.seq} got a 200 and is there`);
@@ -67,7 +67,7 @@ export async function assertAllAcknowledgedKept(cluster: TestCluster, databases:
  * The read a client would make after a failover: a 503 with Retry-After (a node whose view of the new term is a moment
  * behind) is retried as it says, for up to 10 s; any other answer, or a 503 past that, is the test's to judge.
  */
-async function readOnce(cluster: TestCluster, database: string) {
+async function readAllRows(cluster: TestCluster, database: string) {
   const until = performance.now() + 10_000;
   for (;;) {
     const res = await cluster.proxy.db(REPO, 'query', { database, statements: [{ sql: 'SELECT writer, seq FROM t' }] });
