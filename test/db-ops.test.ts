@@ -141,9 +141,13 @@ describe('operations (9)', () => {
       const exited = new Promise<number | null>((resolve) => product.child.on('exit', (code) => resolve(code)));
       product.child.kill('SIGTERM');
       const r = await slow;
+      const answeredAt = performance.now();
       assert.equal(r.status, 200, r.text);
       assert.deepEqual(r.json.results[0].rows, [[4000000]]);
       assert.equal(await exited, 0);
+      // Its connection, kept alive, held the drain until SHUTDOWN_TIMEOUT_MS (30 s) before: let go once answered.
+      const exitedAfter = performance.now() - answeredAt;
+      assert.ok(exitedAfter < 10_000, `exited ${Math.round(exitedAfter)} ms after the last answer`);
       assert.match(product.stdout(), /"msg":"draining"/);
       assert.match(product.stdout(), /"msg":"stopped"/);
       // The /_db route is served off node:http (raw-route.ts): it writes the same one access line per request.

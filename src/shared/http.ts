@@ -99,6 +99,9 @@ export function createHttpApp(opts: HttpOptions): FastifyInstance {
   }) as unknown as FastifyInstance;
   app.addHook('preClose', async () => {
     closing = true;
+    // A request in flight when the drain began would leave its connection kept alive for KEEP_ALIVE_TIMEOUT_MS after
+    // its answer, and the drain waited SHUTDOWN_TIMEOUT_MS for it: from now on an answered connection is let go at once.
+    app.server.keepAliveTimeout = 1;
   });
   // Bodies stay raw: each service parses what it expects (curl -d sends form-urlencoded JSON). They are collected
   // against the route's body limit and the process's budget of bodies in flight (body-budget.ts), as on the raw routes.
