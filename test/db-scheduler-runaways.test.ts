@@ -122,7 +122,12 @@ describe('a repo\'s runaways on some of its databases', () => {
       await pause(200);
       await Promise.all([assertServed('web', 'd2', 800, first), assertServed('api', 'd2', 800, first)]);
     });
-    for (const r of ended) assert.equal(r.json?.error?.code, 'query_timeout', r.text);
+    // Four at once on two processes: two wait for the passes' processes to start (0.1-1 s, more on a loaded host), and
+    // one may be refused at its queue limit as any request is (CI, load ~10); a refused one never ran.
+    for (const r of ended) {
+      if (r.status === 503) assert.equal(r.json?.error?.details?.committed, false, r.text);
+      else assert.equal(r.json?.error?.code, 'query_timeout', r.text);
+    }
   });
 
   test('past DB_EXECUTORS_PER_REPO runaways (a third), its next request waits for its share and is refused (503, nothing ran), and another org is served all along', async () => {

@@ -6,7 +6,7 @@
 import type { Frame } from './protocol.ts';
 import { type ExecutorProcess, LostError } from './process.ts';
 import { ProcessSet, SLOW_MS, type ProcessSetOptions } from './process-set.ts';
-import { runAgain, Tenant, type Job } from './tenant.ts';
+import { MAX_HEDGES, runAgain, Tenant, type Job } from './tenant.ts';
 import { PinnedMessage, RunawayPasses } from './runaways.ts';
 import { maxWait, QueueError, waitedTooLong } from './queue-limits.ts';
 import { Placement, type PlacementOptions } from './placement.ts';
@@ -75,7 +75,7 @@ export class Scheduler {
         const which = t.queued >= this.opts.maxQueuedPerTenant ? `${this.opts.maxQueuedPerTenant} requests of this repo` : `${this.opts.maxQueued} requests`;
         return reject(new QueueError('full', `the database service is overloaded: ${which} already wait for an executor; nothing of this request ran, retry after a second`));
       }
-      this.enqueue(t, { tenant: t, write, header, body, budgetMs, enqueuedAt, resolve, reject, settled: false, hedged: false, started: false });
+      this.enqueue(t, { tenant: t, write, header, body, budgetMs, enqueuedAt, resolve, reject, settled: false, hedges: 0, started: false });
       this.schedulePump();
     });
   }
@@ -97,6 +97,7 @@ export class Scheduler {
   private tick(): void {
     const now = performance.now();
     let hedged = false;
+    const stuck = new Map<Job, number>(); // copies of each read waiting behind a slow statement
     for (const p of this.procs.all) {
       const slow = p.runningFor(now) > SLOW_MS;
       p.yieldCpu(slow);
@@ -115,17 +116,22 @@ export class Scheduler {
       } else if (slow && !this.closing) {
         for (const tag of p.waiting()) {
           // Untagged messages (broadcasts) and a transaction's (it runs where its connection is) are not jobs.
-          const job = tag instanceof PinnedMessage ? undefined : tag as Job | undefined;
-          // A read that writes a file (a snapshot, an export) is never hedged: two copies would write one target.
-          if (job && !job.write && !job.settled && !job.hedged && !('target' in (job.header as Record<string, unknown>))) {
-            job.hedged = true;
-            this.enqueue(job.tenant, job, true);
-            hedged = true;
-          }
+          if (tag instanceof PinnedMessage || tag === undefined) continue;
+          const job = tag as Job;
+          stuck.set(job, (stuck.get(job) ?? 0) + 1);
         }
       }
     }
     if (this.closing) return; // only statements past their limits are still stopped (see close)
+    for (const [job, copies] of stuck) {
+      // Only while every copy sent waits behind a slow statement (none runs, none waits behind a quick one), and none
+      // waits in the queue. A read that writes a file (a snapshot, an export) is never hedged: two copies would write
+      // one target.
+      if (job.write || job.settled || job.queued || copies < job.copies! || job.hedges >= MAX_HEDGES || 'target' in (job.header as Record<string, unknown>)) continue;
+      job.hedges++;
+      this.enqueue(job.tenant, job, true);
+      hedged = true;
+    }
     // While the only free processes are starting, queues wait for capacity on its way, not behind work: not standing
     // (DB_QUEUE_TIMEOUT_MS alone holds). Work on a runaway pass was refused after 500 ms while they started (0.5-1.5 s).
     if (this.procs.onlyStarting(now)) for (const t of this.ring) t.lastEmptyAt = now;
@@ -146,7 +152,7 @@ export class Scheduler {
         // A hedged read whose first copy runs goes on there; one whose copy still waits behind a slow statement is
         // refused like one that never started (a read changes nothing; its late answer is dropped): it waited up to
         // DB_QUERY_TIMEOUT_MS when the repo's share stayed full.
-        if (job.started && (job.write || job.sentTo?.runningTag() === job)) continue;
+        if (job.started && (job.write || this.procs.all.some((p) => p.runningTag() === job))) continue;
         job.settled = true;
         job.reject(waitedTooLong(now - job.enqueuedAt));
       }

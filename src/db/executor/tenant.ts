@@ -16,11 +16,13 @@ export interface Job {
   resolve: (f: Frame) => void;
   reject: (e: unknown) => void;
   settled: boolean;
-  /** Sent once more to another process because it waited behind a slow statement. */
-  hedged: boolean;
+  /** Times sent again because every copy sent waited behind a slow statement (at most MAX_HEDGES). */
+  hedges: number;
+  /** A copy of it waits in its repo's queue: not hedged again until that copy is sent. */
+  queued?: boolean;
   started: boolean;
   sentTo?: ExecutorProcess;
-  /** Copies sent and not yet answered or lost (a hedged read can have two). */
+  /** Copies sent and not yet answered or lost (a hedged read can have 1 + MAX_HEDGES). */
   copies?: number;
   /** When its current run's deadline began (its first send; reset with what is left at a rerun, runAgain). */
   firstSentAt?: number;
@@ -29,6 +31,12 @@ export interface Job {
   /** Put back at the head of its queue (hedged, or to run once more): served next even while reads go newest first. */
   urgent?: boolean;
 }
+
+/**
+ * Copies of a read sent again while every copy sent waits behind a slow statement. One was too few: two runaways' copies
+ * went down one new process's pipe, the second waited there until both were stopped, and was then refused (503).
+ */
+export const MAX_HEDGES = 2;
 
 /** Reruns of a read whose process died under it (runAgain), or of a write that did not commit (write-lanes.ts). */
 export const MAX_CRASH_RERUNS = 3;
@@ -129,6 +137,7 @@ export class Tenant {
     if (this.queued === 0) this.lastEmptyAt = performance.now();
     const q = job.write ? this.writes : this.reads;
     job.urgent = front;
+    job.queued = true;
     if (front) q.unshift(job);
     else q.push(job);
   }
@@ -162,6 +171,7 @@ export class Tenant {
     const q = job.write ? this.writes : this.reads;
     if (q.peek() === job) q.shift();
     else q.pop();
+    job.queued = false;
     if (this.queued === 0) this.lastEmptyAt = performance.now();
     return job;
   }
@@ -170,7 +180,11 @@ export class Tenant {
   expire(cutoff: number): Job[] {
     const out: Job[] = [];
     for (const q of [this.reads, this.writes]) {
-      while (q.length > 0 && q.peek()!.enqueuedAt < cutoff) out.push(q.shift()!);
+      while (q.length > 0 && q.peek()!.enqueuedAt < cutoff) {
+        const job = q.shift()!;
+        job.queued = false;
+        out.push(job);
+      }
     }
     if (out.length > 0 && this.queued === 0) this.lastEmptyAt = performance.now();
     return out;
