@@ -5,7 +5,7 @@ import { createRemoteDb } from '../db/remote.ts';
 import { pipelineDatabase } from '../db/hrana/index.ts';
 import { ApiError } from '../shared/errors.ts';
 import { isDatabaseName } from '../shared/names.ts';
-import { nestsTooDeep } from '../shared/http.ts';
+import { jsonTooComplex } from '../shared/http.ts';
 import type { ClusterConfig } from '../shared/config.ts';
 import { Etcd } from './etcd.ts';
 import { leastLoaded, PlacementWatch, pollEveryMs, scopeKey, type View } from './placement.ts';
@@ -25,7 +25,7 @@ function databaseOf(req: DbRequest): string | null {
   const fromPipeline = pipelineDatabase(req.op);
   if (fromPipeline !== null) return fromPipeline;
   const text = req.body.toString('utf8');
-  if (nestsTooDeep(text)) return null; // parsed, a body of 16 million nested arrays held the loop 7 s: the node refuses it
+  if (jsonTooComplex(text) !== null) return null; // parsed, 16 million nested arrays held the loop 7 s: the node refuses it
   try {
     return named((JSON.parse(text) as { database?: unknown }).database);
   } catch {

@@ -1,7 +1,7 @@
 // Checking what callers send: credential names, values, expiry dates, user ids. Messages never echo a value.
 import { ApiError } from '../../shared/errors.ts';
 import { quote } from '../../shared/names.ts';
-import { MAX_JSON_DEPTH, nestsTooDeep } from '../../shared/http.ts';
+import { jsonTooComplex, MAX_JSON_DEPTH } from '../../shared/http.ts';
 import { MAX_VALUE_BYTES, type CredentialValue } from './store.ts';
 
 /** plugin and name: lowercase ASCII, no slashes, cannot be `.` or `..`, at most 64 characters. */
@@ -141,7 +141,7 @@ export function formValue(input: FormInput): CredentialValue {
   if (input.type === 'text') return checkValue(input.value);
   if (input.type !== 'json') throw new ApiError('invalid_request', 'type must be text or json');
   // As every JSON body (parseJsonObject): deeper, checkValue's JSON.stringify overflowed the stack, a 500.
-  if (nestsTooDeep(input.value)) throw new ApiError('invalid_request', `the JSON value nests deeper than ${MAX_JSON_DEPTH} levels`, { field: 'value', problem: 'deep' });
+  if (jsonTooComplex(input.value) === 'deep') throw new ApiError('invalid_request', `the JSON value nests deeper than ${MAX_JSON_DEPTH} levels`, { field: 'value', problem: 'deep' });
   let parsed: unknown;
   try {
     parsed = JSON.parse(input.value);
