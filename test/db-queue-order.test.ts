@@ -8,7 +8,7 @@ import { Tenant, type Job } from '../src/db/executor/tenant.ts';
 import { maxWait } from '../src/db/executor/queue-limits.ts';
 
 function job(t: Tenant, enqueuedAt: number, write = false): Job {
-  return { tenant: t, write, header: { at: enqueuedAt }, body: undefined, budgetMs: 1000, enqueuedAt, resolve: () => {}, reject: () => {}, settled: false, hedges: 0, started: false };
+  return { tenant: t, write, header: { at: enqueuedAt }, body: undefined, budgetMs: 1000, enqueuedAt, resolve: () => {}, reject: () => {}, settled: false, hedges: 0, queued: false, started: false };
 }
 
 test('reads go oldest first while the oldest is within the target', () => {

@@ -75,7 +75,7 @@ export class Scheduler {
         const which = t.queued >= this.opts.maxQueuedPerTenant ? `${this.opts.maxQueuedPerTenant} requests of this repo` : `${this.opts.maxQueued} requests`;
         return reject(new QueueError('full', `the database service is overloaded: ${which} already wait for an executor; nothing of this request ran, retry after a second`));
       }
-      this.enqueue(t, { tenant: t, write, header, body, budgetMs, enqueuedAt, resolve, reject, settled: false, hedges: 0, started: false });
+      this.enqueue(t, { tenant: t, write, header, body, budgetMs, enqueuedAt, resolve, reject, settled: false, hedges: 0, queued: false, started: false });
       this.schedulePump();
     });
   }

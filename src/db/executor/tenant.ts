@@ -19,7 +19,7 @@ export interface Job {
   /** Times sent again because every copy sent waited behind a slow statement (at most MAX_HEDGES). */
   hedges: number;
   /** A copy of it waits in its repo's queue: not hedged again until that copy is sent. */
-  queued?: boolean;
+  queued: boolean;
   started: boolean;
   sentTo?: ExecutorProcess;
   /** Copies sent and not yet answered or lost (a hedged read can have 1 + MAX_HEDGES). */
