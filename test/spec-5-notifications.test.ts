@@ -78,7 +78,7 @@ test('a mirror that fails gets the same event again, and nothing later before it
   };
   const before = b.all.length;
   for (let i = 0; i < 3; i++) assert.equal((await p.db('web', 'execute', { sql: 'INSERT INTO tags VALUES (?)', params: [i] })).status, 200);
-  await waitFor(() => b.versions().includes(7), 30_000, 'b caught up');
+  await waitFor(() => b.versions().includes(7) && a.versions().includes(7), 30_000, 'both caught up');
   const tries = b.all.slice(before).map((r) => r.event.version);
   assert.deepEqual(tries, [5, 5, 5, 6, 7], 'v5 retried until acknowledged, then 6 and 7');
   assert.equal(new Set(b.all.slice(before, before + 3).map((r) => r.event.id)).size, 1);
