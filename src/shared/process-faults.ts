@@ -26,12 +26,47 @@ function described(fault: unknown): Record<string, unknown> {
   return { type: fault.name, message: fault.message, ...(typeof code === 'string' ? { code } : {}), stack: fault.stack };
 }
 
+/** Stray rejections logged one by one in each window; past them, one line at its end says how many more there were. */
+export const REJECTIONS_LOGGED_PER_WINDOW = 10;
+export const REJECTION_LOG_WINDOW_MS = 10_000;
+
+/**
+ * Logs a stray rejection, at most REJECTIONS_LOGGED_PER_WINDOW a window: a tenant that could make one per request
+ * would otherwise flood the log (and the disk under it). The counter stays exact; the summary names the last one.
+ */
+function rejectionLog(logger: Logger): (reason: unknown) => void {
+  let windowStart = -Infinity;
+  let logged = 0;
+  let notLogged = 0;
+  let last: unknown;
+  return (reason) => {
+    const now = performance.now();
+    if (now - windowStart >= REJECTION_LOG_WINDOW_MS) {
+      windowStart = now;
+      logged = 0;
+    }
+    if (logged < REJECTIONS_LOGGED_PER_WINDOW) {
+      logged++;
+      logger.error({ error: described(reason) }, 'unhandled promise rejection (a bug): logged, counted in scopebase_unhandled_rejections_total, the process keeps serving');
+      return;
+    }
+    last = reason;
+    if (notLogged++ > 0) return; // the window's summary is already due
+    setTimeout(() => {
+      logger.error({ notLogged, last: described(last) }, `${notLogged} more unhandled promise rejections (a bug) were not logged one by one: at most ${REJECTIONS_LOGGED_PER_WINDOW} are every ${REJECTION_LOG_WINDOW_MS / 1000} s; scopebase_unhandled_rejections_total counts every one, and the process keeps serving`);
+      notLogged = 0;
+      last = undefined;
+    }, windowStart + REJECTION_LOG_WINDOW_MS - now).unref();
+  };
+}
+
 /** Installs the policy for a server (`start`, `serve`); CLI commands keep Node's own (exit on either). */
 export function handleProcessFaults(logger: Logger): void {
   unhandledRejections.inc(0);
+  const log = rejectionLog(logger);
   process.on('unhandledRejection', (reason) => {
     unhandledRejections.inc();
-    logger.error({ error: described(reason) }, 'unhandled promise rejection (a bug): logged, counted in scopebase_unhandled_rejections_total, the process keeps serving');
+    log(reason);
   });
   process.on('uncaughtException', (err) => {
     try {
