@@ -4,7 +4,7 @@
 // the rest is sound. An uncaught exception leaves state half-changed somewhere unknown: logged, then the process exits
 // UNCAUGHT_EXIT for its supervisor to start a clean one (systemd's Restart=on-failure, a container's restart policy).
 import { Counter } from 'prom-client';
-import type { Logger } from './log.ts';
+import { describedFault, type Logger } from './log.ts';
 import { metrics } from './metrics.ts';
 
 /** EX_SOFTWARE (sysexits.h): an internal error; distinct from the CLI's 1, 2, 3 and 78. */
@@ -12,19 +12,9 @@ export const UNCAUGHT_EXIT = 70;
 
 const unhandledRejections = new Counter({
   name: 'scopebase_unhandled_rejections_total',
-  help: 'Promise rejections no code handled (a bug: each is logged at error level); the process kept serving',
+  help: 'Promise rejections no code handled (a bug: each is logged at error level, 10 every 10 s one by one); the process kept serving',
   registers: [metrics],
 });
-
-/**
- * What is logged of a fault (as `error`, not `err`, whose serializer would name its type Object): its type, message,
- * code and stack. Not the error itself: pino would write its every property, and one may hold headers or secrets.
- */
-function described(fault: unknown): Record<string, unknown> {
-  if (!(fault instanceof Error)) return { type: typeof fault, message: String(fault).slice(0, 500) };
-  const code = (fault as { code?: unknown }).code;
-  return { type: fault.name, message: fault.message, ...(typeof code === 'string' ? { code } : {}), stack: fault.stack };
-}
 
 /** Stray rejections logged one by one in each window; past them, one line at its end says how many more there were. */
 export const REJECTIONS_LOGGED_PER_WINDOW = 10;
@@ -47,13 +37,13 @@ function rejectionLog(logger: Logger): (reason: unknown) => void {
     }
     if (logged < REJECTIONS_LOGGED_PER_WINDOW) {
       logged++;
-      logger.error({ error: described(reason) }, 'unhandled promise rejection (a bug): logged, counted in scopebase_unhandled_rejections_total, the process keeps serving');
+      logger.error({ error: describedFault(reason) }, 'unhandled promise rejection (a bug): logged, counted in scopebase_unhandled_rejections_total, the process keeps serving');
       return;
     }
     last = reason;
     if (notLogged++ > 0) return; // the window's summary is already due
     setTimeout(() => {
-      logger.error({ notLogged, last: described(last) }, `${notLogged} more unhandled promise rejections (a bug) were not logged one by one: at most ${REJECTIONS_LOGGED_PER_WINDOW} are every ${REJECTION_LOG_WINDOW_MS / 1000} s; scopebase_unhandled_rejections_total counts every one, and the process keeps serving`);
+      logger.error({ notLogged, last: describedFault(last) }, `${notLogged} more unhandled promise rejections (a bug) were not logged one by one: at most ${REJECTIONS_LOGGED_PER_WINDOW} are every ${REJECTION_LOG_WINDOW_MS / 1000} s; scopebase_unhandled_rejections_total counts every one, and the process keeps serving`);
       notLogged = 0;
       last = undefined;
     }, windowStart + REJECTION_LOG_WINDOW_MS - now).unref();
@@ -70,7 +60,7 @@ export function handleProcessFaults(logger: Logger): void {
   });
   process.on('uncaughtException', (err) => {
     try {
-      logger.fatal({ error: described(err) }, `uncaught exception (a bug): the process exits with ${UNCAUGHT_EXIT} for its supervisor to restart it`);
+      logger.fatal({ error: describedFault(err) }, `uncaught exception (a bug): the process exits with ${UNCAUGHT_EXIT} for its supervisor to restart it`);
     } finally {
       process.exit(UNCAUGHT_EXIT); // pino writes what it holds on exit
     }
