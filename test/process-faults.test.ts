@@ -12,12 +12,16 @@ import { freePort } from './helpers/ports.ts';
 import { call, spawnProduct, tempDir, testEnv, ROOT_KEY } from './helpers/product.ts';
 import { repoSecret } from '../src/shared/secrets.ts';
 
+/** What src/shared/process-faults.ts logs one by one: 10 stray rejections every 10 s. */
+const REJECTIONS_LOGGED_PER_WINDOW = 10;
+const REJECTION_LOG_WINDOW_MS = 10_000;
+
 const PRELOAD = ['--import', fileURLToPath(new URL('./helpers/fault-preload.ts', import.meta.url))];
 const auth = { authorization: `Bearer ${repoSecret(Buffer.from(ROOT_KEY, 'hex'), 'acme', 'web')}` };
 
-async function start(fault: 'rejection' | 'exception') {
+async function start(fault: 'rejection' | 'exception', count = 1) {
   const adminPort = await freePort();
-  const p = await spawnProduct(testEnv(tempDir(), { ADMIN_PORT: String(adminPort), LOG_LEVEL: 'info', LOG_FORMAT: 'json', SCOPEBASE_TEST_FAULT: fault }), ['start'], { nodeArgs: PRELOAD });
+  const p = await spawnProduct(testEnv(tempDir(), { ADMIN_PORT: String(adminPort), LOG_LEVEL: 'info', LOG_FORMAT: 'json', SCOPEBASE_TEST_FAULT: fault, SCOPEBASE_TEST_FAULT_COUNT: String(count) }), ['start'], { nodeArgs: PRELOAD });
   return { ...p, adminPort };
 }
 
@@ -40,6 +44,37 @@ test('a stray rejection is logged and counted, and the process keeps serving eve
     assert.equal(line.error.type, 'Error');
     assert.equal(line.error.message, 'a stray rejection the test made');
     assert.match(line.error.stack, /fault-preload\.ts/);
+  } finally {
+    p.killAll();
+  }
+});
+
+test('a flood of stray rejections is counted exactly, and logged at most 10 a window plus one line with the rest', async () => {
+  const p = await start('rejection', 500);
+  try {
+    const started = Date.now();
+    p.child.kill('SIGUSR2');
+    let total = 0;
+    while (total < 500 && Date.now() - started < 5000) {
+      await sleep(100);
+      total = await metric(p.adminPort, /^scopebase_unhandled_rejections_total /);
+    }
+    assert.equal(total, 500);
+    // The rest are summed up in one line when the window ends (by then every line before it is written too).
+    let summary: Record<string, any> | undefined; // eslint-disable-line @typescript-eslint/no-explicit-any
+    while (!summary && Date.now() - started < REJECTION_LOG_WINDOW_MS + 5000) {
+      await sleep(200);
+      [summary] = logLines(p.stdout(), /more unhandled promise rejections/);
+    }
+    assert.ok(summary, `no summary line: ${p.stdout().slice(-600)}`);
+    assert.equal(summary.level, 50);
+    assert.equal(summary.notLogged, 500 - REJECTIONS_LOGGED_PER_WINDOW);
+    assert.equal(summary.last.message, 'stray rejection 500 the test made');
+    const one = logLines(p.stdout(), /^unhandled promise rejection/);
+    assert.equal(one.length, REJECTIONS_LOGGED_PER_WINDOW, `${one.length} lines for 500 rejections in one window`);
+    assert.equal(one[0]!.error.message, 'a stray rejection the test made');
+    const q = await call(p.url, 'localhost', '/web/_db/execute', { body: { sql: 'CREATE TABLE t(x)' }, headers: auth });
+    assert.equal(q.status, 200, q.text);
   } finally {
     p.killAll();
   }

@@ -153,14 +153,17 @@ export class Shipper {
         lane.acked = null;
         const waiters = lane.waiters;
         lane.waiters = [];
-        if (e instanceof Superseded) this.onSuperseded(lane.scope);
-        if (e instanceof BehindFollower) this.onBehind(lane.scope, lane.epoch);
         const error = e instanceof Superseded
           ? new ApiError('unavailable', 'this write committed on a node that is no longer the database\'s primary and is not kept: read the data back from the new primary', { committed: false }, { 'retry-after': '1' })
           : e instanceof BehindFollower
             ? new ApiError('unavailable', 'this node\'s copy of the database is older than its follower\'s (its DATA_DIR was restored from a backup, or lost writes): it stopped serving the database, the follower takes over; this write is not kept', { committed: false }, { 'retry-after': '1' })
             : new ApiError('unavailable', `the write committed on the primary but its follower did not confirm it (${reason(e)}); whether it survives a failover is unknown: read the data back`, { committed: null }, { 'retry-after': '1' });
         for (const w of waiters) w.reject(error);
+        // Its waiters answered and the lane let go first: a throw below (a stray rejection, logged) leaves no write waiting for ever.
+        lane.running = false;
+        if (e instanceof Superseded) this.onSuperseded(lane.scope);
+        if (e instanceof BehindFollower) this.onBehind(lane.scope, lane.epoch);
+        return;
       }
     }
     lane.running = false;
@@ -330,6 +333,7 @@ export class Shipper {
 /** Why a shipment failed, for the client: a code, never an address or a path. */
 function reason(e: unknown): string {
   if (e instanceof ApiError) return e.code;
+  if (typeof e !== 'object' || e === null) return String(e).slice(0, 120); // a rejection with no error: reading `.code` threw
   const err = e as { code?: unknown; name?: string; message?: string };
   if (typeof err.code === 'string') return err.code;
   if (err.name === 'TimeoutError' || err.name === 'AbortError') return 'the follower did not answer in time';

@@ -26,3 +26,13 @@ export async function logDestination(format: string | undefined): Promise<NodeJS
     return undefined; // not installed (a production install): JSON lines
   }
 }
+
+/**
+ * What is logged of a fault (as `error`, not `err`, whose serializer would name its type Object): its type, message,
+ * code and stack. Not the error itself: pino would write its every property, and one may hold headers or secrets.
+ */
+export function describedFault(fault: unknown): Record<string, unknown> {
+  if (!(fault instanceof Error)) return { type: typeof fault, message: String(fault).slice(0, 500) };
+  const code = (fault as { code?: unknown }).code;
+  return { type: fault.name, message: fault.message, ...(typeof code === 'string' ? { code } : {}), stack: fault.stack };
+}

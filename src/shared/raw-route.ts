@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { Readable, pipeline } from 'node:stream';
 import { ApiError } from './errors.ts';
-import type { Logger } from './log.ts';
+import { describedFault, type Logger } from './log.ts';
 import { LIBSQL_ERROR_TYPE, libsqlErrorBody } from './libsql-errors.ts';
 import { observeRequest } from './metrics.ts';
 import { answeredBeforeBody, collectBody, declaresBody } from './body-budget.ts';
@@ -145,6 +145,16 @@ export function serveRaw(router: RawRouter | undefined, serving: RawServing, req
     logAccess(serving.logger, requestId, req.method, req.url, reply.status, performance.now() - started);
   };
   const fail = (err: unknown) => done(errorReply(err instanceof ApiError ? err : serving.toApiError(err, requestId)));
+  // Answering threw (a bug: a reply Node refuses to write): logged, and the client told at once rather than left waiting.
+  const broken = (err: unknown) => {
+    serving.logger.error({ reqId: requestId, error: describedFault(err) }, 'answering a request failed (a bug): the client got 500, or its connection was closed');
+    try {
+      if (res.headersSent) throw err;
+      sendRaw(res, requestId, errorReply(new ApiError('internal', 'internal error: this request\'s answer could not be written (the server logged it)')));
+    } catch {
+      res.destroy();
+    }
+  };
   let admitted: unknown;
   try {
     admitted = route.admit(req);
@@ -153,12 +163,12 @@ export function serveRaw(router: RawRouter | undefined, serving: RawServing, req
     return true;
   }
   if (route.bodyless) {
-    route.handle(req, NO_BODY, requestId, admitted).then(done, fail);
+    route.handle(req, NO_BODY, requestId, admitted).then(done, fail).catch(broken);
     return true;
   }
   collectBody(req, res, serving.bodyLimit, (body) => {
     if (body instanceof ApiError) return fail(body);
-    route.handle(req, body, requestId, admitted).then(done, fail);
+    route.handle(req, body, requestId, admitted).then(done, fail).catch(broken);
   });
   return true;
 }

@@ -26,6 +26,7 @@ const RESTART_REASONS = {
   temp_space: 'stopped: temporary files over DB_TEMP_MAX_BYTES',
   memory: 'stopped: a statement\'s memory over DB_MEMORY_MAX_BYTES',
   exited: 'exited by itself (a crash, or killed from outside)',
+  malformed: 'stopped: it sent a frame that cannot be read (a bug; its work in flight was handled as a crash\'s)',
 } as const;
 
 export interface ExecReply {
@@ -85,7 +86,7 @@ export class ExecutorPool {
       queueTargetMs: opts.queueTargetMs ?? 50,
       maxQueuedPerTenant,
       maxQueued: opts.maxQueued ?? 8192,
-      onRestart: (pid, stoppedFor) => opts.onRestart(pid, RESTART_REASONS[stoppedFor ?? 'exited']),
+      onRestart: (pid, { stoppedFor, detail }) => opts.onRestart(pid, `${RESTART_REASONS[stoppedFor ?? 'exited']}${detail === undefined ? '' : `: ${detail}`}`),
       onError: (e) => opts.onError?.(e),
     });
     this.lanes = new WriteLanes(this.scheduler, opts, { maxLane: maxQueuedPerTenant, timeoutMs });

@@ -1,7 +1,7 @@
 // The executor processes: DB_EXECUTORS of them kept free of slow statements, extra ones while some are stuck, a dead
 // or retired one replaced. Every callback here runs guarded: an error is reported, never thrown into the event loop.
 import type { ExecutorLimits } from './handles.ts';
-import { ExecutorProcess, type SizeLimit } from './process.ts';
+import { ExecutorProcess } from './process.ts';
 import type { RunawayPasses } from './runaways.ts';
 
 /** A statement running longer than this may be a long one: its process does not count as free. */
@@ -17,8 +17,8 @@ export interface ProcessSetOptions {
   /** Processes in all, slow ones included; those running a statement with a runaway pass come on top (runaways.ts). */
   maxProcesses: number;
   limits: ExecutorLimits;
-  /** A process died and is replaced; `stoppedFor` says why it was stopped, when it was on purpose. */
-  onRestart: (pid: number | undefined, stoppedFor: 'timeout' | SizeLimit | null) => void;
+  /** A process died and is replaced; `why` says why it was stopped, when it was on purpose (ExecutorProcess.replacedFor). */
+  onRestart: (pid: number | undefined, why: ExecutorProcess['replacedFor']) => void;
   onError: (e: unknown) => void;
   /** A process came or answered: work may go now. */
   onChange: () => void;
@@ -74,7 +74,7 @@ export class ProcessSet {
   private replace(dead: ExecutorProcess): void {
     const i = this.all.indexOf(dead);
     if (i === -1 || this.closing) return; // retired on purpose, or closing
-    this.opts.onRestart(dead.pid, dead.stoppedFor);
+    this.opts.onRestart(dead.pid, dead.replacedFor);
     this.all.splice(i, 1);
     this.opts.passes.drop(dead);
     const now = performance.now();

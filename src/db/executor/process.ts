@@ -89,6 +89,8 @@ export class ExecutorProcess {
   private headStartedAt = 0;
   /** Why this process was stopped on purpose, if it was: the reason its running message was lost. */
   private killedFor: 'timeout' | SizeLimit | null = null;
+  /** What was wrong with the frame it was stopped for sending (a bug in the child), if it was. */
+  private malformed: string | null = null;
   private readonly limits: ExecutorLimits;
   private readonly tempSpace: TempSpaceMeter | null;
   private readonly memory: MemoryMeter | null;
@@ -139,7 +141,12 @@ export class ExecutorProcess {
     this.tempSpace = limits.tempMaxBytes === undefined || this.child.pid === undefined ? null : new TempSpaceMeter(this.child.pid, limits.tempMaxBytes);
     this.memory = limits.memoryMaxBytes === undefined || this.child.pid === undefined ? null : new MemoryMeter(this.child.pid, limits.memoryMaxBytes);
     this.channel.on('data', (chunk: Buffer) => {
-      const frames = this.decoder.push(chunk);
+      let frames: Frame[];
+      try {
+        frames = this.decoder.push(chunk);
+      } catch (e) {
+        return this.killForMalformed(e); // thrown from this handler, it was an uncaught exception: every org's server exited
+      }
       for (const frame of frames) this.settle(frame);
       if (frames.length) this.onReply();
     });
@@ -260,6 +267,22 @@ export class ExecutorProcess {
     if (!this.alive || this.killedFor !== null) return;
     this.killedFor = 'timeout';
     this.child.kill('SIGKILL');
+  }
+
+  /**
+   * The child sent a frame that cannot be read: nothing more from it can be trusted. Stopped as if it crashed: its
+   * running message is lost as a crash's is (a read runs again, a write is probed), the rest run elsewhere.
+   */
+  private killForMalformed(e: unknown): void {
+    if (this.malformed !== null) return;
+    this.malformed = e instanceof Error ? e.message.slice(0, 200) : String(e).slice(0, 200);
+    this.channel.destroy(); // its 'close' rejects what was in flight (die)
+    this.child.kill('SIGKILL');
+  }
+
+  /** Why it was replaced, for the log: stopped for a limit, for a malformed frame, or null (it exited by itself). */
+  get replacedFor(): { stoppedFor: 'timeout' | SizeLimit | 'malformed' | null; detail?: string } {
+    return this.malformed === null ? { stoppedFor: this.killedFor } : { stoppedFor: 'malformed', detail: this.malformed };
   }
 
   /**

@@ -156,16 +156,16 @@ export class WriteLanes {
     while (lane.queue.length > 0) {
       const items = this.take(lane);
       const startedAt = performance.now();
-      if (!items[0]!.task) this.unsettled.delete(path); // a re-probe or upkeep does not use the file as the database's
-      if (items[0]!.task) await items[0]!.task();
-      else if (items[0]!.op === 'hold') {
-        lane.heldSince = startedAt;
-        lane.holds++;
-        for (const waiting of lane.queue) this.waitBehindHold(lane, waiting);
-        await this.hold(path, lane, items[0]!);
+      try {
+        await this.runItems(path, lane, items, startedAt);
+      } catch (e) {
+        // A bug (a callback of the pool's that threw): its requests are answered, and the lane goes on. Rejected out of
+        // this unawaited loop, it left them unanswered and the lane busy for good: every later write there waited for ever.
         lane.heldSince = null;
+        this.opts.onError?.(e);
+        const fault = new ApiError('internal', 'an internal error stopped this write (the server logged it); whether it committed is unknown: read the data back before retrying', { committed: null });
+        for (const it of items) it.reject(fault); // those already answered keep their answer
       }
-      else await this.runGroup(path, lane, items, items.length > 1);
       // Every write still here waited for this group (or transaction): that time is not held against its allowance.
       // (Only those that came during the group were credited: one queued behind two groups was refused after the second.)
       const end = performance.now();
@@ -175,7 +175,20 @@ export class WriteLanes {
     this.lanes.delete(path);
   }
 
+  /** Runs what `take` took: a background task, an interactive transaction's hold, or a group of writes. */
+  private async runItems(path: string, lane: Lane, items: WriteItem[], startedAt: number): Promise<void> {
+    if (!items[0]!.task) this.unsettled.delete(path); // a re-probe or upkeep does not use the file as the database's
+    if (items[0]!.task) return items[0]!.task();
+    if (items[0]!.op !== 'hold') return this.runGroup(path, lane, items, items.length > 1);
+    lane.heldSince = startedAt;
+    lane.holds++;
+    for (const waiting of lane.queue) this.waitBehindHold(lane, waiting);
+    await this.hold(path, lane, items[0]!);
+    lane.heldSince = null;
+  }
+
   private async runGroup(path: string, lane: Lane, items: WriteItem[], splittable: boolean): Promise<void> {
+    const floor = this.opts.floor(lane.scope); // before the creation is counted: a throw here leaves none to let go
     let release: (() => void) | null = null;
     try {
       release = this.opts.beforeCreate(lane.scope, path);
@@ -185,7 +198,7 @@ export class WriteLanes {
     }
     const token = randomBytes(12).toString('base64url');
     const header = {
-      op: items[0]!.op, path, create: release !== null, scope: lane.scope, floor: this.opts.floor(lane.scope), token,
+      op: items[0]!.op, path, create: release !== null, scope: lane.scope, floor, token,
       lens: items.map((it) => it.body.length),
     };
     const now = performance.now();
