@@ -1,0 +1,50 @@
+// Attack round 11: work one tenant's request puts on the main event loop (every org's requests wait behind it), far
+// beyond what reading its body costs. A quiet org's status is timed back to back while the crafted request runs.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
+import { spawnProduct, tempDir, testEnv, type HttpResult, type SpawnedProduct } from './helpers/product.ts';
+import { rawDb, whileQuietWaits as quietWaits } from './helpers/quiet-org.ts';
+
+// A process of its own: the test's own work (bodies of 30 MB) must not be what holds the loop measured.
+let p: SpawnedProduct;
+const dataDir = tempDir();
+before(async () => {
+  p = await spawnProduct(testEnv(dataDir, { DB_QUERY_TIMEOUT_MS: '10000' }));
+});
+after(() => {
+  p.killAll();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+const db = (op: string, body: Buffer): Promise<HttpResult> => rawDb(p.url, 'acme', 'web', op, body);
+const whileQuietWaits = <T>(attack: () => Promise<T>) => quietWaits(p.url, attack);
+
+const LIMIT_MS = 1000;
+
+test('JSON objects whose names all differ: 1.9 million named params (29 MB) held every org 3.1 s: parsed, checked and sent on', async () => {
+  const names = Array.from({ length: 1_900_000 }, (_, i) => `"a${i}":null`).join(',');
+  const { result, worstMs, tookMs } = await whileQuietWaits(() => db('query', Buffer.from(`{"sql":"SELECT :a0","params":{${names}}}`)));
+  assert.equal(result.status, 413, result.text.slice(0, 300));
+  assert.equal(result.json.error.code, 'payload_too_large');
+  assert.equal(result.json.error.message, 'the JSON body\'s objects use more than 1,000 different names and hold more than 100,000 objects, arrays and members in all; send it in parts');
+  assert.ok(worstMs < LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms)`);
+});
+
+test('JSON objects whose names all differ: a libSQL pipeline of 950,000 arguments with names of their own (30 MB) held every org 2.2 s in JSON.parse', async () => {
+  const args = Array.from({ length: 950_000 }, (_, i) => `{"type":"null","x${i}":0}`).join(',');
+  const body = Buffer.from(`{"requests":[{"type":"execute","stmt":{"sql":"SELECT 1","args":[${args}]}}]}`);
+  const { result, worstMs, tookMs } = await whileQuietWaits(() => db('v2/pipeline', body));
+  assert.equal(result.status, 413, result.text.slice(0, 300));
+  assert.match(result.json.error.message, /^the JSON body's objects use more than 1,000 different names/);
+  assert.ok(worstMs < LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms)`);
+});
+
+test('what clients send still passes: 32,766 named params (SQLite\'s most), and 1.9 million arguments of a few names', async () => {
+  const names = Array.from({ length: 32_766 }, (_, i) => `"a${i}":${i}`).join(',');
+  const named = await db('query', Buffer.from(`{"sql":"SELECT :a0 + :a32765 AS s","params":{${names}}}`));
+  assert.equal(named.status, 404, named.text.slice(0, 300)); // parsed and checked: no such database (a read makes none)
+  const args = `{"type":"null"},`.repeat(1_900_000);
+  const pipeline = await db('v2/pipeline', Buffer.from(`{"requests":[{"type":"execute","stmt":{"sql":"SELECT 1","args":[${args}{"type":"integer","value":"1"}]}}]}`));
+  assert.equal(pipeline.status, 200, pipeline.text.slice(0, 300));
+});
