@@ -48,3 +48,28 @@ test('what clients send still passes: 32,766 named params (SQLite\'s most), and 
   const pipeline = await db('v2/pipeline', Buffer.from(`{"requests":[{"type":"execute","stmt":{"sql":"SELECT 1","args":[${args}{"type":"integer","value":"1"}]}}]}`));
   assert.equal(pipeline.status, 200, pipeline.text.slice(0, 300));
 });
+
+/** A 200-byte statement whose rows come to about 15 MB: 400,000 of one integer. */
+const ROWS_SQL = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 400000) SELECT x FROM c';
+
+/** How long a quiet org waits while the same rows go out as one libSQL `execute`, passed on as the executor wrote them. */
+async function rowsFloorMs(): Promise<number> {
+  const body = Buffer.from(JSON.stringify({ requests: [{ type: 'execute', stmt: { sql: ROWS_SQL } }, { type: 'close' }] }));
+  const { result, worstMs } = await whileQuietWaits(() => db('v2/pipeline', body));
+  assert.equal(result.status, 200, result.text.slice(0, 300));
+  return worstMs;
+}
+
+test('a libSQL v3/cursor batch of 15 MB of rows: parsed twice and written again row by row, held every org 0.7 s more than the same rows of one execute, for a 200-byte request', async () => {
+  const floor = await rowsFloorMs();
+  const body = Buffer.from(JSON.stringify({ baton: null, batch: { steps: [{ stmt: { sql: ROWS_SQL } }, { condition: { type: 'ok', step: 0 }, stmt: { sql: "SELECT -0.0 AS z, 'a\"],[b' AS t" } }] } }));
+  const { result, worstMs, tookMs } = await whileQuietWaits(() => db('v3/cursor', body));
+  assert.equal(result.status, 200, result.text.slice(0, 300));
+  const lines = result.text.split('\n');
+  assert.equal(lines.length, 1 + (2 + 400_000) + 3 + 1, 'baton, each step\'s begin, rows and end, a last newline');
+  assert.deepEqual(JSON.parse(lines[1]!), { type: 'step_begin', step: 0, cols: [{ name: 'x', decltype: null }] });
+  assert.equal(lines[400_001], '{"type":"row","row":[{"type":"integer","value":"400000"}]}');
+  assert.deepEqual(JSON.parse(lines[400_002]!), { type: 'step_end', affected_row_count: 0, last_insert_rowid: null });
+  assert.equal(lines[400_004], '{"type":"row","row":[{"type":"float","value":-0.0},{"type":"text","value":"a\\"],[b"}]}', 'a -0.0 and a text holding JSON\'s punctuation pass as they were');
+  assert.ok(worstMs < floor + 400, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms; ${Math.round(floor)} ms for the rows of one execute)`);
+});

@@ -243,7 +243,7 @@ export function jsonTooComplex(text: string): 'deep' | 'many' | 'named' | null {
     const c = text.charCodeAt(i);
     if (c === 34) {
       last = i;
-      do i = text.indexOf('"', i + 1); while (i !== -1 && escapedAt(text, i));
+      i = jsonStringEnd(text, i);
       if (i === -1) return null; // an unterminated string: JSON.parse says it is malformed
       lastEnd = i;
     } else if (c === 91 || c === 123) {
@@ -257,6 +257,12 @@ export function jsonTooComplex(text: string): 'deep' | 'many' | 'named' | null {
     }
   }
   return null;
+}
+
+/** The index of the `"` that closes the JSON string opening at `i`, or -1 when it is not closed. */
+export function jsonStringEnd(text: string, i: number): number {
+  do i = text.indexOf('"', i + 1); while (i !== -1 && escapedAt(text, i));
+  return i;
 }
 
 /** Whether the `"` at `i` is escaped: an odd run of `\` before it (each run is read once: the next `"` is past it). */

@@ -9,6 +9,7 @@ import { type BatchStep, blockAutocommit, checkConditions, evaluate, headOf, REA
 import type { LaneHold } from '../executor/pool.ts';
 import type { StreamState } from './streams.ts';
 import { StreamTx, type TxQuota } from './transaction.ts';
+import { batchText } from './result-text.ts';
 import { type HranaStmt, onlyResult, RawResult, resultsOf, type StmtResult, toParams } from './values.ts';
 
 export interface Statement { sql: string; params?: unknown[] | Record<string, unknown> }
@@ -118,7 +119,8 @@ export class Pipeline {
         const response = await this.request(r, `requests[${i}]`);
         if (response.type === 'close') closed = true;
         // A result the executor rendered goes out as it came (the hot path of every @libsql/client execute).
-        results.push(response.result instanceof RawResult ? `{"type":"ok","response":{"type":"execute","result":${response.result.text}}}` : JSON.stringify({ type: 'ok', response }));
+        if (typeof response.text === 'string') results.push(response.text); // a batch's answer, made as text
+        else results.push(response.result instanceof RawResult ? `{"type":"ok","response":{"type":"execute","result":${response.result.text}}}` : JSON.stringify({ type: 'ok', response }));
       } catch (e) {
         results.push(JSON.stringify({ type: 'error', error: this.failure(e) }));
       }
@@ -133,8 +135,8 @@ export class Pipeline {
         this.stream.tx?.abandon('its stream was closed');
         this.stream.tx = null;
         return { type: 'close' };
-      case 'execute': return { type: 'execute', result: await this.execute(req.stmt as HranaStmt, `${where}.stmt`, true) };
-      case 'batch': return { type: 'batch', result: await this.batch(req.batch as { steps?: unknown }, `${where}.batch`) };
+      case 'execute': return { type: 'execute', result: await this.execute(req.stmt as HranaStmt, `${where}.stmt`) };
+      case 'batch': return { type: 'batch', text: await this.batch(req.batch as { steps?: unknown }, `${where}.batch`) };
       case 'sequence':
         await this.sequence(this.sqlOf(req as HranaStmt, where), where);
         return { type: 'sequence' };
@@ -194,8 +196,8 @@ export class Pipeline {
     return params === undefined ? { sql: this.sqlOf(stmt, where) } : { sql: this.sqlOf(stmt, where), params };
   }
 
-  /** One statement on its own (autocommit); `raw`: its result may stay the executor's text. */
-  private async execute(stmt: HranaStmt, where: string, raw = false): Promise<StmtResult | RawResult> {
+  /** One statement on its own (autocommit); its result stays the executor's text where it can. */
+  private async execute(stmt: HranaStmt, where: string): Promise<StmtResult | RawResult> {
     const s = this.statement(stmt, where);
     const head = headOf(s.sql);
     if (FOREIGN_KEYS_PRAGMA.test(head)) {
@@ -215,7 +217,7 @@ export class Pipeline {
       return stmt.want_rows === false ? { ...result, rows: [] } : result;
     }
     const reply = await this.runAs(READ_ONLY.test(head) ? 'read' : 'write', [s]);
-    return (raw && stmt.want_rows !== false ? onlyResult(reply) : null) ?? resultsOf(reply, [stmt])[0]!;
+    return (stmt.want_rows !== false ? onlyResult(reply) : null) ?? resultsOf(reply, [stmt])[0]!;
   }
 
   /** BEGIN, COMMIT and ROLLBACK of an interactive transaction; savepoints inside one (nested ORM transactions). */
@@ -282,7 +284,8 @@ export class Pipeline {
     }
   }
 
-  private async batch(batch: { steps?: unknown }, where: string): Promise<{ step_results: (StmtResult | null)[]; step_errors: (HranaError | null)[] }> {
+  /** The pipeline's ok answer to the batch, as text: its steps' results are passed on as the executor wrote them. */
+  private async batch(batch: { steps?: unknown }, where: string): Promise<string> {
     if (!Array.isArray(batch?.steps)) throw new ApiError('invalid_request', `${where}.steps must be an array`);
     const steps = batch.steps as BatchStep[];
     checkConditions(steps);
@@ -294,10 +297,10 @@ export class Pipeline {
     if (counted > this.backend.maxStatements) throw tooManySteps(this.backend.maxStatements, counted);
     const block = transactionBlock(heads, steps, TRANSACTION);
     if (block && this.stream.tx) throw new ApiError('sql_error', 'cannot start a transaction within a transaction');
-    const results: (StmtResult | null)[] = steps.map(() => null);
+    const results: (StmtResult | RawResult | null)[] = steps.map(() => null);
     const errors: (HranaError | null)[] = steps.map(() => null);
     // The statements between BEGIN and COMMIT, run as one request ahead of the evaluation that reports them.
-    const inBlock = new Map<number, { result?: StmtResult; error?: HranaError }>();
+    const inBlock = new Map<number, { result?: StmtResult | RawResult; error?: HranaError }>();
     if (block) {
       const indexes = Array.from({ length: block.commit - block.begin - 1 }, (_, k) => block.begin + 1 + k);
       try {
@@ -327,13 +330,13 @@ export class Pipeline {
         return 'ok';
       }
       try {
-        results[i] = (await this.execute(steps[i]!.stmt, `${where}.steps[${i}].stmt`)) as StmtResult;
+        results[i] = await this.execute(steps[i]!.stmt, `${where}.steps[${i}].stmt`);
         return 'ok';
       } catch (e) {
         errors[i] = this.failure(e);
         return 'error';
       }
     });
-    return { step_results: results, step_errors: errors };
+    return batchText(results.map((r) => (r === null ? 'null' : r instanceof RawResult ? r.text : JSON.stringify(r))), errors);
   }
 }

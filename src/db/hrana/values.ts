@@ -3,6 +3,7 @@
 // executor in Hrana's own shape (executor/hrana-result.ts) and pass through here as text where they can.
 import { ApiError } from '../../shared/errors.ts';
 import { isNegZero, NEG_ZERO, notFinite, parseKeepingNegZero } from '../values.ts';
+import { arrayItems, slices, withoutRows } from './result-text.ts';
 
 export type HranaValue =
   | { type: 'null' }
@@ -98,8 +99,18 @@ export function onlyResult(reply: string): RawResult | null {
   return reply.startsWith(RESULTS) && end > RESULTS.length ? new RawResult(reply.slice(RESULTS.length, end)) : null;
 }
 
-/** The results of an executor reply, each a StmtResult already (the executor renders them, hrana-result.ts). */
-export function resultsOf(reply: string, steps: { want_rows?: boolean }[]): StmtResult[] {
-  const results = (parseKeepingNegZero(reply) as { results: StmtResult[] }).results;
-  return results.map((r, i) => (steps[i]?.want_rows === false ? { ...r, rows: [] } : r));
+/**
+ * The results of an executor reply `{"results":[R…],"version":N}`, each as its text, cut apart without parsing its
+ * rows (a step with `want_rows: false` without them); a reply of another shape is parsed.
+ */
+export function resultsOf(reply: string, steps: { want_rows?: boolean }[]): (StmtResult | RawResult)[] {
+  const items = reply.startsWith(RESULTS) ? arrayItems(reply, RESULTS.length - 1) : null;
+  if (!items) {
+    const results = (parseKeepingNegZero(reply) as { results: StmtResult[] }).results;
+    return results.map((r, i) => (steps[i]?.want_rows === false ? { ...r, rows: [] } : r));
+  }
+  return slices(reply, items.bounds).map((text, i) => {
+    const kept = steps[i]?.want_rows === false ? withoutRows(text) : text;
+    return kept === null ? { ...(parseKeepingNegZero(text) as StmtResult), rows: [] } : new RawResult(kept);
+  });
 }
