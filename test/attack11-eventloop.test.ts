@@ -73,3 +73,20 @@ test('a libSQL v3/cursor batch of 15 MB of rows: parsed twice and written again 
   assert.equal(lines[400_004], '{"type":"row","row":[{"type":"float","value":-0.0},{"type":"text","value":"a\\"],[b"}]}', 'a -0.0 and a text holding JSON\'s punctuation pass as they were');
   assert.ok(worstMs < floor + 400, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms; ${Math.round(floor)} ms for the rows of one execute)`);
 });
+
+test('the same v3/cursor batch inside an interactive transaction: each statement\'s result was parsed, then written again', async () => {
+  const floor = await rowsFloorMs();
+  const begin = await db('v2/pipeline', Buffer.from(JSON.stringify({ requests: [{ type: 'execute', stmt: { sql: 'BEGIN' } }] })));
+  assert.equal(begin.status, 200, begin.text.slice(0, 300));
+  assert.equal(begin.json.results[0].type, 'ok', begin.text.slice(0, 300));
+  const body = Buffer.from(JSON.stringify({ baton: begin.json.baton, batch: { steps: [{ stmt: { sql: ROWS_SQL } }, { stmt: { sql: "SELECT -0.0 AS z, 'a\"],[b' AS t", want_rows: false } }] } }));
+  const { result, worstMs, tookMs } = await whileQuietWaits(() => db('v3/cursor', body));
+  assert.equal(result.status, 200, result.text.slice(0, 300));
+  const lines = result.text.split('\n');
+  assert.equal(lines.length, 1 + (2 + 400_000) + 2 + 1, 'the second step\'s rows were not wanted');
+  assert.equal(lines[400_001], '{"type":"row","row":[{"type":"integer","value":"400000"}]}');
+  assert.deepEqual(JSON.parse(lines[400_003]!), { type: 'step_begin', step: 1, cols: [{ name: 'z', decltype: null }, { name: 't', decltype: null }] });
+  const rollback = await db('v2/pipeline', Buffer.from(JSON.stringify({ baton: JSON.parse(lines[0]!).baton, requests: [{ type: 'execute', stmt: { sql: 'ROLLBACK' } }, { type: 'close' }] })));
+  assert.equal(rollback.json.results[0].type, 'ok', rollback.text.slice(0, 300));
+  assert.ok(worstMs < floor + 250, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms; ${Math.round(floor)} ms for the rows of one execute)`);
+});

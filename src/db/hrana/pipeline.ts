@@ -209,12 +209,12 @@ export class Pipeline {
     if (tx) {
       this.checkAllowance();
       // SQLite rolled it back under this statement: the stream is in autocommit again, as a connection is.
-      const { result, bytes } = await tx.exec(s, this.resultBytesLeft).catch((e: unknown) => {
+      const { result, bytes } = await tx.exec(s, this.resultBytesLeft, stmt.want_rows).catch((e: unknown) => {
         if (tx.sqliteEnded && this.stream.tx === tx) this.stream.tx = null;
         throw e;
       });
       this.resultBytesLeft -= bytes; // the executor's reply in bytes, as runAs charges its own
-      return stmt.want_rows === false ? { ...result, rows: [] } : result;
+      return result;
     }
     const reply = await this.runAs(READ_ONLY.test(head) ? 'read' : 'write', [s]);
     return (stmt.want_rows !== false ? onlyResult(reply) : null) ?? resultsOf(reply, [stmt])[0]!;
