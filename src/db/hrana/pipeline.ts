@@ -4,7 +4,7 @@
 // @libsql/client's batch() and migrate() send) runs as ONE write request: one transaction, one version.
 import { ApiError } from '../../shared/errors.ts';
 import { turnsForeignKeysOff } from '../executor/foreign-keys.ts';
-import { blankEnd, splitStatements } from '../statement-end.ts';
+import { splitStatements, statementSpans } from '../statement-end.ts';
 import { type BatchStep, blockAutocommit, checkConditions, evaluate, headOf, READ_ONLY_BEGIN, transactionBlock } from './batch.ts';
 import type { LaneHold } from '../executor/pool.ts';
 import type { StreamState } from './streams.ts';
@@ -53,6 +53,8 @@ interface HranaError { message: string; code: string }
  */
 const READ_ONLY = /^\s*(SELECT|VALUES|EXPLAIN|WITH\b(?![\s\S]*\b(INSERT|UPDATE|DELETE|REPLACE)\b))|^\s*PRAGMA(?=\s)(?!\s+(?:"?main"?\s*\.\s*)?"?(?:defer_)?foreign_keys\b)[^=]*$/i;
 const TRANSACTION = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
+/** TRANSACTION read in place, at a statement's first word (`lastIndex`). */
+const TRANSACTION_AT = /(?:BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/iy;
 /** `PRAGMA foreign_keys` around a migration (what @libsql/client's migrate() sends): the stream's setting, as a connection's. */
 const FOREIGN_KEYS_PRAGMA = /^\s*PRAGMA\s+(?:"?main"?\s*\.\s*)?"?foreign_keys"?\s*=\s*(['"]?)(?:on|off|0|1|true|false|yes|no)\1[\s;]*$/i;
 
@@ -160,18 +162,28 @@ export class Pipeline {
 
   /** executeMultiple's text: one write request, or statement by statement on the stream where a transaction is open or begins. */
   private async sequence(text: string, where: string): Promise<void> {
-    const { statements, rest } = splitStatements(text);
-    const all = rest ? [...statements, rest] : statements;
-    if (all.length === 0) return;
+    // Read in place first: 3 million statements were each copied (and looked through) before they were refused.
+    let count = 0;
+    let control = false;
+    for (const s of statementSpans(text)) {
+      count++;
+      TRANSACTION_AT.lastIndex = s.start;
+      control ||= TRANSACTION_AT.test(text);
+    }
+    if (count === 0) return;
     // As a request of its own, it would wait behind the stream's own transaction (and commit apart from it).
-    if (this.stream.tx || all.some((sql) => TRANSACTION.test(sql.slice(blankEnd(sql, 0, false))))) {
-      for (const sql of all) {
+    if (this.stream.tx || control) {
+      for (const s of statementSpans(text)) {
         await this.giveTurn();
-        await this.execute({ sql }, where);
+        await this.execute({ sql: text.slice(s.at, s.end).trim() }, where);
       }
       return;
     }
-    await this.runAs('write', all.map((sql) => ({ sql }))); // with the stream's PRAGMA foreign_keys, as its other writes
+    if (count > this.backend.maxStatements) {
+      throw new ApiError('payload_too_large', `${where}: a sequence outside a transaction runs as one write of at most ${this.backend.maxStatements} statements (DB_MAX_STATEMENTS), got ${count}; nothing of it ran`);
+    }
+    const { statements, rest } = splitStatements(text);
+    await this.runAs('write', (rest ? [...statements, rest] : statements).map((sql) => ({ sql }))); // with the stream's PRAGMA foreign_keys, as its other writes
   }
 
   /** The statement's text; a stored one is charged each time it is read (a batch reads its steps twice). */
