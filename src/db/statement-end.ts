@@ -201,13 +201,28 @@ export function terminated(sql: string): string {
   return `${sql};`;
 }
 
+/**
+ * Each statement of a text, read in place: from `at` (the blanks before it included) or `start` (past them) to `end`
+ * (through its `;`); `done`: false for the unfinished rest at the end. Nothing is copied.
+ */
+export function* statementSpans(sql: string): Generator<{ at: number; start: number; end: number; done: boolean }> {
+  let at = 0;
+  for (let end = terminatedEnd(sql, at); end !== null; end = terminatedEnd(sql, at)) {
+    const start = blankEnd(sql, at, true, end);
+    if (start < end) yield { at, start, end, done: true };
+    at = end;
+  }
+  const start = blankEnd(sql, at);
+  if (start < sql.length) yield { at, start, end: sql.length, done: false };
+}
+
 /** The complete (`;`-ended) statements of a text, and the unfinished rest (the CLI's --file and shell). */
 export function splitStatements(sql: string): { statements: string[]; rest: string } {
   const statements: string[] = [];
-  let at = 0;
-  for (let end = terminatedEnd(sql, at); end !== null; end = terminatedEnd(sql, at)) {
-    if (blankEnd(sql, at, true, end) < end) statements.push(sql.slice(at, end).trim());
-    at = end;
+  let rest = '';
+  for (const s of statementSpans(sql)) {
+    if (s.done) statements.push(sql.slice(s.at, s.end).trim());
+    else rest = sql.slice(s.at).trim();
   }
-  return { statements, rest: blankEnd(sql, at) === sql.length ? '' : sql.slice(at).trim() };
+  return { statements, rest };
 }

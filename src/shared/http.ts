@@ -175,6 +175,7 @@ export function parseJsonObject(body: unknown): Record<string, unknown> {
   const shape = jsonTooComplex(text);
   if (shape === 'deep') throw new ApiError('invalid_request', `the JSON body nests deeper than ${MAX_JSON_DEPTH} levels`);
   if (shape === 'many') throw new ApiError('payload_too_large', `the JSON body holds more than ${MAX_JSON_CONTAINERS.toLocaleString('en-US')} objects and arrays; send it in parts`);
+  if (shape === 'named') throw new ApiError('payload_too_large', `the JSON body's objects use more than ${MAX_JSON_NAMES.toLocaleString('en-US')} different names and hold more than ${MAX_JSON_NAMED_ITEMS.toLocaleString('en-US')} objects, arrays and members in all; send it in parts`);
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -217,26 +218,51 @@ export const MAX_JSON_DEPTH = 64;
 export const MAX_JSON_CONTAINERS = 2_000_000;
 
 /**
- * What makes a JSON text too costly to parse, read before JSON.parse on the loop every org shares: nesting deeper
- * than MAX_JSON_DEPTH ('deep': 16 million `[` held the loop 7 s before a walk refused them), or more than
- * MAX_JSON_CONTAINERS objects and arrays ('many'). Strings are skipped whole.
+ * Names of object members past which a body may hold only MAX_JSON_NAMED_ITEMS objects, arrays and members. JSON.parse
+ * of objects whose names vary costs V8 a new shape each: 1.9 million named params in one object (29 MB) or 950,000
+ * objects with a name of their own held every org's requests 3-5 s (attack round 11). A client's bodies use a few
+ * names (Hrana's `type`, `value`; a table's columns) many times, or many names (SQLite binds at most 32,766) once.
  */
-export function jsonTooComplex(text: string): 'deep' | 'many' | null {
+export const MAX_JSON_NAMES = 1_000;
+export const MAX_JSON_NAMED_ITEMS = 100_000;
+
+/**
+ * What makes a JSON text too costly to parse, read before JSON.parse on the loop every org shares: nesting deeper
+ * than MAX_JSON_DEPTH ('deep': 16 million `[` held the loop 7 s before a walk refused them), more than
+ * MAX_JSON_CONTAINERS objects and arrays ('many'), or more than MAX_JSON_NAMES names with more than
+ * MAX_JSON_NAMED_ITEMS objects, arrays and members ('named'). Strings are skipped whole.
+ */
+export function jsonTooComplex(text: string): 'deep' | 'many' | 'named' | null {
   let depth = 0;
   let containers = 0;
+  let members = 0;
+  const names = new Set<string>();
+  let last = 0; // the last string, from its opening to its closing quote: a `:` follows a member's name
+  let lastEnd = 0;
   for (let i = 0, n = text.length; i < n; i++) {
     const c = text.charCodeAt(i);
     if (c === 34) {
-      do i = text.indexOf('"', i + 1); while (i !== -1 && escapedAt(text, i));
+      last = i;
+      i = jsonStringEnd(text, i);
       if (i === -1) return null; // an unterminated string: JSON.parse says it is malformed
+      lastEnd = i;
     } else if (c === 91 || c === 123) {
       if (++depth > MAX_JSON_DEPTH) return 'deep';
       if (++containers > MAX_JSON_CONTAINERS) return 'many';
     } else if (c === 93 || c === 125) {
       depth--;
+    } else if (c === 58) {
+      if (names.size <= MAX_JSON_NAMES) names.add(text.slice(last, lastEnd + 1)); // counted only up to too many
+      if (++members + containers > MAX_JSON_NAMED_ITEMS && names.size > MAX_JSON_NAMES) return 'named';
     }
   }
   return null;
+}
+
+/** The index of the `"` that closes the JSON string opening at `i`, or -1 when it is not closed. */
+export function jsonStringEnd(text: string, i: number): number {
+  do i = text.indexOf('"', i + 1); while (i !== -1 && escapedAt(text, i));
+  return i;
 }
 
 /** Whether the `"` at `i` is escaped: an odd run of `\` before it (each run is read once: the next `"` is past it). */

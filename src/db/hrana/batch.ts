@@ -27,6 +27,7 @@ export function headOf(sql: string): string {
   const start = blankEnd(sql, 0, false);
   const text = start === 0 ? sql : sql.slice(start);
   if (!CONTROL_WORD.test(text)) return text;
+  if (!MAY_HOLD_COMMENT.test(text)) return text.slice(0, trimmedEnd(text, text.length)); // no copy: most are short
   // Each comment becomes a space; strings and quoted names stay as written. Written into one array of UTF-16 code
   // units: a string or a piece per character, or per comment, held the event loop seconds for 30 MB of comments.
   const out = new Uint16Array(text.length);
@@ -46,6 +47,15 @@ export function headOf(sql: string): string {
   }
   while (o > 0 && (out[o - 1] === 59 || isSpace(out[o - 1]!))) o--; // `;` and spaces after it
   return Buffer.from(out.buffer, 0, 2 * o).toString('utf16le');
+}
+
+/** What may begin a comment or a quoted string or name: a text without any is read as it is. */
+const MAY_HOLD_COMMENT = /[-/'"`[]/;
+
+/** The end of `text` before its trailing `;`s and spaces, from `end` back. */
+function trimmedEnd(text: string, end: number): number {
+  while (end > 0 && (text.charCodeAt(end - 1) === 59 || isSpace(text.charCodeAt(end - 1)))) end--;
+  return end;
 }
 
 /** libSQL's read-only transaction (`transaction('read')`, `batch(…, 'read')` of @libsql/client). */

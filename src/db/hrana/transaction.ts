@@ -2,10 +2,10 @@
 // bounded by DB_QUEUE_TIMEOUT_MS) and opens a transaction on one executor process; COMMIT records it as one
 // version; ROLLBACK, an idle stream (DB_STREAM_IDLE_MS) or DB_TRANSACTION_MAX_MS ends it and lets the writes go.
 import { randomBytes } from 'node:crypto';
-import { ApiError, type ErrorCode } from '../../shared/errors.ts';
+import { ApiError } from '../../shared/errors.ts';
+import { replyError } from '../pipeline-backend.ts';
 import type { LaneHold } from '../executor/pool.ts';
-import type { StmtResult } from './values.ts';
-import { parseKeepingNegZero } from '../values.ts';
+import { type RawResult, resultsOf, type StmtResult } from './values.ts';
 import type { Statement } from './pipeline.ts';
 
 /** Interactive transactions open at once per repo (DB_MAX_TRANSACTIONS bounds them in all). */
@@ -86,10 +86,11 @@ export class StreamTx {
    */
   /** `maxResultBytes`: what is left of the pipeline's results allowance. */
   /** A statement after which SQLite had rolled the whole transaction back ends it: `sqliteEnded` then says so. */
-  async exec(statement: Statement, maxResultBytes?: number): Promise<{ result: StmtResult; bytes: number }> {
+  /** `wantRows`: false drops the rows from the result (HRANA's `want_rows`). */
+  async exec(statement: Statement, maxResultBytes?: number, wantRows?: boolean): Promise<{ result: StmtResult | RawResult; bytes: number }> {
     try {
       const { reply, bytes } = await this.send('tx.exec', Buffer.from(JSON.stringify(maxResultBytes === undefined ? statement : { ...statement, maxResultBytes })));
-      return { result: (reply.results as StmtResult[])[0]!, bytes }; // rendered by the executor (hrana-result.ts)
+      return { result: resultsOf(reply, [{ want_rows: wantRows }])[0]!, bytes }; // as the executor rendered it (hrana-result.ts), unparsed
     } catch (e) {
       if ((e as ApiError).details?.transactionEnded === true) {
         this.sqliteEnded = true;
@@ -101,7 +102,7 @@ export class StreamTx {
 
   /** HRANA_3_SPEC's DescribeResult of one statement, prepared on the transaction's connection (it sees its schema). */
   async describe(sql: string): Promise<Record<string, unknown>> {
-    return (await this.send('tx.exec', Buffer.from(JSON.stringify({ sql: '', describe: sql })))).reply;
+    return JSON.parse((await this.send('tx.exec', Buffer.from(JSON.stringify({ sql: '', describe: sql })))).reply) as Record<string, unknown>;
   }
 
   /** A COMMIT that failed with the transaction kept open (a deferred foreign key, as in SQLite) leaves it open here too. */
@@ -147,8 +148,8 @@ export class StreamTx {
     }
   }
 
-  /** The executor's reply, parsed, and its size in bytes. */
-  private async send(op: string, body?: Buffer): Promise<{ reply: Record<string, unknown>; bytes: number }> {
+  /** The executor's reply as text (an error reply: thrown, parsed), and its size in bytes. */
+  private async send(op: string, body?: Buffer): Promise<{ reply: string; bytes: number }> {
     if (this.ended) throw new ApiError('invalid_request', `the transaction is over: ${this.ended}`);
     let res;
     try {
@@ -157,8 +158,7 @@ export class StreamTx {
       this.finish('its executor stopped'); // the connection holding it is gone: nothing of it remains
       throw e;
     }
-    const parsed = parseKeepingNegZero(res.body.toString('utf8')) as Record<string, unknown> & { error?: { code: string; message: string; details?: Record<string, unknown> } };
-    if (res.status !== 200) throw new ApiError(parsed.error!.code as ErrorCode, parsed.error!.message, parsed.error!.details);
-    return { reply: parsed, bytes: res.body.length };
+    if (res.status !== 200) throw replyError(res.body);
+    return { reply: res.body.toString('utf8'), bytes: res.body.length };
   }
 }
