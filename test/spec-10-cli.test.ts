@@ -1,12 +1,14 @@
 // SPEC 10 from the outside: every command that talks to a running instance takes the repo in each of the forms SPEC
 // names (--org/--repo, --repo org/repo, a positional org/repo, the org from a *.localhost host in --url), --database
-// and an explicit --secret; --params as an array or an object. The `scopebase` command as a subprocess.
+// and an explicit --secret; --params as an array or an object; --json on every command that prints a result. The
+// `scopebase` command as a subprocess.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Product } from './helpers/product.ts';
+import { ENCRYPTION_KEY, type Product } from './helpers/product.ts';
 import { cliForFile } from './helpers/cli.ts';
+import { signInUser } from './helpers/session.ts';
 
 let p: Product;
 const { cli, work, port } = cliForFile('scopebase-spec10-', async (product) => {
@@ -72,4 +74,25 @@ test('the positional org/repo may come after the SQL or the file, as before it (
   const imported = await cli(['import', dump, 'acme/web', '--database', 'after', '--json']);
   assert.equal(imported.code, 0, imported.stderr);
   assert.deepEqual(JSON.parse((await cli(['query', 'acme/web', 'SELECT x FROM a', '--database', 'after', '--json'])).stdout).rows, [['file first']]);
+});
+
+test('secret takes the repo in the forms the other commands take, and --json; rotate-keys takes --json (both were usage errors)', async () => {
+  const want = { org: 'acme', repo: 'web', secret: p.secret('acme', 'web') };
+  for (const repo of [['acme/web'], ['--repo', 'acme/web'], ['--org', 'acme', '--repo', 'web'], ['--org', 'ACME', 'web']]) {
+    const printed = await cli(['secret', ...repo, '--json']);
+    assert.equal(printed.code, 0, `${repo.join(' ')}: ${printed.stderr}`);
+    assert.deepEqual(JSON.parse(printed.stdout), want, repo.join(' '));
+    assert.equal((await cli(['secret', ...repo])).stdout, `${want.secret}\n`, repo.join(' '));
+  }
+  const disagree = await cli(['secret', '--org', 'other', '--repo', 'acme/web', '--json']);
+  assert.equal(disagree.code, 2, disagree.stderr);
+  assert.equal(JSON.parse(disagree.stdout).error.code, 'usage');
+
+  const { userId } = await signInUser(p, 'acme', 'rotator');
+  const put = await p.call(`/web/_account/credentials/gh/token?user=${userId}`, { method: 'PUT', body: { value: 'v' }, headers: { authorization: `Bearer ${want.secret}` } });
+  assert.equal(put.status, 201, put.text);
+  const newKey = 'c'.repeat(64);
+  const rotated = await cli(['rotate-keys', '--json'], { DATA_DIR: p.dataDir, ACCOUNT_ENCRYPTION_KEYS: `${newKey},${ENCRYPTION_KEY}` });
+  assert.equal(rotated.code, 0, rotated.stderr);
+  assert.deepEqual(JSON.parse(rotated.stdout), { resealed: 1, current: 0, gone: 0, failed: 0, total: 1 });
 });
