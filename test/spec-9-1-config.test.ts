@@ -55,7 +55,7 @@ test('a malformed value of each variable of the table stops the start: exit 78, 
   const key = 'a'.repeat(64);
   const cases: [string, string, Record<string, string>?][] = [
     ['PORT', '80a'], ['PORT', '70000'], ['ADMIN_PORT', 'x'], ['BASE_DOMAIN', 'not a domain'], ['RUNTIME_ROOT_KEY', 'abc'],
-    ['RUNTIME_ROOT_KEY', 'z'.repeat(64)], ['DB_SYNC', 'off'], ['DB_SYNC', 'FULL'], ['DB_QUERY_TIMEOUT_MS', '5s'], ['DB_QUERY_TIMEOUT_MS', '0'],
+    ['RUNTIME_ROOT_KEY', 'z'.repeat(64)], ['RUNTIME_ROOT_KEY', 'a'.repeat(65)], ['DB_SYNC', 'off'], ['DB_SYNC', 'FULL'], ['DB_QUERY_TIMEOUT_MS', '5s'], ['DB_QUERY_TIMEOUT_MS', '0'],
     ['DB_MAX_STATEMENTS', '0'], ['DB_MAX_RESULT_BYTES', '16MiB'], ['DB_MAX_SIZE_BYTES', '1GB'], ['DB_MAX_DATABASES_PER_REPO', '-1'],
     ['DB_MIRRORS', '{"name": "m"}'], ['ACCOUNT_OIDC_ISSUER', 'not a url', { ACCOUNT_OIDC_CLIENT_ID: 'c' }], ['ACCOUNT_OIDC_CLIENT_ID', 'c'],
     ['ACCOUNT_GITHUB_CLIENT_SECRET', 's', { ACCOUNT_GITHUB_CLIENT_ID: '' }], ['ACCOUNT_GITHUB_CLIENT_ID', 'c'],
