@@ -96,3 +96,16 @@ test('secret takes the repo in the forms the other commands take, and --json; ro
   assert.equal(rotated.code, 0, rotated.stderr);
   assert.deepEqual(JSON.parse(rotated.stdout), { resealed: 1, current: 0, gone: 0, failed: 0, total: 1 });
 });
+
+test('a positional org/repo and a --repo that name different repos are a usage error (the --repo was ignored in silence)', async () => {
+  for (const cmd of [['query', 'acme/web', 'SELECT 1', '--database', 'notes'], ['status', 'acme/web'], ['secret', 'acme/web']]) {
+    const refused = await cli([...cmd, '--repo', 'acme/api', '--json']);
+    assert.equal(refused.code, 2, `${cmd[0]}: ${refused.stderr}`);
+    assert.equal(JSON.parse(refused.stdout).error.code, 'usage');
+    assert.match(refused.stderr, /acme\/web and --repo acme\/api name different repos: give the repo once/);
+    const agreeing = await cli([...cmd, '--repo', 'web', '--json']);
+    assert.equal(agreeing.code, 0, `${cmd[0]}: ${agreeing.stderr}`);
+  }
+  const fromEnv = await cli(['query', 'acme/web', 'SELECT 1', '--database', 'notes', '--json'], { SCOPEBASE_REPO: 'acme/api' });
+  assert.equal(fromEnv.code, 0, `SCOPEBASE_REPO is a default a positional overrides: ${fromEnv.stderr}`);
+});

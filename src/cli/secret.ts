@@ -17,9 +17,15 @@ export function parseRepoPath(value: string): { org: string; repo: string } {
   return { org, repo };
 }
 
+/** A positional repo and --repo, both given, must name the same one (either may leave the org out). */
+export function sameRepoTwice(positional: string, flag: string): void {
+  const [a, b] = [positional, flag].map((s) => lowerAscii(s).split('/'));
+  if (a!.at(-1) !== b!.at(-1) || (a!.length > 1 && b!.length > 1 && a![0] !== b![0])) throw usageError(`${positional} and --repo ${flag} name different repos: give the repo once`);
+}
+
 /** The repo as SPEC 10 lets a command name it: a positional or --repo `org/repo`, or --repo `repo` with --org. */
 export function namedRepo(positional: string | undefined, opts: { org?: string; repo?: string }): { org: string; repo: string } {
-  if (positional !== undefined && opts.repo !== undefined) throw usageError(`${positional} and --repo ${opts.repo} both name the repo: give it once`);
+  if (positional !== undefined && opts.repo !== undefined) sameRepoTwice(positional, opts.repo);
   const named = positional ?? opts.repo;
   if (named === undefined) throw usageError('name the repo: a positional acme/web, --repo acme/web, or --org acme --repo web');
   if (!named.includes('/') && opts.org !== undefined) return parseRepoPath(`${opts.org}/${named}`);
