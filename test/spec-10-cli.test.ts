@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ENCRYPTION_KEY, type Product } from './helpers/product.ts';
-import { cliForFile } from './helpers/cli.ts';
+import { cliForFile, failedInOneLine, oneLine } from './helpers/cli.ts';
 import { signInUser } from './helpers/session.ts';
 
 let p: Product;
@@ -108,4 +108,26 @@ test('a positional org/repo and a --repo that name different repos are a usage e
   }
   const fromEnv = await cli(['query', 'acme/web', 'SELECT 1', '--database', 'notes', '--json'], { SCOPEBASE_REPO: 'acme/api' });
   assert.equal(fromEnv.code, 0, `SCOPEBASE_REPO is a default a positional overrides: ${fromEnv.stderr}`);
+});
+
+test('a migrate that fails prints one line, as every ordinary failure (its notes on skipped and read files came first)', async () => {
+  const dir = join(work, 'failing');
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'README.md'), 'not a migration');
+  writeFileSync(join(dir, '0001_ok.sql'), 'CREATE TABLE ok(x);\n');
+  writeFileSync(join(dir, '0002_bad.sql'), 'CREATE TABL bad(x);\n');
+  failedInOneLine(await cli(['migrate', dir, 'acme/web', '--database', 'failing']), /^scopebase: .*400 sql_error: 0002_bad\.sql: near "TABL": syntax error/);
+  const unreachable = await cli(['migrate', dir, 'acme/web', '--url', 'http://127.0.0.1:1']);
+  assert.equal(unreachable.code, 3);
+  oneLine(unreachable, /^scopebase: cannot reach http:\/\/127\.0\.0\.1:1/);
+  const none = join(work, 'no-migrations');
+  mkdirSync(none, { recursive: true });
+  writeFileSync(join(none, 'notes.md'), 'x');
+  const empty = await cli(['migrate', none, 'acme/web']);
+  assert.equal(empty.code, 2);
+  oneLine(empty, /^scopebase: no migration files in .*: name them NNNN_name\.sql \(e\.g\. 0001_init\.sql\); skipped notes\.md: not a \.sql file$/);
+  writeFileSync(join(dir, '0002_bad.sql'), 'CREATE TABLE bad(x);\n');
+  const ok = await cli(['migrate', dir, 'acme/web', '--database', 'failing']);
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.equal(ok.stderr, `skipped README.md: not a .sql file\nread 2 migration files from ${dir}\n`, 'named once it went through');
 });
