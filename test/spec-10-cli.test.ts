@@ -1,12 +1,14 @@
 // SPEC 10 from the outside: every command that talks to a running instance takes the repo in each of the forms SPEC
 // names (--org/--repo, --repo org/repo, a positional org/repo, the org from a *.localhost host in --url), --database
-// and an explicit --secret; --params as an array or an object. The `scopebase` command as a subprocess.
+// and an explicit --secret; --params as an array or an object; --json on every command that prints a result. The
+// `scopebase` command as a subprocess.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Product } from './helpers/product.ts';
-import { cliForFile } from './helpers/cli.ts';
+import { ENCRYPTION_KEY, type Product } from './helpers/product.ts';
+import { cliForFile, failedInOneLine, oneLine } from './helpers/cli.ts';
+import { signInUser } from './helpers/session.ts';
 
 let p: Product;
 const { cli, work, port } = cliForFile('scopebase-spec10-', async (product) => {
@@ -72,4 +74,60 @@ test('the positional org/repo may come after the SQL or the file, as before it (
   const imported = await cli(['import', dump, 'acme/web', '--database', 'after', '--json']);
   assert.equal(imported.code, 0, imported.stderr);
   assert.deepEqual(JSON.parse((await cli(['query', 'acme/web', 'SELECT x FROM a', '--database', 'after', '--json'])).stdout).rows, [['file first']]);
+});
+
+test('secret takes the repo in the forms the other commands take, and --json; rotate-keys takes --json (both were usage errors)', async () => {
+  const want = { org: 'acme', repo: 'web', secret: p.secret('acme', 'web') };
+  for (const repo of [['acme/web'], ['--repo', 'acme/web'], ['--org', 'acme', '--repo', 'web'], ['--org', 'ACME', 'web']]) {
+    const printed = await cli(['secret', ...repo, '--json']);
+    assert.equal(printed.code, 0, `${repo.join(' ')}: ${printed.stderr}`);
+    assert.deepEqual(JSON.parse(printed.stdout), want, repo.join(' '));
+    assert.equal((await cli(['secret', ...repo])).stdout, `${want.secret}\n`, repo.join(' '));
+  }
+  const disagree = await cli(['secret', '--org', 'other', '--repo', 'acme/web', '--json']);
+  assert.equal(disagree.code, 2, disagree.stderr);
+  assert.equal(JSON.parse(disagree.stdout).error.code, 'usage');
+
+  const { userId } = await signInUser(p, 'acme', 'rotator');
+  const put = await p.call(`/web/_account/credentials/gh/token?user=${userId}`, { method: 'PUT', body: { value: 'v' }, headers: { authorization: `Bearer ${want.secret}` } });
+  assert.equal(put.status, 201, put.text);
+  const newKey = 'c'.repeat(64);
+  const rotated = await cli(['rotate-keys', '--json'], { DATA_DIR: p.dataDir, ACCOUNT_ENCRYPTION_KEYS: `${newKey},${ENCRYPTION_KEY}` });
+  assert.equal(rotated.code, 0, rotated.stderr);
+  assert.deepEqual(JSON.parse(rotated.stdout), { resealed: 1, current: 0, gone: 0, failed: 0, total: 1 });
+});
+
+test('a positional org/repo and a --repo that name different repos are a usage error (the --repo was ignored in silence)', async () => {
+  for (const cmd of [['query', 'acme/web', 'SELECT 1', '--database', 'notes'], ['status', 'acme/web'], ['secret', 'acme/web']]) {
+    const refused = await cli([...cmd, '--repo', 'acme/api', '--json']);
+    assert.equal(refused.code, 2, `${cmd[0]}: ${refused.stderr}`);
+    assert.equal(JSON.parse(refused.stdout).error.code, 'usage');
+    assert.match(refused.stderr, /acme\/web and --repo acme\/api name different repos: give the repo once/);
+    const agreeing = await cli([...cmd, '--repo', 'web', '--json']);
+    assert.equal(agreeing.code, 0, `${cmd[0]}: ${agreeing.stderr}`);
+  }
+  const fromEnv = await cli(['query', 'acme/web', 'SELECT 1', '--database', 'notes', '--json'], { SCOPEBASE_REPO: 'acme/api' });
+  assert.equal(fromEnv.code, 0, `SCOPEBASE_REPO is a default a positional overrides: ${fromEnv.stderr}`);
+});
+
+test('a migrate that fails prints one line, as every ordinary failure (its notes on skipped and read files came first)', async () => {
+  const dir = join(work, 'failing');
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'README.md'), 'not a migration');
+  writeFileSync(join(dir, '0001_ok.sql'), 'CREATE TABLE ok(x);\n');
+  writeFileSync(join(dir, '0002_bad.sql'), 'CREATE TABL bad(x);\n');
+  failedInOneLine(await cli(['migrate', dir, 'acme/web', '--database', 'failing']), /^scopebase: .*400 sql_error: 0002_bad\.sql: near "TABL": syntax error/);
+  const unreachable = await cli(['migrate', dir, 'acme/web', '--url', 'http://127.0.0.1:1']);
+  assert.equal(unreachable.code, 3);
+  oneLine(unreachable, /^scopebase: cannot reach http:\/\/127\.0\.0\.1:1/);
+  const none = join(work, 'no-migrations');
+  mkdirSync(none, { recursive: true });
+  writeFileSync(join(none, 'notes.md'), 'x');
+  const empty = await cli(['migrate', none, 'acme/web']);
+  assert.equal(empty.code, 2);
+  oneLine(empty, /^scopebase: no migration files in .*: name them NNNN_name\.sql \(e\.g\. 0001_init\.sql\); skipped notes\.md: not a \.sql file$/);
+  writeFileSync(join(dir, '0002_bad.sql'), 'CREATE TABLE bad(x);\n');
+  const ok = await cli(['migrate', dir, 'acme/web', '--database', 'failing']);
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.equal(ok.stderr, `skipped README.md: not a .sql file\nread 2 migration files from ${dir}\n`, 'named once it went through');
 });

@@ -65,17 +65,18 @@ Examples:
     .action(async (dir: string, repo: string | undefined, opts: TargetOptions & { dryRun?: boolean; baseline?: string }) => {
       if (repo !== undefined && REPO_PATH.test(dir) && !existsSync(dir)) [dir, repo] = [repo, dir]; // `migrate acme/web ./migrations`
       const folder = await readFolder(dir);
-      for (const s of folder.skipped) process.stderr.write(`skipped ${s.file}: ${s.reason}\n`);
+      const skipped = folder.skipped.map((s) => `skipped ${s.file}: ${s.reason}`);
       if (folder.migrations.length === 0) {
-        throw new CliError(EXIT.usage, `no migration files in ${dir}: name them NNNN_name.sql (e.g. 0001_init.sql)${folder.skipped.length ? `; ${count(folder.skipped.length, 'other file')} skipped as listed above` : ''}`);
+        throw new CliError(EXIT.usage, `no migration files in ${dir}: name them NNNN_name.sql (e.g. 0001_init.sql)${skipped.map((s) => `; ${s}`).join('')}`);
       }
       const baseline = opts.baseline === undefined ? undefined : baselineId(opts.baseline, folder, dir);
       const t = connect(opts, repo);
-      process.stderr.write(`read ${count(folder.migrations.length, 'migration file')} from ${dir}\n`);
       const list = folder.migrations.map(({ id, sql }) => ({ id, sql }));
       const r = await attempt(t, () => t.client.migrate(list, { dryRun: opts.dryRun === true, ...(baseline ? { baseline } : {}) }).catch((e: unknown) => {
         throw namingFile(importHint(e, folder, dir, baseline), folder); // the server names the migration's id; a person looks for its file
       }));
+      // Said once it went through: a failure is its one line (SPEC 10), not these notes above it.
+      for (const line of [...skipped, `read ${count(folder.migrations.length, 'migration file')} from ${dir}`]) process.stderr.write(`${line}\n`);
       if (t.json) return printJson({ ...r, skipped: folder.skipped });
       if (r.dryRun) {
         for (const id of r.applied) {

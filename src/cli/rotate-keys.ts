@@ -6,7 +6,7 @@ import { ConfigError, dataDirOf, loadConfig } from '../shared/config.ts';
 import { CredentialStore } from '../account/credentials/store.ts';
 import { SealError } from '../account/credentials/seal.ts';
 import type { Command } from 'commander';
-import { CliError, EXIT, count } from './output.ts';
+import { CliError, EXIT, count, printJson } from './output.ts';
 import { ioFailure } from './files.ts';
 
 const DETAILS = `Re-seals every plugin credential in DATA_DIR/credentials.sqlite under the first key of
@@ -97,11 +97,18 @@ export function addRotateKeysCommand(program: Command): void {
   program
     .command('rotate-keys')
     .description('re-seal every stored plugin credential under the current (first) ACCOUNT_ENCRYPTION_KEYS key')
+    .option('--json', 'print {"resealed", "current", "gone", "failed", "total"} (progress stays on stderr)')
     .addHelpText('after', `\n${DETAILS}`)
-    .action(async () => {
+    .action(async (opts: { json?: boolean }) => {
       const r = await rotateKeys();
+      const message = `${r.failed} credential(s) could not be opened: list every key that sealed them in ACCOUNT_ENCRYPTION_KEYS and run rotate-keys again`;
+      if (opts.json) {
+        printJson(r);
+        if (r.failed > 0) throw new CliError(EXIT.refused, message, { jsonPrinted: true });
+        return;
+      }
       const extra = (r.gone > 0 ? `, ${r.gone} deleted meanwhile` : '') + (r.failed > 0 ? `, ${r.failed} could not be opened` : '');
       process.stdout.write(`re-sealed ${r.resealed}, already current ${r.current}${extra}\n`);
-      if (r.failed > 0) throw new CliError(EXIT.refused, `${r.failed} credential(s) could not be opened: list every key that sealed them in ACCOUNT_ENCRYPTION_KEYS and run rotate-keys again`);
+      if (r.failed > 0) throw new CliError(EXIT.refused, message);
     });
 }

@@ -4,7 +4,7 @@ import { Option, type Command } from 'commander';
 import { baseDomainOf, ConfigError } from '../shared/config.ts';
 import { createClient, ScopebaseError, type Client } from '../client/index.ts';
 import { isDatabaseName, isRepoName, lowerAscii } from '../shared/names.ts';
-import { derivedSecret, parseRepoPath } from './secret.ts';
+import { derivedSecret, parseRepoPath, sameRepoTwice } from './secret.ts';
 import { CliError, explain, usageError } from './output.ts';
 
 export interface TargetOptions { url?: string; org?: string; repo?: string; database?: string; secret?: string; timeout?: string; json?: boolean }
@@ -65,6 +65,8 @@ export function connect(opts: TargetOptions, positionalRepo?: string): Target {
 
   let org = opts.org === undefined ? undefined : lowerAscii(opts.org);
   let repo: string | undefined;
+  // SCOPEBASE_REPO is a default the positional overrides; a --repo typed beside it must agree with it.
+  if (positionalRepo !== undefined && opts.repo !== undefined && fromEnv?.has('repo') !== true) sameRepoTwice(positionalRepo, opts.repo);
   const named = positionalRepo ?? opts.repo;
   const repoFromEnv = positionalRepo === undefined && fromEnv?.has('repo') === true;
   if (named?.includes('/')) {
