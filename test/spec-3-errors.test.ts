@@ -4,6 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startProduct, type CallOptions, type HttpResult, type Product } from './helpers/product.ts';
 import { assertSpecError } from './helpers/spec-error.ts';
+import { setupWrite } from './helpers/runaway.ts';
 
 let p: Product;
 before(async () => {
@@ -11,7 +12,7 @@ before(async () => {
     DB_MAX_STATEMENTS: '3', DB_MAX_RESULT_BYTES: '4096', DB_QUERY_TIMEOUT_MS: '300', DB_MAX_DATABASES_PER_REPO: '2', DB_MAX_BODY_BYTES: String(64 * 1024),
     DB_QUEUE_TIMEOUT_MS: '10000', // a loaded machine's slow executor start after the runaway is no 503 here: queueing is not this file's subject
   });
-  const setup = await p.db('web', 'migrate', { migrations: [{ id: '0001_users', sql: 'CREATE TABLE users(id INTEGER PRIMARY KEY, email TEXT UNIQUE, age INTEGER CHECK (age >= 0), name TEXT NOT NULL DEFAULT \'x\', boss INTEGER REFERENCES users(id))' }] });
+  const setup = await setupWrite(() => p.db('web', 'migrate', { migrations: [{ id: '0001_users', sql: 'CREATE TABLE users(id INTEGER PRIMARY KEY, email TEXT UNIQUE, age INTEGER CHECK (age >= 0), name TEXT NOT NULL DEFAULT \'x\', boss INTEGER REFERENCES users(id))' }] }));
   assert.equal(setup.status, 200, setup.text);
 });
 after(() => p.close());
