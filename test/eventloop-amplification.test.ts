@@ -89,9 +89,7 @@ test('a libSQL result of 25 MB with \'-0.0\' in a text, its rows dropped: parsed
 test('a /_db/query of 10 million params named each one for an error it might raise (4.4 s for 30 MB)', async () => {
   const strings = `[${'"",'.repeat(10_000_000)}""]`;
   const tries: string[] = [];
-  // JSON.parse of 10 million strings alone holds the loop 0.8 s, and 2.4 s on a loaded machine: the bound is for what
-  // came on top (3.6 s), against the same strings in an unknown field (parsed, then refused) just before; a pair whose
-  // floor missed a burst of load is taken again.
+  // JSON.parse alone holds the loop 0.8-2.4 s: the bound is on what came on top (3.6 s), over the same strings parsed.
   for (let i = 0; i < 3 && tries.length === i; i++) {
     const floor = await whileQuietWaits(() => db('acme', 'web', 'query', Buffer.from(`{"sql":"SELECT 1","strings":${strings}}`)));
     assert.equal(floor.result.status, 400, floor.result.text.slice(0, 300));

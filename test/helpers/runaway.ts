@@ -11,10 +11,7 @@ export function p99(samples: number[]): number {
   return s[Math.min(s.length - 1, Math.floor(s.length * 0.99))]!;
 }
 
-/**
- * A test's setup write under a short DB_QUERY_TIMEOUT_MS: a loaded machine may take the limit making the file (its
- * fsyncs, a late executor), and 422 query_timeout applied nothing, so it is sent again (5 tries).
- */
+/** A setup write under a short DB_QUERY_TIMEOUT_MS, sent again if a loaded machine stopped it there (nothing applied). */
 export async function setupWrite(send: () => Promise<HttpResult>): Promise<HttpResult> {
   let r = await send();
   for (let i = 1; i < 5 && r.status === 422 && r.json?.error?.code === 'query_timeout'; i++) r = await send();
