@@ -59,7 +59,7 @@ describe('each code of the table with its status (SPEC 3)', () => {
   }
 
   test('507 quota_exceeded: the database past DB_MAX_DATABASES_PER_REPO is refused and not made', async () => {
-    for (const database of ['one', 'two']) assert.equal((await p.db('many', 'execute', { database, sql: 'CREATE TABLE t(x)' })).status, 200);
+    for (const database of ['one', 'two']) assert.equal((await setupWrite(() => p.db('many', 'execute', { database, sql: 'CREATE TABLE t(x)' }))).status, 200);
     const r = await traced((o) => p.db('many', 'execute', { database: 'three', sql: 'CREATE TABLE t(x)' }, o));
     assertSpecError(r, 507, 'quota_exceeded');
     assert.equal((await p.db('many', 'status', { database: 'three' })).json.exists, false);
