@@ -243,8 +243,14 @@ COMMIT;
       // A slow but legitimate text, many statements each far under the limit, is not cut by the sum of their times
       // while that sum fits the import's budget (it grows with the text: 8 MiB of it give 8 s more, db-import-budget.test.ts).
       const steps = Array.from({ length: 100 }, (_, i) => `INSERT INTO t SELECT count(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT ${50_000 + i}) SELECT x FROM c);`);
-      const t0 = Date.now();
-      const ok = await upload(q, 'web', 'database=slow', `CREATE TABLE t(n);\n${steps.join('\n')}\n-- ${'x'.repeat(8 << 20)}\n`, 'application/sql');
+      const text = `CREATE TABLE t(n);\n${steps.join('\n')}\n-- ${'x'.repeat(8 << 20)}\n`;
+      let t0 = Date.now();
+      let ok = await upload(q, 'web', 'database=slow', text, 'application/sql');
+      // One statement alone past 300 ms (a loaded machine: its premise, each far under the limit, failed) is sent again.
+      for (let i = 1; i < 3 && /^the statement ran past/.test(ok.json?.error?.message ?? ''); i++) {
+        t0 = Date.now();
+        ok = await upload(q, 'web', 'database=slow', text, 'application/sql');
+      }
       assert.equal(ok.status, 200, ok.text);
       assert.ok(Date.now() - t0 > 300, `premise: the text ran past one statement's limit in all (${Date.now() - t0} ms)`);
     } finally {

@@ -4,12 +4,13 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { startProduct, type Product } from './helpers/product.ts';
+import { setupWrite } from './helpers/runaway.ts';
 
 let p: Product;
 before(async () => {
   // No event-loop shedding: on a loaded machine it refused the setup (503), and every later assertion read a 404.
   p = await startProduct({ DB_QUERY_TIMEOUT_MS: '500', DB_MAX_RESULT_BYTES: String(256 * 1024), DB_MAX_LOOP_DELAY_MS: '0' });
-  const setup = await p.db('web', 'migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }] });
+  const setup = await setupWrite(() => p.db('web', 'migrate', { migrations: [{ id: '1', sql: 'CREATE TABLE t(id INTEGER PRIMARY KEY, v)' }] }));
   assert.equal(setup.status, 200, `setup: ${setup.text}`);
 });
 after(() => p.close());

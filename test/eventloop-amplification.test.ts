@@ -87,9 +87,15 @@ test('a libSQL result of 25 MB with \'-0.0\' in a text, its rows dropped: parsed
 });
 
 test('a /_db/query of 10 million params named each one for an error it might raise (4.4 s for 30 MB)', async () => {
-  const body = Buffer.from(`{"sql":"SELECT 1","params":[${'"",'.repeat(10_000_000)}""]}`);
-  const { result, worstMs, tookMs } = await whileQuietWaits(() => db('acme', 'web', 'query', body));
-  assert.equal(result.status, 404, result.text.slice(0, 300)); // the checks passed: no such database
-  // JSON.parse of 10 million strings alone holds the loop 0.8 s or more (GC): the bound is for what came on top (3.6 s).
-  assert.ok(worstMs < 2 * LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms)`);
+  const strings = `[${'"",'.repeat(10_000_000)}""]`;
+  const tries: string[] = [];
+  // JSON.parse alone holds the loop 0.8-2.4 s: the bound is on what came on top (3.6 s), over the same strings parsed.
+  for (let i = 0; i < 3 && tries.length === i; i++) {
+    const floor = await whileQuietWaits(() => db('acme', 'web', 'query', Buffer.from(`{"sql":"SELECT 1","strings":${strings}}`)));
+    assert.equal(floor.result.status, 400, floor.result.text.slice(0, 300));
+    const { result, worstMs, tookMs } = await whileQuietWaits(() => db('acme', 'web', 'query', Buffer.from(`{"sql":"SELECT 1","params":${strings}}`)));
+    assert.equal(result.status, 404, result.text.slice(0, 300)); // the checks passed: no such database
+    if (worstMs >= floor.worstMs + LIMIT_MS) tries.push(`another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms; ${Math.round(floor.worstMs)} ms with the strings in an unknown field)`);
+  }
+  assert.ok(tries.length < 3, tries.join('; '));
 });

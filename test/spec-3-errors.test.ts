@@ -4,6 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startProduct, type CallOptions, type HttpResult, type Product } from './helpers/product.ts';
 import { assertSpecError } from './helpers/spec-error.ts';
+import { setupWrite } from './helpers/runaway.ts';
 
 let p: Product;
 before(async () => {
@@ -11,7 +12,7 @@ before(async () => {
     DB_MAX_STATEMENTS: '3', DB_MAX_RESULT_BYTES: '4096', DB_QUERY_TIMEOUT_MS: '300', DB_MAX_DATABASES_PER_REPO: '2', DB_MAX_BODY_BYTES: String(64 * 1024),
     DB_QUEUE_TIMEOUT_MS: '10000', // a loaded machine's slow executor start after the runaway is no 503 here: queueing is not this file's subject
   });
-  const setup = await p.db('web', 'migrate', { migrations: [{ id: '0001_users', sql: 'CREATE TABLE users(id INTEGER PRIMARY KEY, email TEXT UNIQUE, age INTEGER CHECK (age >= 0), name TEXT NOT NULL DEFAULT \'x\', boss INTEGER REFERENCES users(id))' }] });
+  const setup = await setupWrite(() => p.db('web', 'migrate', { migrations: [{ id: '0001_users', sql: 'CREATE TABLE users(id INTEGER PRIMARY KEY, email TEXT UNIQUE, age INTEGER CHECK (age >= 0), name TEXT NOT NULL DEFAULT \'x\', boss INTEGER REFERENCES users(id))' }] }));
   assert.equal(setup.status, 200, setup.text);
 });
 after(() => p.close());
@@ -58,7 +59,7 @@ describe('each code of the table with its status (SPEC 3)', () => {
   }
 
   test('507 quota_exceeded: the database past DB_MAX_DATABASES_PER_REPO is refused and not made', async () => {
-    for (const database of ['one', 'two']) assert.equal((await p.db('many', 'execute', { database, sql: 'CREATE TABLE t(x)' })).status, 200);
+    for (const database of ['one', 'two']) assert.equal((await setupWrite(() => p.db('many', 'execute', { database, sql: 'CREATE TABLE t(x)' }))).status, 200);
     const r = await traced((o) => p.db('many', 'execute', { database: 'three', sql: 'CREATE TABLE t(x)' }, o));
     assertSpecError(r, 507, 'quota_exceeded');
     assert.equal((await p.db('many', 'status', { database: 'three' })).json.exists, false);
