@@ -4,7 +4,7 @@ import type { DatabaseSync, DatabaseSyncOptions, StatementSync } from 'node:sqli
 import { pathToFileURL } from 'node:url';
 import { Sandbox, type Findings, type Mode } from '../sandbox.ts';
 import { paramSlots, type ParamSlots } from '../params.ts';
-import { INTERNAL_SCHEMA } from './schema.ts';
+import { hasInternalSchema, INTERNAL_SCHEMA } from './schema.ts';
 import { ApiError } from '../../shared/errors.ts';
 import { openSqlite } from '../../shared/sqlite-open.ts';
 import { hasSecondStatement, longestBlobLiteral } from '../statement-end.ts';
@@ -148,7 +148,10 @@ export class DbHandle {
       db.exec(`PRAGMA journal_mode=WAL; PRAGMA synchronous=${limits.sync === 'full' ? 'FULL' : 'NORMAL'}`);
       const pageSize = Number((db.prepare('PRAGMA page_size').get() as { page_size: number }).page_size);
       db.exec(`PRAGMA max_page_count=${Math.max(16, Math.floor(limits.maxSizeBytes / pageSize))}`);
-      if (create) db.exec(INTERNAL_SCHEMA);
+      // One transaction: a process killed while it made a new database left its file empty, or with part of these
+      // tables (each statement committed alone), and every request to it failed for good ("no such table"). Such a
+      // file is finished at its next open: it is a database at version 0.
+      if (create || !hasInternalSchema(db)) db.exec(`BEGIN IMMEDIATE; ${INTERNAL_SCHEMA} COMMIT;`);
       return db;
     });
   }
