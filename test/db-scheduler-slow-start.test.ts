@@ -69,7 +69,9 @@ test('a repo\'s two runaways took every started process: its third database wait
 });
 
 test('a repo\'s read pipelined behind another repo\'s runaway, beside two runaways of its own: its hedge is served, not refused (the read held a place in its share where it only waited)', async () => {
-  const p = await product({ DB_EXECUTORS: '4', DB_EXECUTORS_PER_REPO: '2' }, ['d0', 'd1', 'd2']);
+  // Its queue limit under the runaways' 3000 ms: a hedge that could not start is refused before they end and free their
+  // processes. Not the default 1000 ms: released 300 ms after the read, a process took over 700 ms to start at a load of 10.
+  const p = await product({ DB_EXECUTORS: '4', DB_EXECUTORS_PER_REPO: '2', DB_QUEUE_TIMEOUT_MS: '2500' }, ['d0', 'd1', 'd2']);
   for (const database of ['d0', 'd1']) assert.equal((await p.db('api', 'execute', { database, sql: 'CREATE TABLE t(x)' })).status, 200);
   // Quick reads first, so a process takes reads about 1 ms deep: the read goes down the pipe behind the runaway sent before it.
   for (let i = 0; i < 50; i++) await Promise.all([p.db('web', 'query', { database: 'd2', sql: 'SELECT 1' }), p.db('api', 'query', { database: 'd0', sql: 'SELECT 1' })]);

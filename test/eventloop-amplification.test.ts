@@ -79,11 +79,14 @@ test('a body of 10 million empty objects is refused before it is parsed (JSON.pa
 });
 
 test('a libSQL result of 25 MB with \'-0.0\' in a text, its rows dropped: parsed with a reviver for every value (2 s)', async () => {
-  const sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 145000) SELECT '-0.0', x, x, x, x FROM c";
-  const { result, worstMs, tookMs } = await pipeline({ type: 'execute', stmt: { sql, want_rows: false } });
+  const sql = (text: string) => `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 145000) SELECT '${text}', x, x, x, x FROM c`;
+  // The same rows without '-0.0': what making and passing on 25 MB costs this loop, on this machine now (a fixed 1 s
+  // bound failed at 1033 ms at a load of 10).
+  const floor = await pipeline({ type: 'execute', stmt: { sql: sql('+0.0'), want_rows: false } });
+  const { result, worstMs, tookMs } = await pipeline({ type: 'execute', stmt: { sql: sql('-0.0'), want_rows: false } });
   assert.equal(result.status, 200, result.text.slice(0, 300));
   assert.equal(result.json.results[0].type, 'ok', result.text.slice(0, 300));
-  assert.ok(worstMs < LIMIT_MS, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms)`);
+  assert.ok(worstMs < floor.worstMs + 800, `another org waited ${Math.round(worstMs)} ms (the request took ${Math.round(tookMs)} ms; ${Math.round(floor.worstMs)} ms without '-0.0')`);
 });
 
 test('a /_db/query of 10 million params named each one for an error it might raise (4.4 s for 30 MB)', async () => {
