@@ -66,3 +66,15 @@ export async function again(bases: Record<string, string>, r: Req): Promise<stri
     return `; sent again: no answer either (${(e as Error).message})`;
   }
 }
+
+/**
+ * A request with a large body refused from its headers is answered at once with `Connection: close`, its body never
+ * read (src/shared/body-budget.ts): a client still sending may see the connection end (EPIPE, a reset) before it
+ * reads the answer, the race every HTTP server that stops reading has. Not a failure when the same request, sent
+ * again, is answered below 500.
+ */
+export function closedWhileSending(r: Req, e: unknown, sentAgain: string): boolean {
+  const large = r.body !== undefined && Buffer.byteLength(r.body) > 16 * 1024;
+  return large && /EPIPE|ECONNRESET|other side closed|socket hang up/.test(String((e as Error)?.message)) && /^; sent again: [1-4]\d\d /.test(sentAgain);
+}
+
